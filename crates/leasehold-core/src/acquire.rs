@@ -1,0 +1,92 @@
+//! An acquisition request, as it travels down the layer stack to a store.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{LockKey, OwnerToken};
+
+/// Who is asking for a lock, for reentrancy: the same holder taking a key it already holds counts
+/// up instead of deadlocking.
+///
+/// In async Rust a thread is the wrong identity (a task moves between threads), so a holder is
+/// either an explicit handle the caller creates and passes down (`leasehold::Holder`), or the
+/// current tokio task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HolderId {
+    /// An explicit holder handle (see [`HolderId::new_explicit`]).
+    Explicit(u64),
+    /// A tokio task, as given by `tokio::task::try_id()`.
+    Task(tokio::task::Id),
+}
+
+impl HolderId {
+    /// A fresh explicit holder id, unique within this process.
+    pub fn new_explicit() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        HolderId::Explicit(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The current tokio task, if called inside one.
+    pub fn current_task() -> Option<Self> {
+        tokio::task::try_id().map(HolderId::Task)
+    }
+}
+
+/// A request to acquire one lock.
+///
+/// Stores use `key`, `token` and `ttl`; `holder` and `deadline` are for layers (reentrancy, local
+/// competition).
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_core::{Acquire, LockKey, OwnerToken};
+///
+/// let key = LockKey::xdc("orders", "order-42")?;
+/// let req = Acquire::new(key, OwnerToken::generate(), Duration::from_secs(2));
+/// assert!(req.deadline.is_none()); // one attempt, fail fast
+/// # Ok::<(), leasehold_core::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Acquire {
+    /// The lock to take.
+    pub key: LockKey,
+    /// The token to write as owner. Generated before the request is sent, so that a caller whose
+    /// reply was lost can read the record back and recognise its own write.
+    pub token: OwnerToken,
+    /// How long the lease lives in the store unless extended.
+    pub ttl: Duration,
+    /// Who asks, for reentrancy. `None`: every acquisition is a new holder.
+    pub holder: Option<HolderId>,
+    /// `None`: a single attempt that fails fast. `Some(t)`: layers that can wait without store I/O
+    /// (local competition) may wait until `t` for a local holder to let go. Stores ignore it: they
+    /// always make one attempt, and the manager's retry loop does the rest.
+    pub deadline: Option<Instant>,
+}
+
+impl Acquire {
+    /// A single-attempt request with no holder identity.
+    pub fn new(key: LockKey, token: OwnerToken, ttl: Duration) -> Self {
+        Acquire {
+            key,
+            token,
+            ttl,
+            holder: None,
+            deadline: None,
+        }
+    }
+
+    /// Sets the holder identity.
+    pub fn with_holder(mut self, holder: Option<HolderId>) -> Self {
+        self.holder = holder;
+        self
+    }
+
+    /// Sets the wait deadline.
+    pub fn with_deadline(mut self, deadline: Option<Instant>) -> Self {
+        self.deadline = deadline;
+        self
+    }
+}

@@ -1,0 +1,124 @@
+//! The object-safe twin of [`LockStore`], so a stack of layers is erased to one type at the end.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::{Acquire, Capabilities, Lease, LockInfo, LockKey, LockStore, Result};
+
+/// Object-safe form of [`LockStore`], implemented for every store.
+trait DynLockStore: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+    fn capabilities(&self) -> Capabilities;
+    fn try_acquire<'a>(&'a self, req: &'a Acquire) -> BoxFuture<'a, Result<Lease>>;
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool>>;
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Lease>>;
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<LockInfo>>>;
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LockInfo>>>;
+    fn shutdown(&self) -> BoxFuture<'_, Result<usize>>;
+}
+
+impl<S: LockStore> DynLockStore for S {
+    fn name(&self) -> &'static str {
+        LockStore::name(self)
+    }
+    fn capabilities(&self) -> Capabilities {
+        LockStore::capabilities(self)
+    }
+    fn try_acquire<'a>(&'a self, req: &'a Acquire) -> BoxFuture<'a, Result<Lease>> {
+        Box::pin(LockStore::try_acquire(self, req))
+    }
+    fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(LockStore::release(self, lease))
+    }
+    fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Lease>> {
+        Box::pin(LockStore::extend(self, lease, ttl))
+    }
+    fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<LockInfo>>> {
+        Box::pin(LockStore::inspect(self, key))
+    }
+    fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LockInfo>>> {
+        Box::pin(LockStore::list(self, prefix))
+    }
+    fn shutdown(&self) -> BoxFuture<'_, Result<usize>> {
+        Box::pin(LockStore::shutdown(self))
+    }
+}
+
+/// Any [`LockStore`] behind one type: a cheap-to-clone, type-erased handle.
+///
+/// The manager erases its layer stack to a `BoxStore` once, at build time; one boxed future per
+/// call costs nothing next to a network round trip, and users never see a five-deep generic type.
+///
+/// ```
+/// use leasehold_core::{BoxStore, LockStore};
+/// # #[derive(Debug)] struct MyStore;
+/// # impl LockStore for MyStore {
+/// #   fn name(&self) -> &'static str { "my" }
+/// #   fn capabilities(&self) -> leasehold_core::Capabilities { leasehold_core::Capabilities::NONE }
+/// #   async fn try_acquire(&self, _: &leasehold_core::Acquire) -> leasehold_core::Result<leasehold_core::Lease> { unimplemented!() }
+/// #   async fn release(&self, _: &leasehold_core::Lease) -> leasehold_core::Result<bool> { unimplemented!() }
+/// #   async fn extend(&self, _: &leasehold_core::Lease, _: std::time::Duration) -> leasehold_core::Result<leasehold_core::Lease> { unimplemented!() }
+/// #   async fn inspect(&self, _: &leasehold_core::LockKey) -> leasehold_core::Result<Option<leasehold_core::LockInfo>> { unimplemented!() }
+/// # }
+/// let store = BoxStore::new(MyStore);
+/// assert_eq!(store.name(), "my");
+/// ```
+#[derive(Clone)]
+pub struct BoxStore {
+    inner: Arc<dyn DynLockStore>,
+}
+
+impl BoxStore {
+    /// Erases `store`. Boxing a `BoxStore` again returns it unchanged.
+    pub fn new<S: LockStore>(store: S) -> Self {
+        // Avoid double boxing when a stack is already erased.
+        if let Some(boxed) = (&store as &dyn std::any::Any).downcast_ref::<BoxStore>() {
+            return boxed.clone();
+        }
+        BoxStore {
+            inner: Arc::new(store),
+        }
+    }
+}
+
+impl fmt::Debug for BoxStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BoxStore")
+            .field("name", &self.inner.name())
+            .finish()
+    }
+}
+
+impl LockStore for BoxStore {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        self.inner.try_acquire(req).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+    async fn extend(&self,
+        lease: &Lease,
+        ttl: Duration) -> Result<Lease> {
+        self.inner.extend(lease, ttl).await
+    }
+    async fn inspect(&self,
+        key: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(key).await
+    }
+    async fn list(&self,
+        prefix: &str) -> Result<Vec<LockInfo>> {
+        self.inner.list(prefix).await
+    }
+    async fn shutdown(&self) -> Result<usize> {
+        self.inner.shutdown().await
+    }
+}

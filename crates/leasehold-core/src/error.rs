@@ -1,0 +1,277 @@
+//! One error type for every store and layer: a kind, whether retrying can help, the key it
+//! concerns, and the cause.
+
+use std::fmt;
+
+/// `Result` with leasehold's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What went wrong. The first five are the seed lock manager's error codes; the rest are what it
+/// lacked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The lock is held by another owner (seed: `LOCK_UNAVAILABLE`). Temporary: try again later or
+    /// wait with `lock()`.
+    LockUnavailable,
+    /// The store could not be reached or failed with an I/O error (seed: `CONNECTION_ERROR`).
+    /// Nothing was applied. Temporary.
+    Connection,
+    /// Every retry of a store operation failed (seed: `RETRIES_EXHAUSTED`). The cause is the last
+    /// attempt's error. Temporary.
+    RetriesExhausted,
+    /// The store is not set up for locks: namespace, table or set missing, permission denied
+    /// (seed: `TABLE_CREATION_ERROR`). Permanent until an operator fixes it.
+    StoreSetup,
+    /// A bug or an answer the store should never give (seed: `INTERNAL_ERROR`). Permanent.
+    Internal,
+    /// Bad input, caught before any store I/O: empty or oversized key, zero or absurd TTL, bad URL.
+    /// Permanent: fix the call.
+    InvalidArgument,
+    /// The lock is not (or no longer) ours: it expired, was broken by an operator, or was taken by
+    /// someone else after expiry. Permanent for this lease.
+    NotHeld,
+    /// The request may or may not have been applied: the store did not answer after the request was
+    /// sent (timeout, connection lost). Read the record back to learn the outcome; the readback
+    /// layer does this for you. Temporary.
+    InDoubt,
+    /// The wait deadline of a blocking acquire passed while the lock stayed held by another owner.
+    Timeout,
+    /// The manager or store is shutting down and takes no new acquisitions. Permanent.
+    ShutDown,
+    /// The store does not support this operation (see its capabilities). Permanent.
+    Unsupported,
+}
+
+impl ErrorKind {
+    /// Whether trying the same thing again later can succeed.
+    pub fn is_temporary(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::LockUnavailable
+                | ErrorKind::Connection
+                | ErrorKind::RetriesExhausted
+                | ErrorKind::InDoubt
+                | ErrorKind::Timeout
+        )
+    }
+
+    /// A short stable name (`lock_unavailable`, `connection`, ...), used in logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::LockUnavailable => "lock_unavailable",
+            ErrorKind::Connection => "connection",
+            ErrorKind::RetriesExhausted => "retries_exhausted",
+            ErrorKind::StoreSetup => "store_setup",
+            ErrorKind::Internal => "internal",
+            ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::NotHeld => "not_held",
+            ErrorKind::InDoubt => "in_doubt",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::ShutDown => "shut_down",
+            ErrorKind::Unsupported => "unsupported",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ErrorKind::LockUnavailable => "lock unavailable",
+            ErrorKind::Connection => "store connection error",
+            ErrorKind::RetriesExhausted => "store retries exhausted",
+            ErrorKind::StoreSetup => "store setup error",
+            ErrorKind::Internal => "internal error",
+            ErrorKind::InvalidArgument => "invalid argument",
+            ErrorKind::NotHeld => "lock not held",
+            ErrorKind::InDoubt => "outcome in doubt",
+            ErrorKind::Timeout => "timed out waiting for lock",
+            ErrorKind::ShutDown => "shut down",
+            ErrorKind::Unsupported => "unsupported",
+        })
+    }
+}
+
+/// A leasehold error: what failed, on which key, what to do, and why (the source).
+///
+/// ```
+/// use leasehold_core::{Error, ErrorKind};
+///
+/// let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+/// let err = Error::connection("cannot reach 127.0.0.1:6379").with_source(io);
+/// assert_eq!(err.kind(), ErrorKind::Connection);
+/// assert!(err.is_temporary());
+/// assert!(std::error::Error::source(&err).is_some());
+/// ```
+#[derive(thiserror::Error)]
+#[error("{kind}{}: {message}{}", fmt_key(.key), fmt_cause(.source))]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    key: Option<String>,
+    #[source]
+    source: Option<Source>,
+}
+
+fn fmt_key(key: &Option<String>) -> String {
+    key.as_ref().map(|k| format!(" on {k}")).unwrap_or_default()
+}
+
+/// The cause is part of the message so a plain `{}` never loses it; `source()` still exposes it
+/// for error reporters that walk the chain.
+fn fmt_cause(source: &Option<Source>) -> String {
+    source
+        .as_ref()
+        .map(|s| format!(" (caused by: {s})"))
+        .unwrap_or_default()
+}
+
+impl Error {
+    /// An error of `kind` with a message saying what failed and what to do.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            key: None,
+            source: None,
+        }
+    }
+
+    /// [`ErrorKind::LockUnavailable`] for `key`.
+    pub fn unavailable(key: &crate::LockKey) -> Self {
+        Error::new(
+            ErrorKind::LockUnavailable,
+            "held by another owner; retry later or wait with lock()",
+        )
+        .with_key(key.as_str())
+    }
+
+    /// [`ErrorKind::InvalidArgument`].
+    pub fn invalid_argument(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidArgument, message)
+    }
+
+    /// [`ErrorKind::Connection`].
+    pub fn connection(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Connection, message)
+    }
+
+    /// [`ErrorKind::InDoubt`].
+    pub fn in_doubt(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InDoubt, message)
+    }
+
+    /// [`ErrorKind::NotHeld`].
+    pub fn not_held(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::NotHeld, message)
+    }
+
+    /// [`ErrorKind::Internal`].
+    pub fn internal(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Internal, message)
+    }
+
+    /// [`ErrorKind::ShutDown`].
+    pub fn shut_down() -> Self {
+        Error::new(
+            ErrorKind::ShutDown,
+            "the lock manager is shutting down and takes no new acquisitions",
+        )
+    }
+
+    /// [`ErrorKind::Unsupported`] for an operation the named store lacks.
+    pub fn unsupported(store: &str, operation: &str) -> Self {
+        Error::new(
+            ErrorKind::Unsupported,
+            format!("the {store} store does not support {operation}"),
+        )
+    }
+
+    /// Records the storage key the error concerns.
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Records the cause.
+    pub fn with_source(mut self, source: impl Into<Source>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The storage key concerned, if known.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The message, without kind or key.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether trying again later can succeed (see [`ErrorKind::is_temporary`]).
+    pub fn is_temporary(&self) -> bool {
+        self.kind.is_temporary()
+    }
+
+    /// Shorthand for `kind() == ErrorKind::LockUnavailable`.
+    pub fn is_unavailable(&self) -> bool {
+        self.kind == ErrorKind::LockUnavailable
+    }
+
+    /// Shorthand for `kind() == ErrorKind::InDoubt`.
+    pub fn is_in_doubt(&self) -> bool {
+        self.kind == ErrorKind::InDoubt
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.kind).field("message", &self.message);
+        if let Some(key) = &self.key {
+            d.field("key", key);
+        }
+        if let Some(source) = &self.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_says_what_where_and_why() {
+        let key = crate::LockKey::xdc("c", "e").unwrap();
+        let err = Error::unavailable(&key);
+        assert_eq!(
+            err.to_string(),
+            "lock unavailable on XDC#c#e: held by another owner; retry later or wait with lock()"
+        );
+        let err = Error::connection("cannot reach 127.0.0.1:1")
+            .with_source(std::io::Error::other("refused"));
+        assert_eq!(
+            err.to_string(),
+            "store connection error: cannot reach 127.0.0.1:1 (caused by: refused)"
+        );
+    }
+
+    #[test]
+    fn temporary_classification() {
+        assert!(ErrorKind::InDoubt.is_temporary());
+        assert!(ErrorKind::Connection.is_temporary());
+        assert!(!ErrorKind::InvalidArgument.is_temporary());
+        assert!(!ErrorKind::NotHeld.is_temporary());
+        assert!(!ErrorKind::ShutDown.is_temporary());
+    }
+}

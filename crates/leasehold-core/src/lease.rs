@@ -1,0 +1,177 @@
+//! Leases (what an acquisition returns) and lock info (what an inspection reads back).
+
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use crate::{LockKey, OwnerToken};
+
+/// A held lock: key, owner token, when it was taken, for how long, and its fencing token.
+///
+/// `acquired_at` is the monotonic instant taken *before* the acquire request was sent (Bond's
+/// unlock-window rule: the store's clock started no earlier than that, so
+/// `acquired_at + ttl` is a safe lower bound of the record's expiry). A successful extend moves it.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_core::{Lease, LockKey, OwnerToken};
+///
+/// let lease = Lease::new(
+///     LockKey::xdc("orders", "o-1")?,
+///     OwnerToken::generate(),
+///     Duration::from_secs(2),
+///     tokio::time::Instant::now(),
+/// )
+/// .with_fencing_token(Some(7));
+/// assert_eq!(lease.fencing_token(), Some(7));
+/// assert!(lease.remaining() <= Duration::from_secs(2));
+/// # Ok::<(), leasehold_core::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    key: LockKey,
+    token: OwnerToken,
+    ttl: Duration,
+    acquired_at: Instant,
+    acquired_at_wall: SystemTime,
+    fencing_token: Option<u64>,
+}
+
+impl Lease {
+    /// A lease on `key` owned by `token`, valid for `ttl` from `acquired_at`.
+    pub fn new(key: LockKey, token: OwnerToken, ttl: Duration, acquired_at: Instant) -> Self {
+        let acquired_at_wall = SystemTime::now()
+            .checked_sub(acquired_at.elapsed())
+            .unwrap_or_else(SystemTime::now);
+        Lease {
+            key,
+            token,
+            ttl,
+            acquired_at,
+            acquired_at_wall,
+            fencing_token: None,
+        }
+    }
+
+    /// Sets the fencing token the store returned.
+    pub fn with_fencing_token(mut self, fencing_token: Option<u64>) -> Self {
+        self.fencing_token = fencing_token;
+        self
+    }
+
+    /// The same lease, renewed for `ttl` from `at` (what a successful extend returns).
+    pub fn renewed(&self, ttl: Duration, at: Instant) -> Self {
+        Lease {
+            ttl,
+            acquired_at: at,
+            acquired_at_wall: SystemTime::now()
+                .checked_sub(at.elapsed())
+                .unwrap_or_else(SystemTime::now),
+            ..self.clone()
+        }
+    }
+
+    /// The same lease owned by another token (used by a local hand-off, where the store record
+    /// keeps the first holder's token).
+    pub fn with_token(mut self, token: OwnerToken) -> Self {
+        self.token = token;
+        self
+    }
+
+    /// The lock key.
+    pub fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    /// The owner token written to the store.
+    pub fn token(&self) -> &OwnerToken {
+        &self.token
+    }
+
+    /// The TTL requested at acquisition (or at the last extend).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Monotonic time just before the acquire (or last extend) request was sent.
+    pub fn acquired_at(&self) -> Instant {
+        self.acquired_at
+    }
+
+    /// Wall-clock time matching [`Lease::acquired_at`], for logs and people.
+    pub fn acquired_at_wall(&self) -> SystemTime {
+        self.acquired_at_wall
+    }
+
+    /// The fencing token: strictly greater than every earlier acquisition's token for this key, if
+    /// the store provides them.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    /// The monotonic instant at which the lease surely expired in the store, if not extended.
+    pub fn expires_at(&self) -> Instant {
+        self.acquired_at + self.ttl
+    }
+
+    /// Time left until [`Lease::expires_at`], zero if past.
+    pub fn remaining(&self) -> Duration {
+        self.expires_at().saturating_duration_since(Instant::now())
+    }
+}
+
+/// What a store says about a key: who holds it and for how long. Returned by `inspect` and `list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock key.
+    pub key: LockKey,
+    /// The owner token in the record. `None` when the record was written by a client that stores no
+    /// token (for example the Java lock manager on Aerospike).
+    pub token: Option<OwnerToken>,
+    /// Time left before the record expires; `None` if it never expires.
+    pub ttl_remaining: Option<Duration>,
+    /// When the lock was acquired, as recorded in the store (or in the token).
+    pub acquired_at: Option<SystemTime>,
+    /// The fencing token of the current holder, if the store keeps one.
+    pub fencing_token: Option<u64>,
+}
+
+impl LockInfo {
+    /// Info with only key and token; set the other fields with the `with_*` methods.
+    pub fn new(key: LockKey, token: Option<OwnerToken>) -> Self {
+        let acquired_at = token.as_ref().and_then(OwnerToken::acquired_at);
+        LockInfo {
+            key,
+            token,
+            ttl_remaining: None,
+            acquired_at,
+            fencing_token: None,
+        }
+    }
+
+    /// Sets the remaining TTL.
+    pub fn with_ttl_remaining(mut self, ttl_remaining: Option<Duration>) -> Self {
+        self.ttl_remaining = ttl_remaining;
+        self
+    }
+
+    /// Sets the acquisition time.
+    pub fn with_acquired_at(mut self, acquired_at: Option<SystemTime>) -> Self {
+        if acquired_at.is_some() {
+            self.acquired_at = acquired_at;
+        }
+        self
+    }
+
+    /// Sets the fencing token.
+    pub fn with_fencing_token(mut self, fencing_token: Option<u64>) -> Self {
+        self.fencing_token = fencing_token;
+        self
+    }
+
+    /// Whether the record is owned by `token`.
+    pub fn is_owned_by(&self, token: &OwnerToken) -> bool {
+        self.token.as_ref() == Some(token)
+    }
+}

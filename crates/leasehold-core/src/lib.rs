@@ -1,0 +1,61 @@
+//! The lock model every leasehold store and layer shares.
+//!
+//! A distributed lock is a lease: a record in a shared store that says "token T holds key K until
+//! time E". This crate defines the pieces of that sentence and the contract a store must keep:
+//!
+//! - [`LockKey`] and [`LockLevel`]: validated storage keys (`DC#<farmId>#<lockId>`, `XDC#<lockId>`).
+//! - [`OwnerToken`]: unique per acquisition, readable by a human looking at the store.
+//! - [`Lease`]: what an acquisition returns; [`LockInfo`]: what an inspection reads back.
+//! - [`LockStore`]: the store trait (try-acquire, release, extend, inspect, list), its object-safe
+//!   twin [`BoxStore`], and [`Capabilities`].
+//! - [`Layer`]: how scenario middlewares wrap a store.
+//! - [`Error`] and [`ErrorKind`]: one error type for every store and layer.
+//! - [`LockEvent`] and [`Observer`]: the one hook through which layers report what they did.
+//!
+//! Users normally depend on the `leasehold` facade crate, which re-exports all of this.
+#![forbid(unsafe_code)]
+
+mod acquire;
+mod dyn_store;
+mod error;
+mod event;
+mod key;
+mod layer;
+mod lease;
+mod store;
+mod token;
+
+pub use acquire::{Acquire, HolderId};
+pub use dyn_store::BoxStore;
+pub use error::{Error, ErrorKind, Result};
+pub use event::{LockEvent, Observer, Observers, SkipReason};
+pub use key::{LockKey, LockLevel, MAX_KEY_LEN, MAX_PART_LEN};
+pub use layer::{Identity, Layer, Stack};
+pub use lease::{Lease, LockInfo};
+pub use store::{Capabilities, LockStore};
+pub use token::OwnerToken;
+
+/// Longest TTL any leasehold API accepts (30 days). Longer leases are almost always a unit mistake
+/// (milliseconds passed as seconds), and a lock that outlives a crash for a month is an outage.
+pub const MAX_TTL: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// Checks a TTL before any store I/O: zero and anything above [`MAX_TTL`] are rejected.
+///
+/// ```
+/// use std::time::Duration;
+/// assert!(leasehold_core::validate_ttl(Duration::from_secs(2)).is_ok());
+/// assert!(leasehold_core::validate_ttl(Duration::ZERO).is_err());
+/// ```
+pub fn validate_ttl(ttl: std::time::Duration) -> Result<()> {
+    if ttl.is_zero() {
+        return Err(Error::invalid_argument(
+            "lock TTL must be greater than zero (for example 2s for a fast path, 90s by default)",
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::invalid_argument(format!(
+            "lock TTL {ttl:?} is longer than the maximum of 30 days; renew a shorter lease instead"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,153 @@
+//! The store trait: what a backend must do to hold leases.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{Acquire, Error, Lease, LockInfo, LockKey, Result};
+
+/// What a store can do beyond the required operations, so layers and tests can ask instead of
+/// guessing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Every acquisition returns a fencing token strictly greater than every earlier one for the
+    /// same key (see [`Lease::fencing_token`]).
+    pub fencing: bool,
+    /// [`LockStore::list`] is implemented.
+    pub listing: bool,
+}
+
+impl Capabilities {
+    /// No optional capability.
+    pub const NONE: Capabilities = Capabilities {
+        fencing: false,
+        listing: false,
+    };
+
+    /// Fencing and listing.
+    pub const ALL: Capabilities = Capabilities {
+        fencing: true,
+        listing: true,
+    };
+
+    /// Sets `fencing`.
+    pub const fn with_fencing(mut self, fencing: bool) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// Sets `listing`.
+    pub const fn with_listing(mut self, listing: bool) -> Self {
+        self.listing = listing;
+        self
+    }
+}
+
+/// A shared store of lease records: the contract every leasehold backend (and every layer, which
+/// wraps a store and is one) keeps.
+///
+/// # Behavior
+/// - Operations validate nothing about keys or TTLs beyond what the store itself requires: the
+///   manager validates input before any store I/O. A store may reject what it cannot represent
+///   (for example a TTL under the store's granularity) with [`ErrorKind::InvalidArgument`].
+/// - A store never reports a lock as held when it is not: when the outcome of a write is unknown,
+///   it returns [`ErrorKind::InDoubt`], never success and never [`ErrorKind::LockUnavailable`].
+/// - Expired records are absent for every operation.
+///
+/// # Cancel safety
+/// Every method must be cancel safe in this sense: dropping the future before it completes must
+/// not leave a lock held under a token nobody knows. A network store does its I/O in a spawned
+/// task (or otherwise completes and undoes it) so that a cancelled `try_acquire` whose write lands
+/// later is released again.
+///
+/// [`ErrorKind::InvalidArgument`]: crate::ErrorKind::InvalidArgument
+/// [`ErrorKind::InDoubt`]: crate::ErrorKind::InDoubt
+/// [`ErrorKind::LockUnavailable`]: crate::ErrorKind::LockUnavailable
+pub trait LockStore: Send + Sync + 'static {
+    /// A short name for logs, metrics and error messages: `memory`, `redis`, `aerospike`.
+    fn name(&self) -> &'static str;
+
+    /// What this store can do beyond the required operations.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Creates the lock record only if no live record exists for `req.key`, owned by `req.token`
+    /// and expiring after `req.ttl`.
+    ///
+    /// # Behavior
+    /// - Absent or expired: creates it and returns the lease (with a fencing token if
+    ///   [`Capabilities::fencing`]). The lease's `acquired_at` is taken before the request is sent.
+    /// - Held by anyone (including the same token): [`ErrorKind::LockUnavailable`].
+    /// - Reply lost after the request was sent: [`ErrorKind::InDoubt`].
+    ///
+    /// [`ErrorKind::LockUnavailable`]: crate::ErrorKind::LockUnavailable
+    /// [`ErrorKind::InDoubt`]: crate::ErrorKind::InDoubt
+    fn try_acquire(&self, req: &Acquire) -> impl Future<Output = Result<Lease>> + Send;
+
+    /// Deletes the record only if it is still owned by `lease.token()`.
+    ///
+    /// # Behavior
+    /// - Owned by the token: deletes it and returns `Ok(true)`.
+    /// - Absent, expired or owned by another token: deletes nothing and returns `Ok(false)`. A stale
+    ///   token never deletes a newer holder's record.
+    /// - Reply lost: [`ErrorKind::InDoubt`]. Never retried blindly.
+    ///
+    /// [`ErrorKind::InDoubt`]: crate::ErrorKind::InDoubt
+    fn release(&self, lease: &Lease) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Resets the record's TTL to `ttl` only if it is still owned by `lease.token()`, and returns the
+    /// renewed lease (`acquired_at` moved to just before the request was sent).
+    ///
+    /// # Behavior
+    /// - Owned by the token: TTL reset, renewed lease returned (same token and fencing token).
+    /// - Absent, expired or owned by another: [`ErrorKind::NotHeld`]; nothing changes.
+    ///
+    /// [`ErrorKind::NotHeld`]: crate::ErrorKind::NotHeld
+    fn extend(&self, lease: &Lease, ttl: Duration) -> impl Future<Output = Result<Lease>> + Send;
+
+    /// Reads the current holder of `key` and its remaining TTL, or `None` if the lock is free.
+    fn inspect(&self, key: &LockKey) -> impl Future<Output = Result<Option<LockInfo>>> + Send;
+
+    /// Lists held locks whose storage key starts with `prefix` (empty: all), for ops tooling.
+    ///
+    /// Only for stores with [`Capabilities::listing`]; the default returns
+    /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<LockInfo>>> + Send {
+        let _ = prefix;
+        let name = self.name();
+        async move { Err(Error::unsupported(name, "listing")) }
+    }
+
+    /// Stops the store (or layer) gracefully: layers that track live locks release them here.
+    /// Returns how many locks were released. The default does nothing and returns 0.
+    fn shutdown(&self) -> impl Future<Output = Result<usize>> + Send {
+        async { Ok(0) }
+    }
+}
+
+impl<S: LockStore + ?Sized> LockStore for Arc<S> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        (**self).try_acquire(req).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        (**self).release(lease).await
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        (**self).extend(lease, ttl).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        (**self).inspect(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
+        (**self).list(prefix).await
+    }
+    async fn shutdown(&self) -> Result<usize> {
+        (**self).shutdown().await
+    }
+}

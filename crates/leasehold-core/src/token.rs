@@ -1,0 +1,139 @@
+//! Owner tokens: who holds a lock, unique per acquisition.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The value a lock record holds: unique per acquisition, and readable by a person debugging a
+/// stuck lock.
+///
+/// Tokens leasehold makes look like `web-3/4711/5f0c…e2/1763805600123`:
+/// `<host>/<pid>/<uuid v4, simple form>/<acquisition time in epoch ms>` (the composite of node,
+/// random part and timestamp that Bond's readback scenario relies on). Owner checks compare the
+/// whole string; the parts are only for people and tools. A token read from a store that was
+/// written by something else (another library, a hand-made record) is kept verbatim and its parts
+/// read as `None`.
+///
+/// ```
+/// use leasehold_core::OwnerToken;
+///
+/// let a = OwnerToken::generate();
+/// let b = OwnerToken::generate();
+/// assert_ne!(a, b);
+/// assert_eq!(a.pid(), Some(std::process::id()));
+/// assert!(a.acquired_at().is_some());
+///
+/// let foreign = OwnerToken::from_string("java-dlm");
+/// assert_eq!(foreign.host(), None);
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerToken(Arc<str>);
+
+impl OwnerToken {
+    /// A new token for this process, now.
+    pub fn generate() -> Self {
+        let millis = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        let token = format!(
+            "{}/{}/{}/{}",
+            host_name(),
+            std::process::id(),
+            uuid::Uuid::new_v4().simple(),
+            millis
+        );
+        OwnerToken(token.into())
+    }
+
+    /// Wraps a token read from a store (or typed by an operator), verbatim.
+    pub fn from_string(token: impl Into<Arc<str>>) -> Self {
+        OwnerToken(token.into())
+    }
+
+    /// The whole token.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    fn parts(&self) -> Option<(&str, &str, &str, &str)> {
+        let mut it = self.0.rsplitn(4, '/');
+        let millis = it.next()?;
+        let uuid = it.next()?;
+        let pid = it.next()?;
+        let host = it.next()?;
+        (uuid.len() == 32 && uuid.bytes().all(|b| b.is_ascii_hexdigit())).then_some(())?;
+        Some((host, pid, uuid, millis))
+    }
+
+    /// The host that took the lock, for tokens leasehold made.
+    pub fn host(&self) -> Option<&str> {
+        self.parts().map(|(h, ..)| h)
+    }
+
+    /// The process id that took the lock, for tokens leasehold made.
+    pub fn pid(&self) -> Option<u32> {
+        self.parts().and_then(|(_, p, ..)| p.parse().ok())
+    }
+
+    /// When the token was made (just before the acquire request was sent), for tokens leasehold
+    /// made.
+    pub fn acquired_at(&self) -> Option<SystemTime> {
+        self.parts()
+            .and_then(|(.., m)| m.parse::<u64>().ok())
+            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+    }
+}
+
+/// This machine's host name, read once. Falls back to `unknown-host`; `/` is replaced so the
+/// token stays parseable.
+fn host_name() -> &'static str {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let name = gethostname::gethostname().to_string_lossy().replace('/', "_");
+        if name.is_empty() {
+            "unknown-host".to_owned()
+        } else {
+            name
+        }
+    })
+}
+
+impl fmt::Display for OwnerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for OwnerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerToken({:?})", &*self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_unique_and_carry_who_and_when() {
+        let before = SystemTime::now() - Duration::from_millis(1);
+        let t = OwnerToken::generate();
+        assert_eq!(t.host(), Some(host_name()));
+        assert_eq!(t.pid(), Some(std::process::id()));
+        let at = t.acquired_at().unwrap();
+        assert!(at >= before && at <= SystemTime::now() + Duration::from_millis(1));
+        let many: std::collections::HashSet<_> =
+            (0..1000).map(|_| OwnerToken::generate()).collect();
+        assert_eq!(many.len(), 1000);
+    }
+
+    #[test]
+    fn foreign_tokens_are_kept_verbatim() {
+        let t = OwnerToken::from_string("a/b/c/d");
+        assert_eq!(t.as_str(), "a/b/c/d");
+        assert_eq!(t.host(), None);
+        assert_eq!(t.pid(), None);
+        assert_eq!(t.acquired_at(), None);
+    }
+}

@@ -1,0 +1,49 @@
+//! # leasehold
+//!
+//! Distributed locks as leases: a record in a shared store that says "token T holds key K until
+//! time E". A [`LockManager`] hands out RAII [`LockGuard`]s over a [`LockStore`] — the embedded
+//! [`MemoryStore`] by default, Aerospike or Redis in production — wrapped in scenario layers.
+//!
+//! ```
+//! use std::time::Duration;
+//! use leasehold::{LockManager, LockOptions};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+//! let locks = LockManager::builder().client_id("billing").farm_id("eu1").build()?;
+//!
+//! // Fail fast if someone holds it...
+//! let guard = locks.try_lock("invoice-7").await?;
+//! // ...or wait up to a deadline.
+//! let waiting = locks.lock_with("invoice-7", LockOptions::new().wait(Duration::from_millis(50))).await;
+//! assert_eq!(waiting.unwrap_err().kind(), leasehold::ErrorKind::Timeout);
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! See `docs/DESIGN.md` for how a request flows through the layers.
+#![forbid(unsafe_code)]
+
+mod backoff;
+mod guard;
+mod holder;
+mod manager;
+mod memory;
+mod waiters;
+
+/// The lock model shared by every store and layer (re-export of `leasehold-core`).
+pub use leasehold_core as core;
+
+pub use leasehold_core::{
+    Acquire, BoxStore, Capabilities, Error, ErrorKind, HolderId, Identity, Layer, Lease,
+    LockEvent, LockInfo, LockKey, LockLevel, LockStore, Observer, Observers, OwnerToken, Result,
+    SkipReason, Stack,
+};
+
+pub use guard::LockGuard;
+pub use holder::Holder;
+pub use manager::{
+    LockManager, LockManagerBuilder, LockOptions, ToLockKey, DEFAULT_LOCK_TTL,
+    DEFAULT_MIN_BACKOFF, DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT,
+    DEFAULT_WAIT_FOR_LOCK,
+};
+pub use memory::MemoryStore;

@@ -1,0 +1,541 @@
+//! The lock manager: the public API.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::core::{
+    validate_ttl, Acquire, BoxStore, Error, ErrorKind, Layer, Lease, LockEvent, LockInfo, LockKey,
+    LockLevel, LockStore, Observer, Observers, OwnerToken, Result,
+};
+use crate::guard::LockGuard;
+use crate::waiters::Waiters;
+use crate::{Holder, MemoryStore};
+
+/// Default lock TTL, as the seed lock manager: 90 s.
+pub const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(90);
+/// Default wait of a blocking [`LockManager::lock`], as the seed lock manager: 90 s.
+pub const DEFAULT_WAIT_FOR_LOCK: Duration = Duration::from_secs(90);
+/// Default longest sleep between attempts of a blocking acquire, the seed's 1 s (leasehold starts
+/// at [`DEFAULT_MIN_BACKOFF`] and backs off with jitter up to this).
+pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// Default first sleep between attempts of a blocking acquire.
+pub const DEFAULT_MIN_BACKOFF: Duration = Duration::from_millis(10);
+/// Default time [`LockManager::shutdown`] waits for in-flight acquisitions.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Anything that names a lock: an entity id (`&str`, `String`, locked at the manager's default
+/// level with its client and farm ids) or a ready [`LockKey`].
+pub trait ToLockKey {
+    /// Builds the key in the manager's scope.
+    fn to_lock_key(&self, manager: &LockManager) -> Result<LockKey>;
+}
+
+impl ToLockKey for str {
+    fn to_lock_key(&self, manager: &LockManager) -> Result<LockKey> {
+        manager.key(self)
+    }
+}
+
+impl ToLockKey for String {
+    fn to_lock_key(&self, manager: &LockManager) -> Result<LockKey> {
+        manager.key(self)
+    }
+}
+
+impl ToLockKey for LockKey {
+    fn to_lock_key(&self, _: &LockManager) -> Result<LockKey> {
+        Ok(self.clone())
+    }
+}
+
+impl<T: ToLockKey + ?Sized> ToLockKey for &T {
+    fn to_lock_key(&self, manager: &LockManager) -> Result<LockKey> {
+        (**self).to_lock_key(manager)
+    }
+}
+
+/// Per-call overrides of the manager's defaults.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::{Holder, LockOptions};
+/// let opts = LockOptions::new().ttl(Duration::from_secs(2)).wait(Duration::from_millis(500)).holder(Holder::new());
+/// # let _ = opts;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct LockOptions {
+    ttl: Option<Duration>,
+    wait: Option<Duration>,
+    holder: Option<Holder>,
+}
+
+impl LockOptions {
+    /// The manager's defaults.
+    pub fn new() -> Self {
+        LockOptions::default()
+    }
+
+    /// The lease TTL for this acquisition.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long a blocking [`LockManager::lock_with`] waits (ignored by `try_lock_with`).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The holder identity, for reentrancy.
+    pub fn holder(mut self, holder: Holder) -> Self {
+        self.holder = Some(holder);
+        self
+    }
+}
+
+/// Builds a [`LockManager`]. Obtain one with [`LockManager::builder`].
+#[derive(Debug)]
+pub struct LockManagerBuilder {
+    client_id: Option<String>,
+    farm_id: Option<String>,
+    default_level: LockLevel,
+    store: Option<BoxStore>,
+    lock_ttl: Duration,
+    wait_for_lock: Duration,
+    retry_interval: Duration,
+    min_backoff: Duration,
+    shutdown_timeout: Duration,
+    observers: Observers,
+    task_holders: bool,
+}
+
+impl LockManagerBuilder {
+    /// The client id: every lock id is `<client_id>#<entity>`. Required.
+    pub fn client_id(mut self, client_id: impl Into<String>) -> Self {
+        self.client_id = Some(client_id.into());
+        self
+    }
+
+    /// The farm (data center) id, required for DC locks (the default level).
+    pub fn farm_id(mut self, farm_id: impl Into<String>) -> Self {
+        self.farm_id = Some(farm_id.into());
+        self
+    }
+
+    /// The level of locks named by an entity id alone. Default [`LockLevel::Dc`].
+    pub fn default_level(mut self, level: LockLevel) -> Self {
+        self.default_level = level;
+        self
+    }
+
+    /// The store. Default: a new [`MemoryStore`].
+    pub fn store(mut self, store: impl LockStore) -> Self {
+        self.store = Some(BoxStore::new(store));
+        self
+    }
+
+    /// Wraps the store (as configured so far) in a layer. The first layer added is the innermost.
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: Layer<BoxStore>,
+        L::Store: LockStore,
+    {
+        let store = self
+            .store
+            .take()
+            .unwrap_or_else(|| BoxStore::new(MemoryStore::new()));
+        self.store = Some(BoxStore::new(layer.layer(store)));
+        self
+    }
+
+    /// Default lease TTL. Default 90 s.
+    pub fn lock_ttl(mut self, ttl: Duration) -> Self {
+        self.lock_ttl = ttl;
+        self
+    }
+
+    /// Default wait of a blocking acquire. Default 90 s.
+    pub fn wait_for_lock(mut self, wait: Duration) -> Self {
+        self.wait_for_lock = wait;
+        self
+    }
+
+    /// Longest sleep between attempts of a blocking acquire. Default 1 s.
+    pub fn retry_interval(mut self, interval: Duration) -> Self {
+        self.retry_interval = interval;
+        self
+    }
+
+    /// First sleep between attempts of a blocking acquire. Default 10 ms.
+    pub fn min_backoff(mut self, backoff: Duration) -> Self {
+        self.min_backoff = backoff;
+        self
+    }
+
+    /// How long [`LockManager::shutdown`] waits for in-flight acquisitions. Default 5 s.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Adds an observer of lock events.
+    pub fn observer(mut self, observer: impl Observer) -> Self {
+        self.observers = self.observers.with(observer);
+        self
+    }
+
+    /// When no explicit [`Holder`] is given, use the current tokio task as the holder identity, so
+    /// that with the reentrancy layer a task re-taking a key it holds counts up. Default off: an
+    /// acquisition without a holder is a new holder.
+    pub fn task_holders(mut self, on: bool) -> Self {
+        self.task_holders = on;
+        self
+    }
+
+    /// The observers configured so far (for layers added by later issues' builder methods).
+    pub fn observers(&self) -> &Observers {
+        &self.observers
+    }
+
+    /// Validates the configuration and builds the manager. No store I/O.
+    pub fn build(self) -> Result<LockManager> {
+        let client_id = self.client_id.ok_or_else(|| {
+            Error::invalid_argument("a client id is required: LockManager::builder().client_id(\"orders\")")
+        })?;
+        // Validate ids now, with a sample entity, so a bad id fails at build, not at first lock.
+        LockKey::new(LockLevel::Xdc, None, &client_id, "probe")?;
+        if let Some(farm) = &self.farm_id {
+            LockKey::dc(farm, &client_id, "probe")?;
+        } else if self.default_level == LockLevel::Dc {
+            return Err(Error::invalid_argument(
+                "DC locks (the default level) need a farm id: .farm_id(\"farm1\"), or \
+                 .default_level(LockLevel::Xdc)",
+            ));
+        }
+        validate_ttl(self.lock_ttl)?;
+        if self.wait_for_lock > crate::core::MAX_TTL {
+            return Err(Error::invalid_argument("wait_for_lock is longer than 30 days"));
+        }
+        if self.retry_interval.is_zero() {
+            return Err(Error::invalid_argument(
+                "retry_interval must be greater than zero (default 1s)",
+            ));
+        }
+        let store = self
+            .store
+            .unwrap_or_else(|| BoxStore::new(MemoryStore::new()));
+        Ok(LockManager {
+            inner: Arc::new(ManagerInner {
+                client_id,
+                farm_id: self.farm_id,
+                default_level: self.default_level,
+                store,
+                lock_ttl: self.lock_ttl,
+                wait_for_lock: self.wait_for_lock,
+                backoff: Backoff::new(self.min_backoff, self.retry_interval),
+                shutdown_timeout: self.shutdown_timeout,
+                observers: self.observers,
+                task_holders: self.task_holders,
+                waiters: Waiters::default(),
+                closed: AtomicBool::new(false),
+                in_flight: AtomicUsize::new(0),
+                in_flight_done: Notify::new(),
+            }),
+        })
+    }
+}
+
+/// The lock manager: acquire, wait for, release and inspect distributed locks.
+///
+/// Cheap to clone (one `Arc`); share one per process. Built over a store (the embedded
+/// [`MemoryStore`] by default) wrapped in a stack of layers.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::LockManager;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+/// let locks = LockManager::builder().client_id("orders").farm_id("farm1").build()?;
+///
+/// let guard = locks.try_lock("order-42").await?;         // one attempt
+/// assert!(locks.try_lock("order-42").await.unwrap_err().is_unavailable());
+/// assert!(guard.release().await?);                       // true: it was still ours
+///
+/// let total = locks.with_lock("order-42", |_lease| async { 40 + 2 }).await?;
+/// assert_eq!(total, 42);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct LockManager {
+    pub(crate) inner: Arc<ManagerInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct ManagerInner {
+    client_id: String,
+    farm_id: Option<String>,
+    default_level: LockLevel,
+    pub(crate) store: BoxStore,
+    lock_ttl: Duration,
+    wait_for_lock: Duration,
+    backoff: Backoff,
+    shutdown_timeout: Duration,
+    pub(crate) observers: Observers,
+    task_holders: bool,
+    pub(crate) waiters: Waiters,
+    closed: AtomicBool,
+    in_flight: AtomicUsize,
+    in_flight_done: Notify,
+}
+
+/// Counts an acquisition in flight, so shutdown can wait for it.
+struct InFlight<'a>(&'a ManagerInner);
+
+impl<'a> InFlight<'a> {
+    fn enter(inner: &'a ManagerInner) -> Result<Self> {
+        inner.in_flight.fetch_add(1, Ordering::SeqCst);
+        if inner.closed.load(Ordering::SeqCst) {
+            drop(InFlight(inner));
+            return Err(Error::shut_down());
+        }
+        Ok(InFlight(inner))
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.in_flight_done.notify_waiters();
+        }
+    }
+}
+
+impl LockManager {
+    /// Starts building a manager.
+    pub fn builder() -> LockManagerBuilder {
+        LockManagerBuilder {
+            client_id: None,
+            farm_id: None,
+            default_level: LockLevel::Dc,
+            store: None,
+            lock_ttl: DEFAULT_LOCK_TTL,
+            wait_for_lock: DEFAULT_WAIT_FOR_LOCK,
+            retry_interval: DEFAULT_RETRY_INTERVAL,
+            min_backoff: DEFAULT_MIN_BACKOFF,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            observers: Observers::default(),
+            task_holders: false,
+        }
+    }
+
+    /// The key of `entity` at the manager's default level (the seed's `getLockInstance`). No I/O.
+    pub fn key(&self, entity: &str) -> Result<LockKey> {
+        self.key_at(entity, self.inner.default_level)
+    }
+
+    /// The key of `entity` at `level`. No I/O.
+    pub fn key_at(&self, entity: &str, level: LockLevel) -> Result<LockKey> {
+        LockKey::new(
+            level,
+            self.inner.farm_id.as_deref(),
+            &self.inner.client_id,
+            entity,
+        )
+    }
+
+    /// The layered store this manager talks to.
+    pub fn store(&self) -> &BoxStore {
+        &self.inner.store
+    }
+
+    /// One attempt to acquire `key` with the default TTL: a guard, or
+    /// [`ErrorKind::LockUnavailable`] at once if another owner holds it. No retry.
+    pub async fn try_lock(&self, key: impl ToLockKey) -> Result<LockGuard> {
+        self.try_lock_with(key, LockOptions::new()).await
+    }
+
+    /// [`LockManager::try_lock`] with per-call options.
+    pub async fn try_lock_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
+        let (key, ttl, holder) = self.prepare(&key, &opts)?;
+        let _in_flight = InFlight::enter(&self.inner)?;
+        let req = Acquire::new(key, OwnerToken::generate(), ttl).with_holder(holder);
+        let result = self.inner.store.try_acquire(&req).await;
+        self.finish_attempt(&req, result)
+    }
+
+    /// Acquires `key`, waiting up to the default wait (90 s) while another owner holds it.
+    ///
+    /// A task of this process waiting on a key is woken as soon as a local holder releases it;
+    /// against holders in other processes it retries with jittered exponential backoff (10 ms up to
+    /// the retry interval), never sleeping past the deadline. Errors other than
+    /// [`ErrorKind::LockUnavailable`] end the wait at once. When the deadline passes the error is
+    /// [`ErrorKind::Timeout`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the wait: no lock is left held (stores' `try_acquire` is cancel
+    /// safe) and no waiter registration is left behind.
+    pub async fn lock(&self, key: impl ToLockKey) -> Result<LockGuard> {
+        self.lock_with(key, LockOptions::new()).await
+    }
+
+    /// [`LockManager::lock`] with per-call options.
+    pub async fn lock_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
+        let (key, ttl, holder) = self.prepare(&key, &opts)?;
+        let wait = opts.wait.unwrap_or(self.inner.wait_for_lock);
+        let started = Instant::now();
+        let deadline = started + wait;
+        let _in_flight = InFlight::enter(&self.inner)?;
+        let subscription = self.inner.waiters.subscribe(&key);
+        let mut attempts = 0u32;
+        loop {
+            // Enable the wake-up before the attempt, so a release between a failed attempt and the
+            // sleep is not missed.
+            let woken = subscription.notify().notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+
+            let req = Acquire::new(key.clone(), OwnerToken::generate(), ttl)
+                .with_holder(holder)
+                .with_deadline(Some(deadline));
+            let result = self.inner.store.try_acquire(&req).await;
+            attempts += 1;
+            match self.finish_attempt(&req, result) {
+                Err(e) if e.is_unavailable() => {}
+                done => return done,
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "still held by another owner after waiting {:?} ({attempts} attempts); \
+                         wait longer or inspect the holder",
+                        now - started
+                    ),
+                )
+                .with_key(key.as_str()));
+            }
+            let pause = self.inner.backoff.delay(attempts).min(deadline - now);
+            tokio::select! {
+                _ = &mut woken => {}
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// Runs `work` under the lock (waiting as [`LockManager::lock`] does) and always releases it:
+    /// after success, after an error returned by `work`, and after a panic inside `work` (the panic
+    /// then continues). `work` receives the lease (key, token, fencing token).
+    ///
+    /// If the release itself fails the result of `work` is still returned, and the failure is
+    /// logged at `warn` (the lock then expires at its TTL).
+    pub async fn with_lock<F, Fut, T>(&self, key: impl ToLockKey, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock(key).await?;
+        let outcome = AssertUnwindSafe(work(guard.lease().clone()))
+            .catch_unwind()
+            .await;
+        let key = guard.key().clone();
+        if let Err(error) = guard.release().await {
+            tracing::warn!(key = %key, %error, "with_lock could not release; the lock expires at its TTL");
+        }
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// Who holds `key`, and for how long, or `None` if it is free.
+    pub async fn inspect(&self, key: impl ToLockKey) -> Result<Option<LockInfo>> {
+        let key = key.to_lock_key(self)?;
+        self.inner.store.inspect(&key).await
+    }
+
+    /// Held locks whose storage key starts with `prefix`, if the store supports listing.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
+        self.inner.store.list(prefix).await
+    }
+
+    /// Stops taking new acquisitions (they fail with [`ErrorKind::ShutDown`]), waits up to the
+    /// shutdown timeout for in-flight ones, then shuts the layered store down — with the graceful
+    /// shutdown layer, that releases every live lock. Returns how many locks were released.
+    pub async fn shutdown(&self) -> Result<usize> {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + self.inner.shutdown_timeout;
+        loop {
+            let done = self.inner.in_flight_done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.inner.in_flight.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                tracing::warn!(
+                    in_flight = self.inner.in_flight.load(Ordering::SeqCst),
+                    "shutdown timeout passed with acquisitions still in flight"
+                );
+                break;
+            }
+        }
+        self.inner.store.shutdown().await
+    }
+
+    /// Whether [`LockManager::shutdown`] was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
+    }
+
+    fn prepare(
+        &self,
+        key: &impl ToLockKey,
+        opts: &LockOptions,
+    ) -> Result<(LockKey, Duration, Option<crate::core::HolderId>)> {
+        let key = key.to_lock_key(self)?;
+        let ttl = opts.ttl.unwrap_or(self.inner.lock_ttl);
+        validate_ttl(ttl)?;
+        if let Some(wait) = opts.wait {
+            if wait > crate::core::MAX_TTL {
+                return Err(Error::invalid_argument("wait is longer than 30 days"));
+            }
+        }
+        let holder = opts.holder.map(|h| h.id()).or_else(|| {
+            self.inner
+                .task_holders
+                .then(crate::core::HolderId::current_task)
+                .flatten()
+        });
+        Ok((key, ttl, holder))
+    }
+
+    fn finish_attempt(&self, req: &Acquire, result: Result<Lease>) -> Result<LockGuard> {
+        match result {
+            Ok(lease) => {
+                self.inner.observers.emit(|| LockEvent::Acquired {
+                    key: lease.key().clone(),
+                    fencing_token: lease.fencing_token(),
+                });
+                Ok(LockGuard::new(self.inner.clone(), lease))
+            }
+            Err(error) => {
+                if error.is_unavailable() {
+                    self.inner.observers.emit(|| LockEvent::Contended {
+                        key: req.key.clone(),
+                    });
+                }
+                Err(error)
+            }
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! The embedded in-memory store: the default, so leasehold runs with no server at all.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use tokio::time::Instant;
+
+use crate::core::{
+    Acquire, Capabilities, Error, Lease, LockInfo, LockKey, LockStore, OwnerToken, Result,
+};
+
+/// How often the background task reclaims expired records by default.
+const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A lock store in this process's memory: thread-safe (dashmap), exact TTLs, owner-checked
+/// release and extend, a fencing counter per key, and listing.
+///
+/// It holds locks only for the tasks of this process, which makes it the right store for tests,
+/// demos, single-instance services, and the inner store of a benchmark. Clones share the same
+/// records.
+///
+/// Expired records are invisible to every operation the instant their TTL passes (time is
+/// `tokio::time`, so paused-time tests are exact), and a background task reclaims their memory
+/// every second (see [`MemoryStore::with_purge_interval`]), not only when the key is touched again.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::{Acquire, LockKey, LockStore, MemoryStore, OwnerToken};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+/// let store = MemoryStore::new();
+/// let key = LockKey::xdc("orders", "o-1")?;
+/// let lease = store.try_acquire(&Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(5))).await?;
+/// assert_eq!(lease.fencing_token(), Some(1));
+/// let second = store.try_acquire(&Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(5))).await;
+/// assert!(second.unwrap_err().is_unavailable());
+/// assert!(store.release(&lease).await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    records: DashMap<LockKey, Record>,
+    /// Fencing counters outlive records: a key's counter only grows.
+    fences: DashMap<LockKey, u64>,
+    purge_interval: Duration,
+    purger_started: AtomicBool,
+}
+
+#[derive(Debug, Clone)]
+struct Record {
+    token: OwnerToken,
+    expires_at: Instant,
+    acquired_at_wall: SystemTime,
+    fencing_token: u64,
+}
+
+impl Record {
+    fn is_live(&self, now: Instant) -> bool {
+        now < self.expires_at
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store that purges expired records every second.
+    pub fn new() -> Self {
+        MemoryStore::with_purge_interval(DEFAULT_PURGE_INTERVAL)
+    }
+
+    /// An empty store that purges expired records every `interval` (clamped to at least 1 ms).
+    pub fn with_purge_interval(interval: Duration) -> Self {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                records: DashMap::new(),
+                fences: DashMap::new(),
+                purge_interval: interval.max(Duration::from_millis(1)),
+                purger_started: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Number of records in memory, including expired ones not yet purged (for tests and metrics).
+    pub fn record_count(&self) -> usize {
+        self.inner.records.len()
+    }
+
+    /// Removes every expired record now and returns how many were removed.
+    pub fn purge_expired(&self) -> usize {
+        self.inner.purge(Instant::now())
+    }
+
+    /// Starts the purge task on the current tokio runtime the first time the store is used there.
+    /// It holds only a weak reference, so it ends once every clone of the store is dropped.
+    fn ensure_purger(&self) {
+        if self.inner.purger_started.load(Ordering::Relaxed)
+            || self.inner.purger_started.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Not inside a runtime: try again at the next operation.
+            self.inner.purger_started.store(false, Ordering::Release);
+            return;
+        };
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let interval = self.inner.purge_interval;
+        runtime.spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
+                let Some(inner) = weak.upgrade() else { break };
+                inner.purge(Instant::now());
+            }
+        });
+    }
+}
+
+impl Inner {
+    fn purge(&self, now: Instant) -> usize {
+        let before = self.records.len();
+        self.records.retain(|_, record| record.is_live(now));
+        before.saturating_sub(self.records.len())
+    }
+
+    fn next_fence(&self, key: &LockKey) -> u64 {
+        let mut fence = self.fences.entry(key.clone()).or_insert(0);
+        *fence += 1;
+        *fence
+    }
+
+    fn info(key: &LockKey, record: &Record, now: Instant) -> LockInfo {
+        LockInfo::new(key.clone(), Some(record.token.clone()))
+            .with_ttl_remaining(Some(record.expires_at.saturating_duration_since(now)))
+            .with_acquired_at(Some(record.acquired_at_wall))
+            .with_fencing_token(Some(record.fencing_token))
+    }
+}
+
+impl LockStore for MemoryStore {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        self.ensure_purger();
+        let now = Instant::now();
+        let fresh = |fence| Record {
+            token: req.token.clone(),
+            expires_at: now + req.ttl,
+            acquired_at_wall: SystemTime::now(),
+            fencing_token: fence,
+        };
+        let fence = match self.inner.records.entry(req.key.clone()) {
+            Entry::Occupied(mut held) => {
+                if held.get().is_live(now) {
+                    return Err(Error::unavailable(&req.key));
+                }
+                let fence = self.inner.next_fence(&req.key);
+                held.insert(fresh(fence));
+                fence
+            }
+            Entry::Vacant(free) => {
+                let fence = self.inner.next_fence(&req.key);
+                free.insert(fresh(fence));
+                fence
+            }
+        };
+        Ok(
+            Lease::new(req.key.clone(), req.token.clone(), req.ttl, now)
+                .with_fencing_token(Some(fence)),
+        )
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let now = Instant::now();
+        let removed = self.inner.records.remove_if(lease.key(), |_, record| {
+            record.token == *lease.token() || !record.is_live(now)
+        });
+        Ok(matches!(removed, Some((_, record)) if record.token == *lease.token() && record.is_live(now)))
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let now = Instant::now();
+        match self.inner.records.get_mut(lease.key()) {
+            Some(mut record) if record.token == *lease.token() && record.is_live(now) => {
+                record.expires_at = now + ttl;
+                Ok(lease.renewed(ttl, now))
+            }
+            _ => Err(Error::not_held(
+                "the lease expired or was taken by another owner before it could be extended",
+            )
+            .with_key(lease.key().as_str())),
+        }
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let now = Instant::now();
+        Ok(self
+            .inner
+            .records
+            .get(key)
+            .filter(|record| record.is_live(now))
+            .map(|record| Inner::info(key, &record, now)))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
+        let now = Instant::now();
+        let mut locks: Vec<LockInfo> = self
+            .inner
+            .records
+            .iter()
+            .filter(|entry| entry.key().as_str().starts_with(prefix) && entry.is_live(now))
+            .map(|entry| Inner::info(entry.key(), entry.value(), now))
+            .collect();
+        locks.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(locks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::ErrorKind;
+
+    fn key(entity: &str) -> LockKey {
+        LockKey::dc("f1", "test", entity).unwrap()
+    }
+
+    fn req(entity: &str, ttl_ms: u64) -> Acquire {
+        Acquire::new(
+            key(entity),
+            OwnerToken::generate(),
+            Duration::from_millis(ttl_ms),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn record_expires_exactly_at_ttl() {
+        let store = MemoryStore::new();
+        let first = store.try_acquire(&req("a", 1000)).await.unwrap();
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert!(store.try_acquire(&req("a", 1000)).await.unwrap_err().is_unavailable());
+        assert!(store.inspect(&key("a")).await.unwrap().is_some());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(store.inspect(&key("a")).await.unwrap(), None);
+        assert!(!store.release(&first).await.unwrap(), "expired lease is not ours");
+        let second = store.try_acquire(&req("a", 1000)).await.unwrap();
+        assert!(second.fencing_token() > first.fencing_token());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn purge_reclaims_memory_without_access() {
+        let store = MemoryStore::with_purge_interval(Duration::from_millis(100));
+        for i in 0..50 {
+            store.try_acquire(&req(&format!("k{i}"), 500)).await.unwrap();
+        }
+        assert_eq!(store.record_count(), 50);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(store.record_count(), 0, "background purge ran");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn purge_task_ends_with_the_store() {
+        let store = MemoryStore::with_purge_interval(Duration::from_millis(10));
+        store.try_acquire(&req("a", 5)).await.unwrap();
+        let weak = Arc::downgrade(&store.inner);
+        drop(store);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(weak.upgrade().is_none());
+    }
+
+    #[tokio::test]
+    async fn release_and_extend_are_owner_checked() {
+        let store = MemoryStore::new();
+        let mine = store.try_acquire(&req("a", 60_000)).await.unwrap();
+        let stale = mine.clone().with_token(OwnerToken::generate());
+        assert!(!store.release(&stale).await.unwrap());
+        let err = store.extend(&stale, Duration::from_secs(1)).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotHeld);
+        assert!(store.inspect(&key("a")).await.unwrap().unwrap().is_owned_by(mine.token()));
+        let extended = store.extend(&mine, Duration::from_secs(120)).await.unwrap();
+        assert_eq!(extended.ttl(), Duration::from_secs(120));
+        let info = store.inspect(&key("a")).await.unwrap().unwrap();
+        assert!(info.ttl_remaining.unwrap() > Duration::from_secs(60));
+        assert!(store.release(&mine).await.unwrap());
+        assert!(!store.release(&mine).await.unwrap(), "second release finds nothing");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stale_token_cannot_touch_next_holder() {
+        let store = MemoryStore::new();
+        let old = store.try_acquire(&req("a", 100)).await.unwrap();
+        tokio::time::advance(Duration::from_millis(150)).await;
+        let new = store.try_acquire(&req("a", 1000)).await.unwrap();
+        assert!(!store.release(&old).await.unwrap());
+        assert!(store.extend(&old, Duration::from_secs(5)).await.is_err());
+        let info = store.inspect(&key("a")).await.unwrap().unwrap();
+        assert!(info.is_owned_by(new.token()));
+        assert_eq!(info.ttl_remaining, Some(Duration::from_millis(1000)));
+    }
+
+    #[tokio::test]
+    async fn fencing_tokens_only_grow_per_key() {
+        let store = MemoryStore::new();
+        let mut last = 0;
+        for _ in 0..20 {
+            let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
+            let fence = lease.fencing_token().unwrap();
+            assert!(fence > last);
+            last = fence;
+            store.release(&lease).await.unwrap();
+        }
+        let other = store.try_acquire(&req("b", 60_000)).await.unwrap();
+        assert_eq!(other.fencing_token(), Some(1), "counters are per key");
+    }
+
+    #[tokio::test]
+    async fn list_filters_by_prefix_and_sorts() {
+        let store = MemoryStore::new();
+        for e in ["b", "a", "c"] {
+            store.try_acquire(&req(e, 60_000)).await.unwrap();
+        }
+        store
+            .try_acquire(&Acquire::new(
+                LockKey::xdc("test", "x").unwrap(),
+                OwnerToken::generate(),
+                Duration::from_secs(60),
+            ))
+            .await
+            .unwrap();
+        let all = store.list("").await.unwrap();
+        assert_eq!(all.len(), 4);
+        let dc: Vec<_> = store
+            .list("DC#f1#")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|i| i.key.entity_id().to_owned())
+            .collect();
+        assert_eq!(dc, ["a", "b", "c"]);
+    }
+}
