@@ -105,17 +105,13 @@ impl LockStore for BoxStore {
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await
     }
-    async fn extend(&self,
-        lease: &Lease,
-        ttl: Duration) -> Result<Lease> {
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         self.inner.extend(lease, ttl).await
     }
-    async fn inspect(&self,
-        key: &LockKey) -> Result<Option<LockInfo>> {
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         self.inner.inspect(key).await
     }
-    async fn list(&self,
-        prefix: &str) -> Result<Vec<LockInfo>> {
+    async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
         self.inner.list(prefix).await
     }
     async fn shutdown(&self) -> Result<usize> {

@@ -50,7 +50,10 @@ impl Capabilities {
 /// # Behavior
 /// - Operations validate nothing about keys or TTLs beyond what the store itself requires: the
 ///   manager validates input before any store I/O. A store may reject what it cannot represent
-///   (for example a TTL under the store's granularity) with [`ErrorKind::InvalidArgument`].
+///   (for example a TTL under the store's granularity) with [`ErrorKind::InvalidArgument`]. Every
+///   store rejects a zero TTL or one above [`MAX_TTL`](crate::MAX_TTL) with
+///   [`ErrorKind::InvalidArgument`] before any I/O ([`validate_ttl`](crate::validate_ttl)): some
+///   stores read 0 as "never expire", which must never happen by accident.
 /// - A store never reports a lock as held when it is not: when the outcome of a write is unknown,
 ///   it returns [`ErrorKind::InDoubt`], never success and never [`ErrorKind::LockUnavailable`].
 /// - Expired records are absent for every operation.

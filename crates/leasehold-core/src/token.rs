@@ -90,7 +90,9 @@ impl OwnerToken {
 fn host_name() -> &'static str {
     static HOST: OnceLock<String> = OnceLock::new();
     HOST.get_or_init(|| {
-        let name = gethostname::gethostname().to_string_lossy().replace('/', "_");
+        let name = gethostname::gethostname()
+            .to_string_lossy()
+            .replace('/', "_");
         if name.is_empty() {
             "unknown-host".to_owned()
         } else {

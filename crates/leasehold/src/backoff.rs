@@ -29,7 +29,8 @@ impl Backoff {
             .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
             .min(self.max);
         let half = exp / 2;
-        let jitter_nanos = rand::rng().random_range(0..=half.as_nanos().min(u64::MAX as u128) as u64);
+        let jitter_nanos =
+            rand::rng().random_range(0..=half.as_nanos().min(u64::MAX as u128) as u64);
         half + Duration::from_nanos(jitter_nanos)
     }
 }

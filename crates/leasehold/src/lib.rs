@@ -34,16 +34,20 @@ mod waiters;
 pub use leasehold_core as core;
 
 pub use leasehold_core::{
-    Acquire, BoxStore, Capabilities, Error, ErrorKind, HolderId, Identity, Layer, Lease,
-    LockEvent, LockInfo, LockKey, LockLevel, LockStore, Observer, Observers, OwnerToken, Result,
-    SkipReason, Stack,
+    Acquire, BoxStore, Capabilities, Error, ErrorKind, HolderId, Identity, Layer, Lease, LockEvent,
+    LockInfo, LockKey, LockLevel, LockStore, Observer, Observers, OwnerToken, Result, SkipReason,
+    Stack,
 };
 
 pub use guard::LockGuard;
 pub use holder::Holder;
 pub use manager::{
-    LockManager, LockManagerBuilder, LockOptions, ToLockKey, DEFAULT_LOCK_TTL,
-    DEFAULT_MIN_BACKOFF, DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT,
-    DEFAULT_WAIT_FOR_LOCK,
+    LockManager, LockManagerBuilder, LockOptions, ToLockKey, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF,
+    DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
 };
 pub use memory::MemoryStore;
+
+/// The README's code blocks, compiled as doc tests so the README never goes stale.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -209,7 +209,9 @@ impl LockManagerBuilder {
     /// Validates the configuration and builds the manager. No store I/O.
     pub fn build(self) -> Result<LockManager> {
         let client_id = self.client_id.ok_or_else(|| {
-            Error::invalid_argument("a client id is required: LockManager::builder().client_id(\"orders\")")
+            Error::invalid_argument(
+                "a client id is required: LockManager::builder().client_id(\"orders\")",
+            )
         })?;
         // Validate ids now, with a sample entity, so a bad id fails at build, not at first lock.
         LockKey::new(LockLevel::Xdc, None, &client_id, "probe")?;
@@ -223,7 +225,9 @@ impl LockManagerBuilder {
         }
         validate_ttl(self.lock_ttl)?;
         if self.wait_for_lock > crate::core::MAX_TTL {
-            return Err(Error::invalid_argument("wait_for_lock is longer than 30 days"));
+            return Err(Error::invalid_argument(
+                "wait_for_lock is longer than 30 days",
+            ));
         }
         if self.retry_interval.is_zero() {
             return Err(Error::invalid_argument(

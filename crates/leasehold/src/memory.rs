@@ -9,7 +9,8 @@ use dashmap::DashMap;
 use tokio::time::Instant;
 
 use crate::core::{
-    Acquire, Capabilities, Error, Lease, LockInfo, LockKey, LockStore, OwnerToken, Result,
+    validate_ttl, Acquire, Capabilities, Error, Lease, LockInfo, LockKey, LockStore, OwnerToken,
+    Result,
 };
 
 /// How often the background task reclaims expired records by default.
@@ -161,6 +162,7 @@ impl LockStore for MemoryStore {
     }
 
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        validate_ttl(req.ttl)?;
         self.ensure_purger();
         let now = Instant::now();
         let fresh = |fence| Record {
@@ -184,10 +186,8 @@ impl LockStore for MemoryStore {
                 fence
             }
         };
-        Ok(
-            Lease::new(req.key.clone(), req.token.clone(), req.ttl, now)
-                .with_fencing_token(Some(fence)),
-        )
+        Ok(Lease::new(req.key.clone(), req.token.clone(), req.ttl, now)
+            .with_fencing_token(Some(fence)))
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -195,10 +195,13 @@ impl LockStore for MemoryStore {
         let removed = self.inner.records.remove_if(lease.key(), |_, record| {
             record.token == *lease.token() || !record.is_live(now)
         });
-        Ok(matches!(removed, Some((_, record)) if record.token == *lease.token() && record.is_live(now)))
+        Ok(
+            matches!(removed, Some((_, record)) if record.token == *lease.token() && record.is_live(now)),
+        )
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl)?;
         let now = Instant::now();
         match self.inner.records.get_mut(lease.key()) {
             Some(mut record) if record.token == *lease.token() && record.is_live(now) => {
@@ -258,11 +261,18 @@ mod tests {
         let store = MemoryStore::new();
         let first = store.try_acquire(&req("a", 1000)).await.unwrap();
         tokio::time::advance(Duration::from_millis(999)).await;
-        assert!(store.try_acquire(&req("a", 1000)).await.unwrap_err().is_unavailable());
+        assert!(store
+            .try_acquire(&req("a", 1000))
+            .await
+            .unwrap_err()
+            .is_unavailable());
         assert!(store.inspect(&key("a")).await.unwrap().is_some());
         tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(store.inspect(&key("a")).await.unwrap(), None);
-        assert!(!store.release(&first).await.unwrap(), "expired lease is not ours");
+        assert!(
+            !store.release(&first).await.unwrap(),
+            "expired lease is not ours"
+        );
         let second = store.try_acquire(&req("a", 1000)).await.unwrap();
         assert!(second.fencing_token() > first.fencing_token());
     }
@@ -271,7 +281,10 @@ mod tests {
     async fn purge_reclaims_memory_without_access() {
         let store = MemoryStore::with_purge_interval(Duration::from_millis(100));
         for i in 0..50 {
-            store.try_acquire(&req(&format!("k{i}"), 500)).await.unwrap();
+            store
+                .try_acquire(&req(&format!("k{i}"), 500))
+                .await
+                .unwrap();
         }
         assert_eq!(store.record_count(), 50);
         tokio::time::sleep(Duration::from_millis(700)).await;
@@ -294,15 +307,26 @@ mod tests {
         let mine = store.try_acquire(&req("a", 60_000)).await.unwrap();
         let stale = mine.clone().with_token(OwnerToken::generate());
         assert!(!store.release(&stale).await.unwrap());
-        let err = store.extend(&stale, Duration::from_secs(1)).await.unwrap_err();
+        let err = store
+            .extend(&stale, Duration::from_secs(1))
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NotHeld);
-        assert!(store.inspect(&key("a")).await.unwrap().unwrap().is_owned_by(mine.token()));
+        assert!(store
+            .inspect(&key("a"))
+            .await
+            .unwrap()
+            .unwrap()
+            .is_owned_by(mine.token()));
         let extended = store.extend(&mine, Duration::from_secs(120)).await.unwrap();
         assert_eq!(extended.ttl(), Duration::from_secs(120));
         let info = store.inspect(&key("a")).await.unwrap().unwrap();
         assert!(info.ttl_remaining.unwrap() > Duration::from_secs(60));
         assert!(store.release(&mine).await.unwrap());
-        assert!(!store.release(&mine).await.unwrap(), "second release finds nothing");
+        assert!(
+            !store.release(&mine).await.unwrap(),
+            "second release finds nothing"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -62,3 +62,35 @@ impl Drop for Subscription<'_> {
             .remove_if(&self.key, |_, notify| Arc::strong_count(notify) == 1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn entries_live_only_while_someone_waits() {
+        let waiters = Waiters::default();
+        let key = LockKey::xdc("c", "e").unwrap();
+        let a = waiters.subscribe(&key);
+        let b = waiters.subscribe(&key);
+        assert_eq!(waiters.len(), 1);
+        drop(a);
+        assert_eq!(waiters.len(), 1, "b still waits");
+        drop(b);
+        assert_eq!(waiters.len(), 0, "cancelled waiters leave nothing behind");
+    }
+
+    #[tokio::test]
+    async fn wake_reaches_an_enabled_waiter() {
+        let waiters = Waiters::default();
+        let key = LockKey::xdc("c", "e").unwrap();
+        let sub = waiters.subscribe(&key);
+        let woken = sub.notify().notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        waiters.wake(&key);
+        tokio::time::timeout(std::time::Duration::from_secs(5), woken)
+            .await
+            .expect("woken");
+    }
+}

@@ -1,0 +1,9 @@
+//! Test tools for leasehold and for its users' own CI.
+//!
+//! - [`aerospike`]: a small Aerospike server that speaks the real wire protocol on loopback, with
+//!   fault injection, so the real `aerospike` client can be tested without a cluster.
+//! - [`conformance`]: the store contract as a test suite; every store runs it
+//!   ([`conformance_tests!`]).
+
+pub mod aerospike;
+pub mod conformance;

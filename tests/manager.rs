@@ -1,0 +1,393 @@
+//! The public `LockManager` API over the embedded store: fail-fast and blocking acquisition,
+//! deadlines, hand-off wake-ups, cancellation, guards, `with_lock`, TTL expiry, validation.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::{
+    Acquire, Capabilities, Error, ErrorKind, Lease, LockEvent, LockInfo, LockKey, LockManager,
+    LockOptions, LockStore, MemoryStore, Result,
+};
+use tokio::time::Instant;
+
+fn manager() -> LockManager {
+    LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn try_lock_fails_fast_while_held_and_succeeds_after_release() {
+    let locks = manager();
+    let guard = locks.try_lock("k").await.unwrap();
+    assert_eq!(guard.key().as_str(), "DC#f1#test#k");
+    let err = locks.try_lock("k").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockUnavailable);
+    assert_eq!(err.key(), Some("DC#f1#test#k"));
+    assert!(guard.release().await.unwrap(), "still ours");
+    let again = locks.try_lock("k").await.unwrap();
+    assert!(again.release().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn blocking_lock_is_woken_by_local_release_not_by_polling() {
+    // Backoff alone would sleep 10 s: acquiring at 100 ms proves the release woke the waiter.
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .min_backoff(Duration::from_secs(10))
+        .retry_interval(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let holder = locks.try_lock("k").await.unwrap();
+    let start = Instant::now();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            let guard = locks.lock("k").await.unwrap();
+            let at = start.elapsed();
+            guard.release().await.unwrap();
+            at
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    holder.release().await.unwrap();
+    let acquired_after = waiter.await.unwrap();
+    assert_eq!(acquired_after, Duration::from_millis(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn blocking_lock_gives_up_at_the_deadline_not_after() {
+    let locks = manager();
+    let _holder = locks.try_lock("k").await.unwrap();
+    let start = Instant::now();
+    let err = locks
+        .lock_with("k", LockOptions::new().wait(Duration::from_millis(750)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    assert!(err.to_string().contains("still held"), "{err}");
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(750),
+        "never sleeps past the deadline"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn blocking_lock_picks_up_a_remote_release_by_backoff() {
+    // A holder in "another process": released directly in the store, so no local wake-up.
+    let store = MemoryStore::new();
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let key = locks.key("k").unwrap();
+    let remote = store
+        .try_acquire(&Acquire::new(
+            key.clone(),
+            leasehold::OwnerToken::generate(),
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock("k").await.map(|g| (start.elapsed(), g)) }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    store.release(&remote).await.unwrap();
+    let (after, guard) = waiter.await.unwrap().unwrap();
+    assert!(after >= Duration::from_millis(300));
+    assert!(
+        after <= Duration::from_millis(300) + Duration::from_secs(1),
+        "backoff is capped at the retry interval: {after:?}"
+    );
+    guard.release().await.unwrap();
+}
+
+/// A store whose acquire always fails with a connection error, counting attempts.
+#[derive(Debug, Default)]
+struct Unreachable {
+    attempts: AtomicU32,
+}
+
+impl LockStore for Unreachable {
+    fn name(&self) -> &'static str {
+        "unreachable"
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::NONE
+    }
+    async fn try_acquire(&self, _: &Acquire) -> Result<Lease> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        Err(Error::connection("cannot reach 127.0.0.1:1"))
+    }
+    async fn release(&self, _: &Lease) -> Result<bool> {
+        Err(Error::connection("cannot reach 127.0.0.1:1"))
+    }
+    async fn extend(&self, _: &Lease, _: Duration) -> Result<Lease> {
+        Err(Error::connection("cannot reach 127.0.0.1:1"))
+    }
+    async fn inspect(&self, _: &LockKey) -> Result<Option<LockInfo>> {
+        Err(Error::connection("cannot reach 127.0.0.1:1"))
+    }
+}
+
+#[tokio::test]
+async fn non_retryable_errors_end_the_wait_at_once() {
+    let store = Arc::new(Unreachable::default());
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let err = locks.lock("k").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    assert_eq!(store.attempts.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelled_wait_leaves_no_lock_and_no_stuck_waiter() {
+    let locks = manager();
+    let holder = locks.try_lock("k").await.unwrap();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock("k").await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    holder.release().await.unwrap();
+    assert_eq!(locks.inspect("k").await.unwrap(), None, "no lock left held");
+    // Dropping a lock() future mid-wait, then waiting again, works normally.
+    let fut = locks.lock("k");
+    drop(fut);
+    let guard = locks.try_lock("k").await.unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn dropped_guard_is_released_in_the_background() {
+    let locks = manager();
+    drop(locks.try_lock("k").await.unwrap());
+    // The release runs on a spawned task: wait for the lock to become free (bounded).
+    let g = locks
+        .lock_with("k", LockOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    g.release().await.unwrap();
+}
+
+#[test]
+fn guard_dropped_outside_a_runtime_neither_blocks_nor_panics() {
+    let locks = manager();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let guard = runtime.block_on(locks.try_lock("k")).unwrap();
+    drop(runtime);
+    drop(guard); // logs a warning; the record expires at its TTL
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let still_held = runtime.block_on(locks.inspect("k")).unwrap();
+    assert!(
+        still_held.is_some(),
+        "nothing could be sent without a runtime"
+    );
+}
+
+#[tokio::test]
+async fn with_lock_releases_after_success_error_and_panic() {
+    let locks = manager();
+    let fencing = locks
+        .with_lock("k", |lease| async move { lease.fencing_token() })
+        .await
+        .unwrap();
+    assert_eq!(fencing, Some(1));
+    assert_eq!(locks.inspect("k").await.unwrap(), None);
+
+    let failed: Result<std::result::Result<(), &str>> =
+        locks.with_lock("k", |_| async { Err("boom") }).await;
+    assert_eq!(failed.unwrap(), Err("boom"));
+    assert_eq!(locks.inspect("k").await.unwrap(), None);
+
+    let panicked = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .with_lock("k", |_| async { panic!("work panicked") })
+                .await
+        }
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    assert_eq!(
+        locks.inspect("k").await.unwrap(),
+        None,
+        "released despite the panic"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_tasks_incrementing_a_non_atomic_counter_end_exact() {
+    let locks = manager();
+    // Read-modify-write with an await in between: without the lock, updates are lost.
+    let counter = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..32)
+        .map(|_| {
+            let locks = locks.clone();
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                for _ in 0..25 {
+                    let guard = locks.lock("counter").await.unwrap();
+                    let seen = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(seen + 1, Ordering::SeqCst);
+                    assert!(guard.release().await.unwrap());
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 32 * 25);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ttl_expiry_frees_the_lock_and_the_late_release_says_false() {
+    let locks = manager();
+    let short = LockOptions::new().ttl(Duration::from_secs(2));
+    let first = locks.try_lock_with("k", short.clone()).await.unwrap();
+    tokio::time::advance(Duration::from_millis(1999)).await;
+    assert!(locks.try_lock("k").await.is_err());
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let second = locks.try_lock("k").await.unwrap();
+    assert!(second.fencing_token() > first.fencing_token());
+    assert!(
+        !first.release().await.unwrap(),
+        "expired lease is no longer ours"
+    );
+    assert!(
+        locks.inspect("k").await.unwrap().is_some(),
+        "the late release did not free the new holder's lock"
+    );
+    assert!(second.release().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn extend_keeps_the_lock_past_its_first_ttl() {
+    let locks = manager();
+    let mut guard = locks
+        .try_lock_with("k", LockOptions::new().ttl(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_millis(800)).await;
+    guard.extend(Duration::from_secs(1)).await.unwrap();
+    tokio::time::advance(Duration::from_millis(800)).await;
+    assert!(locks.try_lock("k").await.is_err(), "still held after 1.6 s");
+    tokio::time::advance(Duration::from_millis(300)).await;
+    let err = guard.extend(Duration::from_secs(1)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld);
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_before_any_store_io() {
+    let store = Arc::new(Unreachable::default());
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let long = "x".repeat(300);
+    for entity in ["", "a#b", "with space", long.as_str()] {
+        let err = locks.try_lock(entity).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{entity:?}: {err}");
+    }
+    for ttl in [Duration::ZERO, Duration::from_secs(100 * 24 * 3600)] {
+        let err = locks
+            .try_lock_with("k", LockOptions::new().ttl(ttl))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{ttl:?}: {err}");
+    }
+    assert_eq!(store.attempts.load(Ordering::SeqCst), 0, "no store I/O");
+
+    let err = LockManager::builder().farm_id("f1").build().unwrap_err();
+    assert!(err.to_string().contains("client id"), "{err}");
+    let err = LockManager::builder()
+        .client_id("test")
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("farm id"), "{err}");
+    let err = LockManager::builder()
+        .client_id("te#st")
+        .farm_id("f1")
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(LockManager::builder()
+        .client_id("test")
+        .default_level(leasehold::LockLevel::Xdc)
+        .build()
+        .is_ok());
+}
+
+#[tokio::test]
+async fn xdc_and_dc_keys_are_different_locks() {
+    let locks = manager();
+    let dc = locks.try_lock("k").await.unwrap();
+    let xdc_key = locks.key_at("k", leasehold::LockLevel::Xdc).unwrap();
+    assert_eq!(xdc_key.as_str(), "XDC#test#k");
+    let xdc = locks.try_lock(&xdc_key).await.unwrap();
+    dc.release().await.unwrap();
+    xdc.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_refuses_new_acquisitions() {
+    let locks = manager();
+    let guard = locks.try_lock("k").await.unwrap();
+    locks.shutdown().await.unwrap();
+    assert!(locks.is_shut_down());
+    assert_eq!(
+        locks.try_lock("other").await.unwrap_err().kind(),
+        ErrorKind::ShutDown
+    );
+    assert_eq!(
+        locks.lock("other").await.unwrap_err().kind(),
+        ErrorKind::ShutDown
+    );
+    assert!(guard.release().await.unwrap(), "held guards still release");
+}
+
+#[tokio::test]
+async fn observers_see_acquired_contended_released() {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.name()))
+        .build()
+        .unwrap();
+    let guard = locks.try_lock("k").await.unwrap();
+    let _ = locks.try_lock("k").await.unwrap_err();
+    guard.release().await.unwrap();
+    assert_eq!(
+        *events.lock().unwrap(),
+        ["acquired", "contended", "released"]
+    );
+}
