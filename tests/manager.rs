@@ -388,6 +388,6 @@ async fn observers_see_acquired_contended_released() {
     guard.release().await.unwrap();
     assert_eq!(
         *events.lock().unwrap(),
-        ["acquired", "contended", "released"]
+        ["acquired", "contended", "acquire_failed", "released"]
     );
 }

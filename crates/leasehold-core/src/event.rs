@@ -38,8 +38,25 @@ pub enum LockEvent {
     Acquired {
         /// The lock.
         key: LockKey,
+        /// Who holds it now.
+        token: crate::OwnerToken,
         /// The fencing token, where the store gives one.
         fencing_token: Option<u64>,
+        /// How long the acquisition took, from the call to the guard (including any wait).
+        waited: Duration,
+        /// Attempts made (1 for a try-lock that succeeded at once).
+        attempts: u32,
+    },
+    /// An acquisition ended without the lock.
+    AcquireFailed {
+        /// The lock.
+        key: LockKey,
+        /// Why: `LockUnavailable` (try-lock), `Timeout` (blocking wait), or any other error.
+        error: crate::ErrorKind,
+        /// How long the call took.
+        waited: Duration,
+        /// Attempts made.
+        attempts: u32,
     },
     /// An acquisition attempt found the lock held by another owner (in the store, or locally: see
     /// [`LockEvent::FastFailed`]).
@@ -116,6 +133,7 @@ impl LockEvent {
     pub fn key(&self) -> &LockKey {
         match self {
             LockEvent::Acquired { key, .. }
+            | LockEvent::AcquireFailed { key, .. }
             | LockEvent::Contended { key }
             | LockEvent::FastFailed { key }
             | LockEvent::RecoveredByReadback { key, .. }
@@ -133,6 +151,7 @@ impl LockEvent {
     pub fn name(&self) -> &'static str {
         match self {
             LockEvent::Acquired { .. } => "acquired",
+            LockEvent::AcquireFailed { .. } => "acquire_failed",
             LockEvent::Contended { .. } => "contended",
             LockEvent::FastFailed { .. } => "fast_failed",
             LockEvent::RecoveredByReadback { .. } => "recovered_by_readback",

@@ -3,11 +3,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::{validate_ttl, Lease, LockEvent, LockKey, LockStore, OwnerToken, Result};
+use tracing::Instrument;
+
+use crate::core::{validate_ttl, Error, Lease, LockEvent, LockKey, LockStore, OwnerToken, Result};
 use crate::manager::ManagerInner;
+use crate::renewal::{LeaseState, Renewer};
 
 /// A held lock. Release it with [`LockGuard::release`] to learn whether it was still ours; dropping
 /// it releases it in the background.
+///
+/// With renewal on ([`LockOptions::renew`](crate::LockOptions::renew)) a background task keeps the
+/// lease alive while the guard lives; [`LockGuard::is_held`] and [`LockGuard::lost`] tell when it
+/// could not.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
@@ -15,6 +22,7 @@ use crate::manager::ManagerInner;
 /// let guard = locks.try_lock("nightly-report").await?;
 /// println!("holding {} as {}", guard.key(), guard.token());
 /// assert_eq!(guard.fencing_token(), Some(1)); // the embedded store fences
+/// assert!(guard.is_held());
 /// assert!(guard.release().await?);
 /// # Ok(()) }
 /// ```
@@ -22,68 +30,145 @@ use crate::manager::ManagerInner;
 #[derive(Debug)]
 pub struct LockGuard {
     manager: Arc<ManagerInner>,
-    /// `None` once released.
-    lease: Option<Lease>,
-    /// A copy of the lease for the accessors after `release` took it; also what `Drop` checks.
-    view: Lease,
+    /// The lease as acquired: key, token and fencing token never change while held.
+    acquired: Lease,
+    state: Arc<LeaseState>,
+    renewer: Option<Renewer>,
+    released: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(manager: Arc<ManagerInner>, lease: Lease) -> Self {
+    pub(crate) fn new(
+        manager: Arc<ManagerInner>,
+        lease: Lease,
+        renew_every: Option<Option<Duration>>,
+    ) -> Self {
+        let state = LeaseState::new(lease.clone());
+        let renewer =
+            renew_every.map(|every| Renewer::start(manager.clone(), state.clone(), every));
         LockGuard {
             manager,
-            view: lease.clone(),
-            lease: Some(lease),
+            acquired: lease,
+            state,
+            renewer,
+            released: false,
         }
     }
 
     /// The lock key.
     pub fn key(&self) -> &LockKey {
-        self.view.key()
+        self.acquired.key()
     }
 
     /// The owner token written to the store.
     pub fn token(&self) -> &OwnerToken {
-        self.view.token()
+        self.acquired.token()
     }
 
     /// The fencing token of this acquisition, where the store gives one: pass it with every write
-    /// the lock protects, so the downstream system can reject a stale holder.
+    /// the lock protects, so the downstream system can reject a stale holder (see
+    /// `docs/FENCING.md`).
     pub fn fencing_token(&self) -> Option<u64> {
-        self.view.fencing_token()
+        self.acquired.fencing_token()
     }
 
-    /// The lease as last acquired or extended.
-    pub fn lease(&self) -> &Lease {
-        &self.view
+    /// The lease as last acquired, extended or renewed.
+    pub fn lease(&self) -> Lease {
+        self.state.lease()
+    }
+
+    /// Whether the lock is still ours as far as this process knows: `false` once renewal found it
+    /// taken or could not reach the store before it expired. Without renewal it stays `true`
+    /// until release; check [`Lease::remaining`] for the TTL.
+    pub fn is_held(&self) -> bool {
+        self.state.is_held()
+    }
+
+    /// Resolves when the lock is lost (like etcd's session `Done()`), with an
+    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) error saying why. Never resolves while the
+    /// lock is held; only renewal can notice a loss, so without renewal it does not resolve.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: leasehold::LockManager) -> leasehold::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = locks.lock_with("job", leasehold::LockOptions::new().ttl(Duration::from_secs(2)).renew(true)).await?;
+    /// tokio::select! {
+    ///     _ = async { /* long work */ } => {}
+    ///     lost = guard.lost() => eprintln!("stopping: {lost}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn lost(&self) -> Error {
+        self.state.lost().await
     }
 
     /// Resets the lease's TTL to `ttl`, only if the lock is still ours
     /// ([`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) otherwise).
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
-        let Some(lease) = &self.lease else {
-            return Err(crate::Error::not_held("the guard was already released"));
-        };
-        let renewed = self.manager.store.extend(lease, ttl).await?;
-        self.view = renewed.clone();
-        self.lease = Some(renewed);
-        Ok(())
+        let lease = self.state.lease();
+        let span = tracing::info_span!(
+            "leasehold.extend",
+            key = %lease.key(),
+            store = self.manager.store.name(),
+            outcome = tracing::field::Empty,
+        );
+        let result = self
+            .manager
+            .store
+            .extend(&lease, ttl)
+            .instrument(span.clone())
+            .await;
+        span.record(
+            "outcome",
+            match &result {
+                Ok(_) => "extended",
+                Err(e) => e.kind().as_str(),
+            },
+        );
+        match result {
+            Ok(renewed) => {
+                self.state.set_lease(renewed);
+                Ok(())
+            }
+            Err(error) => {
+                if error.kind() == crate::ErrorKind::NotHeld {
+                    self.state.mark_lost(error.to_string());
+                }
+                Err(error)
+            }
+        }
     }
 
     /// Releases the lock now. `Ok(true)`: it was still ours and is now free. `Ok(false)`: it was no
     /// longer ours (expired, broken, or taken after expiry) and nothing was deleted — the seed
     /// manager's `releaseLock` false.
     pub async fn release(mut self) -> Result<bool> {
-        let Some(lease) = self.lease.take() else {
-            return Ok(false);
-        };
-        release(&self.manager, &lease).await
+        self.released = true;
+        if let Some(renewer) = self.renewer.take() {
+            renewer.stop().await;
+        }
+        release(&self.manager, &self.state.lease()).await
     }
 }
 
-async fn release(manager: &ManagerInner, lease: &Lease) -> Result<bool> {
-    let result = manager.store.release(lease).await;
+fn outcome(result: &Result<bool>) -> &'static str {
+    match result {
+        Ok(true) => "released",
+        Ok(false) => "not_held",
+        Err(e) => e.kind().as_str(),
+    }
+}
+
+pub(crate) async fn release(manager: &ManagerInner, lease: &Lease) -> Result<bool> {
+    let span = tracing::info_span!(
+        "leasehold.release",
+        key = %lease.key(),
+        store = manager.store.name(),
+        outcome = tracing::field::Empty,
+    );
+    let result = manager.store.release(lease).instrument(span.clone()).await;
+    span.record("outcome", outcome(&result));
     manager.waiters.wake(lease.key());
     if let Ok(was_held) = result {
         manager.observers.emit(|| LockEvent::Released {
@@ -99,20 +184,26 @@ impl Drop for LockGuard {
     /// Releases in the background on the current tokio runtime; never blocks or panics. Outside a
     /// runtime nothing can be sent: the lock is logged and expires at its TTL.
     fn drop(&mut self) {
-        let Some(lease) = self.lease.take() else {
+        if self.released {
             return;
-        };
+        }
+        let renewer = self.renewer.take();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let manager = self.manager.clone();
+                let state = self.state.clone();
                 runtime.spawn(async move {
+                    if let Some(renewer) = renewer {
+                        renewer.stop().await;
+                    }
+                    let lease = state.lease();
                     if let Err(error) = release(&manager, &lease).await {
                         tracing::warn!(key = %lease.key(), %error,
                             "releasing a dropped guard failed; the lock expires at its TTL");
                     }
                 });
             }
-            Err(_) => tracing::warn!(key = %lease.key(),
+            Err(_) => tracing::warn!(key = %self.acquired.key(),
                 "guard dropped outside a tokio runtime; the lock expires at its TTL"),
         }
     }

@@ -28,6 +28,7 @@ mod guard;
 mod holder;
 mod manager;
 mod memory;
+mod renewal;
 mod waiters;
 
 /// The lock model shared by every store and layer (re-export of `leasehold-core`).

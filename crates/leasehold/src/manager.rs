@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::core::{
@@ -75,6 +76,9 @@ pub struct LockOptions {
     ttl: Option<Duration>,
     wait: Option<Duration>,
     holder: Option<Holder>,
+    renew: Option<bool>,
+    renew_every: Option<Duration>,
+    scenario: Option<&'static str>,
 }
 
 impl LockOptions {
@@ -100,6 +104,38 @@ impl LockOptions {
         self.holder = Some(holder);
         self
     }
+
+    /// Keep the lease alive while the guard lives (see [`LockGuard::lost`]). Default: the
+    /// manager's [`LockManagerBuilder::renewal`] setting (off unless set).
+    pub fn renew(mut self, on: bool) -> Self {
+        self.renew = Some(on);
+        self
+    }
+
+    /// Renew every `every` instead of every third of the TTL (implies `renew(true)`). Must be
+    /// shorter than the TTL.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew = Some(true);
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// A label for this kind of lock use (`"checkout"`, `"nightly-job"`), recorded on the tracing
+    /// span so lock scenarios can be told apart. Default: the manager's scenario name.
+    pub fn scenario(mut self, name: &'static str) -> Self {
+        self.scenario = Some(name);
+        self
+    }
+}
+
+/// What an acquisition was asked to do, resolved against the manager's defaults.
+struct Plan {
+    key: LockKey,
+    ttl: Duration,
+    holder: Option<crate::core::HolderId>,
+    /// `Some(every)` when the guard renews its lease (`every = None`: a third of the TTL).
+    renew: Option<Option<Duration>>,
+    scenario: &'static str,
 }
 
 /// Builds a [`LockManager`]. Obtain one with [`LockManager::builder`].
@@ -116,6 +152,8 @@ pub struct LockManagerBuilder {
     shutdown_timeout: Duration,
     observers: Observers,
     task_holders: bool,
+    renew: bool,
+    scenario: &'static str,
 }
 
 impl LockManagerBuilder {
@@ -201,6 +239,20 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Renew every lock's lease while its guard lives, unless a call says otherwise
+    /// ([`LockOptions::renew`]). Default off.
+    pub fn renewal(mut self, on: bool) -> Self {
+        self.renew = on;
+        self
+    }
+
+    /// The default scenario label on tracing spans (see [`LockOptions::scenario`]). Default
+    /// `"default"`.
+    pub fn scenario(mut self, name: &'static str) -> Self {
+        self.scenario = name;
+        self
+    }
+
     /// The observers configured so far (for layers added by later issues' builder methods).
     pub fn observers(&self) -> &Observers {
         &self.observers
@@ -249,6 +301,8 @@ impl LockManagerBuilder {
                 shutdown_timeout: self.shutdown_timeout,
                 observers: self.observers,
                 task_holders: self.task_holders,
+                renew: self.renew,
+                scenario: self.scenario,
                 waiters: Waiters::default(),
                 closed: AtomicBool::new(false),
                 in_flight: AtomicUsize::new(0),
@@ -295,6 +349,8 @@ pub(crate) struct ManagerInner {
     shutdown_timeout: Duration,
     pub(crate) observers: Observers,
     task_holders: bool,
+    renew: bool,
+    scenario: &'static str,
     pub(crate) waiters: Waiters,
     closed: AtomicBool,
     in_flight: AtomicUsize,
@@ -338,6 +394,8 @@ impl LockManager {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             observers: Observers::default(),
             task_holders: false,
+            renew: false,
+            scenario: "default",
         }
     }
 
@@ -369,11 +427,8 @@ impl LockManager {
 
     /// [`LockManager::try_lock`] with per-call options.
     pub async fn try_lock_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
-        let (key, ttl, holder) = self.prepare(&key, &opts)?;
-        let _in_flight = InFlight::enter(&self.inner)?;
-        let req = Acquire::new(key, OwnerToken::generate(), ttl).with_holder(holder);
-        let result = self.inner.store.try_acquire(&req).await;
-        self.finish_attempt(&req, result)
+        let plan = self.plan(&key, &opts)?;
+        self.acquire(plan, None).await
     }
 
     /// Acquires `key`, waiting up to the default wait (90 s) while another owner holds it.
@@ -393,13 +448,75 @@ impl LockManager {
 
     /// [`LockManager::lock`] with per-call options.
     pub async fn lock_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
-        let (key, ttl, holder) = self.prepare(&key, &opts)?;
+        let plan = self.plan(&key, &opts)?;
         let wait = opts.wait.unwrap_or(self.inner.wait_for_lock);
+        self.acquire(plan, Some(wait)).await
+    }
+
+    /// One acquisition: a single attempt (`wait: None`) or a wait loop, in a tracing span, with
+    /// the outcome reported to observers.
+    async fn acquire(&self, plan: Plan, wait: Option<Duration>) -> Result<LockGuard> {
+        let span = tracing::info_span!(
+            "leasehold.acquire",
+            key = %plan.key,
+            store = self.inner.store.name(),
+            scenario = plan.scenario,
+            mode = if wait.is_some() { "wait" } else { "try" },
+            outcome = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+        );
         let started = Instant::now();
-        let deadline = started + wait;
-        let _in_flight = InFlight::enter(&self.inner)?;
-        let subscription = self.inner.waiters.subscribe(&key);
         let mut attempts = 0u32;
+        let result = match InFlight::enter(&self.inner) {
+            Ok(_in_flight) => {
+                self.attempts(&plan, wait, started, &mut attempts)
+                    .instrument(span.clone())
+                    .await
+            }
+            Err(shut_down) => Err(shut_down),
+        };
+        let waited = started.elapsed();
+        span.record("attempts", attempts);
+        match result {
+            Ok(lease) => {
+                span.record("outcome", "acquired");
+                self.inner.observers.emit(|| LockEvent::Acquired {
+                    key: lease.key().clone(),
+                    token: lease.token().clone(),
+                    fencing_token: lease.fencing_token(),
+                    waited,
+                    attempts,
+                });
+                Ok(LockGuard::new(self.inner.clone(), lease, plan.renew))
+            }
+            Err(error) => {
+                span.record("outcome", error.kind().as_str());
+                self.inner.observers.emit(|| LockEvent::AcquireFailed {
+                    key: plan.key.clone(),
+                    error: error.kind(),
+                    waited,
+                    attempts,
+                });
+                Err(error)
+            }
+        }
+    }
+
+    async fn attempts(
+        &self,
+        plan: &Plan,
+        wait: Option<Duration>,
+        started: Instant,
+        attempts: &mut u32,
+    ) -> Result<Lease> {
+        let Some(wait) = wait else {
+            *attempts = 1;
+            let req = Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
+                .with_holder(plan.holder);
+            return self.attempt(req).await;
+        };
+        let deadline = started + wait;
+        let subscription = self.inner.waiters.subscribe(&plan.key);
         loop {
             // Enable the wake-up before the attempt, so a release between a failed attempt and the
             // sleep is not missed.
@@ -407,12 +524,11 @@ impl LockManager {
             tokio::pin!(woken);
             woken.as_mut().enable();
 
-            let req = Acquire::new(key.clone(), OwnerToken::generate(), ttl)
-                .with_holder(holder)
+            let req = Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
+                .with_holder(plan.holder)
                 .with_deadline(Some(deadline));
-            let result = self.inner.store.try_acquire(&req).await;
-            attempts += 1;
-            match self.finish_attempt(&req, result) {
+            *attempts += 1;
+            match self.attempt(req).await {
                 Err(e) if e.is_unavailable() => {}
                 done => return done,
             }
@@ -426,14 +542,26 @@ impl LockManager {
                         now - started
                     ),
                 )
-                .with_key(key.as_str()));
+                .with_key(plan.key.as_str()));
             }
-            let pause = self.inner.backoff.delay(attempts).min(deadline - now);
+            let pause = self.inner.backoff.delay(*attempts).min(deadline - now);
             tokio::select! {
                 _ = &mut woken => {}
                 _ = tokio::time::sleep(pause) => {}
             }
         }
+    }
+
+    async fn attempt(&self, req: Acquire) -> Result<Lease> {
+        let result = self.inner.store.try_acquire(&req).await;
+        if let Err(error) = &result {
+            if error.is_unavailable() {
+                self.inner.observers.emit(|| LockEvent::Contended {
+                    key: req.key.clone(),
+                });
+            }
+        }
+        result
     }
 
     /// Runs `work` under the lock (waiting as [`LockManager::lock`] does) and always releases it:
@@ -448,9 +576,7 @@ impl LockManager {
         Fut: Future<Output = T>,
     {
         let guard = self.lock(key).await?;
-        let outcome = AssertUnwindSafe(work(guard.lease().clone()))
-            .catch_unwind()
-            .await;
+        let outcome = AssertUnwindSafe(work(guard.lease())).catch_unwind().await;
         let key = guard.key().clone();
         if let Err(error) = guard.release().await {
             tracing::warn!(key = %key, %error, "with_lock could not release; the lock expires at its TTL");
@@ -501,11 +627,7 @@ impl LockManager {
         self.inner.closed.load(Ordering::SeqCst)
     }
 
-    fn prepare(
-        &self,
-        key: &impl ToLockKey,
-        opts: &LockOptions,
-    ) -> Result<(LockKey, Duration, Option<crate::core::HolderId>)> {
+    fn plan(&self, key: &impl ToLockKey, opts: &LockOptions) -> Result<Plan> {
         let key = key.to_lock_key(self)?;
         let ttl = opts.ttl.unwrap_or(self.inner.lock_ttl);
         validate_ttl(ttl)?;
@@ -514,32 +636,30 @@ impl LockManager {
                 return Err(Error::invalid_argument("wait is longer than 30 days"));
             }
         }
+        if let Some(every) = opts.renew_every {
+            if every.is_zero() || every >= ttl {
+                return Err(Error::invalid_argument(format!(
+                    "renew_every ({every:?}) must be greater than zero and shorter than the TTL \
+                     ({ttl:?}); a third of the TTL is the default"
+                )));
+            }
+        }
         let holder = opts.holder.map(|h| h.id()).or_else(|| {
             self.inner
                 .task_holders
                 .then(crate::core::HolderId::current_task)
                 .flatten()
         });
-        Ok((key, ttl, holder))
-    }
-
-    fn finish_attempt(&self, req: &Acquire, result: Result<Lease>) -> Result<LockGuard> {
-        match result {
-            Ok(lease) => {
-                self.inner.observers.emit(|| LockEvent::Acquired {
-                    key: lease.key().clone(),
-                    fencing_token: lease.fencing_token(),
-                });
-                Ok(LockGuard::new(self.inner.clone(), lease))
-            }
-            Err(error) => {
-                if error.is_unavailable() {
-                    self.inner.observers.emit(|| LockEvent::Contended {
-                        key: req.key.clone(),
-                    });
-                }
-                Err(error)
-            }
-        }
+        let renew = opts
+            .renew
+            .unwrap_or(self.inner.renew)
+            .then_some(opts.renew_every);
+        Ok(Plan {
+            key,
+            ttl,
+            holder,
+            renew,
+            scenario: opts.scenario.unwrap_or(self.inner.scenario),
+        })
     }
 }

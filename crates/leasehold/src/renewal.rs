@@ -1,0 +1,185 @@
+//! Lease renewal: a background task that keeps a guard's lease alive and notices when it is lost.
+//!
+//! Short TTLs keep a crashed holder from blocking others for long (Bond recommends 2 s on fast
+//! paths), but then a long job outlives its lease. Renewal is the answer Redisson (watchdog) and etcd
+//! (session keep-alive) give: while the guard lives, extend the lease every `ttl / 3` (configurable),
+//! owner-checked. If an extend says the lock is no longer ours, or the store cannot be reached
+//! before the lease would expire, the guard is marked lost: `is_held()` turns false, `lost()`
+//! resolves, and a [`LockEvent::Lost`] is emitted. The task ends when the guard is released or
+//! dropped; it never outlives its guard.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::core::{Error, ErrorKind, Lease, LockEvent, LockStore};
+use crate::manager::ManagerInner;
+
+/// Shortest pause between two renewal attempts after a failure.
+const MIN_RETRY: Duration = Duration::from_millis(10);
+
+/// The current lease of a guard and whether it is still held; shared by the guard and its renewal
+/// task.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    lease: Mutex<Lease>,
+    /// `None` while held; the reason once lost.
+    lost: watch::Sender<Option<String>>,
+}
+
+impl LeaseState {
+    pub(crate) fn new(lease: Lease) -> Arc<Self> {
+        Arc::new(LeaseState {
+            lease: Mutex::new(lease),
+            lost: watch::Sender::new(None),
+        })
+    }
+
+    pub(crate) fn lease(&self) -> Lease {
+        self.lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set_lease(&self, lease: Lease) {
+        *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        self.lost.borrow().is_none()
+    }
+
+    /// Marks the lease lost (first reason wins).
+    pub(crate) fn mark_lost(&self, reason: String) {
+        self.lost.send_if_modified(|lost| {
+            if lost.is_none() {
+                *lost = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Resolves when the lease is marked lost, with an `ErrorKind::NotHeld` error saying why.
+    pub(crate) async fn lost(&self) -> Error {
+        let mut rx = self.lost.subscribe();
+        let reason = match rx.wait_for(Option::is_some).await {
+            Ok(lost) => lost.clone().unwrap_or_default(),
+            // The sender lives in `self`, so it cannot be dropped while we borrow it.
+            Err(_) => String::from("lease state dropped"),
+        };
+        let key = self.lease().key().as_str().to_owned();
+        Error::not_held(format!("the lock was lost: {reason}")).with_key(key)
+    }
+}
+
+/// A running renewal task and the means to stop it.
+#[derive(Debug)]
+pub(crate) struct Renewer {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Renewer {
+    /// Starts renewing `state`'s lease every `every` (default: a third of its TTL).
+    pub(crate) fn start(
+        manager: Arc<ManagerInner>,
+        state: Arc<LeaseState>,
+        every: Option<Duration>,
+    ) -> Self {
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(renew(manager, state, every, stopped));
+        Renewer {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Stops the task and waits for it, so the lease state is final (an extend in flight
+    /// completes and is recorded).
+    pub(crate) async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        // `stop()` not called (guard dropped without a runtime): make sure the task ends.
+        if self.stop.is_some() {
+            self.task.abort();
+        }
+    }
+}
+
+async fn renew(
+    manager: Arc<ManagerInner>,
+    state: Arc<LeaseState>,
+    every: Option<Duration>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    loop {
+        let lease = state.lease();
+        let interval = every.unwrap_or(lease.ttl() / 3);
+        tokio::select! {
+            _ = &mut stopped => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        // Extend, retrying transient failures until the lease would have expired.
+        loop {
+            match manager.store.extend(&lease, lease.ttl()).await {
+                Ok(renewed) => {
+                    state.set_lease(renewed);
+                    manager.observers.emit(|| LockEvent::Renewed {
+                        key: lease.key().clone(),
+                    });
+                    break;
+                }
+                Err(error) if error.kind() == ErrorKind::NotHeld => {
+                    lose(
+                        &manager,
+                        &state,
+                        &lease,
+                        format!("renewal found it no longer ours ({error})"),
+                    );
+                    return;
+                }
+                Err(error) => {
+                    if Instant::now() >= lease.expires_at() {
+                        lose(
+                            &manager,
+                            &state,
+                            &lease,
+                            format!("could not renew before the lease expired ({error})"),
+                        );
+                        return;
+                    }
+                    tracing::debug!(key = %lease.key(), %error, "renewal failed; retrying");
+                    let pause = (interval / 4)
+                        .max(MIN_RETRY)
+                        .min(lease.remaining().max(MIN_RETRY));
+                    tokio::select! {
+                        _ = &mut stopped => return,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn lose(manager: &ManagerInner, state: &LeaseState, lease: &Lease, reason: String) {
+    tracing::warn!(key = %lease.key(), %reason, "lock lost");
+    manager.observers.emit(|| LockEvent::Lost {
+        key: lease.key().clone(),
+        reason: reason.clone(),
+    });
+    state.mark_lost(reason);
+}

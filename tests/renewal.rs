@@ -1,0 +1,206 @@
+//! Lease renewal: a short lease stays ours while the guard lives; a stolen lease or an unreachable
+//! store marks the guard lost; the renewal task never outlives its guard. Paused time throughout.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::{
+    Acquire, Capabilities, Error, ErrorKind, Lease, LockEvent, LockInfo, LockKey, LockManager,
+    LockOptions, LockStore, MemoryStore, Result,
+};
+
+/// The embedded store, with extend calls counted and failing on demand (an unreachable store).
+#[derive(Debug, Default)]
+struct Flaky {
+    inner: MemoryStore,
+    extends: AtomicU32,
+    unreachable: AtomicBool,
+}
+
+impl LockStore for Flaky {
+    fn name(&self) -> &'static str {
+        "flaky"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        self.inner.try_acquire(req).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        self.extends.fetch_add(1, Ordering::SeqCst);
+        if self.unreachable.load(Ordering::SeqCst) {
+            return Err(Error::connection("cannot reach 127.0.0.1:1"));
+        }
+        self.inner.extend(lease, ttl).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(key).await
+    }
+}
+
+fn setup() -> (LockManager, Arc<Flaky>, Arc<Mutex<Vec<&'static str>>>) {
+    let store = Arc::new(Flaky::default());
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(store.clone())
+        .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.name()))
+        .build()
+        .unwrap();
+    (locks, store, events)
+}
+
+fn renewing() -> LockOptions {
+    LockOptions::new().ttl(Duration::from_secs(3)).renew(true)
+}
+
+fn count(events: &Mutex<Vec<&'static str>>, name: &str) -> usize {
+    events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| **e == name)
+        .count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewal_keeps_a_short_lease_alive() {
+    let (locks, store, events) = setup();
+    let guard = locks.try_lock_with("job", renewing()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(guard.is_held());
+    let info = locks.inspect("job").await.unwrap().expect("still held");
+    assert!(info.is_owned_by(guard.token()));
+    assert!(store.extends.load(Ordering::SeqCst) >= 9, "every ttl/3");
+    assert!(count(&events, "renewed") >= 9);
+    assert!(guard.release().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_lock_is_noticed_as_lost() {
+    let (locks, store, events) = setup();
+    let guard = locks.try_lock_with("job", renewing()).await.unwrap();
+    // An operator breaks the lock; someone else takes it.
+    store.inner.release(&guard.lease()).await.unwrap();
+    let thief = locks.try_lock("job").await.unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("loss noticed within one renewal interval");
+    assert_eq!(lost.kind(), ErrorKind::NotHeld);
+    assert!(lost.to_string().contains("no longer ours"), "{lost}");
+    assert!(!guard.is_held());
+    assert_eq!(count(&events, "lost"), 1);
+    assert!(
+        !guard.release().await.unwrap(),
+        "release of a lost lock deletes nothing"
+    );
+    assert!(locks
+        .inspect("job")
+        .await
+        .unwrap()
+        .unwrap()
+        .is_owned_by(thief.token()));
+    thief.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_store_loses_the_lock_when_the_lease_runs_out() {
+    let (locks, store, _) = setup();
+    let guard = locks.try_lock_with("job", renewing()).await.unwrap();
+    let acquired = guard.lease();
+    store.unreachable.store(true, Ordering::SeqCst);
+    let lost = guard.lost().await;
+    assert!(
+        lost.to_string().contains("before the lease expired"),
+        "{lost}"
+    );
+    assert!(
+        tokio::time::Instant::now() >= acquired.expires_at(),
+        "declared lost only once the lease may have expired"
+    );
+    assert!(store.extends.load(Ordering::SeqCst) > 2, "kept retrying");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_short_outage_is_ridden_out() {
+    let (locks, store, events) = setup();
+    let guard = locks.try_lock_with("job", renewing()).await.unwrap();
+    store.unreachable.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    store.unreachable.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(guard.is_held());
+    assert!(count(&events, "renewed") >= 2);
+    assert_eq!(count(&events, "lost"), 0);
+    assert!(guard.release().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_renewal_task_ends_with_its_guard() {
+    let (locks, store, _) = setup();
+    let guard = locks.try_lock_with("a", renewing()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    guard.release().await.unwrap();
+    let after_release = store.extends.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(store.extends.load(Ordering::SeqCst), after_release);
+
+    let dropped = locks.try_lock_with("b", renewing()).await.unwrap();
+    drop(dropped);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let after_drop = store.extends.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(store.extends.load(Ordering::SeqCst), after_drop);
+    assert_eq!(
+        locks.inspect("b").await.unwrap(),
+        None,
+        "dropped guard released"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewal_can_be_the_manager_default_and_its_interval_is_validated() {
+    let store = Arc::new(Flaky::default());
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(store.clone())
+        .lock_ttl(Duration::from_secs(3))
+        .renewal(true)
+        .build()
+        .unwrap();
+    let guard = locks
+        .try_lock_with(
+            "job",
+            LockOptions::new().renew_every(Duration::from_millis(500)),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(store.extends.load(Ordering::SeqCst), 4);
+    guard.release().await.unwrap();
+    let plain = locks
+        .try_lock_with("other", LockOptions::new().renew(false))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        locks.inspect("other").await.unwrap(),
+        None,
+        "not renewed: expired at its TTL"
+    );
+    for every in [Duration::ZERO, Duration::from_secs(3)] {
+        let err = locks
+            .try_lock_with("x", LockOptions::new().renew_every(every))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    }
+}
