@@ -28,6 +28,7 @@ mod guard;
 mod holder;
 mod manager;
 mod memory;
+pub mod observe;
 mod renewal;
 mod waiters;
 

@@ -1,0 +1,22 @@
+//! Observability: what the lock events become.
+//!
+//! Every layer and the manager report through one hook, [`Observer`](crate::Observer). This module
+//! holds the observers leasehold ships:
+//!
+//! - [`LockTrace`]: a bounded in-memory ring of recent lock events (who acquired what, how long it
+//!   waited, how long it held, how it ended) that ops can dump — the "lock trace" Bond added.
+//! - `OtelMetrics` (feature `otel`): OpenTelemetry metrics through the `opentelemetry` API crate;
+//!   install the SDK and exporter of your choice. Every instrument is listed in
+//!   `docs/OBSERVABILITY.md`.
+//!
+//! Tracing spans (`leasehold.acquire`, `leasehold.release`, `leasehold.extend`) are emitted by the
+//! manager and guards directly, with `key`, `store`, `scenario`, `mode`, `outcome` and `attempts`
+//! fields and never a secret.
+
+#[cfg(feature = "otel")]
+mod metrics;
+mod trace;
+
+#[cfg(feature = "otel")]
+pub use metrics::OtelMetrics;
+pub use trace::{LockTrace, TraceEntry};
