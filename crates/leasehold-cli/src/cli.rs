@@ -1,0 +1,153 @@
+//! Command-line arguments.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Distributed locks from the shell: run a command under a lock, inspect and break locks.
+///
+/// A lock is a lease: a record in a shared store that says "token T holds key K until time E".
+/// Locks are named by key: either a full storage key (`DC#<farm>#<client>#<entity>`,
+/// `XDC#<client>#<entity>`), or an entity name that is combined with --client-id, --farm-id and
+/// --level.
+#[derive(Debug, Parser)]
+#[command(name = "leasehold", version, propagate_version = true)]
+#[command(after_help = "\
+Examples:
+  leasehold --store redis://127.0.0.1:6379 run nightly-report -- ./report.sh
+  leasehold --store redis://127.0.0.1:6379 inspect nightly-report
+  leasehold --store aerospike://127.0.0.1:3000/test?farm=farm1 list
+  leasehold --store redis://127.0.0.1:6379 release nightly-report --force
+
+Exit status: 0 ok (inspect: held), 1 inspect: free, 2 bad input, 69 store unreachable,
+75 lock held by someone else (run: --conflict-exit-code), 70 other failures;
+run exits with its command's status.")]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Args)]
+pub(crate) struct Global {
+    /// The store: memory://, redis://[user:password@]host:port[/db], rediss://… (TLS),
+    /// redis+unix:///path/to/socket, aerospike://host:port/namespace?set_suffix=…&farm=…
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_STORE",
+        default_value = "memory://"
+    )]
+    pub(crate) store: String,
+
+    /// Client id: lock ids are <client-id>#<entity>.
+    #[arg(
+        long,
+        global = true,
+        env = "LEASEHOLD_CLIENT_ID",
+        default_value = "cli"
+    )]
+    pub(crate) client_id: String,
+
+    /// Farm (data center) id for DC locks. Default: the store URL's `farm=`, else `local`.
+    #[arg(long, global = true, env = "LEASEHOLD_FARM_ID")]
+    pub(crate) farm_id: Option<String>,
+
+    /// Lock level of keys given as an entity name: dc (one data center) or xdc (all).
+    #[arg(long, global = true, value_enum, default_value_t = Level::Dc)]
+    pub(crate) level: Level,
+}
+
+/// A lock level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Level {
+    /// Scoped to one farm: DC#<farm>#<client>#<entity>.
+    Dc,
+    /// Across data centers: XDC#<client>#<entity>.
+    Xdc,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run a command while holding a lock, renewing it while the command runs.
+    ///
+    /// Acquires KEY (waiting up to --wait), runs CMD as a child with LEASEHOLD_KEY,
+    /// LEASEHOLD_TOKEN and, where the store gives one, LEASEHOLD_FENCING_TOKEN in its environment,
+    /// renews the lease while it runs, releases it when the command exits, and exits with the
+    /// command's status. SIGINT and SIGTERM are forwarded to the command; the lock is released
+    /// once it has exited. If the lock cannot be had: exit status 75 (--conflict-exit-code) and who
+    /// holds it.
+    Run(RunArgs),
+    /// Show who holds a lock: owner token (host, pid, time), TTL left, fencing token.
+    /// Exit status 0 when held, 1 when free.
+    Inspect(InspectArgs),
+    /// List held locks (stores with listing: memory, redis, aerospike).
+    List(ListArgs),
+    /// Break a stuck lock. Refuses without --force; prints what it removed.
+    Release(ReleaseArgs),
+}
+
+/// `leasehold run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The lock: an entity name or a full storage key.
+    pub(crate) key: String,
+    /// Lease TTL; renewed every third of it while the command runs.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub(crate) ttl: Duration,
+    /// How long to wait for the lock if it is held; 0 fails at once.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub(crate) wait: Duration,
+    /// Exit status when the lock is held by someone else (like flock -E).
+    #[arg(long, default_value_t = crate::exit::DEFAULT_CONFLICT)]
+    pub(crate) conflict_exit_code: u8,
+    /// If the lock is lost while the command runs (renewal failed), send SIGTERM to the command.
+    #[arg(long)]
+    pub(crate) kill_on_lost: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub(crate) command: Vec<String>,
+}
+
+/// `leasehold inspect`.
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    /// The lock: an entity name or a full storage key.
+    pub(crate) key: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `leasehold list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Only keys starting with this prefix (e.g. `DC#farm1#`).
+    #[arg(default_value = "")]
+    pub(crate) prefix: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `leasehold release`.
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    /// The lock: an entity name or a full storage key.
+    pub(crate) key: String,
+    /// Really break the lock, whoever holds it.
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
+/// Parses `30s`, `1m30s`, `500ms`; bare numbers are seconds.
+pub(crate) fn parse_duration(raw: &str) -> Result<Duration, String> {
+    let parsed = match raw.parse::<u64>() {
+        Ok(secs) => Ok(Duration::from_secs(secs)),
+        Err(_) => humantime::parse_duration(raw).map_err(|e| e.to_string()),
+    };
+    parsed.map_err(|e| format!("{e}; expected a duration such as 30s, 1m30s or 500ms"))
+}

@@ -1,0 +1,84 @@
+//! From global options to a store, keys and a lock manager.
+
+use leasehold::{BoxStore, LockKey, LockLevel, LockManager, MemoryStore};
+
+use crate::cli::{Global, Level};
+use crate::exit::CliError;
+use crate::store_url::StoreUrl;
+
+/// The store a command talks to, with what it needs to name keys and report errors.
+pub(crate) struct Target {
+    pub(crate) url: StoreUrl,
+    pub(crate) store: BoxStore,
+    pub(crate) client_id: String,
+    pub(crate) farm_id: String,
+    pub(crate) level: LockLevel,
+}
+
+impl Target {
+    /// Parses the options (bad input: exit 2 before any I/O) and connects (exit 69 naming the
+    /// address when the store cannot be reached).
+    pub(crate) async fn connect(global: &Global) -> Result<Self, CliError> {
+        let url = StoreUrl::parse(&global.store).map_err(|e| CliError::usage(e.to_string()))?;
+        let farm_id = global
+            .farm_id
+            .clone()
+            .or_else(|| url.farm().map(str::to_owned))
+            .unwrap_or_else(|| "local".to_owned());
+        let level = match global.level {
+            Level::Dc => LockLevel::Dc,
+            Level::Xdc => LockLevel::Xdc,
+        };
+        // Check the ids before connecting.
+        LockKey::dc(&farm_id, &global.client_id, "probe").map_err(|e| {
+            CliError::usage(format!("{e} (e.g. --client-id billing --farm-id eu1)"))
+        })?;
+        let store = connect(&url).await?;
+        Ok(Target {
+            url,
+            store,
+            client_id: global.client_id.clone(),
+            farm_id,
+            level,
+        })
+    }
+
+    /// A key given on the command line: a full storage key (contains `#`) or an entity name.
+    pub(crate) fn key(&self, raw: &str) -> Result<LockKey, CliError> {
+        let key = if raw.contains('#') {
+            raw.parse::<LockKey>()
+        } else {
+            LockKey::new(self.level, Some(&self.farm_id), &self.client_id, raw)
+        };
+        key.map_err(|e| {
+            CliError::usage(format!(
+                "{e} (e.g. `nightly-report` or `DC#farm1#cli#nightly-report`)"
+            ))
+        })
+    }
+
+    /// A manager over this store, with the default layer stack.
+    pub(crate) fn manager(&self) -> Result<LockManager, CliError> {
+        LockManager::builder()
+            .client_id(&self.client_id)
+            .farm_id(&self.farm_id)
+            .default_level(self.level)
+            .store(self.store.clone())
+            .build()
+            .map_err(|e| self.error(e))
+    }
+
+    /// Maps a library error, naming this store's address.
+    pub(crate) fn error(&self, error: leasehold::Error) -> CliError {
+        CliError::from_lock(error, &self.url.address())
+    }
+}
+
+async fn connect(url: &StoreUrl) -> Result<BoxStore, CliError> {
+    match url {
+        StoreUrl::Memory => Ok(BoxStore::new(MemoryStore::new())),
+        StoreUrl::Redis { .. } | StoreUrl::Aerospike { .. } => Err(CliError::usage(format!(
+            "{url}: this build of leasehold has no driver for it yet"
+        ))),
+    }
+}

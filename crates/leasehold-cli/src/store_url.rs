@@ -1,0 +1,254 @@
+//! `--store` URLs: which store to use, parsed and checked before any I/O.
+
+use std::fmt;
+
+use url::Url;
+
+/// Examples printed with every URL error, so a wrong value comes with a right one.
+pub(crate) const EXAMPLES: &str = "memory://, redis://127.0.0.1:6379, \
+     rediss://user:password@redis.example:6380/0, \
+     aerospike://127.0.0.1:3000/test?set_suffix=locks&farm=farm1";
+
+/// A parsed `--store` URL.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum StoreUrl {
+    /// The embedded store (this process only).
+    Memory,
+    /// A Redis server: the URL is handed to the Redis store as given.
+    Redis { url: Url },
+    /// An Aerospike cluster, seeded by one host.
+    Aerospike {
+        host: String,
+        port: u16,
+        namespace: String,
+        set_suffix: Option<String>,
+        farm: Option<String>,
+        user: Option<String>,
+        password: Option<String>,
+    },
+}
+
+/// A `--store` value that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid --store {shown}: {problem} (examples: {EXAMPLES})")]
+pub(crate) struct StoreUrlError {
+    shown: String,
+    problem: String,
+}
+
+impl StoreUrl {
+    /// Parses and checks a URL: scheme, host, port, and for Aerospike the namespace.
+    pub(crate) fn parse(raw: &str) -> Result<Self, StoreUrlError> {
+        let fail = |problem: &str| StoreUrlError {
+            shown: format!("{:?}", redact_raw(raw)),
+            problem: problem.to_owned(),
+        };
+        if raw == "memory" || raw == "memory:" || raw == "memory://" {
+            return Ok(StoreUrl::Memory);
+        }
+        let url = Url::parse(raw).map_err(|e| fail(&format!("not a URL ({e})")))?;
+        match url.scheme() {
+            "memory" => Ok(StoreUrl::Memory),
+            "redis" | "rediss" => {
+                if url.host_str().is_none_or(str::is_empty) {
+                    return Err(fail("a redis URL needs a host"));
+                }
+                Ok(StoreUrl::Redis { url })
+            }
+            "redis+unix" | "unix" => {
+                if url.path().is_empty() || url.path() == "/" {
+                    return Err(fail("a unix socket URL needs a socket path"));
+                }
+                Ok(StoreUrl::Redis { url })
+            }
+            "aerospike" => {
+                let host = url
+                    .host_str()
+                    .filter(|h| !h.is_empty())
+                    .ok_or_else(|| fail("an aerospike URL needs a host"))?
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned();
+                let namespace = url.path().trim_matches('/').to_owned();
+                if namespace.is_empty() {
+                    return Err(fail(
+                        "an aerospike URL needs the namespace as its path: aerospike://host:3000/<namespace>",
+                    ));
+                }
+                if namespace.contains('/') {
+                    return Err(fail("the namespace is one path segment"));
+                }
+                let mut set_suffix = None;
+                let mut farm = None;
+                for (k, v) in url.query_pairs() {
+                    match &*k {
+                        "set_suffix" => set_suffix = Some(v.into_owned()),
+                        "farm" => farm = Some(v.into_owned()),
+                        other => {
+                            return Err(fail(&format!(
+                                "unknown aerospike parameter {other:?} (known: set_suffix, farm)"
+                            )))
+                        }
+                    }
+                }
+                Ok(StoreUrl::Aerospike {
+                    host,
+                    port: url.port().unwrap_or(3000),
+                    namespace,
+                    set_suffix,
+                    farm,
+                    user: (!url.username().is_empty()).then(|| url.username().to_owned()),
+                    password: url.password().map(str::to_owned),
+                })
+            }
+            other => Err(fail(&format!(
+                "unknown scheme {other:?} (known: memory, redis, rediss, redis+unix, aerospike)"
+            ))),
+        }
+    }
+
+    /// The farm id the URL names (Aerospike's `farm=`), if any.
+    pub(crate) fn farm(&self) -> Option<&str> {
+        match self {
+            StoreUrl::Aerospike { farm, .. } => farm.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The address to name in a "cannot reach" message, without credentials.
+    pub(crate) fn address(&self) -> String {
+        match self {
+            StoreUrl::Memory => "memory (this process)".to_owned(),
+            StoreUrl::Redis { url } => match (url.host_str(), url.port_or_known_default()) {
+                (Some(h), Some(p)) if !h.is_empty() => format!("{h}:{p}"),
+                _ => url.path().to_owned(),
+            },
+            StoreUrl::Aerospike { host, port, .. } => format!("{host}:{port}"),
+        }
+    }
+}
+
+/// A URL string with any password replaced by `***`, for messages about unparseable input.
+fn redact_raw(raw: &str) -> String {
+    match Url::parse(raw) {
+        Ok(url) => redact(&url),
+        Err(_) => match (raw.find("://"), raw.rfind('@')) {
+            (Some(scheme_end), Some(at)) if at > scheme_end => {
+                format!("{}***@{}", &raw[..scheme_end + 3], &raw[at + 1..])
+            }
+            _ => raw.to_owned(),
+        },
+    }
+}
+
+/// A URL with its password replaced by `***`.
+fn redact(url: &Url) -> String {
+    let mut shown = url.clone();
+    if shown.password().is_some() {
+        let _ = shown.set_password(Some("***"));
+    }
+    shown.to_string()
+}
+
+impl fmt::Display for StoreUrl {
+    /// The URL without its password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUrl::Memory => f.write_str("memory://"),
+            StoreUrl::Redis { url } => f.write_str(&redact(url)),
+            StoreUrl::Aerospike {
+                host,
+                port,
+                namespace,
+                user,
+                password,
+                ..
+            } => {
+                let auth = match (user, password) {
+                    (Some(u), Some(_)) => format!("{u}:***@"),
+                    (Some(u), None) => format!("{u}@"),
+                    _ => String::new(),
+                };
+                write!(f, "aerospike://{auth}{host}:{port}/{namespace}")
+            }
+        }
+    }
+}
+
+impl fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StoreUrl({self})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_scheme() {
+        assert_eq!(StoreUrl::parse("memory://").unwrap(), StoreUrl::Memory);
+        assert!(matches!(
+            StoreUrl::parse("redis://127.0.0.1:6379").unwrap(),
+            StoreUrl::Redis { .. }
+        ));
+        assert!(matches!(
+            StoreUrl::parse("rediss://u:p@h:6380/2").unwrap(),
+            StoreUrl::Redis { .. }
+        ));
+        let a = StoreUrl::parse("aerospike://127.0.0.1:3100/locks?set_suffix=dlm&farm=f1").unwrap();
+        assert_eq!(
+            a,
+            StoreUrl::Aerospike {
+                host: "127.0.0.1".into(),
+                port: 3100,
+                namespace: "locks".into(),
+                set_suffix: Some("dlm".into()),
+                farm: Some("f1".into()),
+                user: None,
+                password: None,
+            }
+        );
+        assert_eq!(a.farm(), Some("f1"));
+        assert_eq!(a.address(), "127.0.0.1:3100");
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_wrong_with_examples() {
+        for (raw, expect) in [
+            ("zookeeper://h:1", "unknown scheme"),
+            ("not a url", "not a URL"),
+            ("aerospike://127.0.0.1:3000", "namespace"),
+            (
+                "aerospike://127.0.0.1:3000/ns?color=red",
+                "unknown aerospike parameter",
+            ),
+            ("redis://:6379", "not a URL"),
+        ] {
+            let err = StoreUrl::parse(raw).unwrap_err().to_string();
+            assert!(err.contains(expect), "{raw}: {err}");
+            assert!(err.contains("examples: memory://"), "{err}");
+        }
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        for raw in [
+            "redis://alice:s3cret@127.0.0.1:6379",
+            "aerospike://alice:s3cret@127.0.0.1:3000/ns",
+        ] {
+            let url = StoreUrl::parse(raw).unwrap();
+            assert!(!url.to_string().contains("s3cret"), "{url}");
+            assert!(!format!("{url:?}").contains("s3cret"));
+            assert!(url.to_string().contains("alice"));
+        }
+        let err = StoreUrl::parse("zoo://alice:s3cret@h:1")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("s3cret"), "{err}");
+        let err = StoreUrl::parse("aerospike://alice:s3cret@h:1")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("s3cret"), "{err}");
+    }
+}
