@@ -196,7 +196,10 @@ async fn renewal_can_be_the_manager_default_and_its_interval_is_validated() {
         None,
         "not renewed: expired at its TTL"
     );
-    assert!(!plain.release().await.unwrap(), "expired, so no longer ours");
+    assert!(
+        !plain.release().await.unwrap(),
+        "expired, so no longer ours"
+    );
     for every in [Duration::ZERO, Duration::from_secs(3)] {
         let err = locks
             .try_lock_with("x", LockOptions::new().renew_every(every))
