@@ -1,0 +1,129 @@
+//! The `leasehold` binary end to end, on inputs that need no server: exit statuses, the child's
+//! environment, bad input, help text.
+
+use std::process::{Command, Output};
+
+fn leasehold(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(args)
+        .env_remove("LEASEHOLD_STORE")
+        .output()
+        .expect("the leasehold binary runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn run_passes_the_lock_to_the_child_and_propagates_its_exit_status() {
+    let out = leasehold(&[
+        "run",
+        "report",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$LEASEHOLD_KEY|$LEASEHOLD_FENCING_TOKEN|$LEASEHOLD_TOKEN\"; exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let line = stdout(&out);
+    let parts: Vec<&str> = line.trim().split('|').collect();
+    assert_eq!(parts[0], "DC#local#cli#report");
+    assert_eq!(parts[1], "1");
+    let token: Vec<&str> = parts[2].split('/').collect();
+    assert_eq!(token.len(), 4, "token is host/pid/uuid/time: {}", parts[2]);
+    assert!(token[1].parse::<u32>().is_ok(), "pid: {}", parts[2]);
+    let ok = leasehold(&["--level", "xdc", "run", "report", "--", "true"]);
+    assert_eq!(ok.status.code(), Some(0));
+}
+
+#[test]
+fn a_missing_command_exits_127() {
+    let out = leasehold(&["run", "k", "--", "/definitely/not/a/command"]);
+    assert_eq!(out.status.code(), Some(127));
+    assert!(stderr(&out).contains("cannot run"), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line_and_an_example() {
+    for (args, expect) in [
+        (
+            vec!["--store", "zookeeper://h:2181", "inspect", "k"],
+            "unknown scheme",
+        ),
+        (vec!["--store", "redis://", "inspect", "k"], "needs a host"),
+        (
+            vec!["--store", "aerospike://127.0.0.1:3000", "inspect", "k"],
+            "namespace",
+        ),
+        (
+            vec!["run", "--ttl", "0s", "k", "--", "true"],
+            "greater than zero",
+        ),
+        (vec!["inspect", "a#b"], "not a lock key"),
+        (vec!["inspect", "has space"], "whitespace"),
+        (vec!["release", "k"], "--force"),
+    ] {
+        let out = leasehold(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(expect), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(
+            err.contains("e.g.") || err.contains("example"),
+            "{args:?}: {err}"
+        );
+    }
+    let out = leasehold(&["run", "--ttl", "soon", "k", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("30s"), "{}", stderr(&out));
+}
+
+#[test]
+fn credentials_never_appear_in_output() {
+    let out = leasehold(&["--store", "zoo://alice:s3cret@h:1", "inspect", "k"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!stderr(&out).contains("s3cret"), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("s3cret"));
+}
+
+#[test]
+fn inspect_says_free_with_status_1() {
+    let out = leasehold(&["inspect", "k"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout(&out).trim(), "DC#local#cli#k is free");
+    let out = leasehold(&["inspect", "k", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["held"], false);
+}
+
+#[test]
+fn help_teaches_urls_keys_and_exit_statuses() {
+    let out = leasehold(&["--help"]);
+    let help = stdout(&out);
+    for needle in [
+        "aerospike://",
+        "rediss://",
+        "DC#",
+        "Exit status",
+        "run",
+        "inspect",
+        "list",
+        "release",
+    ] {
+        assert!(help.contains(needle), "help lacks {needle}: {help}");
+    }
+    let run_help = stdout(&leasehold(&["run", "--help"]));
+    for needle in [
+        "LEASEHOLD_FENCING_TOKEN",
+        "SIGTERM",
+        "--conflict-exit-code",
+        "--kill-on-lost",
+    ] {
+        assert!(run_help.contains(needle), "run help lacks {needle}");
+    }
+}
