@@ -4,6 +4,8 @@
 //!   fault injection, so the real `aerospike` client can be tested without a cluster.
 //! - [`conformance`]: the store contract as a test suite; every store runs it
 //!   ([`conformance_tests!`]).
+//! - [`scripted`]: a scripted store, the test double layers are tested against.
 
 pub mod aerospike;
 pub mod conformance;
+pub mod scripted;

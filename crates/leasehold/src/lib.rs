@@ -26,6 +26,7 @@
 mod backoff;
 mod guard;
 mod holder;
+pub mod layers;
 mod manager;
 mod memory;
 pub mod observe;
@@ -43,6 +44,7 @@ pub use leasehold_core::{
 
 pub use guard::LockGuard;
 pub use holder::Holder;
+pub use manager::ReentrancyToggle;
 pub use manager::{
     LockManager, LockManagerBuilder, LockOptions, ToLockKey, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF,
     DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,

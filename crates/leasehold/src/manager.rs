@@ -17,6 +17,11 @@ use crate::core::{
     LockLevel, LockStore, Observer, Observers, OwnerToken, Result,
 };
 use crate::guard::LockGuard;
+use crate::layers::{
+    GracefulShutdownConfig, LocalCompetitionConfig, LocalCompetitionLayer, ReadbackConfig,
+    ReadbackLayer, ReentrancyConfig, ReentrancyLayer, ShutdownLayer, UnlockWindowConfig,
+    UnlockWindowLayer,
+};
 use crate::waiters::Waiters;
 use crate::{Holder, MemoryStore};
 
@@ -154,6 +159,17 @@ pub struct LockManagerBuilder {
     task_holders: bool,
     renew: bool,
     scenario: &'static str,
+    scenarios: ScenarioLayers,
+}
+
+/// Which scenario layers the builder assembles, and how (see [`crate::layers`]).
+#[derive(Debug, Clone, Default)]
+struct ScenarioLayers {
+    readback: Option<ReadbackConfig>,
+    unlock_window: Option<UnlockWindowConfig>,
+    local: Option<LocalCompetitionConfig>,
+    reentrancy: Option<ReentrancyConfig>,
+    shutdown: Option<GracefulShutdownConfig>,
 }
 
 impl LockManagerBuilder {
@@ -182,6 +198,10 @@ impl LockManagerBuilder {
     }
 
     /// Wraps the store (as configured so far) in a layer. The first layer added is the innermost.
+    ///
+    /// Custom layers always sit directly around the store, inside the scenario layers enabled with
+    /// [`LockManagerBuilder::default_layers`] and friends (so, for example, the in-doubt errors of a
+    /// timeout layer are read back by the readback layer); see [`crate::layers`].
     pub fn layer<L>(mut self, layer: L) -> Self
     where
         L: Layer<BoxStore>,
@@ -253,6 +273,67 @@ impl LockManagerBuilder {
         self
     }
 
+    /// Enables the [readback layer](crate::layers::readback) (Bond 3.1): an in-doubt acquire or
+    /// release is resolved by reading the record back.
+    pub fn readback(mut self, config: ReadbackConfig) -> Self {
+        self.scenarios.readback = Some(config);
+        self
+    }
+
+    /// Enables the [unlock window](crate::layers::unlock_window) (Bond 3.2): a release is sent only
+    /// while the lease can still be ours.
+    pub fn unlock_window(mut self, config: UnlockWindowConfig) -> Self {
+        self.scenarios.unlock_window = Some(config);
+        self
+    }
+
+    /// Enables [local competition](crate::layers::local) (Bond 3.4): contenders of this process
+    /// meet in memory first (fast-fail, local wake-up, optional hand-off).
+    pub fn local_competition(mut self, config: LocalCompetitionConfig) -> Self {
+        self.scenarios.local = Some(config);
+        self
+    }
+
+    /// Enables (`true`, or a [`ReentrancyConfig`]) or disables (`false`) the
+    /// [reentrancy layer](crate::layers::reentrancy) (Bond 3.6). Holders are explicit
+    /// [`Holder`]s, or tasks with [`LockManagerBuilder::task_holders`].
+    pub fn reentrancy(mut self, config: impl Into<ReentrancyToggle>) -> Self {
+        self.scenarios.reentrancy = config.into().0;
+        self
+    }
+
+    /// Enables [graceful shutdown](crate::layers::shutdown) (Bond 3.5): live locks are tracked and
+    /// [`LockManager::shutdown`] releases them all.
+    pub fn graceful_shutdown(mut self, config: GracefulShutdownConfig) -> Self {
+        self.scenarios.shutdown = Some(config);
+        self
+    }
+
+    /// Enables every scenario layer with its default configuration, in the documented order
+    /// (outer → inner: reentrancy, local competition, shutdown tracking, unlock window, readback;
+    /// see [`crate::layers`] for why). Layers enabled with their own method before or after keep
+    /// that configuration.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+    /// let locks = leasehold::LockManager::builder().client_id("c").farm_id("f").default_layers().build()?;
+    /// let guard = locks.try_lock("k").await?;
+    /// assert!(locks.try_lock("k").await.unwrap_err().is_unavailable()); // fast-failed locally
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn default_layers(mut self) -> Self {
+        let s = &mut self.scenarios;
+        s.readback.get_or_insert_with(ReadbackConfig::default);
+        s.unlock_window
+            .get_or_insert_with(UnlockWindowConfig::default);
+        s.local.get_or_insert_with(LocalCompetitionConfig::default);
+        s.reentrancy.get_or_insert_with(ReentrancyConfig::default);
+        s.shutdown
+            .get_or_insert_with(GracefulShutdownConfig::default);
+        self
+    }
+
     /// The observers configured so far (for layers added by later issues' builder methods).
     pub fn observers(&self) -> &Observers {
         &self.observers
@@ -289,6 +370,7 @@ impl LockManagerBuilder {
         let store = self
             .store
             .unwrap_or_else(|| BoxStore::new(MemoryStore::new()));
+        let (store, closers) = self.scenarios.assemble(store, &self.observers);
         Ok(LockManager {
             inner: Arc::new(ManagerInner {
                 client_id,
@@ -307,6 +389,8 @@ impl LockManagerBuilder {
                 closed: AtomicBool::new(false),
                 in_flight: AtomicUsize::new(0),
                 in_flight_done: Notify::new(),
+                closers,
+                graceful: self.scenarios.shutdown,
             }),
         })
     }
@@ -355,6 +439,10 @@ pub(crate) struct ManagerInner {
     closed: AtomicBool,
     in_flight: AtomicUsize,
     in_flight_done: Notify,
+    /// Called when shutdown starts (local competition wakes its waiters).
+    closers: Closers,
+    #[cfg_attr(not(feature = "signal"), allow(dead_code))]
+    graceful: Option<GracefulShutdownConfig>,
 }
 
 /// Counts an acquisition in flight, so shutdown can wait for it.
@@ -396,6 +484,7 @@ impl LockManager {
             task_holders: false,
             renew: false,
             scenario: "default",
+            scenarios: ScenarioLayers::default(),
         }
     }
 
@@ -603,6 +692,9 @@ impl LockManager {
     /// shutdown layer, that releases every live lock. Returns how many locks were released.
     pub async fn shutdown(&self) -> Result<usize> {
         self.inner.closed.store(true, Ordering::SeqCst);
+        for close in &self.inner.closers.0 {
+            close();
+        }
         let deadline = Instant::now() + self.inner.shutdown_timeout;
         loop {
             let done = self.inner.in_flight_done.notified();
@@ -661,5 +753,193 @@ impl LockManager {
             renew,
             scenario: opts.scenario.unwrap_or(self.inner.scenario),
         })
+    }
+}
+
+/// What [`LockManagerBuilder::reentrancy`] accepts: `true`/`false`, or a [`ReentrancyConfig`].
+#[derive(Debug, Clone, Copy)]
+pub struct ReentrancyToggle(Option<ReentrancyConfig>);
+
+impl From<bool> for ReentrancyToggle {
+    fn from(on: bool) -> Self {
+        ReentrancyToggle(on.then(ReentrancyConfig::default))
+    }
+}
+
+impl From<ReentrancyConfig> for ReentrancyToggle {
+    fn from(config: ReentrancyConfig) -> Self {
+        ReentrancyToggle(Some(config))
+    }
+}
+
+type Closer = Box<dyn Fn() + Send + Sync>;
+
+/// Hooks run when shutdown starts.
+#[derive(Default)]
+struct Closers(Vec<Closer>);
+
+impl std::fmt::Debug for Closers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Closers")
+            .field("count", &self.0.len())
+            .finish()
+    }
+}
+
+impl ScenarioLayers {
+    /// Wraps `store` in the enabled layers, inner → outer: readback, unlock window, shutdown
+    /// tracking, local competition, reentrancy (see `crate::layers` for the reasons). The stack
+    /// stays generic (a disabled layer is a `Maybe::Off` pass-through, no boxing) and is erased
+    /// once, at the end.
+    fn assemble(&self, store: BoxStore, observers: &Observers) -> (BoxStore, Closers) {
+        let mut closers = Closers::default();
+        if self.readback.is_none()
+            && self.unlock_window.is_none()
+            && self.shutdown.is_none()
+            && self.local.is_none()
+            && self.reentrancy.is_none()
+        {
+            return (store, closers);
+        }
+        let store = Maybe::wrap(store, self.readback, |config, inner| {
+            ReadbackLayer::new(config)
+                .with_observers(observers.clone())
+                .layer(inner)
+        });
+        let store = Maybe::wrap(store, self.unlock_window, |config, inner| {
+            UnlockWindowLayer::new(config)
+                .with_observers(observers.clone())
+                .layer(inner)
+        });
+        let store = Maybe::wrap(store, self.shutdown, |config, inner| {
+            ShutdownLayer::new(config)
+                .with_observers(observers.clone())
+                .layer(inner)
+        });
+        let store = Maybe::wrap(store, self.local, |config, inner| {
+            let local = LocalCompetitionLayer::new(config)
+                .with_observers(observers.clone())
+                .layer(inner);
+            closers.0.push(Box::new(local.closer()));
+            local
+        });
+        let store = Maybe::wrap(store, self.reentrancy, |config, inner| {
+            ReentrancyLayer::new(config)
+                .with_observers(observers.clone())
+                .layer(inner)
+        });
+        (BoxStore::new(store), closers)
+    }
+}
+
+/// An optional layer: the wrapped store when enabled, the store itself when not.
+#[derive(Debug)]
+enum Maybe<S, W> {
+    Off(S),
+    On(W),
+}
+
+impl<S, W> Maybe<S, W> {
+    fn wrap<C>(inner: S, config: Option<C>, layer: impl FnOnce(C, S) -> W) -> Self {
+        match config {
+            Some(config) => Maybe::On(layer(config, inner)),
+            None => Maybe::Off(inner),
+        }
+    }
+}
+
+impl<S: LockStore, W: LockStore> LockStore for Maybe<S, W> {
+    fn name(&self) -> &'static str {
+        match self {
+            Maybe::Off(s) => s.name(),
+            Maybe::On(w) => w.name(),
+        }
+    }
+    fn capabilities(&self) -> crate::Capabilities {
+        match self {
+            Maybe::Off(s) => s.capabilities(),
+            Maybe::On(w) => w.capabilities(),
+        }
+    }
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        match self {
+            Maybe::Off(s) => s.try_acquire(req).await,
+            Maybe::On(w) => w.try_acquire(req).await,
+        }
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        match self {
+            Maybe::Off(s) => s.release(lease).await,
+            Maybe::On(w) => w.release(lease).await,
+        }
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        match self {
+            Maybe::Off(s) => s.extend(lease, ttl).await,
+            Maybe::On(w) => w.extend(lease, ttl).await,
+        }
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        match self {
+            Maybe::Off(s) => s.inspect(key).await,
+            Maybe::On(w) => w.inspect(key).await,
+        }
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
+        match self {
+            Maybe::Off(s) => s.list(prefix).await,
+            Maybe::On(w) => w.list(prefix).await,
+        }
+    }
+    async fn shutdown(&self) -> Result<usize> {
+        match self {
+            Maybe::Off(s) => s.shutdown().await,
+            Maybe::On(w) => w.shutdown().await,
+        }
+    }
+}
+
+#[cfg(feature = "signal")]
+impl LockManager {
+    /// Runs [`LockManager::shutdown`] when the process receives SIGINT or SIGTERM (Ctrl-C on
+    /// Windows), then exits the process (feature `signal`).
+    ///
+    /// A `ctrlc` handler (with its `termination` feature, so SIGTERM is caught too) sends on a
+    /// channel; a task spawned on the current tokio runtime receives it, runs the shutdown —
+    /// which, with [graceful shutdown](LockManagerBuilder::graceful_shutdown) on, releases every
+    /// live lock — bounded by the graceful-shutdown deadline plus the manager's shutdown timeout,
+    /// and then calls `std::process::exit` with [`GracefulShutdownConfig::exit_code`] (default
+    /// 130 = 128 + SIGINT; `ctrlc` does not say which of the two signals arrived, so both exit
+    /// with the same status).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Internal`] outside a tokio runtime, or if a `ctrlc` handler is already
+    /// installed in this process (only one can be).
+    pub fn install_signal_handler(&self) -> Result<()> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
+            Error::internal("install_signal_handler must be called inside a tokio runtime")
+                .with_source(e)
+        })?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        ctrlc::try_set_handler(move || {
+            let _ = tx.send(());
+        })
+        .map_err(|e| Error::internal("could not install the signal handler").with_source(e))?;
+        let config = self.inner.graceful.unwrap_or_default();
+        let budget = config.deadline + self.inner.shutdown_timeout;
+        let manager = self.clone();
+        runtime.spawn(async move {
+            if rx.recv().await.is_none() {
+                return;
+            }
+            tracing::info!("signal received: releasing live locks before exiting");
+            match tokio::time::timeout(budget, manager.shutdown()).await {
+                Ok(Ok(released)) => tracing::info!(released, "locks released; exiting"),
+                Ok(Err(error)) => tracing::warn!(%error, "shutdown failed; exiting"),
+                Err(_) => tracing::warn!("shutdown took too long; exiting"),
+            }
+            std::process::exit(config.exit_code);
+        });
+        Ok(())
     }
 }

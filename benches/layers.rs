@@ -1,0 +1,335 @@
+//! Benchmarks of the scenario layers (docs/LAYERS.md has the numbers and how to read them).
+//!
+//! Run: `cargo bench -p leasehold --bench layers`
+//!
+//! (a) `uncontended/*` (criterion): one try-acquire + release of a free key, on a raw dashmap
+//!     insert + remove (the floor), on the bare embedded store, and through the full default
+//!     stack, store level and manager level.
+//! (b) hand-off latency (printed): a holder releases, a task waiting in `lock()` holds the lock;
+//!     p50/p99 over many rounds, with local competition off, on, and on with hand-off.
+//! (c) hot key (printed): 64 tasks × many acquisitions of one key over a request-counting store:
+//!     acquisitions per second and store requests per acquisition, local competition off / on /
+//!     on with hand-off.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use dashmap::DashMap;
+use leasehold::layers::{
+    CountingLayer, LocalCompetitionConfig, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer,
+    ShutdownLayer, UnlockWindowLayer,
+};
+use leasehold::{
+    Acquire, Layer, LockKey, LockManager, LockManagerBuilder, LockStore, MemoryStore, OwnerToken,
+};
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn builder() -> LockManagerBuilder {
+    LockManager::builder()
+        .client_id("bench")
+        .farm_id("f1")
+        .lock_ttl(Duration::from_secs(30))
+}
+
+/// Times `iters` acquire + release pairs through `store`, inside one `block_on`.
+fn store_pairs<S: LockStore>(rt: &tokio::runtime::Runtime, store: &S, iters: u64) -> Duration {
+    let req = Acquire::new(
+        LockKey::dc("f1", "bench", "uncontended").expect("key"),
+        OwnerToken::generate(),
+        Duration::from_secs(30),
+    );
+    rt.block_on(async {
+        let start = Instant::now();
+        for _ in 0..iters {
+            let lease = store.try_acquire(&req).await.expect("free key");
+            black_box(store.release(&lease).await.expect("release"));
+        }
+        start.elapsed()
+    })
+}
+
+fn manager_pairs(rt: &tokio::runtime::Runtime, locks: &LockManager, iters: u64) -> Duration {
+    rt.block_on(async {
+        let key = locks.key("uncontended").expect("key");
+        let start = Instant::now();
+        for _ in 0..iters {
+            let guard = locks.try_lock(&key).await.expect("free key");
+            black_box(guard.release().await.expect("release"));
+        }
+        start.elapsed()
+    })
+}
+
+fn uncontended(c: &mut Criterion) {
+    let rt = current_thread();
+    let mut group = c.benchmark_group("uncontended");
+    group.bench_function("floor_dashmap_insert_remove", |b| {
+        let map: DashMap<LockKey, OwnerToken> = DashMap::new();
+        let key = LockKey::dc("f1", "bench", "uncontended").expect("key");
+        let token = OwnerToken::generate();
+        b.iter_custom(|iters| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                map.insert(key.clone(), token.clone());
+                black_box(map.remove(&key));
+            }
+            start.elapsed()
+        })
+    });
+    group.bench_function("store_bare_memory", |b| {
+        let store = MemoryStore::new();
+        b.iter_custom(|iters| store_pairs(&rt, &store, iters))
+    });
+    group.bench_function("store_default_stack", |b| {
+        let locks = builder().default_layers().build().expect("manager");
+        let store = locks.store().clone();
+        b.iter_custom(|iters| store_pairs(&rt, &store, iters))
+    });
+    group.bench_function("manager_bare_memory", |b| {
+        let locks = builder().build().expect("manager");
+        b.iter_custom(|iters| manager_pairs(&rt, &locks, iters))
+    });
+    group.bench_function("manager_default_stack", |b| {
+        let locks = builder().default_layers().build().expect("manager");
+        b.iter_custom(|iters| manager_pairs(&rt, &locks, iters))
+    });
+    group.finish();
+}
+
+/// What each layer alone adds over the bare store (store level, no type erasure).
+fn per_layer(c: &mut Criterion) {
+    let rt = current_thread();
+    let mut group = c.benchmark_group("per_layer");
+    macro_rules! alone {
+        ($name:literal, $layer:expr) => {
+            group.bench_function($name, |b| {
+                let store = $layer.layer(MemoryStore::new());
+                b.iter_custom(|iters| store_pairs(&rt, &store, iters))
+            });
+        };
+    }
+    alone!("readback", ReadbackLayer::default());
+    alone!("unlock_window", UnlockWindowLayer::default());
+    alone!("shutdown_tracking", ShutdownLayer::default());
+    alone!("local_competition", LocalCompetitionLayer::default());
+    alone!("reentrancy", ReentrancyLayer::default());
+    alone!("counting", CountingLayer::default());
+    group.finish();
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index]
+}
+
+/// (b) A holder releases; a task waiting in `lock()` gets the lock. Returns sorted latencies.
+fn hand_off_latency(label: &str, builder: LockManagerBuilder, rounds: usize) {
+    let rt = multi_thread();
+    let locks = builder.build().expect("manager");
+    let mut samples = rt.block_on(async {
+        let key = locks.key("handoff").expect("key");
+        let mut samples = Vec::with_capacity(rounds);
+        let mut guard = locks.try_lock(&key).await.expect("first");
+        for _ in 0..rounds {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let waiter = {
+                let locks = locks.clone();
+                let key = key.clone();
+                tokio::spawn(async move {
+                    let guard = locks.lock(&key).await.expect("waiter gets it");
+                    let _ = tx.send(Instant::now());
+                    guard
+                })
+            };
+            // Let the waiter park (its first attempt fails: the key is held).
+            tokio::time::sleep(Duration::from_micros(200)).await;
+            let released_at = Instant::now();
+            guard.release().await.expect("release");
+            let acquired_at = rx.await.expect("waiter reports");
+            samples.push(acquired_at.saturating_duration_since(released_at));
+            guard = waiter.await.expect("waiter task");
+        }
+        guard.release().await.expect("release");
+        samples
+    });
+    samples.sort();
+    println!(
+        "hand-off latency [{label}]: p50 {:?}  p90 {:?}  p99 {:?}  ({rounds} rounds)",
+        percentile(&samples, 0.5),
+        percentile(&samples, 0.9),
+        percentile(&samples, 0.99)
+    );
+}
+
+/// A store one network round trip away: every request waits `rtt` first.
+#[derive(Debug, Clone)]
+struct Remote<S> {
+    inner: S,
+    rtt: Duration,
+}
+
+impl<S: LockStore> LockStore for Remote<S> {
+    fn name(&self) -> &'static str {
+        "remote"
+    }
+    fn capabilities(&self) -> leasehold::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, req: &Acquire) -> leasehold::Result<leasehold::Lease> {
+        tokio::time::sleep(self.rtt).await;
+        self.inner.try_acquire(req).await
+    }
+    async fn release(&self, lease: &leasehold::Lease) -> leasehold::Result<bool> {
+        tokio::time::sleep(self.rtt).await;
+        self.inner.release(lease).await
+    }
+    async fn extend(
+        &self,
+        lease: &leasehold::Lease,
+        ttl: Duration,
+    ) -> leasehold::Result<leasehold::Lease> {
+        tokio::time::sleep(self.rtt).await;
+        self.inner.extend(lease, ttl).await
+    }
+    async fn inspect(&self, key: &LockKey) -> leasehold::Result<Option<leasehold::LockInfo>> {
+        tokio::time::sleep(self.rtt).await;
+        self.inner.inspect(key).await
+    }
+}
+
+fn remote(builder: LockManagerBuilder) -> LockManagerBuilder {
+    builder.store(Remote {
+        inner: MemoryStore::new(),
+        rtt: Duration::from_millis(1),
+    })
+}
+
+/// (c) 64 tasks × `per_task` acquisitions of one key.
+fn hot_key(label: &str, builder: LockManagerBuilder, per_task: usize) {
+    const TASKS: usize = 64;
+    let rt = multi_thread();
+    let counting = CountingLayer::new();
+    let counts = counting.counts();
+    let locks = builder.layer(counting).build().expect("manager");
+    let elapsed = rt.block_on(async {
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let locks = locks.clone();
+                tokio::spawn(async move {
+                    for _ in 0..per_task {
+                        let guard = locks.lock("hot").await.expect("hot lock");
+                        black_box(guard.fencing_token());
+                        guard.release().await.expect("release");
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        start.elapsed()
+    });
+    let acquisitions = (TASKS * per_task) as f64;
+    println!(
+        "hot key [{label}]: {:.0} acquisitions/s; store requests per acquisition: {:.3} \
+         (acquire {:.3}, release {:.3}, extend {:.3})",
+        acquisitions / elapsed.as_secs_f64(),
+        counts.total() as f64 / acquisitions,
+        counts.acquires() as f64 / acquisitions,
+        counts.releases() as f64 / acquisitions,
+        counts.extends() as f64 / acquisitions,
+    );
+}
+
+fn main() {
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    uncontended(&mut criterion);
+    per_layer(&mut criterion);
+    criterion.final_summary();
+
+    // The printed measurements run without a criterion filter, or with the filter `printed`.
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if !(filters.is_empty() || filters.iter().any(|f| f == "printed")) {
+        return;
+    }
+
+    let rounds = 2000;
+    hand_off_latency("local competition off", builder(), rounds);
+    hand_off_latency(
+        "local competition on",
+        builder().local_competition(LocalCompetitionConfig::new()),
+        rounds,
+    );
+    hand_off_latency(
+        "local competition on, hand-off",
+        builder().local_competition(LocalCompetitionConfig::new().hand_off(true)),
+        rounds,
+    );
+    hand_off_latency(
+        "default stack + hand-off",
+        builder()
+            .default_layers()
+            .local_competition(LocalCompetitionConfig::new().hand_off(true)),
+        rounds,
+    );
+
+    let per_task = 200;
+    hot_key("local competition off", builder(), per_task);
+    hot_key(
+        "local competition on",
+        builder().local_competition(LocalCompetitionConfig::new()),
+        per_task,
+    );
+    hot_key(
+        "local competition on, hand-off",
+        builder().local_competition(LocalCompetitionConfig::new().hand_off(true)),
+        per_task,
+    );
+    hot_key(
+        "default stack + hand-off",
+        builder()
+            .default_layers()
+            .local_competition(LocalCompetitionConfig::new().hand_off(true)),
+        per_task,
+    );
+
+    // The same over a store 1 ms away (tokio's timer granularity): where local competition pays.
+    let per_task = 5;
+    hot_key(
+        "1 ms store, local competition off",
+        remote(builder()),
+        per_task,
+    );
+    hot_key(
+        "1 ms store, local competition on",
+        remote(builder()).local_competition(LocalCompetitionConfig::new()),
+        per_task,
+    );
+    hot_key(
+        "1 ms store, local competition on, hand-off",
+        remote(builder()).local_competition(LocalCompetitionConfig::new().hand_off(true)),
+        per_task,
+    );
+}

@@ -1,0 +1,407 @@
+use std::sync::Arc;
+
+use super::*;
+use crate::layers::test_support::{events, key, req};
+use leasehold_testkit::scripted::{Op, ScriptedStore};
+
+type Local = Arc<LocalCompetition<ScriptedStore>>;
+
+fn local(scripted: &ScriptedStore, config: LocalCompetitionConfig) -> (Local, events::Seen) {
+    let (observers, seen) = events::capture();
+    let store = LocalCompetitionLayer::new(config)
+        .with_observers(observers)
+        .layer(scripted.clone());
+    (Arc::new(store), seen)
+}
+
+fn blocking(entity: &str, ttl_ms: u64, wait: Duration) -> Acquire {
+    req(entity, ttl_ms).with_deadline(Some(Instant::now() + wait))
+}
+
+/// Lets spawned tasks run until they park.
+async fn settle() {
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn try_lock_fast_fails_without_store_io() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire().expect_release(Ok(true));
+    let (store, seen) = local(&scripted, LocalCompetitionConfig::default());
+    let lease = store.try_acquire(&req("a", 10_000)).await.unwrap();
+    for _ in 0..3 {
+        let err = store.try_acquire(&req("a", 10_000)).await.unwrap_err();
+        assert!(err.is_unavailable());
+    }
+    assert_eq!(
+        scripted.count(Op::TryAcquire),
+        1,
+        "no store I/O for the contenders"
+    );
+    assert_eq!(seen.names(), ["fast_failed"; 3]);
+    assert!(store.release(&lease).await.unwrap());
+    scripted.grant_acquire();
+    store.try_acquire(&req("a", 10_000)).await.unwrap();
+    assert_eq!(store.local_keys(), 1, "one entry per key");
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn blocking_lock_is_woken_by_the_local_release() {
+    let scripted = ScriptedStore::new();
+    scripted
+        .grant_acquire()
+        .expect_release(Ok(true))
+        .grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let first = store.try_acquire(&req("a", 10_000)).await.unwrap();
+    let s = store.clone();
+    let waiter = tokio::spawn(async move {
+        s.try_acquire(&blocking("a", 10_000, Duration::from_secs(60)))
+            .await
+    });
+    settle().await;
+    assert_eq!(
+        scripted.count(Op::TryAcquire),
+        1,
+        "the waiter waits in memory"
+    );
+    let started = Instant::now();
+    store.release(&first).await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "woken at once, not by polling"
+    );
+    assert_ne!(second.token(), first.token());
+    assert_eq!(
+        scripted.ops(),
+        [Op::TryAcquire, Op::Release, Op::TryAcquire]
+    );
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn blocking_lock_times_out_locally() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let _held = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let err = store
+        .try_acquire(&blocking("a", 1000, Duration::from_secs(2)))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable());
+    assert_eq!(scripted.count(Op::TryAcquire), 1);
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_store_talker_per_key() {
+    let scripted = ScriptedStore::new();
+    let (gate, open) = tokio::sync::oneshot::channel::<()>();
+    // The first acquire is slow and finds the key held by another process.
+    scripted.expect_acquire_after(
+        async move {
+            let _ = open.await;
+        },
+        |r| Err(Error::unavailable(&r.key)),
+    );
+    scripted.grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let s = store.clone();
+    let slow = tokio::spawn(async move { s.try_acquire(&req("a", 10_000)).await });
+    settle().await;
+    assert!(store
+        .try_acquire(&req("a", 10_000))
+        .await
+        .unwrap_err()
+        .is_unavailable());
+    let s = store.clone();
+    let waiter = tokio::spawn(async move {
+        s.try_acquire(&blocking("a", 10_000, Duration::from_secs(60)))
+            .await
+    });
+    settle().await;
+    assert_eq!(
+        scripted.count(Op::TryAcquire),
+        1,
+        "only the first talks to the store"
+    );
+    gate.send(()).unwrap();
+    assert!(slow.await.unwrap().unwrap_err().is_unavailable());
+    assert!(waiter.await.unwrap().is_ok(), "then the waiter, in turn");
+    assert_eq!(scripted.count(Op::TryAcquire), 2);
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelled_acquire_frees_the_key() {
+    let scripted = ScriptedStore::new();
+    scripted.expect_acquire_after(futures::future::pending(), |r| {
+        Err(Error::unavailable(&r.key))
+    });
+    scripted.grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let s = store.clone();
+    let stuck = tokio::spawn(async move { s.try_acquire(&req("a", 10_000)).await });
+    settle().await;
+    assert!(
+        store.try_acquire(&req("a", 10_000)).await.is_err(),
+        "in flight: fast-fail"
+    );
+    stuck.abort();
+    assert!(stuck.await.unwrap_err().is_cancelled());
+    store.try_acquire(&req("a", 10_000)).await.unwrap();
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn store_error_frees_the_key() {
+    let scripted = ScriptedStore::new();
+    scripted
+        .expect_acquire(Err(Error::connection("down")))
+        .grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let err = store.try_acquire(&req("a", 10_000)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    store.try_acquire(&req("a", 10_000)).await.unwrap();
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn entry_never_outlives_its_lease() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire().grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    // A holder that never releases (its task crashed and the guard was leaked).
+    let leaked = store.try_acquire(&req("a", 1000)).await.unwrap();
+    tokio::time::advance(Duration::from_millis(999)).await;
+    assert!(store.try_acquire(&req("a", 1000)).await.is_err());
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let next = store.try_acquire(&req("a", 1000)).await.unwrap();
+    assert_ne!(next.token(), leaked.token());
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiter_is_woken_when_a_leaked_lease_expires() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire().grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let _leaked = store.try_acquire(&req("a", 1000)).await.unwrap();
+    let started = Instant::now();
+    store
+        .try_acquire(&blocking("a", 1000, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(1),
+        "at the lease's expiry"
+    );
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn foreign_release_and_extend_go_to_the_store() {
+    let scripted = ScriptedStore::new();
+    scripted
+        .grant_acquire()
+        .expect_release(Ok(false))
+        .grant_extend()
+        .expect_release(Ok(true));
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let lease = store.try_acquire(&req("a", 10_000)).await.unwrap();
+    let impostor = lease.clone().with_token(OwnerToken::generate());
+    assert!(!store.release(&impostor).await.unwrap());
+    assert!(
+        store.try_acquire(&req("a", 10_000)).await.is_err(),
+        "still held locally"
+    );
+    let renewed = store.extend(&lease, Duration::from_secs(20)).await.unwrap();
+    assert_eq!(renewed.token(), lease.token());
+    assert_eq!(renewed.ttl(), Duration::from_secs(20));
+    assert!(store.release(&renewed).await.unwrap());
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn hand_off_skips_the_store_and_is_bounded() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire();
+    let config = LocalCompetitionConfig::new()
+        .hand_off(true)
+        .max_hand_offs(2);
+    let (store, seen) = local(&scripted, config);
+    let mut lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let first = lease.clone();
+    for round in 1..=2 {
+        let s = store.clone();
+        let waiter = tokio::spawn(async move {
+            s.try_acquire(&blocking("a", 60_000, Duration::from_secs(60)))
+                .await
+        });
+        settle().await;
+        assert!(store.release(&lease).await.unwrap());
+        let next = waiter.await.unwrap().unwrap();
+        assert_ne!(
+            next.token(),
+            lease.token(),
+            "each local holder has its own token"
+        );
+        assert_eq!(
+            next.fencing_token(),
+            first.fencing_token(),
+            "one store lease"
+        );
+        assert_eq!(
+            scripted.ops(),
+            [Op::TryAcquire],
+            "round {round}: no store I/O"
+        );
+        lease = next;
+    }
+    assert_eq!(
+        seen.all(),
+        [
+            LockEvent::HandedOff {
+                key: key("a"),
+                consecutive: 1
+            },
+            LockEvent::HandedOff {
+                key: key("a"),
+                consecutive: 2
+            },
+        ]
+    );
+    // The bound is reached: the next release is a real one, under the store's token.
+    let s = store.clone();
+    scripted.expect_release(Ok(true)).grant_acquire();
+    let waiter = tokio::spawn(async move {
+        s.try_acquire(&blocking("a", 60_000, Duration::from_secs(60)))
+            .await
+    });
+    settle().await;
+    assert!(store.release(&lease).await.unwrap());
+    let fresh = waiter.await.unwrap().unwrap();
+    let calls = scripted.calls();
+    assert_eq!(
+        scripted.ops(),
+        [Op::TryAcquire, Op::Release, Op::TryAcquire]
+    );
+    assert_eq!(
+        calls[1].token.as_ref(),
+        Some(first.token()),
+        "released with the store token"
+    );
+    assert_ne!(fresh.fencing_token(), first.fencing_token());
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn hand_off_hold_time_is_bounded() {
+    let scripted = ScriptedStore::new();
+    scripted
+        .grant_acquire()
+        .expect_release(Ok(true))
+        .grant_acquire();
+    let config = LocalCompetitionConfig::new()
+        .hand_off(true)
+        .max_hand_off_hold(Duration::from_millis(100));
+    let (store, seen) = local(&scripted, config);
+    let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let s = store.clone();
+    let waiter = tokio::spawn(async move {
+        s.try_acquire(&blocking("a", 60_000, Duration::from_secs(60)))
+            .await
+    });
+    settle().await;
+    tokio::time::advance(Duration::from_millis(100)).await;
+    store.release(&lease).await.unwrap();
+    waiter.await.unwrap().unwrap();
+    assert_eq!(
+        scripted.ops(),
+        [Op::TryAcquire, Op::Release, Op::TryAcquire]
+    );
+    assert!(seen.names().is_empty());
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn hand_off_extends_a_short_lease() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire().grant_extend();
+    let config = LocalCompetitionConfig::new()
+        .hand_off(true)
+        .max_hand_off_hold(Duration::from_secs(60));
+    let (store, _) = local(&scripted, config);
+    let lease = store.try_acquire(&req("a", 1000)).await.unwrap();
+    let s = store.clone();
+    let waiter = tokio::spawn(async move {
+        s.try_acquire(&blocking("a", 1000, Duration::from_secs(60)))
+            .await
+    });
+    settle().await;
+    tokio::time::advance(Duration::from_millis(600)).await;
+    store.release(&lease).await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    assert_eq!(
+        next.remaining(),
+        Duration::from_millis(1000),
+        "extended for the new holder"
+    );
+    let calls = scripted.calls();
+    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Extend]);
+    assert_eq!(
+        calls[1].token.as_ref(),
+        Some(lease.token()),
+        "extended under the store token"
+    );
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn unclaimed_hand_off_is_released_in_the_store() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire().expect_release(Ok(true));
+    let (store, _) = local(&scripted, LocalCompetitionConfig::new().hand_off(true));
+    let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let s = store.clone();
+    let waiter = tokio::spawn(async move {
+        s.try_acquire(&blocking("a", 60_000, Duration::from_secs(60)))
+            .await
+    });
+    settle().await;
+    assert!(store.release(&lease).await.unwrap(), "handed off");
+    waiter.abort(); // the waiter goes away before taking it
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    settle().await;
+    assert_eq!(
+        scripted.ops(),
+        [Op::TryAcquire, Op::Release],
+        "given back to the store"
+    );
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_wakes_local_waiters() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let _held = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let s = store.clone();
+    let waiter = tokio::spawn(async move {
+        s.try_acquire(&blocking("a", 1000, Duration::from_secs(60)))
+            .await
+    });
+    settle().await;
+    store.shutdown().await.unwrap();
+    let err = waiter.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShutDown);
+    scripted.verify();
+}
