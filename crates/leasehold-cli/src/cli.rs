@@ -88,6 +88,45 @@ pub(crate) enum Command {
     List(ListArgs),
     /// Break a stuck lock. Refuses without --force; prints what it removed.
     Release(ReleaseArgs),
+    /// The scenarios, narrated, on the embedded store (no server needed): a hot key with local
+    /// fast-fails, reentrancy, a late release skipped by the unlock window, readback after a lost
+    /// reply, and graceful shutdown releasing live locks. Ends with a summary table.
+    Demo(DemoArgs),
+    /// Contention benchmark: N tasks acquire and release K keys for a while, then a summary:
+    /// acquisitions/s, p50/p99/max acquire latency, store requests per acquisition, local
+    /// fast-fails, errors by kind.
+    Bench(BenchArgs),
+}
+
+/// `leasehold demo`.
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Workers contending for the hot key.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) tasks: usize,
+    /// How long the hot-key scenario runs.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub(crate) duration: Duration,
+}
+
+/// `leasehold bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Concurrent tasks.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) tasks: usize,
+    /// Distinct keys the tasks spread over (1: one hot key).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) keys: usize,
+    /// How long to run.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub(crate) duration: Duration,
+    /// Hand a released lease straight to a local waiter (see docs/LAYERS.md).
+    #[arg(long)]
+    pub(crate) hand_off: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `leasehold run`.

@@ -5,7 +5,10 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod bench;
 mod cli;
+mod demo;
+mod events;
 mod exit;
 mod run;
 mod store;
@@ -42,6 +45,8 @@ fn main() -> ExitCode {
             Command::Inspect(args) => admin::inspect(&cli.global, args).await,
             Command::List(args) => admin::list(&cli.global, args).await,
             Command::Release(args) => admin::release(&cli.global, args).await,
+            Command::Demo(args) => demo::demo(args).await,
+            Command::Bench(args) => bench::bench(&cli.global, args).await,
         }
     });
     match result {

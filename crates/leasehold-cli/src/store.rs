@@ -64,6 +64,7 @@ impl Target {
             .farm_id(&self.farm_id)
             .default_level(self.level)
             .store(self.store.clone())
+            .default_layers()
             .build()
             .map_err(|e| self.error(e))
     }

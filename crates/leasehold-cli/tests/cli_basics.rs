@@ -127,3 +127,53 @@ fn help_teaches_urls_keys_and_exit_statuses() {
         assert!(run_help.contains(needle), "run help lacks {needle}");
     }
 }
+
+#[test]
+fn demo_runs_every_scenario_and_prints_the_summary() {
+    let out = leasehold(&["demo", "--tasks", "16", "--duration", "300ms"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    for scenario in [
+        "hot key",
+        "reentrancy",
+        "unlock window",
+        "readback",
+        "graceful shutdown",
+    ] {
+        assert!(text.contains(scenario), "summary lacks {scenario}: {text}");
+    }
+    assert!(text.contains("fast-failed locally"), "{text}");
+    assert!(
+        text.contains("store released only at depth 0: true"),
+        "{text}"
+    );
+    assert!(text.contains("1 late release skipped"), "{text}");
+    assert!(text.contains("1 lost reply resolved"), "{text}");
+    assert!(
+        text.contains("3 live locks released at shutdown, 0 left behind"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bench_reports_a_json_summary() {
+    let out = leasehold(&[
+        "bench",
+        "--tasks",
+        "8",
+        "--keys",
+        "2",
+        "--duration",
+        "300ms",
+        "--hand-off",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["acquisitions"].as_u64().unwrap() > 0, "{json}");
+    assert!(json["acquire_latency_us"]["p50"].as_u64().unwrap() > 0);
+    assert!(json["store_requests_per_acquisition"].as_f64().unwrap() > 0.0);
+    assert_eq!(json["errors"], serde_json::json!({}));
+    let out = leasehold(&["bench", "--tasks", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+}
