@@ -32,17 +32,21 @@ pub struct OwnerToken(Arc<str>);
 impl OwnerToken {
     /// A new token for this process, now.
     pub fn generate() -> Self {
+        use std::fmt::Write as _;
         let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
-        let token = format!(
-            "{}/{}/{}/{}",
-            host_name(),
-            std::process::id(),
-            uuid::Uuid::new_v4().simple(),
-            millis
+        let prefix = token_prefix();
+        let mut token = String::with_capacity(prefix.len() + 32 + 1 + 20);
+        token.push_str(prefix);
+        token.push_str(
+            uuid::Uuid::new_v4()
+                .simple()
+                .encode_lower(&mut uuid::Uuid::encode_buffer()),
         );
+        // Writing to a String cannot fail.
+        let _ = write!(token, "/{millis}");
         OwnerToken(token.into())
     }
 
@@ -83,6 +87,12 @@ impl OwnerToken {
             .and_then(|(.., m)| m.parse::<u64>().ok())
             .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
     }
+}
+
+/// `<host>/<pid>/`, computed once: the part of every token that never changes in a process.
+fn token_prefix() -> &'static str {
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    PREFIX.get_or_init(|| format!("{}/{}/", host_name(), std::process::id()))
 }
 
 /// This machine's host name, read once. Falls back to `unknown-host`; `/` is replaced so the
