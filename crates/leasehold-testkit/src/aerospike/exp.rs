@@ -1,0 +1,362 @@
+//! Filter expressions (field 43): a msgpack-encoded expression tree, evaluated on a record.
+//!
+//! The client packs an expression as a msgpack array `[op, args...]`; literals are msgpack
+//! values, with strings and blobs carrying a leading particle-type byte (3 string, 4 blob) and bin
+//! names packed raw. Supported: `eq ne gt ge lt le` (1-6), `and or not` (16-18), `bin` (81),
+//! `bin_type` (82), `key_exists` (71), `set_name` (70), `ttl` (69), and integer, float, string,
+//! blob, boolean and nil literals. A bin that is missing or of another type than the expression
+//! asks for is *unknown*; a comparison with an unknown is unknown, and a filter that does not
+//! evaluate to `true` filters the record out (as the server does). Anything else is a
+//! [`ExpError`], answered with `PARAMETER_ERROR`.
+
+use thiserror::Error;
+use tokio::time::Instant;
+
+use super::store::Record;
+use super::wire::{
+    Particle, Reader, WireError, PARTICLE_BLOB, PARTICLE_BOOL, PARTICLE_FLOAT, PARTICLE_INTEGER,
+    PARTICLE_STRING,
+};
+
+/// Why an expression could not be evaluated.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub(crate) enum ExpError {
+    /// The msgpack is malformed.
+    #[error("malformed expression: {0}")]
+    Wire(#[from] WireError),
+    /// A msgpack type the fixture does not read (maps, extensions).
+    #[error("unsupported msgpack marker 0x{0:02x}")]
+    Marker(u8),
+    /// An expression op the fixture does not implement.
+    #[error("unsupported expression op {0}")]
+    Op(i64),
+    /// An op with the wrong number or kind of arguments.
+    #[error("malformed arguments for expression op {0}")]
+    Args(i64),
+    /// Nesting deeper than the fixture follows.
+    #[error("expression nested too deeply")]
+    Depth,
+}
+
+/// A decoded msgpack value.
+#[derive(Debug, Clone, PartialEq)]
+enum Mp {
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Vec<u8>),
+    Bin(Vec<u8>),
+    Array(Vec<Mp>),
+}
+
+const MAX_DEPTH: usize = 64;
+
+fn decode(r: &mut Reader<'_>, depth: usize) -> Result<Mp, ExpError> {
+    if depth > MAX_DEPTH {
+        return Err(ExpError::Depth);
+    }
+    let m = r.u8("msgpack")?;
+    let be = |b: &[u8]| b.iter().fold(0u64, |acc, x| (acc << 8) | u64::from(*x));
+    Ok(match m {
+        0x00..=0x7f => Mp::Int(i64::from(m)),
+        0xe0..=0xff => Mp::Int(i64::from(m as i8)),
+        0x90..=0x9f => array(r, usize::from(m & 0x0f), depth)?,
+        0xdc => {
+            let n = r.u16("msgpack")?;
+            array(r, usize::from(n), depth)?
+        }
+        0xdd => {
+            let n = r.u32("msgpack")?;
+            array(r, n as usize, depth)?
+        }
+        0xa0..=0xbf => Mp::Str(r.bytes(usize::from(m & 0x1f), "msgpack")?.to_vec()),
+        0xd9 | 0xc4 => {
+            let n = usize::from(r.u8("msgpack")?);
+            str_or_bin(m == 0xd9, r.bytes(n, "msgpack")?)
+        }
+        0xda | 0xc5 => {
+            let n = usize::from(r.u16("msgpack")?);
+            str_or_bin(m == 0xda, r.bytes(n, "msgpack")?)
+        }
+        0xdb | 0xc6 => {
+            let n = r.u32("msgpack")? as usize;
+            str_or_bin(m == 0xdb, r.bytes(n, "msgpack")?)
+        }
+        0xc0 => Mp::Nil,
+        0xc2 => Mp::Bool(false),
+        0xc3 => Mp::Bool(true),
+        0xcc => Mp::Int(be(r.bytes(1, "msgpack")?) as i64),
+        0xcd => Mp::Int(be(r.bytes(2, "msgpack")?) as i64),
+        0xce => Mp::Int(be(r.bytes(4, "msgpack")?) as i64),
+        // u64 above i64::MAX wraps, as the client's own integers are i64.
+        0xcf => Mp::Int(be(r.bytes(8, "msgpack")?) as i64),
+        0xd0 => Mp::Int(i64::from(r.u8("msgpack")? as i8)),
+        0xd1 => Mp::Int(i64::from(r.u16("msgpack")? as i16)),
+        0xd2 => Mp::Int(i64::from(r.u32("msgpack")? as i32)),
+        0xd3 => Mp::Int(be(r.bytes(8, "msgpack")?) as i64),
+        0xca => Mp::Float(f64::from(f32::from_bits(r.u32("msgpack")?))),
+        0xcb => Mp::Float(f64::from_bits(be(r.bytes(8, "msgpack")?))),
+        other => return Err(ExpError::Marker(other)),
+    })
+}
+
+fn array(r: &mut Reader<'_>, n: usize, depth: usize) -> Result<Mp, ExpError> {
+    // Every element takes at least one byte: bound the allocation by what is left.
+    let mut items = Vec::with_capacity(n.min(r.remaining()));
+    for _ in 0..n {
+        items.push(decode(r, depth + 1)?);
+    }
+    Ok(Mp::Array(items))
+}
+
+fn str_or_bin(is_str: bool, bytes: &[u8]) -> Mp {
+    if is_str {
+        Mp::Str(bytes.to_vec())
+    } else {
+        Mp::Bin(bytes.to_vec())
+    }
+}
+
+/// An evaluated value; `Unknown` is the server's "unknown" (missing bin, wrong type).
+#[derive(Debug, Clone, PartialEq)]
+enum Val {
+    Unknown,
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Vec<u8>),
+    Blob(Vec<u8>),
+}
+
+/// A parsed filter expression.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Filter(Mp);
+
+impl Filter {
+    /// Parses the field-43 payload.
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Filter, ExpError> {
+        let mut r = Reader::new(bytes);
+        let root = decode(&mut r, 0)?;
+        if r.remaining() != 0 {
+            return Err(ExpError::Wire(WireError::Trailing(r.remaining())));
+        }
+        Ok(Filter(root))
+    }
+
+    /// Whether `record` passes the filter.
+    pub(crate) fn matches(&self, record: &Record, now: Instant) -> Result<bool, ExpError> {
+        Ok(eval(&self.0, record, now)? == Val::Bool(true))
+    }
+}
+
+fn literal(m: &Mp) -> Val {
+    match m {
+        Mp::Nil => Val::Nil,
+        Mp::Bool(b) => Val::Bool(*b),
+        Mp::Int(i) => Val::Int(*i),
+        Mp::Float(f) => Val::Float(*f),
+        Mp::Str(s) => match s.split_first() {
+            Some((&PARTICLE_STRING, rest)) => Val::Str(rest.to_vec()),
+            Some((&PARTICLE_BLOB, rest)) => Val::Blob(rest.to_vec()),
+            _ => Val::Str(s.clone()),
+        },
+        Mp::Bin(b) => Val::Blob(b.clone()),
+        Mp::Array(_) => Val::Unknown,
+    }
+}
+
+fn particle_val(p: &Particle) -> Val {
+    match p.ptype {
+        PARTICLE_INTEGER => p.as_i64().map_or(Val::Unknown, Val::Int),
+        PARTICLE_FLOAT => <[u8; 8]>::try_from(p.data.as_slice())
+            .map_or(Val::Unknown, |b| Val::Float(f64::from_be_bytes(b))),
+        PARTICLE_STRING => Val::Str(p.data.clone()),
+        PARTICLE_BLOB => Val::Blob(p.data.clone()),
+        PARTICLE_BOOL => Val::Bool(p.data.first().is_some_and(|b| *b != 0)),
+        _ => Val::Unknown,
+    }
+}
+
+/// The particle type an expression type (`ExpType`) reads.
+fn particle_for_exp_type(exp_type: i64) -> Option<u8> {
+    match exp_type {
+        1 => Some(PARTICLE_BOOL),
+        2 => Some(PARTICLE_INTEGER),
+        3 => Some(PARTICLE_STRING),
+        6 => Some(PARTICLE_BLOB),
+        7 => Some(PARTICLE_FLOAT),
+        _ => None,
+    }
+}
+
+fn raw_name(m: &Mp) -> Option<String> {
+    match m {
+        Mp::Str(s) => String::from_utf8(s.clone()).ok(),
+        _ => None,
+    }
+}
+
+fn eval(m: &Mp, record: &Record, now: Instant) -> Result<Val, ExpError> {
+    let items = match m {
+        Mp::Array(items) => items,
+        other => return Ok(literal(other)),
+    };
+    let (op, args) = match items.split_first() {
+        Some((Mp::Int(op), args)) => (*op, args),
+        _ => return Ok(Val::Unknown),
+    };
+    match op {
+        1..=6 => {
+            let [l, r] = args else {
+                return Err(ExpError::Args(op));
+            };
+            let (l, r) = (eval(l, record, now)?, eval(r, record, now)?);
+            Ok(compare(op, &l, &r))
+        }
+        16 | 17 => {
+            // and / or: false (true) wins over unknown, as a three-valued logic.
+            let mut saw_unknown = false;
+            for a in args {
+                match eval(a, record, now)? {
+                    Val::Bool(b) if b == (op == 17) => return Ok(Val::Bool(b)),
+                    Val::Bool(_) => {}
+                    _ => saw_unknown = true,
+                }
+            }
+            Ok(if saw_unknown {
+                Val::Unknown
+            } else {
+                Val::Bool(op == 16)
+            })
+        }
+        18 => {
+            let [a] = args else {
+                return Err(ExpError::Args(op));
+            };
+            Ok(match eval(a, record, now)? {
+                Val::Bool(b) => Val::Bool(!b),
+                _ => Val::Unknown,
+            })
+        }
+        81 => {
+            let [Mp::Int(exp_type), name] = args else {
+                return Err(ExpError::Args(op));
+            };
+            let name = raw_name(name).ok_or(ExpError::Args(op))?;
+            let want = particle_for_exp_type(*exp_type).ok_or(ExpError::Args(op))?;
+            Ok(match record.bin(&name) {
+                Some(p) if p.ptype == want => particle_val(p),
+                _ => Val::Unknown,
+            })
+        }
+        82 => {
+            let [name] = args else {
+                return Err(ExpError::Args(op));
+            };
+            let name = raw_name(name).ok_or(ExpError::Args(op))?;
+            Ok(Val::Int(
+                record.bin(&name).map_or(0, |p| i64::from(p.ptype)),
+            ))
+        }
+        71 => Ok(Val::Bool(record.user_key.is_some())),
+        70 => Ok(Val::Str(record.set.as_bytes().to_vec())),
+        69 => {
+            Ok(Val::Int(record.expiry.remaining(now).map_or(-1, |d| {
+                i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+            })))
+        }
+        other => Err(ExpError::Op(other)),
+    }
+}
+
+fn compare(op: i64, l: &Val, r: &Val) -> Val {
+    use std::cmp::Ordering;
+    let ord: Option<Ordering> = match (l, r) {
+        (Val::Int(a), Val::Int(b)) => Some(a.cmp(b)),
+        (Val::Float(a), Val::Float(b)) => a.partial_cmp(b),
+        (Val::Str(a), Val::Str(b)) | (Val::Blob(a), Val::Blob(b)) => Some(a.cmp(b)),
+        (Val::Bool(a), Val::Bool(b)) => Some(a.cmp(b)),
+        (Val::Nil, Val::Nil) => Some(Ordering::Equal),
+        _ => None,
+    };
+    let Some(ord) = ord else {
+        return Val::Unknown;
+    };
+    Val::Bool(match op {
+        1 => ord == Ordering::Equal,
+        2 => ord != Ordering::Equal,
+        3 => ord == Ordering::Greater,
+        4 => ord != Ordering::Less,
+        5 => ord == Ordering::Less,
+        _ => ord != Ordering::Greater,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::store::Expiry;
+    use super::*;
+
+    fn record() -> Record {
+        Record {
+            set: "s".into(),
+            user_key: None,
+            bins: vec![
+                (
+                    "owner".into(),
+                    Particle {
+                        ptype: PARTICLE_STRING,
+                        data: b"me".to_vec(),
+                    },
+                ),
+                ("n".into(), Particle::int(5)),
+            ],
+            generation: 1,
+            expiry: Expiry::Never,
+        }
+    }
+
+    // [1, [81, 3, "owner"], "\x03me"]
+    const OWNER_IS_ME: &[u8] = &[
+        0x93, 0x01, 0x93, 0x51, 0x03, 0xa5, b'o', b'w', b'n', b'e', b'r', 0xa3, 0x03, b'm', b'e',
+    ];
+
+    #[test]
+    fn string_equality() {
+        let f = Filter::parse(OWNER_IS_ME).unwrap();
+        assert!(f.matches(&record(), Instant::now()).unwrap());
+        let mut other = record();
+        other.bins[0].1.data = b"you".to_vec();
+        assert!(!f.matches(&other, Instant::now()).unwrap());
+        other.bins.remove(0);
+        assert!(!f.matches(&other, Instant::now()).unwrap());
+    }
+
+    #[test]
+    fn logic_and_ints() {
+        // [16, [1, [81, 2, "n"], 5], [18, [1, [81, 2, "n"], 6]]]
+        let bytes = [
+            0x93, 0x10, 0x93, 0x01, 0x93, 0x51, 0x02, 0xa1, b'n', 0x05, 0x92, 0x12, 0x93, 0x01,
+            0x93, 0x51, 0x02, 0xa1, b'n', 0x06,
+        ];
+        let f = Filter::parse(&bytes).unwrap();
+        assert!(f.matches(&record(), Instant::now()).unwrap());
+    }
+
+    #[test]
+    fn malformed_input_is_an_error() {
+        assert!(Filter::parse(&OWNER_IS_ME[..5]).is_err());
+        assert!(Filter::parse(&[0xdd, 0xff, 0xff, 0xff, 0xff]).is_err());
+        assert_eq!(
+            Filter::parse(&[0x91, 0x7f])
+                .unwrap()
+                .matches(&record(), Instant::now()),
+            Err(ExpError::Op(127))
+        );
+        let mut deep = vec![0x91; 100];
+        deep.push(0x01);
+        assert_eq!(Filter::parse(&deep), Err(ExpError::Depth));
+    }
+}

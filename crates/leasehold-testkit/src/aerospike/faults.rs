@@ -1,0 +1,259 @@
+//! Fault injection on data messages.
+//!
+//! A fault is a [`Fault`] (what goes wrong) bound to a [`Target`] (which requests it hits),
+//! registered through the [`Faults`] handle of a running fixture. Faults only ever apply to data
+//! messages (reads, writes, deletes, operates, scans), never to info requests: a node whose info
+//! requests fail is dropped by the client's tend, which is a different failure than the one a
+//! test usually wants.
+//!
+//! Each data request is checked against the registered rules in registration order; the first
+//! rule that matches decides the fault and, if it is count-limited, uses one of its requests.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use std::time::Duration;
+//! use leasehold_testkit::aerospike::{AerospikeFixture, Fault, Target};
+//!
+//! let fixture = AerospikeFixture::start().await?;
+//! // The next data request is answered 2 s late: a client with a shorter timeout times out.
+//! fixture.faults().inject(Fault::DelayReply(Duration::from_secs(2)), Target::NextRequests(1));
+//! // Every request on user key "lock-a" (any set) is applied but never answered.
+//! let id = fixture.faults().inject(Fault::DropReply, Target::Key("lock-a".into()));
+//! fixture.faults().remove(id);
+//! # Ok(()) }
+//! ```
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ripemd::{Digest, Ripemd160};
+use tokio::sync::watch;
+
+/// What goes wrong with a request a fault targets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Apply the request, then wait this long before answering. With a client timeout shorter
+    /// than the delay the client gives up first: for a write this is the in-doubt case (the write
+    /// did happen).
+    DelayReply(Duration),
+    /// Close the connection as soon as the request is read, without applying it. The client sees
+    /// a connection error; the request had no effect.
+    DropConnection,
+    /// Apply the request, then close the connection instead of answering: the write happened but
+    /// the client never learns it (the in-doubt case, without waiting for a timeout).
+    DropReply,
+    /// Do not apply the request; answer it with this result code (see
+    /// [`result_code`](super::result_code) for the usual ones).
+    ResultCode(u8),
+}
+
+/// Which data requests a fault applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Target {
+    /// The next `n` data requests, whatever their key. The rule is removed once used up.
+    NextRequests(u32),
+    /// Every request on the record whose user key is this string, in any set, until the rule is
+    /// removed. Matched by digest (`RIPEMD-160(set ‖ 3 ‖ key)`), so it also hits requests that do
+    /// not send the user key (reads and deletes never do).
+    Key(String),
+    /// Every request on the record with this 20-byte digest, until the rule is removed.
+    Digest([u8; 20]),
+    /// The next `n` requests on the record whose user key is this string (see [`Target::Key`]).
+    KeyTimes(String, u32),
+}
+
+/// Identifies one registered fault rule, for [`Faults::remove`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FaultId(u64);
+
+#[derive(Debug)]
+struct Rule {
+    id: u64,
+    fault: Fault,
+    target: Target,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_id: u64,
+    rules: Vec<Rule>,
+    applied: u64,
+}
+
+/// Handle to a fixture's fault rules and its pause switch. Cheap to clone; every clone controls
+/// the same fixture.
+#[derive(Debug, Clone)]
+pub struct Faults {
+    state: Arc<Mutex<State>>,
+    paused: Arc<watch::Sender<bool>>,
+}
+
+/// What a data request is about, as far as fault matching is concerned.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestKey<'a> {
+    pub(crate) set: &'a [u8],
+    pub(crate) digest: Option<&'a [u8]>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults::new()
+    }
+}
+
+impl Faults {
+    pub(crate) fn new() -> Self {
+        let (paused, _) = watch::channel(false);
+        Faults {
+            state: Arc::new(Mutex::new(State::default())),
+            paused: Arc::new(paused),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the rules inconsistent: recover.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers `fault` for the requests `target` selects and returns its id.
+    pub fn inject(&self, fault: Fault, target: Target) -> FaultId {
+        let mut state = self.lock();
+        state.next_id += 1;
+        let id = state.next_id;
+        state.rules.push(Rule { id, fault, target });
+        FaultId(id)
+    }
+
+    /// Removes one rule; returns whether it was still registered.
+    pub fn remove(&self, id: FaultId) -> bool {
+        let mut state = self.lock();
+        let before = state.rules.len();
+        state.rules.retain(|r| r.id != id.0);
+        state.rules.len() != before
+    }
+
+    /// Removes every rule (does not resume a paused fixture).
+    pub fn clear(&self) {
+        self.lock().rules.clear();
+    }
+
+    /// Number of rules still registered (count-limited rules disappear once used up).
+    pub fn pending(&self) -> usize {
+        self.lock().rules.len()
+    }
+
+    /// Number of faults applied so far, over the fixture's lifetime.
+    pub fn applied(&self) -> u64 {
+        self.lock().applied
+    }
+
+    /// Holds every data request from now on (reading it, then waiting before applying it) until
+    /// [`resume`](Self::resume). Info requests are still answered, so the client keeps the node.
+    pub fn pause(&self) {
+        self.paused.send_replace(true);
+    }
+
+    /// Releases held data requests and lets new ones through.
+    pub fn resume(&self) {
+        self.paused.send_replace(false);
+    }
+
+    /// Whether data requests are currently held.
+    pub fn is_paused(&self) -> bool {
+        *self.paused.borrow()
+    }
+
+    /// Waits until the fixture is not paused.
+    pub(crate) async fn wait_resumed(&self) {
+        let mut rx = self.paused.subscribe();
+        // The sender lives in `self`, so `wait_for` only fails if it was dropped: then go on.
+        let _ = rx.wait_for(|paused| !*paused).await.map(|_| ());
+    }
+
+    /// Picks the fault for one request, using up one count of a count-limited rule.
+    pub(crate) fn take(&self, key: RequestKey<'_>) -> Option<Fault> {
+        let mut state = self.lock();
+        let mut hit = None;
+        for (idx, rule) in state.rules.iter_mut().enumerate() {
+            let (matches, remaining) = match &mut rule.target {
+                Target::NextRequests(n) => (*n > 0, Some(n)),
+                Target::Key(user_key) => (key_matches(user_key, key), None),
+                Target::Digest(d) => (key.digest == Some(&d[..]), None),
+                Target::KeyTimes(user_key, n) => (*n > 0 && key_matches(user_key, key), Some(n)),
+            };
+            if matches {
+                let used_up = match remaining {
+                    Some(n) => {
+                        *n -= 1;
+                        *n == 0
+                    }
+                    None => false,
+                };
+                hit = Some((idx, rule.fault.clone(), used_up));
+                break;
+            }
+        }
+        let (idx, fault, used_up) = hit?;
+        if used_up {
+            state.rules.remove(idx);
+        }
+        state.applied += 1;
+        Some(fault)
+    }
+}
+
+fn key_matches(user_key: &str, key: RequestKey<'_>) -> bool {
+    key.digest == Some(&string_key_digest(key.set, user_key)[..])
+}
+
+/// The digest the client computes for a string user key in `set`: `RIPEMD-160(set ‖ 3 ‖ key)`.
+pub(crate) fn string_key_digest(set: &[u8], user_key: &str) -> [u8; 20] {
+    let mut hash = Ripemd160::new();
+    hash.update(set);
+    hash.update([crate::aerospike::wire::PARTICLE_STRING]);
+    hash.update(user_key.as_bytes());
+    hash.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_requests_is_used_up() {
+        let faults = Faults::new();
+        faults.inject(Fault::DropConnection, Target::NextRequests(2));
+        let key = RequestKey {
+            set: b"s",
+            digest: None,
+        };
+        assert_eq!(faults.take(key), Some(Fault::DropConnection));
+        assert_eq!(faults.take(key), Some(Fault::DropConnection));
+        assert_eq!(faults.take(key), None);
+        assert_eq!(faults.pending(), 0);
+        assert_eq!(faults.applied(), 2);
+    }
+
+    #[test]
+    fn key_rules_match_by_digest() {
+        let faults = Faults::new();
+        let id = faults.inject(Fault::ResultCode(14), Target::Key("k".into()));
+        let digest = string_key_digest(b"set", "k");
+        let hit = RequestKey {
+            set: b"set",
+            digest: Some(&digest),
+        };
+        let other = string_key_digest(b"set", "other");
+        let miss = RequestKey {
+            set: b"set",
+            digest: Some(&other),
+        };
+        assert_eq!(faults.take(miss), None);
+        assert_eq!(faults.take(hit), Some(Fault::ResultCode(14)));
+        assert_eq!(faults.take(hit), Some(Fault::ResultCode(14)));
+        assert!(faults.remove(id));
+        assert_eq!(faults.take(hit), None);
+    }
+}

@@ -1,0 +1,387 @@
+//! A small Aerospike server speaking the real wire protocol on loopback, with fault injection.
+//!
+//! [`AerospikeFixture`] serves one namespace from memory on a free port, so the real `aerospike`
+//! client (3.x, async) connects to it exactly as it connects to a one-node cluster: no login, the
+//! usual seed check and tend over info commands, then single-record commands and scans over data
+//! messages. Tests reach the failures a cluster produces (timeouts, dropped connections, lost
+//! replies, error codes, a stalled server) through [`Faults`].
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use leasehold_testkit::aerospike::{AerospikeFixture, Fault, Target};
+//!
+//! let fixture = AerospikeFixture::builder().namespace("locks").start().await?;
+//! let hosts = fixture.host_string(); // "127.0.0.1:PORT", for aerospike::Client::new
+//! // ... connect a client to `hosts`, write records to set "leases" ...
+//! fixture.faults().inject(Fault::DropReply, Target::NextRequests(1));
+//! assert_eq!(fixture.record_count("leases"), 0);
+//! fixture.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! The binary `aerospike-fixture --bind 127.0.0.1:3000 --namespace test` serves the same
+//! fixture until SIGINT/SIGTERM and prints `listening on <addr>` once ready.
+//!
+//! # Protocol subset
+//!
+//! - Framing: 8-byte proto header (version 2, type, 48-bit length);
+//!   info frames (type 1) and data messages (type 3) with the 22-byte message header, fields
+//!   and operations. Compressed messages (type 4) are not served: the client only sends them
+//!   when a policy enables compression, and such a connection is closed.
+//! - Info: `node`, `cluster-name`, `build` (`7.2.0.1`), `partition-generation`,
+//!   `peers-generation`, `peers-clear-std` (no peers), `replicas` (all 4096 partitions on this
+//!   node, one replica, AP regime), `namespaces`, `features`; anything else answers empty.
+//! - Single-record messages: put (write ops) with record-exists actions (update, create-only,
+//!   update-only, replace, replace-only), generation policies (none, expect-equal,
+//!   expect-greater), expiration (namespace default, seconds, never, don't-update); get (all
+//!   bins, header only, named bins), exists, delete (with generation check), touch, and operate
+//!   with read, write, add (integer), append/prepend (string, blob), touch and delete ops, with
+//!   one result per op in order when the client sets respond-all-ops. The user key is stored
+//!   when the client sends it (`send_key`).
+//! - Filter expressions (field 43) on reads, writes, deletes, operates and scans: comparisons
+//!   of bins, literals, `and`/`or`/`not`, `bin_type`, `key_exists`, `set_name`, `ttl`. A record
+//!   the filter rejects answers `FILTERED_OUT` (27); an unsupported expression answers
+//!   `PARAMETER_ERROR` (4).
+//! - Scans: the client's partition scan (`query` with a statement without index filter) of a
+//!   set, or of the whole namespace; every live record of the requested partitions, with
+//!   digest, set, user key (if stored), bins, generation and void time, then a last message.
+//! - Not served (answered `PARAMETER_ERROR`): batch, UDF, secondary-index queries, background
+//!   queries, CDT/bit/HLL/expression operations.
+//!
+//! Result codes are the server's ([`result_code`]).
+//!
+//! # Guesses
+//!
+//! Where the server's behaviour could not be checked against a server, the fixture does this:
+//!
+//! - Generation starts at 1 when a record is created and increases by one on every write
+//!   (touch included); it is 16 bits on the wire of a real server and wraps from 65535 to 1,
+//!   never 0.
+//! - A generation check (expect-equal or expect-greater) against an absent record passes: the
+//!   write creates the record. A delete of an absent record is `KEY_NOT_FOUND` (2) whatever
+//!   the generation.
+//! - A filter expression is only evaluated against an existing record; a write that creates a
+//!   record is not filtered.
+//! - Expiration is always enabled (as with `nsup-period` set): a write with a TTL never fails
+//!   because expiry is disabled. Expiration 0 uses the namespace default TTL, which is
+//!   "never" unless [`AerospikeFixtureBuilder::default_ttl`] sets one. A record past its void
+//!   time is invisible to every command at once (a real server may serve it until nsup runs).
+//! - A write that leaves a record without bins deletes it.
+//! - A scan resuming a partially scanned partition rescans the whole partition.
+//! - `add` on a bin holding a non-integer answers `BIN_TYPE_ERROR` (12); an `add` with a
+//!   non-integer value answers `PARAMETER_ERROR` (4).
+
+mod command;
+mod exp;
+mod faults;
+mod info;
+pub mod result_code;
+mod server;
+mod store;
+mod wire;
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use faults::{Fault, FaultId, Faults, Target};
+
+use command::NsConfig;
+use info::NodeInfo;
+use server::Shared;
+use store::Store;
+
+/// Namespace served when the builder names none.
+pub const DEFAULT_NAMESPACE: &str = "test";
+/// Cluster name reported when the builder names none.
+pub const DEFAULT_CLUSTER_NAME: &str = "leasehold-fixture";
+
+/// A running Aerospike test server. Stops when dropped (or, to wait for it, on
+/// [`shutdown`](Self::shutdown)).
+#[derive(Debug)]
+pub struct AerospikeFixture {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// Configures an [`AerospikeFixture`] before it starts.
+#[derive(Debug, Clone)]
+pub struct AerospikeFixtureBuilder {
+    namespace: String,
+    cluster_name: String,
+    bind: SocketAddr,
+    default_ttl: Option<Duration>,
+}
+
+impl Default for AerospikeFixtureBuilder {
+    fn default() -> Self {
+        AerospikeFixtureBuilder {
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            cluster_name: DEFAULT_CLUSTER_NAME.to_owned(),
+            bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            default_ttl: None,
+        }
+    }
+}
+
+impl AerospikeFixtureBuilder {
+    /// The namespace to serve (default `test`). Requests for any other namespace answer
+    /// `NAMESPACE_NOT_FOUND`; the client refuses them before sending, since the partition map
+    /// only lists this one.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The cluster name reported by `cluster-name` (default `leasehold-fixture`); set the
+    /// client's `cluster_name` to it to exercise the client's check.
+    pub fn cluster_name(mut self, cluster_name: impl Into<String>) -> Self {
+        self.cluster_name = cluster_name.into();
+        self
+    }
+
+    /// The address to listen on (default `127.0.0.1:0`, a free loopback port).
+    pub fn bind(mut self, addr: SocketAddr) -> Self {
+        self.bind = addr;
+        self
+    }
+
+    /// The namespace default TTL, used by writes with expiration 0 (default: never expire).
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.default_ttl = Some(ttl);
+        self
+    }
+
+    /// Binds and starts serving on the current tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// Binding fails, or the namespace name is empty, longer than 31 bytes, or contains a
+    /// character the info protocol cannot carry (`:;,\t\n`).
+    pub async fn start(self) -> io::Result<AerospikeFixture> {
+        let ns = &self.namespace;
+        if ns.is_empty() || ns.len() > 31 || ns.contains([':', ';', ',', '\t', '\n']) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("invalid namespace name {ns:?}"),
+            ));
+        }
+        if self.cluster_name.contains(['\t', '\n']) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cluster name contains a tab or newline",
+            ));
+        }
+        let listener = TcpListener::bind(self.bind).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::default()),
+            ns: NsConfig {
+                namespace: self.namespace.clone(),
+                default_ttl: self.default_ttl,
+            },
+            info: NodeInfo {
+                node_name: format!(
+                    "BB9F1{:04X}{:06X}",
+                    addr.port(),
+                    std::process::id() & 0xFF_FFFF
+                ),
+                cluster_name: self.cluster_name,
+                namespace: self.namespace,
+                port: addr.port(),
+            },
+            faults: Faults::new(),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(server::serve(listener, shared.clone(), stop_rx));
+        Ok(AerospikeFixture {
+            addr,
+            shared,
+            stop,
+            task: Some(task),
+        })
+    }
+}
+
+/// A stored record, as seen by [`AerospikeFixture::record`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredRecord {
+    /// The set the record belongs to (empty for none).
+    pub set: String,
+    /// The user key, when the client sent it (`send_key`).
+    pub user_key: Option<BinValue>,
+    /// The record's generation.
+    pub generation: u16,
+    /// Time left before the record expires; `None` if it never does.
+    pub ttl: Option<Duration>,
+    /// The bins, in the order they were first written.
+    pub bins: Vec<(String, BinValue)>,
+}
+
+impl StoredRecord {
+    /// The value of one bin.
+    pub fn bin(&self, name: &str) -> Option<&BinValue> {
+        self.bins.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+}
+
+/// A bin value (or user key) as stored.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum BinValue {
+    /// A 64-bit integer.
+    Int(i64),
+    /// A 64-bit float.
+    Float(f64),
+    /// A string.
+    String(String),
+    /// A byte array.
+    Blob(Vec<u8>),
+    /// A boolean.
+    Bool(bool),
+    /// Any other particle type (list, map, geo, ...), raw.
+    Other {
+        /// The wire particle type.
+        particle_type: u8,
+        /// The wire bytes.
+        bytes: Vec<u8>,
+    },
+}
+
+impl BinValue {
+    fn from_particle(p: &wire::Particle) -> BinValue {
+        let raw = || BinValue::Other {
+            particle_type: p.ptype,
+            bytes: p.data.clone(),
+        };
+        match p.ptype {
+            wire::PARTICLE_INTEGER => p.as_i64().map_or_else(raw, BinValue::Int),
+            wire::PARTICLE_FLOAT => <[u8; 8]>::try_from(p.data.as_slice())
+                .map_or_else(|_| raw(), |b| BinValue::Float(f64::from_be_bytes(b))),
+            wire::PARTICLE_STRING => {
+                String::from_utf8(p.data.clone()).map_or_else(|_| raw(), BinValue::String)
+            }
+            wire::PARTICLE_BLOB => BinValue::Blob(p.data.clone()),
+            wire::PARTICLE_BOOL if p.data.len() == 1 => BinValue::Bool(p.data[0] != 0),
+            _ => raw(),
+        }
+    }
+}
+
+impl AerospikeFixture {
+    /// Starts a fixture serving namespace `test` on a free loopback port.
+    ///
+    /// # Errors
+    ///
+    /// Binding the port fails.
+    pub async fn start() -> io::Result<AerospikeFixture> {
+        AerospikeFixture::builder().start().await
+    }
+
+    /// A builder, to choose namespace, address, cluster name or default TTL.
+    pub fn builder() -> AerospikeFixtureBuilder {
+        AerospikeFixtureBuilder::default()
+    }
+
+    /// The address the fixture listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `"IP:PORT"`, usable as the `aerospike` client's hosts string.
+    pub fn host_string(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// The namespace served.
+    pub fn namespace(&self) -> &str {
+        &self.shared.ns.namespace
+    }
+
+    /// The node name the fixture reports (constant for its lifetime).
+    pub fn node_name(&self) -> &str {
+        &self.shared.info.node_name
+    }
+
+    /// The fault injection handle.
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
+    }
+
+    /// Holds every data request until [`resume`](Self::resume); see [`Faults::pause`].
+    pub fn pause(&self) {
+        self.shared.faults.pause();
+    }
+
+    /// Releases held data requests; see [`Faults::resume`].
+    pub fn resume(&self) {
+        self.shared.faults.resume();
+    }
+
+    /// Number of live (unexpired) records in `set`.
+    pub fn record_count(&self, set: &str) -> usize {
+        let now = tokio::time::Instant::now();
+        self.shared.store().live(Some(set), now).count()
+    }
+
+    /// Number of live records in the namespace, all sets together.
+    pub fn total_record_count(&self) -> usize {
+        let now = tokio::time::Instant::now();
+        self.shared.store().live(None, now).count()
+    }
+
+    /// The live record with this digest (the client's `Key::digest`), if any.
+    pub fn record(&self, digest: &[u8; 20]) -> Option<StoredRecord> {
+        let now = tokio::time::Instant::now();
+        let mut store = self.shared.store();
+        let r = store.get_live(digest, now)?;
+        Some(StoredRecord {
+            set: r.set.clone(),
+            user_key: r.user_key.as_ref().map(BinValue::from_particle),
+            generation: r.generation,
+            ttl: r.expiry.remaining(now),
+            bins: r
+                .bins
+                .iter()
+                .map(|(n, p)| (n.clone(), BinValue::from_particle(p)))
+                .collect(),
+        })
+    }
+
+    /// The live record of `set` with string user key `user_key` (found by its digest, so the
+    /// client need not have sent the key), if any.
+    pub fn record_by_key(&self, set: &str, user_key: &str) -> Option<StoredRecord> {
+        self.record(&faults::string_key_digest(set.as_bytes(), user_key))
+    }
+
+    /// Removes every record.
+    pub fn clear(&self) {
+        self.shared.store().clear();
+    }
+
+    /// Stops accepting connections, closes every open one and waits for the server task.
+    pub async fn shutdown(mut self) {
+        self.stop.send_replace(true);
+        if let Some(task) = self.task.take() {
+            // The task only ends by shutdown; a join error means it was aborted or panicked,
+            // and either way it is gone.
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for AerospikeFixture {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The accept loop and per-connection request loop.
+//!
+//! Each connection reads one frame at a time and answers it before reading the next, as the
+//! client pipelines nothing on a connection. Info frames are answered at once; data messages
+//! wait while the fixture is paused, then go through fault injection and the store. A frame
+//! that cannot be parsed closes its connection with a `tracing::warn!`; it never takes down the
+//! server.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::command::{self, Kind, NsConfig};
+use super::faults::{Fault, Faults, RequestKey};
+use super::info::NodeInfo;
+use super::result_code as rc;
+use super::store::Store;
+use super::wire::{self, Message, Reply, WireError};
+
+/// State shared by the server task and the fixture handle.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) store: Mutex<Store>,
+    pub(crate) ns: NsConfig,
+    pub(crate) info: NodeInfo,
+    pub(crate) faults: Faults,
+}
+
+impl Shared {
+    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
+        // The store is never left half-updated by a panic (none can happen while it is held):
+        // recover from poisoning instead of propagating it.
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Runs the server until `shutdown` turns true; then every connection is closed.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    let sweeper = {
+        let shared = shared.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tick.tick().await;
+                let now = tokio::time::Instant::now();
+                shared.store().purge_expired(now);
+            }
+        }
+    };
+    connections.spawn(sweeper);
+    loop {
+        tokio::select! {
+            () = stopped(&mut shutdown) => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    tracing::debug!("aerospike fixture: connection from {peer}");
+                    let shared = shared.clone();
+                    connections.spawn(async move {
+                        if let Err(e) = connection(stream, &shared).await {
+                            tracing::warn!("aerospike fixture: closing connection from {peer}: {e}");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!("aerospike fixture: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            // Reap finished connection tasks so the set does not grow without bound.
+            Some(_) = connections.join_next(), if connections.len() > 1 => {}
+        }
+    }
+    connections.shutdown().await;
+}
+
+/// Resolves once the stop flag is set (or its sender is gone).
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+/// Why a connection was closed.
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("malformed frame: {0}")]
+    Wire(#[from] WireError),
+}
+
+async fn connection(mut stream: TcpStream, shared: &Shared) -> Result<(), ConnError> {
+    // Replies are written whole; no need to wait for more.
+    let _ = stream.set_nodelay(true);
+    loop {
+        let mut header = [0u8; 8];
+        match stream.read_exact(&mut header).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        let proto = match wire::parse_proto(header) {
+            Ok(p) => p,
+            Err(WireError::FrameType(wire::TYPE_COMPRESSED)) => {
+                return Err(WireError::FrameType(wire::TYPE_COMPRESSED).into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut body = vec![0u8; proto.len];
+        stream.read_exact(&mut body).await?;
+        if proto.frame_type == wire::TYPE_INFO {
+            let answer = shared.info.answer(&body);
+            stream
+                .write_all(&wire::frame(wire::TYPE_INFO, &answer))
+                .await?;
+            continue;
+        }
+        let msg = Message::parse(&body)?;
+        if !data_message(&mut stream, shared, &msg).await? {
+            return Ok(());
+        }
+    }
+}
+
+/// Serves one data message; returns whether the connection stays open.
+async fn data_message(
+    stream: &mut TcpStream,
+    shared: &Shared,
+    msg: &Message,
+) -> Result<bool, ConnError> {
+    shared.faults.wait_resumed().await;
+    let digest = command::digest_of(msg);
+    let fault = shared.faults.take(RequestKey {
+        set: msg.field(wire::FIELD_SET).unwrap_or_default(),
+        digest: digest.as_ref().map(|d| &d[..]),
+    });
+    let kind = command::classify(msg);
+    match fault {
+        Some(Fault::DropConnection) => return Ok(false),
+        Some(Fault::ResultCode(code)) => {
+            let mut reply = Reply::code(code);
+            if kind == Kind::Scan {
+                reply.info3 = wire::INFO3_LAST;
+            }
+            stream.write_all(&reply.to_frame()).await?;
+            return Ok(true);
+        }
+        _ => {}
+    }
+    let frames = match kind {
+        Kind::Single => {
+            let reply = command::execute(&mut shared.store(), &shared.ns, msg);
+            vec![reply.to_frame()]
+        }
+        Kind::Scan => command::scan(&shared.store(), &shared.ns, msg),
+        Kind::Unsupported => {
+            tracing::warn!(
+                "aerospike fixture: unsupported data message (batch, UDF or index query)"
+            );
+            vec![Reply {
+                info3: wire::INFO3_LAST,
+                result_code: rc::PARAMETER_ERROR,
+                ..Reply::default()
+            }
+            .to_frame()]
+        }
+    };
+    match fault {
+        Some(Fault::DropReply) => return Ok(false),
+        Some(Fault::DelayReply(delay)) => tokio::time::sleep(delay).await,
+        _ => {}
+    }
+    for frame in frames {
+        stream.write_all(&frame).await?;
+    }
+    Ok(true)
+}
