@@ -3,7 +3,7 @@
 //! Each case is a public async function taking the store under test, so a backend crate runs the
 //! whole suite with one macro line in a test file:
 //!
-//! ```ignore
+//! ```text
 //! // tests/conformance.rs of a store crate (needs `tokio` as a dev-dependency)
 //! leasehold_testkit::conformance_tests!(async { my_store::MyStore::connect("...").await.unwrap() });
 //! ```
@@ -354,7 +354,7 @@ pub async fn run_all<S: LockStore>(store: &S) {
 /// (an expression evaluating to a future of the store). The calling crate needs `tokio` (with the
 /// `macros` and `rt-multi-thread` features) as a dev-dependency.
 ///
-/// ```ignore
+/// ```text
 /// leasehold_testkit::conformance_tests!(async { leasehold::MemoryStore::new() });
 /// ```
 #[macro_export]
