@@ -357,8 +357,41 @@ pub async fn run_all<S: LockStore>(store: &S) {
 /// ```text
 /// leasehold_testkit::conformance_tests!(async { leasehold::MemoryStore::new() });
 /// ```
+///
+/// When the store needs something kept alive next to it (a server process, a fixture), give a
+/// factory of `(store, guard)` with `with_guard:`; the guard is dropped after the case:
+///
+/// ```text
+/// leasehold_testkit::conformance_tests!(with_guard: async {
+///     let server = leasehold_testkit::redis::RedisServer::start().unwrap();
+///     (connect(server.url()).await, server)
+/// });
+/// ```
 #[macro_export]
 macro_rules! conformance_tests {
+    (with_guard: $factory:expr) => {
+        $crate::conformance_tests!(@guarded $factory;
+            acquire_contend_release,
+            release_is_owner_checked,
+            extend_is_owner_checked,
+            ttl_expiry_and_reacquire,
+            stale_token_never_touches_next_holder,
+            inspect_reports_holder_and_ttl,
+            fencing_tokens_grow,
+            listing,
+            concurrent_acquisition_has_one_winner,
+            invalid_ttl_rejected
+        );
+    };
+    (@guarded $factory:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let (store, _guard) = $factory.await;
+                $crate::conformance::$case(&store).await;
+            }
+        )*
+    };
     ($factory:expr) => {
         $crate::conformance_tests!(@cases $factory;
             acquire_contend_release,

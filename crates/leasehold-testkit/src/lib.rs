@@ -2,10 +2,14 @@
 //!
 //! - [`aerospike`]: a small Aerospike server that speaks the real wire protocol on loopback, with
 //!   fault injection, so the real `aerospike` client can be tested without a cluster.
+//! - [`redis`]: a private `redis-server` per test, on a free loopback port, killed on drop.
+//! - [`fault_proxy`]: a loopback TCP proxy that delays or loses replies, for in-doubt tests.
 //! - [`conformance`]: the store contract as a test suite; every store runs it
 //!   ([`conformance_tests!`]).
 //! - [`scripted`]: a scripted store, the test double layers are tested against.
 
 pub mod aerospike;
 pub mod conformance;
+pub mod fault_proxy;
+pub mod redis;
 pub mod scripted;

@@ -1,0 +1,181 @@
+//! Configuration: the URL, key prefix, timeouts and fencing, validated before any I/O.
+
+use std::fmt;
+use std::time::Duration;
+
+use leasehold_core::{Error, Result};
+
+/// Default key prefix: lock keys are `leasehold:<lock key>`.
+pub const DEFAULT_PREFIX: &str = "leasehold:";
+/// Default time to wait for a reply before the request is in doubt.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default time to wait for a connection.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How a [`RedisStore`](crate::RedisStore) connects and lays out its keys.
+///
+/// `Debug` and every message show the URL with its password replaced by `***`.
+#[derive(Clone)]
+pub struct RedisConfig {
+    pub(crate) url: String,
+    pub(crate) prefix: String,
+    pub(crate) response_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) fencing: bool,
+}
+
+impl RedisConfig {
+    /// A configuration for `url`: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS,
+    /// cargo feature `tls`), or `redis+unix:///path/to/socket[?db=N]`.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            fencing: true,
+        }
+    }
+
+    /// The prefix of every key leasehold writes (default `leasehold:`). Use one per application
+    /// or environment sharing a Redis. Must be 1–64 printable characters without whitespace.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long to wait for a reply (default 1 s). A write without a reply by then is
+    /// [`ErrorKind::InDoubt`](leasehold_core::ErrorKind::InDoubt).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for a connection (default 1 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Fencing tokens (default on): acquisition runs a script that also increments a per-key
+    /// counter (one round trip either way). Off: a plain `SET NX PX`, and leases carry no token.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// The URL with its password hidden.
+    pub fn redacted_url(&self) -> String {
+        redact(&self.url)
+    }
+
+    /// Checks everything that can be checked without I/O.
+    pub(crate) fn validate(&self) -> Result<()> {
+        let scheme = self.url.split("://").next().unwrap_or_default();
+        if !matches!(scheme, "redis" | "rediss" | "redis+unix" | "unix")
+            || !self.url.contains("://")
+        {
+            return Err(Error::invalid_argument(format!(
+                "{:?} is not a Redis URL: expected redis://host:port, rediss://host:port or \
+                 redis+unix:///path (e.g. redis://127.0.0.1:6379)",
+                self.redacted_url()
+            )));
+        }
+        if scheme == "rediss" && !cfg!(feature = "tls") {
+            return Err(Error::invalid_argument(
+                "rediss:// (TLS) needs the `tls` cargo feature of leasehold-redis",
+            ));
+        }
+        if self.prefix.is_empty()
+            || self.prefix.len() > 64
+            || self
+                .prefix
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(Error::invalid_argument(format!(
+                "key prefix {:?} must be 1-64 printable characters without whitespace (e.g. \"leasehold:\")",
+                self.prefix
+            )));
+        }
+        if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(Error::invalid_argument(
+                "Redis timeouts must be greater than zero (default 1s)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &self.redacted_url())
+            .field("prefix", &self.prefix)
+            .field("response_timeout", &self.response_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("fencing", &self.fencing)
+            .finish()
+    }
+}
+
+/// `scheme://user:password@host…` → `scheme://user:***@host…`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            let hidden = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
+            format!("{}{hidden}{}", &url[..scheme_end], &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("redis://alice:s3cret@127.0.0.1:6379/0"),
+            "redis://alice:***@127.0.0.1:6379/0"
+        );
+        assert_eq!(redact("redis://:s3cret@h:1"), "redis://:***@h:1");
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        let config = RedisConfig::new("redis://alice:s3cret@h:1");
+        assert!(!format!("{config:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn bad_input_is_rejected_before_io() {
+        for url in ["", "http://h:1", "localhost:6379"] {
+            assert!(RedisConfig::new(url).validate().is_err(), "{url}");
+        }
+        assert!(RedisConfig::new("redis://h:1")
+            .prefix("")
+            .validate()
+            .is_err());
+        assert!(RedisConfig::new("redis://h:1")
+            .prefix("a b")
+            .validate()
+            .is_err());
+        assert!(RedisConfig::new("redis://h:1")
+            .response_timeout(Duration::ZERO)
+            .validate()
+            .is_err());
+        assert!(RedisConfig::new("redis+unix:///tmp/r.sock")
+            .validate()
+            .is_ok());
+    }
+}

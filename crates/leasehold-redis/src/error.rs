@@ -1,0 +1,70 @@
+//! From Redis errors to leasehold errors: what the caller can conclude, with the cause kept.
+
+use leasehold_core::{Error, ErrorKind};
+use redis::RedisError;
+
+/// Whether an operation changes the record: if its reply is lost, the outcome is in doubt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Acquire,
+    Release,
+    Extend,
+    Inspect,
+    List,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Acquire => "acquire",
+            Op::Release => "release",
+            Op::Extend => "extend",
+            Op::Inspect => "inspect",
+            Op::List => "list",
+        }
+    }
+
+    fn writes(self) -> bool {
+        matches!(self, Op::Acquire | Op::Release | Op::Extend)
+    }
+}
+
+/// Maps a failed request.
+///
+/// - Connection refused / cannot connect: nothing was sent, so [`ErrorKind::Connection`].
+/// - Timeout or connection lost while a write was in flight: the server may have applied it —
+///   [`ErrorKind::InDoubt`] (the readback layer resolves it). For reads: `Connection`.
+/// - Authentication or permission failures: [`ErrorKind::StoreSetup`].
+/// - Anything else: [`ErrorKind::Internal`], with the server's error as the cause.
+pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error {
+    let what = op.name();
+    let kind = if error.is_connection_refusal() {
+        ErrorKind::Connection
+    } else if error.is_timeout() || error.is_connection_dropped() || error.is_io_error() {
+        if op.writes() {
+            ErrorKind::InDoubt
+        } else {
+            ErrorKind::Connection
+        }
+    } else if matches!(
+        error.kind(),
+        redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::InvalidClientConfig
+    ) || error.code() == Some("NOPERM")
+    {
+        ErrorKind::StoreSetup
+    } else {
+        ErrorKind::Internal
+    };
+    let message = match kind {
+        ErrorKind::Connection => format!("{what} could not reach Redis at {address}"),
+        ErrorKind::InDoubt => format!(
+            "{what} was sent to Redis at {address} but no reply came back: it may or may not \
+             have been applied (read the lock back, or use the readback layer)"
+        ),
+        ErrorKind::StoreSetup => format!(
+            "Redis at {address} refused the {what}: check the credentials and ACL permissions"
+        ),
+        _ => format!("Redis at {address} failed the {what}"),
+    };
+    Error::new(kind, message).with_key(key).with_source(error)
+}

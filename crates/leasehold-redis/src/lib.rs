@@ -1,0 +1,53 @@
+//! # leasehold-redis
+//!
+//! A [`LockStore`](leasehold_core::LockStore) on Redis: every lock operation is one round trip,
+//! atomic on the server.
+//!
+//! | operation | Redis |
+//! |---|---|
+//! | acquire | `SET key token NX PX ttl`; with fencing (default) a script that does that and `INCR`s the key's fence counter in the same step |
+//! | release | a script: `DEL` only if the value is our token |
+//! | extend | a script: `PEXPIRE` only if the value is our token |
+//! | inspect | a script: token, `PTTL` and fence counter |
+//! | list | `SCAN MATCH <prefix><filter>*` (never `KEYS`), then one pipeline of `GET`/`PTTL` per batch |
+//!
+//! ## Key layout
+//! - lock: `<prefix><lock key>`, e.g. `leasehold:DC#farm1#orders#order-42`, value = owner token,
+//!   expiry = the lease TTL (milliseconds);
+//! - fence counter: `<prefix>fence:<lock key>`, an integer without TTL that only grows.
+//!
+//! The prefix defaults to `leasehold:`. Lock keys always start with `DC#` or `XDC#`, so they can
+//! never collide with the `fence:` namespace.
+//!
+//! ## Connections and failures
+//! One multiplexed connection managed by `redis::aio::ConnectionManager`, which reconnects by
+//! itself after a server restart. Scripts are called by SHA1 and reloaded transparently after a
+//! restart or `SCRIPT FLUSH`. A write whose reply does not arrive within the response timeout, or
+//! whose connection drops after it was sent, is [`ErrorKind::InDoubt`](leasehold_core::ErrorKind::InDoubt)
+//! — the readback layer resolves it. A connection that cannot be made is `Connection`.
+//!
+//! ```no_run
+//! use leasehold::LockManager;
+//! use leasehold_redis::{RedisConfig, RedisStore};
+//!
+//! # async fn demo() -> leasehold::Result<()> {
+//! let store = RedisStore::connect(RedisConfig::new("redis://127.0.0.1:6379").prefix("myapp:")).await?;
+//! let locks = LockManager::builder()
+//!     .client_id("orders").farm_id("eu1")
+//!     .store(store)
+//!     .default_layers()
+//!     .build()?;
+//! let guard = locks.try_lock("order-42").await?;
+//! println!("fencing token {:?}", guard.fencing_token());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+
+mod config;
+mod error;
+mod scripts;
+mod store;
+
+pub use config::{RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT};
+pub use store::RedisStore;

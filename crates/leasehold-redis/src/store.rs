@@ -1,0 +1,352 @@
+//! The Redis store.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_core::{
+    validate_ttl, Acquire, Capabilities, Error, Lease, LockInfo, LockKey, LockStore, OwnerToken,
+    Result,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::time::Instant;
+
+use crate::config::RedisConfig;
+use crate::error::{map, Op};
+use crate::scripts::{ACQUIRE_FENCED, EXTEND, INSPECT, RELEASE};
+
+/// Keys returned by one `SCAN` step.
+const SCAN_COUNT: usize = 500;
+
+/// A lock store on one Redis server (or a Redis-compatible proxy). Cheap to clone.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: ConnectionManager,
+    config: RedisConfig,
+    /// `host:port` or socket path, for messages (never credentials).
+    address: String,
+}
+
+impl RedisStore {
+    /// Validates `config` (before any I/O), connects, and checks the server answers.
+    ///
+    /// Bad URL or prefix: [`ErrorKind::InvalidArgument`](leasehold_core::ErrorKind::InvalidArgument).
+    /// Server unreachable: [`ErrorKind::Connection`](leasehold_core::ErrorKind::Connection), naming
+    /// the address.
+    pub async fn connect(config: RedisConfig) -> Result<Self> {
+        config.validate()?;
+        let client = redis::Client::open(config.url.as_str()).map_err(|e| {
+            Error::invalid_argument(format!(
+                "{:?} is not a usable Redis URL (e.g. redis://127.0.0.1:6379)",
+                config.redacted_url()
+            ))
+            .with_source(e)
+        })?;
+        let address = address_of(&client);
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.response_timeout))
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_with_config(client, manager_config)
+            .await
+            .map_err(|e| map(Op::Inspect, "", &address, e))?;
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                conn,
+                config,
+                address,
+            }),
+        })
+    }
+
+    /// Wraps a connection manager you already have (its own timeouts apply). `config` gives the
+    /// prefix and fencing; its URL is only used in messages.
+    pub fn from_connection_manager(conn: ConnectionManager, config: RedisConfig) -> Result<Self> {
+        config.validate()?;
+        let address = config.redacted_url();
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                conn,
+                config,
+                address,
+            }),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    /// The Redis key of a lock: `<prefix><lock key>`.
+    pub fn lock_key(&self, key: &LockKey) -> String {
+        format!("{}{}", self.inner.config.prefix, key.as_str())
+    }
+
+    /// The Redis key of a lock's fence counter: `<prefix>fence:<lock key>`.
+    pub fn fence_key(&self, key: &LockKey) -> String {
+        format!("{}fence:{}", self.inner.config.prefix, key.as_str())
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.inner.conn.clone()
+    }
+
+    fn err(&self, op: Op, key: &LockKey, e: redis::RedisError) -> Error {
+        map(op, key.as_str(), &self.inner.address, e)
+    }
+
+    /// The acquire round trip itself (see `try_acquire` for cancel safety).
+    async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
+        let ttl_ms = ttl_millis(req.ttl);
+        let lock_key = self.lock_key(&req.key);
+        let sent_at = Instant::now();
+        let mut conn = self.conn();
+        let fence: Option<Option<u64>> = if self.inner.config.fencing {
+            let fence: Option<u64> = ACQUIRE_FENCED
+                .key(&lock_key)
+                .key(self.fence_key(&req.key))
+                .arg(req.token.as_str())
+                .arg(ttl_ms)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| self.err(Op::Acquire, &req.key, e))?;
+            fence.map(Some)
+        } else {
+            let ok: Option<String> = redis::cmd("SET")
+                .arg(&lock_key)
+                .arg(req.token.as_str())
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.err(Op::Acquire, &req.key, e))?;
+            ok.map(|_| None)
+        };
+        match fence {
+            Some(fencing_token) => {
+                Ok(
+                    Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
+                        .with_fencing_token(fencing_token),
+                )
+            }
+            None => Err(Error::unavailable(&req.key)),
+        }
+    }
+
+    async fn release_once(&self, lease: &Lease) -> Result<bool> {
+        let mut conn = self.conn();
+        let deleted: i64 = RELEASE
+            .key(self.lock_key(lease.key()))
+            .arg(lease.token().as_str())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err(Op::Release, lease.key(), e))?;
+        Ok(deleted == 1)
+    }
+}
+
+/// Milliseconds for `PX` / `PEXPIRE`, at least 1 (a sub-millisecond TTL is rounded up, never to
+/// zero).
+fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn address_of(client: &redis::Client) -> String {
+    match client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port} (TLS)"),
+        redis::ConnectionAddr::Unix(path) => path.display().to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+impl LockStore for RedisStore {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::NONE
+            .with_fencing(self.inner.config.fencing)
+            .with_listing(true)
+    }
+
+    /// One round trip. Cancel safe: the request runs on its own task; if the caller stops waiting,
+    /// the task finishes and releases (owner-checked) what it acquired, or what it may have
+    /// acquired if the reply was lost, so no lock is left under a token nobody knows.
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        validate_ttl(req.ttl)?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let store = self.clone();
+        let req = req.clone();
+        tokio::spawn(async move {
+            let result = store.acquire_once(&req).await;
+            if let Err(unreceived) = tx.send(result) {
+                let maybe_held = match unreceived {
+                    Ok(lease) => Some(lease),
+                    Err(e) if e.is_in_doubt() => Some(Lease::new(
+                        req.key.clone(),
+                        req.token.clone(),
+                        req.ttl,
+                        Instant::now(),
+                    )),
+                    Err(_) => None,
+                };
+                if let Some(lease) = maybe_held {
+                    if let Err(e) = store.release_once(&lease).await {
+                        tracing::warn!(key = %lease.key(), error = %e,
+                            "could not undo a cancelled acquisition; it expires at its TTL");
+                    }
+                }
+            }
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::internal(
+                "the acquire task ended without an answer (runtime shutting down?)",
+            ))
+        })
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.release_once(lease).await
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl)?;
+        let sent_at = Instant::now();
+        let mut conn = self.conn();
+        let extended: i64 = EXTEND
+            .key(self.lock_key(lease.key()))
+            .arg(lease.token().as_str())
+            .arg(ttl_millis(ttl))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err(Op::Extend, lease.key(), e))?;
+        if extended == 1 {
+            Ok(lease.renewed(ttl, sent_at))
+        } else {
+            Err(Error::not_held(
+                "the lease expired or was taken by another owner before it could be extended",
+            )
+            .with_key(lease.key().as_str()))
+        }
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let mut conn = self.conn();
+        let found: Option<(String, i64, Option<u64>)> = INSPECT
+            .key(self.lock_key(key))
+            .key(self.fence_key(key))
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err(Op::Inspect, key, e))?;
+        Ok(found.map(|(token, pttl, fence)| info(key, token, pttl, fence)))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
+        let pattern = format!(
+            "{}{}*",
+            glob_escape(&self.inner.config.prefix),
+            glob_escape(prefix)
+        );
+        let list_err = |e| map(Op::List, prefix, &self.inner.address, e);
+        let mut conn = self.conn();
+        let mut cursor: u64 = 0;
+        let mut locks = Vec::new();
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .query_async(&mut conn)
+                .await
+                .map_err(list_err)?;
+            let keys: Vec<LockKey> = keys
+                .iter()
+                .filter_map(|k| k.strip_prefix(&self.inner.config.prefix))
+                .filter_map(|k| k.parse::<LockKey>().ok())
+                .collect();
+            if !keys.is_empty() {
+                let mut pipe = redis::pipe();
+                for key in &keys {
+                    pipe.cmd("GET")
+                        .arg(self.lock_key(key))
+                        .cmd("PTTL")
+                        .arg(self.lock_key(key))
+                        .cmd("GET")
+                        .arg(self.fence_key(key));
+                }
+                let replies: Vec<(Option<String>, i64, Option<u64>)> =
+                    pipe.query_async(&mut conn).await.map_err(list_err)?;
+                for (key, (token, pttl, fence)) in keys.iter().zip(replies) {
+                    // Gone between SCAN and GET: expired or released, not held.
+                    if let Some(token) = token {
+                        locks.push(info(key, token, pttl, fence));
+                    }
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        locks.sort_by(|a, b| a.key.cmp(&b.key));
+        locks.dedup_by(|a, b| a.key == b.key);
+        Ok(locks)
+    }
+}
+
+fn info(key: &LockKey, token: String, pttl: i64, fence: Option<u64>) -> LockInfo {
+    // PTTL: -1 no expiry (never written so by leasehold), -2 gone since.
+    let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+    LockInfo::new(key.clone(), Some(OwnerToken::from_string(token)))
+        .with_ttl_remaining(ttl)
+        .with_fencing_token(fence)
+}
+
+/// Escapes Redis glob metacharacters so a prefix matches literally in `SCAN MATCH`.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("address", &self.inner.address)
+            .field("config", &self.inner.config)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_metacharacters_are_escaped() {
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+        assert_eq!(glob_escape("leasehold:DC#f#"), "leasehold:DC#f#");
+    }
+
+    #[test]
+    fn ttl_is_never_rounded_to_zero() {
+        assert_eq!(ttl_millis(Duration::from_micros(10)), 1);
+        assert_eq!(ttl_millis(Duration::from_millis(1500)), 1500);
+    }
+}

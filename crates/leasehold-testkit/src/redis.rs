@@ -1,0 +1,193 @@
+//! A private `redis-server` for tests: started on a free loopback port, killed on drop.
+//!
+//! Every test that needs Redis starts its own server, so tests never share state with each other
+//! or with a developer's Redis, and can kill and restart it to test failures. The server keeps
+//! nothing on disk (`--save "" --appendonly no`) and logs into a temporary directory; if it does
+//! not come up, the error carries its log.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! let mut server = leasehold_testkit::redis::RedisServer::start()?;
+//! println!("connect to {}", server.url());
+//! server.restart()?;            // same port, empty data set
+//! # Ok(()) }
+//! ```
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer `PING` after it was started.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A `redis-server` process owned by a test.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port of 127.0.0.1 and waits until it answers `PING`.
+    ///
+    /// Fails with [`io::ErrorKind::NotFound`] and a message naming the `redis-server` package to
+    /// install when the binary is missing.
+    pub fn start() -> io::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("leasehold-redis-")
+            .tempdir()?;
+        let port = free_port()?;
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to exit. Its data is gone.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server and starts a new one on the same port (an empty data set, as after a crash
+    /// of a server that keeps nothing on disk).
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.stop();
+        self.spawn()
+    }
+
+    /// Sends one command with `redis-cli`-free plain RESP and returns the raw reply line(s), for
+    /// test assertions that must not go through the code under test (for example `INFO stats`).
+    pub fn command(&self, args: &[&str]) -> io::Result<String> {
+        let mut stream = TcpStream::connect(self.addr())?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        stream.write_all(request.as_bytes())?;
+        let mut reader = BufReader::new(stream);
+        let mut first = String::new();
+        reader.read_line(&mut first)?;
+        match first.as_bytes().first() {
+            Some(b'$') => {
+                let len: i64 = first[1..].trim().parse().map_err(io::Error::other)?;
+                if len < 0 {
+                    return Ok(String::new());
+                }
+                let mut body = vec![0; len as usize + 2];
+                reader.read_exact(&mut body)?;
+                body.truncate(len as usize);
+                String::from_utf8(body).map_err(io::Error::other)
+            }
+            _ => Ok(first.trim_end().to_owned()),
+        }
+    }
+
+    /// A field of `INFO <section>`, e.g. `info_field("stats", "total_commands_processed")`.
+    pub fn info_field(&self, section: &str, field: &str) -> io::Result<String> {
+        let info = self.command(&["INFO", section])?;
+        info.lines()
+            .find_map(|line| line.strip_prefix(&format!("{field}:")))
+            .map(|v| v.trim().to_owned())
+            .ok_or_else(|| io::Error::other(format!("INFO {section} has no field {field}")))
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    fn spawn(&mut self) -> io::Result<()> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--protected-mode", "yes"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.log_path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::NotFound {
+                    io::Error::new(
+                        io::ErrorKind::NotFound,
+                        "redis-server not found: install the `redis-server` package \
+                         (apt-get install -y redis-server) to run the Redis tests",
+                    )
+                } else {
+                    e
+                }
+            })?;
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            if self.command(&["PING"]).is_ok_and(|reply| reply == "+PONG") {
+                return Ok(());
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || started.elapsed() > STARTUP_TIMEOUT {
+                self.stop();
+                let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+                return Err(io::Error::other(format!(
+                    "redis-server on port {} did not come up ({}); its log:\n{log}",
+                    self.port,
+                    if exited.is_some() {
+                        "it exited"
+                    } else {
+                        "timeout"
+                    }
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
