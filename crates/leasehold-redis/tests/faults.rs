@@ -1,0 +1,242 @@
+//! Failures against real redis-server processes: a server killed and restarted mid-run, replies
+//! delayed past the timeout and replies lost after the command was applied (through the testkit's
+//! loopback fault proxy), scripts flushed, an unreachable server, bad configuration.
+
+use std::time::Duration;
+
+use leasehold::layers::ReadbackConfig;
+use leasehold::{
+    Acquire, ErrorKind, LockEvent, LockKey, LockManager, LockStore, OwnerToken,
+};
+use leasehold_redis::{RedisConfig, RedisStore};
+use leasehold_testkit::fault_proxy::{FaultProxy, ProxyMode};
+use leasehold_testkit::redis::{free_port, RedisServer};
+
+fn key(entity: &str) -> LockKey {
+    LockKey::dc("f1", "faults", entity).unwrap()
+}
+
+fn acquire(entity: &str) -> Acquire {
+    Acquire::new(key(entity), OwnerToken::generate(), Duration::from_secs(30))
+}
+
+async fn connect(url: String) -> RedisStore {
+    RedisStore::connect(RedisConfig::new(url).response_timeout(Duration::from_millis(300)))
+        .await
+        .expect("connect")
+}
+
+/// Retries `op` until it stops failing (bounded): the store reconnects by itself.
+async fn eventually<T, F, Fut>(mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = leasehold::Result<T>>,
+{
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match op().await {
+            Ok(v) => return v,
+            Err(e) if tokio::time::Instant::now() < give_up => {
+                assert!(
+                    matches!(e.kind(), ErrorKind::Connection | ErrorKind::InDoubt),
+                    "only connection errors while the server comes back: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("store did not recover within 10 s: {e}"),
+        }
+    }
+}
+
+/// Loads the scripts into the server's script cache (shared by all connections), so a proxied
+/// `EVALSHA` is applied on its first send instead of answering `NOSCRIPT`.
+async fn warm_scripts(store: &RedisStore) {
+    let lease = store.try_acquire(&acquire("warm")).await.unwrap();
+    store.extend(&lease, Duration::from_secs(30)).await.unwrap();
+    store.inspect(lease.key()).await.unwrap();
+    store.release(&lease).await.unwrap();
+}
+
+/// Puts the proxy back in pass mode and waits until the proxied store has a working connection
+/// again (the previous fault may have closed it).
+async fn heal(proxy: &FaultProxy, store: &RedisStore) {
+    proxy.set_mode(ProxyMode::Pass);
+    let probe = key("probe");
+    let _ = eventually(|| store.inspect(&probe)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_killed_and_restarted_mid_run() {
+    let mut server = RedisServer::start().unwrap();
+    let store = connect(server.url()).await;
+    let held = store.try_acquire(&acquire("a")).await.unwrap();
+
+    server.stop();
+    let err = store.try_acquire(&acquire("b")).await.unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::Connection | ErrorKind::InDoubt),
+        "a dead server is a connection problem, never a lock result: {err}"
+    );
+    assert!(err.to_string().contains(&server.port().to_string()), "names the address: {err}");
+    let err = store.inspect(&key("a")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    let err = store.release(&held).await.unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Connection | ErrorKind::InDoubt), "{err}");
+
+    server.restart().unwrap();
+    // The restarted server kept nothing: the old lock is gone, and the store reconnects by itself.
+    let a = key("a");
+    let info = eventually(|| store.inspect(&a)).await;
+    assert_eq!(info, None);
+    let b = acquire("b");
+    let lease = eventually(|| store.try_acquire(&b)).await;
+    assert!(store.release(&lease).await.unwrap());
+    assert!(!store.release(&held).await.unwrap(), "the pre-restart lease is not ours");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_reply_is_in_doubt_and_readback_finds_it_ours() {
+    let server = RedisServer::start().unwrap();
+    let direct = connect(server.url()).await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let proxied = connect(proxy.redis_url()).await;
+
+    warm_scripts(&direct).await;
+    proxy.set_mode(ProxyMode::DelayReplies(Duration::from_millis(900)));
+    let req = acquire("delayed");
+    let err = proxied.try_acquire(&req).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    // The command was applied: the record is ours although the caller got no answer.
+    let info = direct.inspect(&req.key).await.unwrap().expect("applied");
+    assert!(info.is_owned_by(&req.token));
+    proxy.set_mode(ProxyMode::Pass);
+
+    // Through the readback layer the same situation ends with the lock held, not an error.
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let locks = LockManager::builder()
+        .client_id("faults")
+        .farm_id("f1")
+        .store(proxied.clone())
+        .readback(ReadbackConfig::new())
+        .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.clone()))
+        .build()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await; // the delayed reply drains
+    // Only the acquire's reply is delayed (450 ms against a 300 ms timeout): the proxy is back in
+    // pass mode when the readback's reply comes through, right behind it.
+    proxy.set_mode(ProxyMode::DelayReplies(Duration::from_millis(450)));
+    let attempt = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.try_lock("delayed-2").await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set_mode(ProxyMode::Pass);
+    let guard = tokio::time::timeout(Duration::from_secs(10), attempt)
+        .await
+        .expect("bounded")
+        .unwrap()
+        .expect("readback resolves the lost reply as held");
+    let recovered = events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, LockEvent::RecoveredByReadback { held: true, .. }));
+    assert!(recovered, "readback recovered the acquisition");
+    let info = direct.inspect(guard.key()).await.unwrap().expect("held");
+    assert!(info.is_owned_by(guard.token()));
+    assert!(guard.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reply_lost_after_apply_is_in_doubt_never_a_false_result() {
+    let server = RedisServer::start().unwrap();
+    let direct = connect(server.url()).await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let proxied = connect(proxy.redis_url()).await;
+    warm_scripts(&direct).await;
+    heal(&proxy, &proxied).await;
+
+    proxy.set_mode(ProxyMode::DropReplies);
+    let req = acquire("lost");
+    let err = proxied.try_acquire(&req).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    assert!(
+        direct.inspect(&req.key).await.unwrap().unwrap().is_owned_by(&req.token),
+        "applied although the reply was lost"
+    );
+    // A release whose reply is lost is in doubt too, and did delete the record.
+    let lease = direct.try_acquire(&acquire("lost-release")).await.unwrap();
+    heal(&proxy, &proxied).await;
+    proxy.set_mode(ProxyMode::DropReplies);
+    let err = proxied.release(&lease).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    assert_eq!(direct.inspect(lease.key()).await.unwrap(), None);
+
+    // With readback through a manager, the lost reply ends with the lock held.
+    let locks = LockManager::builder()
+        .client_id("faults")
+        .farm_id("f1")
+        .store(proxied.clone())
+        .readback(ReadbackConfig::new())
+        .build()
+        .unwrap();
+    heal(&proxy, &proxied).await;
+    proxy.set_mode(ProxyMode::DropReplies);
+    let outcome = locks.try_lock("lost-2").await;
+    proxy.set_mode(ProxyMode::Pass);
+    let info = direct.inspect(&key("lost-2")).await.unwrap();
+    match outcome {
+        // The readback itself went through the dropping proxy too; then the error must say so and
+        // the record must not be reported as held by us.
+        Err(e) => assert!(
+            matches!(e.kind(), ErrorKind::InDoubt | ErrorKind::Connection),
+            "{e}"
+        ),
+        Ok(guard) => {
+            assert!(info.expect("held").is_owned_by(guard.token()));
+            guard.release().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_are_reloaded_after_script_flush() {
+    let server = RedisServer::start().unwrap();
+    let store = connect(server.url()).await;
+    let lease = store.try_acquire(&acquire("flush")).await.unwrap();
+    assert_eq!(server.command(&["SCRIPT", "FLUSH"]).unwrap(), "+OK");
+    assert!(store.release(&lease).await.unwrap(), "EVALSHA → NOSCRIPT → reloaded");
+    let again = store.try_acquire(&acquire("flush")).await.unwrap();
+    assert!(again.fencing_token() > lease.fencing_token());
+}
+
+#[tokio::test]
+async fn unreachable_server_is_a_connection_error_naming_the_address() {
+    let port = free_port().unwrap();
+    let url = format!("redis://alice:s3cret@127.0.0.1:{port}");
+    let err = RedisStore::connect(
+        RedisConfig::new(url).connect_timeout(Duration::from_millis(200)),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    let text = format!("{err} {err:?}");
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(!text.contains("s3cret"), "no password in errors: {text}");
+}
+
+#[tokio::test]
+async fn bad_configuration_is_rejected_before_io() {
+    for config in [
+        RedisConfig::new("http://127.0.0.1:6379"),
+        RedisConfig::new("127.0.0.1:6379"),
+        RedisConfig::new("redis://127.0.0.1:1").prefix(""),
+        RedisConfig::new("redis://127.0.0.1:1").response_timeout(Duration::ZERO),
+    ] {
+        let err = RedisStore::connect(config).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    }
+    let debug = format!("{:?}", RedisConfig::new("redis://bob:hunter2@127.0.0.1:1"));
+    assert!(!debug.contains("hunter2"), "{debug}");
+}
