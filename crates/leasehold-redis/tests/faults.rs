@@ -5,9 +5,7 @@
 use std::time::Duration;
 
 use leasehold::layers::ReadbackConfig;
-use leasehold::{
-    Acquire, ErrorKind, LockEvent, LockKey, LockManager, LockStore, OwnerToken,
-};
+use leasehold::{Acquire, ErrorKind, LockEvent, LockKey, LockManager, LockStore, OwnerToken};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::fault_proxy::{FaultProxy, ProxyMode};
 use leasehold_testkit::redis::{free_port, RedisServer};
@@ -77,11 +75,17 @@ async fn server_killed_and_restarted_mid_run() {
         matches!(err.kind(), ErrorKind::Connection | ErrorKind::InDoubt),
         "a dead server is a connection problem, never a lock result: {err}"
     );
-    assert!(err.to_string().contains(&server.port().to_string()), "names the address: {err}");
+    assert!(
+        err.to_string().contains(&server.port().to_string()),
+        "names the address: {err}"
+    );
     let err = store.inspect(&key("a")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     let err = store.release(&held).await.unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::Connection | ErrorKind::InDoubt), "{err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::Connection | ErrorKind::InDoubt),
+        "{err}"
+    );
 
     server.restart().unwrap();
     // The restarted server kept nothing: the old lock is gone, and the store reconnects by itself.
@@ -91,7 +95,10 @@ async fn server_killed_and_restarted_mid_run() {
     let b = acquire("b");
     let lease = eventually(|| store.try_acquire(&b)).await;
     assert!(store.release(&lease).await.unwrap());
-    assert!(!store.release(&held).await.unwrap(), "the pre-restart lease is not ours");
+    assert!(
+        !store.release(&held).await.unwrap(),
+        "the pre-restart lease is not ours"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,8 +130,8 @@ async fn delayed_reply_is_in_doubt_and_readback_finds_it_ours() {
         .build()
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await; // the delayed reply drains
-    // Only the acquire's reply is delayed (450 ms against a 300 ms timeout): the proxy is back in
-    // pass mode when the readback's reply comes through, right behind it.
+                                                           // Only the acquire's reply is delayed (450 ms against a 300 ms timeout): the proxy is back in
+                                                           // pass mode when the readback's reply comes through, right behind it.
     proxy.set_mode(ProxyMode::DelayReplies(Duration::from_millis(450)));
     let attempt = tokio::spawn({
         let locks = locks.clone();
@@ -162,7 +169,12 @@ async fn reply_lost_after_apply_is_in_doubt_never_a_false_result() {
     let err = proxied.try_acquire(&req).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
     assert!(
-        direct.inspect(&req.key).await.unwrap().unwrap().is_owned_by(&req.token),
+        direct
+            .inspect(&req.key)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_owned_by(&req.token),
         "applied although the reply was lost"
     );
     // A release whose reply is lost is in doubt too, and did delete the record.
@@ -206,7 +218,10 @@ async fn scripts_are_reloaded_after_script_flush() {
     let store = connect(server.url()).await;
     let lease = store.try_acquire(&acquire("flush")).await.unwrap();
     assert_eq!(server.command(&["SCRIPT", "FLUSH"]).unwrap(), "+OK");
-    assert!(store.release(&lease).await.unwrap(), "EVALSHA → NOSCRIPT → reloaded");
+    assert!(
+        store.release(&lease).await.unwrap(),
+        "EVALSHA → NOSCRIPT → reloaded"
+    );
     let again = store.try_acquire(&acquire("flush")).await.unwrap();
     assert!(again.fencing_token() > lease.fencing_token());
 }
@@ -215,11 +230,10 @@ async fn scripts_are_reloaded_after_script_flush() {
 async fn unreachable_server_is_a_connection_error_naming_the_address() {
     let port = free_port().unwrap();
     let url = format!("redis://alice:s3cret@127.0.0.1:{port}");
-    let err = RedisStore::connect(
-        RedisConfig::new(url).connect_timeout(Duration::from_millis(200)),
-    )
-    .await
-    .unwrap_err();
+    let err =
+        RedisStore::connect(RedisConfig::new(url).connect_timeout(Duration::from_millis(200)))
+            .await
+            .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     let text = format!("{err} {err:?}");
     assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
