@@ -1,6 +1,7 @@
 //! From global options to a store, keys and a lock manager.
 
 use leasehold::{BoxStore, LockKey, LockLevel, LockManager, MemoryStore};
+use leasehold_redis::{RedisConfig, RedisStore};
 
 use crate::cli::{Global, Level};
 use crate::exit::CliError;
@@ -76,9 +77,17 @@ impl Target {
 }
 
 async fn connect(url: &StoreUrl) -> Result<BoxStore, CliError> {
+    let address = url.address();
+    let fail = |e: leasehold::Error| CliError::from_lock(e, &address);
     match url {
         StoreUrl::Memory => Ok(BoxStore::new(MemoryStore::new())),
-        StoreUrl::Redis { .. } | StoreUrl::Aerospike { .. } => Err(CliError::usage(format!(
+        StoreUrl::Redis { url } => {
+            let store = RedisStore::connect(RedisConfig::new(url.as_str()))
+                .await
+                .map_err(fail)?;
+            Ok(BoxStore::new(store))
+        }
+        StoreUrl::Aerospike { .. } => Err(CliError::usage(format!(
             "{url}: this build of leasehold has no driver for it yet"
         ))),
     }

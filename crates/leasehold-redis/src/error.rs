@@ -6,6 +6,7 @@ use redis::RedisError;
 /// Whether an operation changes the record: if its reply is lost, the outcome is in doubt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
+    Connect,
     Acquire,
     Release,
     Extend,
@@ -16,6 +17,7 @@ pub(crate) enum Op {
 impl Op {
     fn name(self) -> &'static str {
         match self {
+            Op::Connect => "connection",
             Op::Acquire => "acquire",
             Op::Release => "release",
             Op::Extend => "extend",
@@ -66,5 +68,10 @@ pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error 
         ),
         _ => format!("Redis at {address} failed the {what}"),
     };
-    Error::new(kind, message).with_key(key).with_source(error)
+    let error = Error::new(kind, message).with_source(error);
+    if key.is_empty() {
+        error
+    } else {
+        error.with_key(key)
+    }
 }

@@ -54,7 +54,7 @@ impl RedisStore {
             .set_max_delay(Duration::from_millis(500));
         let conn = ConnectionManager::new_with_config(client, manager_config)
             .await
-            .map_err(|e| map(Op::Inspect, "", &address, e))?;
+            .map_err(|e| map(Op::Connect, "", &address, e))?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 conn,

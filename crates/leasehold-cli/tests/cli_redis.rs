@@ -1,0 +1,151 @@
+//! The `leasehold` binary end to end against a private redis-server: `run` holding a lock while a
+//! second `run` fails or waits, exit statuses, SIGTERM releasing at once, and the ops commands.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use leasehold_testkit::redis::RedisServer;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+fn leasehold(store: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.env("LEASEHOLD_STORE", store);
+    cmd
+}
+
+fn output(cmd: &mut Command) -> Output {
+    cmd.output().expect("the leasehold binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Starts `leasehold run KEY -- sh -c 'echo ready; sleep …'` and waits for `ready`.
+fn holder(store: &str, key: &str, script: &str) -> Child {
+    let mut child = leasehold(store)
+        .args(["run", key, "--ttl", "20s", "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn run");
+    let stdout = child.stdout.take().unwrap();
+    let ready = BufReader::new(stdout)
+        .lines()
+        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false));
+    assert!(ready, "the command under the lock started");
+    child
+}
+
+#[test]
+fn a_second_run_fails_with_the_conflict_status_or_waits() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let mut first = holder(&url, "report", "echo ready; sleep 1");
+
+    let out = output(leasehold(&url).args(["run", "report", "--", "true"]));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("DC#local#cli#report is held by"), "{err}");
+    assert!(err.contains("more"), "says for how long: {err}");
+
+    let out =
+        output(leasehold(&url).args(["run", "--conflict-exit-code", "9", "report", "--", "true"]));
+    assert_eq!(out.status.code(), Some(9));
+
+    // Waiting long enough: runs once the first releases, and sees a higher fencing token.
+    let started = Instant::now();
+    let out = output(leasehold(&url).args([
+        "run",
+        "report",
+        "--wait",
+        "20s",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_FENCING_TOKEN; exit 3",
+    ]));
+    assert_eq!(out.status.code(), Some(3), "child status propagates");
+    assert_eq!(text(&out.stdout).trim(), "2");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert!(first.wait().unwrap().success());
+}
+
+#[test]
+fn sigterm_to_run_is_forwarded_and_the_lock_released_at_once() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let mut run = holder(
+        &url,
+        "job",
+        "trap 'kill $!; exit 5' TERM; echo ready; sleep 30 & wait",
+    );
+    kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM).unwrap();
+    let status = run.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(5),
+        "the child's own exit status after SIGTERM"
+    );
+    let out = output(leasehold(&url).args(["inspect", "job"]));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "free at once: {}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn inspect_list_and_forced_release_against_redis() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let mut run = holder(&url, "stuck", "echo ready; exec sleep 30");
+
+    let out = output(leasehold(&url).args(["inspect", "stuck"]));
+    assert_eq!(out.status.code(), Some(0));
+    let shown = text(&out.stdout);
+    for field in ["holder", "host", "pid", "ttl left", "fencing token  1"] {
+        assert!(shown.contains(field), "{field}: {shown}");
+    }
+    let out = output(leasehold(&url).args(["inspect", "stuck", "--json"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["held"], true);
+    assert_eq!(json["fencing_token"], 1);
+    assert!(json["ttl_left_ms"].as_u64().unwrap() > 10_000);
+
+    let out = output(leasehold(&url).args(["list"]));
+    assert!(
+        text(&out.stdout).contains("DC#local#cli#stuck"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = output(leasehold(&url).args(["list", "DC#local#", "--json"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 1);
+    let out = output(leasehold(&url).args(["list", "XDC#", "--json"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json.as_array().unwrap().is_empty());
+
+    let out = output(leasehold(&url).args(["release", "stuck"]));
+    assert_eq!(out.status.code(), Some(2), "refuses without --force");
+    let out = output(leasehold(&url).args(["release", "stuck", "--force"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("released: DC#local#cli#stuck is held by"));
+    let out = output(leasehold(&url).args(["inspect", "stuck"]));
+    assert_eq!(out.status.code(), Some(1), "broken");
+    let _ = kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM);
+    run.wait().unwrap();
+}
+
+#[test]
+fn an_unreachable_store_has_its_own_status_and_names_the_address() {
+    let port = leasehold_testkit::redis::free_port().unwrap();
+    let url = format!("redis://alice:s3cret@127.0.0.1:{port}");
+    let out = output(leasehold(&url).args(["inspect", "k"]));
+    assert_eq!(out.status.code(), Some(69));
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+}
