@@ -1,0 +1,182 @@
+//! Redis benchmark, against a private redis-server it starts on a free loopback port.
+//!
+//! Run: `cargo bench -p leasehold-redis --bench redis`
+//!
+//! 1. Uncontended acquire + release, side by side on the same server: a raw two-round-trip
+//!    baseline on one `redis` connection (`SET NX PX`, then the compare-and-delete script) vs
+//!    leasehold's `try_lock` + `release` through the default layer stack (and over the bare store).
+//! 2. A hot key: 64 tasks in one process, with local competition off / on / on with hand-off;
+//!    acquisitions per second and Redis commands per acquisition (from `INFO stats`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold::layers::{CountingLayer, LocalCompetitionConfig};
+use leasehold::{LockManager, LockManagerBuilder, LockOptions};
+use leasehold_redis::{RedisConfig, RedisStore};
+use leasehold_testkit::redis::RedisServer;
+
+const ROUNDS: usize = 4000;
+const RELEASE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+fn summary(label: &str, mut samples: Vec<Duration>, elapsed: Duration) -> Duration {
+    samples.sort_unstable();
+    let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
+    println!(
+        "{label:<44} p50 {:>7.1} µs   p99 {:>7.1} µs   {:>7.0} ops/s",
+        p(0.5).as_secs_f64() * 1e6,
+        p(0.99).as_secs_f64() * 1e6,
+        samples.len() as f64 / elapsed.as_secs_f64()
+    );
+    p(0.5)
+}
+
+async fn raw_baseline(url: &str) -> Duration {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let release = redis::Script::new(RELEASE);
+    let mut samples = Vec::with_capacity(ROUNDS);
+    let start = Instant::now();
+    for i in 0..ROUNDS {
+        let token = format!("raw-token-{i}");
+        let t = Instant::now();
+        let ok: Option<String> = redis::cmd("SET")
+            .arg("bench:raw")
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ok.is_some());
+        let deleted: i64 = release
+            .key("bench:raw")
+            .arg(&token)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(deleted, 1);
+        samples.push(t.elapsed());
+    }
+    summary(
+        "raw: SET NX PX + compare-and-delete",
+        samples,
+        start.elapsed(),
+    )
+}
+
+async fn manager(
+    url: &str,
+    configure: impl FnOnce(LockManagerBuilder) -> LockManagerBuilder,
+) -> LockManager {
+    let store = RedisStore::connect(RedisConfig::new(url)).await.unwrap();
+    configure(
+        LockManager::builder()
+            .client_id("bench")
+            .farm_id("f1")
+            .store(store)
+            .lock_ttl(Duration::from_secs(30)),
+    )
+    .build()
+    .unwrap()
+}
+
+async fn leasehold_pairs(label: &str, locks: &LockManager) -> Duration {
+    let mut samples = Vec::with_capacity(ROUNDS);
+    let start = Instant::now();
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        let guard = locks.try_lock("uncontended").await.unwrap();
+        assert!(guard.release().await.unwrap());
+        samples.push(t.elapsed());
+    }
+    summary(label, samples, start.elapsed())
+}
+
+async fn hot_key(
+    server: &RedisServer,
+    label: &str,
+    configure: impl FnOnce(LockManagerBuilder) -> LockManagerBuilder,
+) {
+    let counting = CountingLayer::new();
+    let requests = counting.counts();
+    let locks = manager(&server.url(), |b| configure(b.layer(counting))).await;
+    let commands = |s: &RedisServer| -> u64 {
+        s.info_field("stats", "total_commands_processed")
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let acquired = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let before = commands(server);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let locks = locks.clone();
+            let acquired = acquired.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let opts = LockOptions::new().wait(Duration::from_secs(10));
+                    let guard = locks.lock_with("hot", opts).await.unwrap();
+                    acquired.fetch_add(1, Ordering::Relaxed);
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    // The INFO call itself is one command.
+    let used = commands(server) - before - 1;
+    let n = acquired.load(Ordering::Relaxed);
+    println!(
+        "hot key, 64 tasks, {label:<28} {:>8.0} acquisitions/s   {:>6.2} round trips and {:>6.2} Redis commands per acquisition",
+        n as f64 / elapsed.as_secs_f64(),
+        requests.total() as f64 / n.max(1) as f64,
+        used as f64 / n.max(1) as f64
+    );
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` asks for the list of benchmarks
+    }
+    let server = RedisServer::start().expect("redis-server (install the redis-server package)");
+    let url = server.url();
+    println!(
+        "redis-server {} on {url}; {ROUNDS} sequential rounds each\n",
+        server.info_field("server", "redis_version").unwrap()
+    );
+
+    let raw = raw_baseline(&url).await;
+    let bare = manager(&url, |b| b).await;
+    leasehold_pairs("leasehold try_lock + release, bare store", &bare).await;
+    let stacked = manager(&url, |b| b.default_layers()).await;
+    let full = leasehold_pairs("leasehold try_lock + release, default stack", &stacked).await;
+    println!(
+        "\ndefault stack p50 / raw p50 = {:.3} (goal ≤ 1.05)\n",
+        full.as_secs_f64() / raw.as_secs_f64()
+    );
+
+    println!(
+        "(Redis counts the commands a script runs as commands too: the fenced acquire script is"
+    );
+    println!(" EVALSHA + SET + INCR = 3, the release script EVALSHA + GET + DEL = 3.)");
+    hot_key(&server, "bare store", |b| b).await;
+    hot_key(&server, "local competition", |b| b.default_layers()).await;
+    hot_key(&server, "local competition + hand-off", |b| {
+        b.default_layers()
+            .local_competition(LocalCompetitionConfig::new().hand_off(true))
+    })
+    .await;
+}
