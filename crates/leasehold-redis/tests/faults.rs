@@ -254,3 +254,32 @@ async fn bad_configuration_is_rejected_before_io() {
     let debug = format!("{:?}", RedisConfig::new("redis://bob:hunter2@127.0.0.1:1"));
     assert!(!debug.contains("hunter2"), "{debug}");
 }
+
+/// `rediss://` against a server that does not speak TLS: the handshake fails as a connection
+/// error naming the address — no panic, no hang. (`scripts/check` builds with all features, so this
+/// runs in CI.)
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn tls_handshake_failure_is_a_connection_error() {
+    let server = RedisServer::start().unwrap();
+    let url = format!("rediss://127.0.0.1:{}", server.port());
+    let err =
+        RedisStore::connect(RedisConfig::new(url).connect_timeout(Duration::from_millis(500)))
+            .await
+            .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(
+        err.to_string().contains(&server.port().to_string()),
+        "{err}"
+    );
+}
+
+#[cfg(not(feature = "tls"))]
+#[tokio::test]
+async fn rediss_without_the_tls_feature_says_which_feature() {
+    let err = RedisStore::connect(RedisConfig::new("rediss://127.0.0.1:1"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.to_string().contains("`tls`"), "{err}");
+}
