@@ -1,0 +1,183 @@
+//! Configuration, in the spirit of the seeds' builders: hosts, namespace, set suffix, farm id,
+//! credentials, timeouts, connection pool, commit level, retries.
+
+use std::fmt;
+use std::time::Duration;
+
+use aerospike::policy::CommitLevel;
+use leasehold_core::{Error, Result};
+
+use crate::layout::Layout;
+
+/// The Java lock manager's set suffix.
+pub const DEFAULT_SET_SUFFIX: &str = "distributed_lock";
+/// Attempts of a store operation on errors where nothing was applied (the seed: 5).
+pub const DEFAULT_RETRIES: u32 = 5;
+/// Pause between those attempts (the seed: 80 ms).
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(80);
+
+/// How an [`AerospikeStore`](crate::AerospikeStore) connects and names its records.
+///
+/// `Debug` never shows the password.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_aerospike::AerospikeConfig;
+/// let config = AerospikeConfig::new("127.0.0.1:3000", "locks", "farm1")
+///     .set_suffix("distributed_lock")
+///     .credentials("app", "secret")
+///     .total_timeout(Duration::from_millis(500));
+/// assert!(!format!("{config:?}").contains("secret"));
+/// ```
+#[derive(Clone)]
+pub struct AerospikeConfig {
+    pub(crate) hosts: String,
+    pub(crate) namespace: String,
+    pub(crate) set_suffix: String,
+    pub(crate) farm_id: String,
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) socket_timeout: Duration,
+    pub(crate) total_timeout: Duration,
+    pub(crate) max_conns_per_node: usize,
+    pub(crate) commit_level: CommitLevel,
+    pub(crate) retries: u32,
+    pub(crate) retry_delay: Duration,
+    pub(crate) fencing: bool,
+    pub(crate) max_error_rate: Option<usize>,
+}
+
+impl AerospikeConfig {
+    /// A configuration for the cluster seeded by `hosts` (`"host:port[,host:port…]"`), lock
+    /// records in `namespace`, bins named after `farm_id` (at most 9 characters).
+    pub fn new(
+        hosts: impl Into<String>,
+        namespace: impl Into<String>,
+        farm_id: impl Into<String>,
+    ) -> Self {
+        AerospikeConfig {
+            hosts: hosts.into(),
+            namespace: namespace.into(),
+            set_suffix: DEFAULT_SET_SUFFIX.to_owned(),
+            farm_id: farm_id.into(),
+            user: None,
+            password: None,
+            socket_timeout: Duration::from_millis(1000),
+            total_timeout: Duration::from_millis(2000),
+            max_conns_per_node: 256,
+            commit_level: CommitLevel::CommitMaster,
+            retries: DEFAULT_RETRIES,
+            retry_delay: DEFAULT_RETRY_DELAY,
+            fencing: true,
+            max_error_rate: None,
+        }
+    }
+
+    /// The set suffix (default `distributed_lock`): sets are `DC#<farmId>#<suffix>` and
+    /// `XDC#<suffix>`.
+    pub fn set_suffix(mut self, suffix: impl Into<String>) -> Self {
+        self.set_suffix = suffix.into();
+        self
+    }
+
+    /// User and password for a secured cluster (internal authentication).
+    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some(user.into());
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Socket idle timeout of one attempt (default 1 s).
+    pub fn socket_timeout(mut self, timeout: Duration) -> Self {
+        self.socket_timeout = timeout;
+        self
+    }
+
+    /// Total time of one request (default 2 s). A write without a reply by then is
+    /// [`ErrorKind::InDoubt`](leasehold_core::ErrorKind::InDoubt).
+    pub fn total_timeout(mut self, timeout: Duration) -> Self {
+        self.total_timeout = timeout;
+        self
+    }
+
+    /// Connection pool size per node (default 256).
+    pub fn max_conns_per_node(mut self, max: usize) -> Self {
+        self.max_conns_per_node = max;
+        self
+    }
+
+    /// Commit level of writes (default commit-master: a lock write needs no replica round trip
+    /// before the reply, as the seed argues; use `CommitAll` for stronger durability on failover).
+    pub fn commit_level(mut self, level: CommitLevel) -> Self {
+        self.commit_level = level;
+        self
+    }
+
+    /// Attempts and pause for errors where nothing was applied (default 5 × 80 ms, the seed's).
+    /// A write whose outcome is in doubt is never retried here: it is reported as `InDoubt`.
+    pub fn retries(mut self, attempts: u32, delay: Duration) -> Self {
+        self.retries = attempts.max(1);
+        self.retry_delay = delay;
+        self
+    }
+
+    /// Fencing tokens (default on): a counter record per key, incremented before each acquire.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// The client's circuit breaker: errors per node per tend interval before it stops sending
+    /// (the client's default when unset; `0` disables it, which fault tests need).
+    pub fn max_error_rate(mut self, rate: usize) -> Self {
+        self.max_error_rate = Some(rate);
+        self
+    }
+
+    /// Checks names and values before any I/O, and returns the record layout.
+    pub(crate) fn validate(&self) -> Result<Layout> {
+        if self.hosts.trim().is_empty() {
+            return Err(Error::invalid_argument(
+                "Aerospike hosts must not be empty (e.g. \"127.0.0.1:3000\")",
+            ));
+        }
+        if self.namespace.is_empty()
+            || self.namespace.len() > 31
+            || self
+                .namespace
+                .chars()
+                .any(|c| c.is_whitespace() || c == ':' || c == ';')
+        {
+            return Err(Error::invalid_argument(format!(
+                "namespace {:?} must be 1-31 characters without whitespace, `:` or `;` (e.g. \"test\")",
+                self.namespace
+            )));
+        }
+        if self.total_timeout.is_zero() || self.socket_timeout.is_zero() {
+            return Err(Error::invalid_argument(
+                "Aerospike timeouts must be greater than zero",
+            ));
+        }
+        Layout::new(&self.farm_id, &self.set_suffix)
+    }
+}
+
+impl fmt::Debug for AerospikeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AerospikeConfig")
+            .field("hosts", &self.hosts)
+            .field("namespace", &self.namespace)
+            .field("set_suffix", &self.set_suffix)
+            .field("farm_id", &self.farm_id)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("socket_timeout", &self.socket_timeout)
+            .field("total_timeout", &self.total_timeout)
+            .field("max_conns_per_node", &self.max_conns_per_node)
+            .field("commit_level", &self.commit_level)
+            .field("retries", &self.retries)
+            .field("retry_delay", &self.retry_delay)
+            .field("fencing", &self.fencing)
+            .finish()
+    }
+}

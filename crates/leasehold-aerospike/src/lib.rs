@@ -1,0 +1,38 @@
+//! # leasehold-aerospike
+//!
+//! A [`LockStore`](leasehold_core::LockStore) on Aerospike whose records are the Java distributed
+//! lock manager's, so a Java service and a Rust service contend for the same lock in the same
+//! namespace. See `docs/AEROSPIKE.md` for the layout, round trips and error mapping.
+//!
+//! | lock | Aerospike |
+//! |---|---|
+//! | set | `DC#<farmId>#<setSuffix>` or `XDC#<setSuffix>` |
+//! | user key | the lock id `<clientId>#<entityId>` (sent, so listing can name it) |
+//! | bins | `<farmId>##data` = 1, `<farmId>##uat` = acquisition epoch ms (the Java manager's); `lh_token` = owner token, `lh_fence` = fencing token (leasehold's, ignored by Java) |
+//! | expiration | the TTL in whole seconds, rounded up (never 0 = "namespace default") |
+//! | fence counter | record `<lock set>#fence` / lock id, bin `lh_counter`, never expires |
+//!
+//! ```no_run
+//! use leasehold::LockManager;
+//! use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
+//!
+//! # async fn demo() -> leasehold::Result<()> {
+//! let store = AerospikeStore::connect(AerospikeConfig::new("127.0.0.1:3000", "test", "farm1")).await?;
+//! let locks = LockManager::builder()
+//!     .client_id("orders").farm_id("farm1")
+//!     .store(store)
+//!     .default_layers()
+//!     .build()?;
+//! let guard = locks.try_lock("order-42").await?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+
+mod config;
+mod error;
+pub mod layout;
+mod store;
+
+pub use config::{AerospikeConfig, DEFAULT_RETRIES, DEFAULT_RETRY_DELAY, DEFAULT_SET_SUFFIX};
+pub use store::AerospikeStore;

@@ -1,0 +1,498 @@
+//! The Aerospike store.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aerospike::expressions::{eq, string_bin, string_val};
+use aerospike::operations;
+use aerospike::policy::{AdminPolicy, BasePolicy, Expiration, QueryPolicy, RecordExistsAction};
+use aerospike::{
+    as_bin, Bins, Client, ClientPolicy, Key, PartitionFilter, ReadPolicy, Record, ResultCode,
+    Statement, Value, WritePolicy,
+};
+use futures::StreamExt;
+use leasehold_core::{
+    validate_ttl, Acquire, Capabilities, Error, ErrorKind, Lease, LockInfo, LockKey, LockLevel,
+    LockStore, OwnerToken, Result,
+};
+use tokio::time::Instant;
+
+use crate::config::AerospikeConfig;
+use crate::error::{classify, map, Class};
+use crate::layout::{fence_set, Layout, COUNTER_BIN, FENCE_BIN, TOKEN_BIN};
+
+/// A lock store on an Aerospike namespace, record-compatible with the Java lock manager. Cheap to
+/// clone.
+#[derive(Clone)]
+pub struct AerospikeStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Arc<Client>,
+    owns_client: bool,
+    config: AerospikeConfig,
+    layout: Layout,
+}
+
+impl AerospikeStore {
+    /// Validates `config` (before any I/O), connects, and checks that the namespace exists.
+    ///
+    /// Bad names or values: `InvalidArgument`. Cluster unreachable: `Connection`. Namespace
+    /// missing: `StoreSetup`.
+    pub async fn connect(config: AerospikeConfig) -> Result<Self> {
+        config.validate()?;
+        let mut policy = ClientPolicy {
+            max_conns_per_node: config.max_conns_per_node,
+            timeout: u32::try_from(config.total_timeout.as_millis()).unwrap_or(u32::MAX),
+            ..ClientPolicy::default()
+        };
+        if let Some(rate) = config.max_error_rate {
+            policy.max_error_rate = rate;
+        }
+        if let (Some(user), Some(password)) = (&config.user, &config.password) {
+            policy.auth_mode =
+                aerospike::policy::AuthMode::Internal(user.clone(), password.clone());
+        }
+        let client = Client::new(&policy, &config.hosts).await.map_err(|e| {
+            Error::connection(format!(
+                "cannot connect to the Aerospike cluster at {}",
+                config.hosts
+            ))
+            .with_source(e)
+        })?;
+        Self::build(Arc::new(client), true, config).await
+    }
+
+    /// Uses a client you already have (TLS, custom policies). Its lifecycle stays yours:
+    /// [`AerospikeStore::close`] does not close it.
+    pub async fn with_client(client: Arc<Client>, config: AerospikeConfig) -> Result<Self> {
+        config.validate()?;
+        Self::build(client, false, config).await
+    }
+
+    async fn build(
+        client: Arc<Client>,
+        owns_client: bool,
+        config: AerospikeConfig,
+    ) -> Result<Self> {
+        let layout = config.validate()?;
+        let info = client
+            .info(&AdminPolicy::default(), &["namespaces"])
+            .await
+            .map_err(|e| map("namespace check", "", &config.hosts, e))?;
+        let namespaces = info.get("namespaces").cloned().unwrap_or_default();
+        if !namespaces.split(';').any(|ns| ns == config.namespace) {
+            return Err(Error::new(
+                ErrorKind::StoreSetup,
+                format!(
+                    "namespace {:?} does not exist on the Aerospike cluster at {} (it has: {}); \
+                     lock records need an existing namespace",
+                    config.namespace, config.hosts, namespaces
+                ),
+            ));
+        }
+        Ok(AerospikeStore {
+            inner: Arc::new(Inner {
+                client,
+                owns_client,
+                config,
+                layout,
+            }),
+        })
+    }
+
+    /// Closes the client if this store created it (the seed's `destroy()`); a client passed to
+    /// [`AerospikeStore::with_client`] is left open unless `force` is set.
+    pub async fn close(&self, force: bool) -> Result<()> {
+        if self.inner.owns_client || force {
+            self.inner
+                .client
+                .close()
+                .await
+                .map_err(|e| map("close", "", &self.inner.config.hosts, e))?;
+        }
+        Ok(())
+    }
+
+    /// The record layout (set and bin names).
+    pub fn layout(&self) -> &Layout {
+        &self.inner.layout
+    }
+
+    /// The Aerospike key of a lock: namespace, lock set, lock id (`<clientId>#<entityId>`).
+    pub fn record_key(&self, key: &LockKey) -> Result<Key> {
+        let set = self.inner.layout.lock_set(key)?;
+        Key::new(
+            self.inner.config.namespace.clone(),
+            set,
+            Value::from(key.lock_id()),
+        )
+        .map_err(|e| Error::invalid_argument("cannot build the record key").with_source(e))
+    }
+
+    fn fence_key(&self, key: &LockKey) -> Result<Key> {
+        let set = fence_set(&self.inner.layout.lock_set(key)?);
+        Key::new(
+            self.inner.config.namespace.clone(),
+            set,
+            Value::from(key.lock_id()),
+        )
+        .map_err(|e| Error::invalid_argument("cannot build the fence key").with_source(e))
+    }
+
+    fn base(&self, retries: usize) -> BasePolicy {
+        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
+        BasePolicy {
+            socket_timeout: ms(self.inner.config.socket_timeout),
+            total_timeout: ms(self.inner.config.total_timeout),
+            max_retries: retries,
+            sleep_between_retries: ms(self.inner.config.retry_delay),
+            ..BasePolicy::default()
+        }
+    }
+
+    /// A write policy with no client-side retries: a write is never re-sent blindly (leasehold
+    /// retries only what was surely not applied, see `with_retries`).
+    fn write_policy(&self) -> WritePolicy {
+        WritePolicy {
+            base_policy: self.base(0),
+            commit_level: self.inner.config.commit_level,
+            ..WritePolicy::default()
+        }
+    }
+
+    fn owned_by(&self, token: &OwnerToken) -> WritePolicy {
+        let mut policy = self.write_policy();
+        policy.base_policy.filter_expression = Some(eq(
+            string_bin(TOKEN_BIN.to_owned()),
+            string_val(token.as_str().to_owned()),
+        ));
+        policy
+    }
+
+    fn address(&self) -> &str {
+        &self.inner.config.hosts
+    }
+
+    /// Runs `op` up to the configured attempts while its error says nothing was sent (the seed's
+    /// 5 × 80 ms); anything else — success, a server answer, an in-doubt outcome — returns at once.
+    async fn with_retries<T, F, Fut>(
+        &self,
+        what: &str,
+        key: &LockKey,
+        mut op: F,
+    ) -> Result<T, aerospike::Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, aerospike::Error>>,
+    {
+        let attempts = self.inner.config.retries.max(1);
+        let mut attempt = 1;
+        loop {
+            match op().await {
+                Err(e) if classify(&e) == Class::NotSent && attempt < attempts => {
+                    tracing::debug!(key = %key, what, attempt, error = %e, "not sent; retrying");
+                    attempt += 1;
+                    tokio::time::sleep(self.inner.config.retry_delay).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn exhausted_or(&self, what: &str, key: &LockKey, e: aerospike::Error) -> Error {
+        if classify(&e) == Class::NotSent && self.inner.config.retries > 1 {
+            Error::new(
+                ErrorKind::RetriesExhausted,
+                format!(
+                    "{what} could not reach Aerospike at {} in {} attempts",
+                    self.address(),
+                    self.inner.config.retries
+                ),
+            )
+            .with_key(key.as_str())
+            .with_source(e)
+        } else {
+            map(what, key.as_str(), self.address(), e)
+        }
+    }
+
+    async fn next_fence(&self, key: &LockKey) -> Result<u64> {
+        let fence_key = self.fence_key(key)?;
+        let mut policy = self.write_policy();
+        policy.expiration = Expiration::Never;
+        let ops = [
+            operations::add(&as_bin!(COUNTER_BIN, 1)),
+            operations::get_bin(COUNTER_BIN),
+        ];
+        let record = self
+            .with_retries("fence", key, || {
+                self.inner.client.operate(&policy, &fence_key, &ops)
+            })
+            .await
+            .map_err(|e| self.exhausted_or("fence increment", key, e))?;
+        // Two operations on one bin answer with both results (add: nil, get: the new value).
+        let value = match record.bins.get(COUNTER_BIN) {
+            Some(Value::MultiResult(results)) => results.last(),
+            other => other,
+        };
+        match value {
+            Some(Value::Int(n)) if *n > 0 => Ok(*n as u64),
+            other => Err(
+                Error::internal(format!("fence counter read back as {other:?}"))
+                    .with_key(key.as_str()),
+            ),
+        }
+    }
+
+    async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
+        let record_key = self.record_key(&req.key)?;
+        // Fence first: a failed acquisition only leaves a gap in the counter, never a lock
+        // without its fencing token.
+        let fence = if self.inner.config.fencing {
+            Some(self.next_fence(&req.key).await?)
+        } else {
+            None
+        };
+        let mut policy = self.write_policy();
+        policy.record_exists_action = RecordExistsAction::CreateOnly;
+        policy.expiration = Expiration::Seconds(ttl_seconds(req.ttl));
+        policy.send_key = true;
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let layout = &self.inner.layout;
+        let mut bins = vec![
+            as_bin!(layout.data_bin(), 1),
+            as_bin!(layout.uat_bin(), now_ms),
+            as_bin!(TOKEN_BIN, req.token.as_str()),
+        ];
+        if let Some(fence) = fence {
+            bins.push(as_bin!(FENCE_BIN, fence as i64));
+        }
+        let sent_at = Instant::now();
+        let result = self
+            .with_retries("acquire", &req.key, || {
+                self.inner.client.put(&policy, &record_key, &bins)
+            })
+            .await;
+        match result {
+            Ok(()) => Ok(
+                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
+                    .with_fencing_token(fence),
+            ),
+            Err(e) => match classify(&e) {
+                Class::Server(ResultCode::KeyExistsError | ResultCode::GenerationError) => {
+                    Err(Error::unavailable(&req.key))
+                }
+                _ => Err(self.exhausted_or("acquire", &req.key, e)),
+            },
+        }
+    }
+
+    async fn release_once(&self, lease: &Lease) -> Result<bool> {
+        let record_key = self.record_key(lease.key())?;
+        let policy = self.owned_by(lease.token());
+        let result = self
+            .with_retries("release", lease.key(), || {
+                self.inner.client.delete(&policy, &record_key)
+            })
+            .await;
+        match result {
+            Ok(existed) => Ok(existed),
+            Err(e) => match classify(&e) {
+                Class::Server(ResultCode::FilteredOut | ResultCode::KeyNotFoundError) => Ok(false),
+                _ => Err(self.exhausted_or("release", lease.key(), e)),
+            },
+        }
+    }
+
+    fn info(&self, key: LockKey, record: &Record) -> LockInfo {
+        let token = match record.bins.get(TOKEN_BIN) {
+            Some(Value::String(t)) => Some(OwnerToken::from_string(t.as_str())),
+            _ => None,
+        };
+        let uat = match record.bins.get(self.inner.layout.uat_bin()) {
+            Some(Value::Int(ms)) if *ms > 0 => Some(UNIX_EPOCH + Duration::from_millis(*ms as u64)),
+            _ => None,
+        };
+        let fence = match record.bins.get(FENCE_BIN) {
+            Some(Value::Int(f)) if *f > 0 => Some(*f as u64),
+            _ => None,
+        };
+        LockInfo::new(key, token)
+            .with_ttl_remaining(record.time_to_live())
+            .with_acquired_at(uat)
+            .with_fencing_token(fence)
+    }
+}
+
+/// Aerospike expiration is in whole seconds, and 0 means "namespace default" (possibly never):
+/// round up, never down to 0. (`validate_ttl` already refused a zero TTL.)
+fn ttl_seconds(ttl: Duration) -> u32 {
+    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    u32::try_from(secs.max(1)).unwrap_or(u32::MAX)
+}
+
+impl LockStore for AerospikeStore {
+    fn name(&self) -> &'static str {
+        "aerospike"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::NONE
+            .with_fencing(self.inner.config.fencing)
+            .with_listing(true)
+    }
+
+    /// Create-only write with expiration = TTL rounded up to whole seconds, after incrementing
+    /// the key's fence counter. Cancel safe: the requests run on their own task, and an
+    /// acquisition nobody receives is released again (owner-checked).
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        validate_ttl(req.ttl)?;
+        self.record_key(&req.key)?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let store = self.clone();
+        let req = req.clone();
+        tokio::spawn(async move {
+            let result = store.acquire_once(&req).await;
+            if let Err(unreceived) = tx.send(result) {
+                let maybe_held = match unreceived {
+                    Ok(lease) => Some(lease),
+                    Err(e) if e.is_in_doubt() => Some(Lease::new(
+                        req.key.clone(),
+                        req.token.clone(),
+                        req.ttl,
+                        Instant::now(),
+                    )),
+                    Err(_) => None,
+                };
+                if let Some(lease) = maybe_held {
+                    if let Err(e) = store.release_once(&lease).await {
+                        tracing::warn!(key = %lease.key(), error = %e,
+                            "could not undo a cancelled acquisition; it expires at its TTL");
+                    }
+                }
+            }
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(Error::internal(
+                "the acquire task ended without an answer (runtime shutting down?)",
+            ))
+        })
+    }
+
+    /// One round trip: a delete with a filter expression `lh_token == token`.
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.release_once(lease).await
+    }
+
+    /// One round trip: a touch with the same filter and the new expiration.
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl)?;
+        let record_key = self.record_key(lease.key())?;
+        let mut policy = self.owned_by(lease.token());
+        policy.expiration = Expiration::Seconds(ttl_seconds(ttl));
+        let sent_at = Instant::now();
+        let result = self
+            .with_retries("extend", lease.key(), || {
+                self.inner.client.touch(&policy, &record_key)
+            })
+            .await;
+        match result {
+            Ok(()) => Ok(lease.renewed(ttl, sent_at)),
+            Err(e) => match classify(&e) {
+                Class::Server(ResultCode::FilteredOut | ResultCode::KeyNotFoundError) => {
+                    Err(Error::not_held(
+                        "the lease expired or was taken by another owner before it could be extended",
+                    )
+                    .with_key(lease.key().as_str()))
+                }
+                _ => Err(self.exhausted_or("extend", lease.key(), e)),
+            },
+        }
+    }
+
+    /// One round trip: the lock record's bins and TTL.
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let record_key = self.record_key(key)?;
+        let policy = ReadPolicy {
+            base_policy: self.base(self.inner.config.retries.saturating_sub(1) as usize),
+            ..ReadPolicy::default()
+        };
+        match self.inner.client.get(&policy, &record_key, Bins::All).await {
+            Ok(record) => Ok(Some(self.info(key.clone(), &record))),
+            Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => Ok(None),
+            Err(e) => Err(map("inspect", key.as_str(), self.address(), e)),
+        }
+    }
+
+    /// Scans this farm's DC set and the XDC set. Records written without a user key (the Java
+    /// manager sends only the digest) cannot be named and are left out.
+    async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
+        let mut locks = Vec::new();
+        for (level, set) in self.inner.layout.listed_sets() {
+            let policy = QueryPolicy::default();
+            let statement = Statement::new(self.inner.config.namespace.clone(), set, Bins::All);
+            let records = self
+                .inner
+                .client
+                .query(&policy, PartitionFilter::all(), statement)
+                .await
+                .map_err(|e| map("list", prefix, self.address(), e))?;
+            let mut stream = Arc::clone(&records).into_stream();
+            while let Some(record) = stream.next().await {
+                let record = record.map_err(|e| map("list", prefix, self.address(), e))?;
+                let Some(lock_id) = record
+                    .key
+                    .as_ref()
+                    .and_then(|k| k.user_key())
+                    .and_then(|v| match v {
+                        Value::String(s) => Some(s.clone()),
+                        _ => None,
+                    })
+                else {
+                    continue;
+                };
+                let storage = match level {
+                    LockLevel::Dc => format!("DC#{}#{lock_id}", self.inner.layout.farm_id()),
+                    LockLevel::Xdc => format!("XDC#{lock_id}"),
+                };
+                if !storage.starts_with(prefix) {
+                    continue;
+                }
+                if let Ok(key) = storage.parse::<LockKey>() {
+                    locks.push(self.info(key, &record));
+                }
+            }
+        }
+        locks.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(locks)
+    }
+}
+
+impl fmt::Debug for AerospikeStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AerospikeStore")
+            .field("config", &self.inner.config)
+            .field("owns_client", &self.inner.owns_client)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_rounds_up_to_whole_seconds_never_to_zero() {
+        assert_eq!(ttl_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(ttl_seconds(Duration::from_millis(999)), 1);
+        assert_eq!(ttl_seconds(Duration::from_millis(1000)), 1);
+        assert_eq!(ttl_seconds(Duration::from_millis(1001)), 2);
+        assert_eq!(ttl_seconds(Duration::from_secs(90)), 90);
+    }
+}
