@@ -182,6 +182,22 @@ impl AerospikeStore {
         &self,
         what: &str,
         key: &LockKey,
+        op: F,
+    ) -> Result<T, aerospike::Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, aerospike::Error>>,
+    {
+        self.retrying(what, key, false, op).await
+    }
+
+    /// [`Self::with_retries`], optionally also retrying in-doubt outcomes — only for operations
+    /// where applying twice is harmless, like the fence increment (a gap in the counter).
+    async fn retrying<T, F, Fut>(
+        &self,
+        what: &str,
+        key: &LockKey,
+        retry_in_doubt: bool,
         mut op: F,
     ) -> Result<T, aerospike::Error>
     where
@@ -192,8 +208,12 @@ impl AerospikeStore {
         let mut attempt = 1;
         loop {
             match op().await {
-                Err(e) if classify(&e) == Class::NotSent && attempt < attempts => {
-                    tracing::debug!(key = %key, what, attempt, error = %e, "not sent; retrying");
+                Err(e)
+                    if attempt < attempts
+                        && (classify(&e) == Class::NotSent
+                            || (retry_in_doubt && classify(&e) == Class::InDoubt)) =>
+                {
+                    tracing::debug!(key = %key, what, attempt, error = %e, "retrying");
                     attempt += 1;
                     tokio::time::sleep(self.inner.config.retry_delay).await;
                 }
@@ -203,7 +223,9 @@ impl AerospikeStore {
     }
 
     fn exhausted_or(&self, what: &str, key: &LockKey, e: aerospike::Error) -> Error {
-        if classify(&e) == Class::NotSent && self.inner.config.retries > 1 {
+        let fence = what.starts_with("fence");
+        let retried = classify(&e) == Class::NotSent || (fence && classify(&e) == Class::InDoubt);
+        if retried && self.inner.config.retries > 1 {
             Error::new(
                 ErrorKind::RetriesExhausted,
                 format!(
@@ -228,7 +250,7 @@ impl AerospikeStore {
             operations::get_bin(COUNTER_BIN),
         ];
         let record = self
-            .with_retries("fence", key, || {
+            .retrying("fence", key, true, || {
                 self.inner.client.operate(&policy, &fence_key, &ops)
             })
             .await

@@ -1,0 +1,414 @@
+//! The Aerospike store through the wire fixture: faults (reply delayed past the timeout,
+//! connection dropped, write applied but reply lost, server paused and resumed), interoperability
+//! with the Java lock manager's records, the Java manager's three known weaknesses (each shown not
+//! to happen here), and setup errors.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aerospike::policy::{Expiration, GenerationPolicy};
+use aerospike::{as_bin, Client, ClientPolicy, Key, ResultCode, Value, WritePolicy};
+use leasehold::layers::ReadbackConfig;
+use leasehold::{Acquire, ErrorKind, LockEvent, LockKey, LockManager, LockStore, OwnerToken};
+use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
+use leasehold_testkit::aerospike::{AerospikeFixture, BinValue, Fault, Target};
+
+const FARM: &str = "farm1";
+const SUFFIX: &str = "distributed_lock";
+
+fn config(fixture: &AerospikeFixture) -> AerospikeConfig {
+    AerospikeConfig::new(fixture.host_string(), "test", FARM)
+        .max_error_rate(0)
+        .total_timeout(Duration::from_millis(300))
+        .socket_timeout(Duration::from_millis(300))
+}
+
+async fn setup() -> (AerospikeFixture, AerospikeStore) {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let store = AerospikeStore::connect(config(&fixture)).await.unwrap();
+    (fixture, store)
+}
+
+fn key(entity: &str) -> LockKey {
+    LockKey::dc(FARM, "orders", entity).unwrap()
+}
+
+/// The digest of a lock record (not its fence counter, which has the same user key in another
+/// set), for faults that must hit the lock write itself.
+fn lock_digest(entity: &str) -> [u8; 20] {
+    Key::new(
+        "test",
+        "DC#farm1#distributed_lock",
+        Value::from(format!("orders#{entity}")),
+    )
+    .unwrap()
+    .digest()
+}
+
+fn acquire(entity: &str, ttl: Duration) -> Acquire {
+    Acquire::new(key(entity), OwnerToken::generate(), ttl)
+}
+
+async fn raw_client(fixture: &AerospikeFixture) -> Client {
+    let policy = ClientPolicy {
+        max_error_rate: 0,
+        ..ClientPolicy::default()
+    };
+    Client::new(&policy, &fixture.host_string()).await.unwrap()
+}
+
+/// The Java manager's write: generation 0 with expect-generation-equal, no user key, its two bins.
+fn java_write_policy(ttl_secs: u32) -> WritePolicy {
+    WritePolicy {
+        generation_policy: GenerationPolicy::ExpectGenEqual,
+        generation: 0,
+        expiration: Expiration::Seconds(ttl_secs),
+        send_key: false,
+        ..WritePolicy::default()
+    }
+}
+
+fn java_bins() -> Vec<aerospike::Bin> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    vec![as_bin!("farm1##data", 1), as_bin!("farm1##uat", now)]
+}
+
+#[tokio::test]
+async fn records_use_the_java_managers_layout() {
+    let (fixture, store) = setup().await;
+    let req = acquire("order-42", Duration::from_secs(30));
+    let lease = store.try_acquire(&req).await.unwrap();
+    let record = fixture
+        .record_by_key("DC#farm1#distributed_lock", "orders#order-42")
+        .expect("set DC#<farm>#<suffix>, user key <client>#<entity>");
+    assert_eq!(record.bin("farm1##data"), Some(&BinValue::Int(1)));
+    let Some(BinValue::Int(uat)) = record.bin("farm1##uat") else {
+        panic!("uat bin: {record:?}")
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!((now - uat).abs() < 5_000, "acquisition time in epoch ms");
+    assert_eq!(
+        record.bin("lh_token"),
+        Some(&BinValue::String(req.token.to_string()))
+    );
+    assert_eq!(record.bin("lh_fence"), Some(&BinValue::Int(1)));
+    let ttl = record.ttl.expect("expires");
+    assert!(ttl <= Duration::from_secs(30) && ttl > Duration::from_secs(28));
+    assert_eq!(
+        fixture.record_count("DC#farm1#distributed_lock#fence"),
+        1,
+        "the fence counter lives in its own set"
+    );
+    assert!(store.release(&lease).await.unwrap());
+    assert_eq!(fixture.record_count("DC#farm1#distributed_lock"), 0);
+    assert_eq!(
+        fixture.record_count("DC#farm1#distributed_lock#fence"),
+        1,
+        "and survives the lock record's deletion"
+    );
+    let xdc = Acquire::new(
+        LockKey::xdc("orders", "order-42").unwrap(),
+        OwnerToken::generate(),
+        Duration::from_secs(30),
+    );
+    store.try_acquire(&xdc).await.unwrap();
+    assert!(fixture
+        .record_by_key("XDC#distributed_lock", "orders#order-42")
+        .is_some());
+}
+
+#[tokio::test]
+async fn a_java_lock_blocks_leasehold_and_a_leasehold_lock_blocks_java() {
+    let (fixture, store) = setup().await;
+    let client = raw_client(&fixture).await;
+    // A lock taken by the Java manager.
+    let java_key = Key::new(
+        "test",
+        "DC#farm1#distributed_lock",
+        Value::from("orders#java"),
+    )
+    .unwrap();
+    client
+        .put(&java_write_policy(30), &java_key, &java_bins())
+        .await
+        .unwrap();
+    let err = store
+        .try_acquire(&acquire("java", Duration::from_secs(30)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockUnavailable, "{err}");
+    let info = store
+        .inspect(&key("java"))
+        .await
+        .unwrap()
+        .expect("held by Java");
+    assert_eq!(info.token, None, "the Java manager stores no owner token");
+    assert!(info.acquired_at.is_some(), "read from the farm1##uat bin");
+
+    // A lock taken by leasehold fails the Java manager's existence check (GENERATION_ERROR).
+    let lease = store
+        .try_acquire(&acquire("rust", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let rust_key = Key::new(
+        "test",
+        "DC#farm1#distributed_lock",
+        Value::from("orders#rust"),
+    )
+    .unwrap();
+    let err = client
+        .put(&java_write_policy(30), &rust_key, &java_bins())
+        .await
+        .unwrap_err();
+    assert_eq!(err.server_result_code(), Some(ResultCode::GenerationError));
+    // And a leasehold release with a foreign token leaves the Java lock alone.
+    let impostor = lease.clone().with_token(OwnerToken::generate());
+    assert!(!store.release(&impostor).await.unwrap());
+    assert!(store.release(&lease).await.unwrap());
+    assert!(client.exists(&Default::default(), &java_key).await.unwrap());
+}
+
+#[tokio::test]
+async fn weakness_1_a_late_release_never_deletes_the_next_holders_lock() {
+    let (_fixture, store) = setup().await;
+    // The Java manager deletes blindly: after its TTL passed and someone else took the lock, its
+    // release deleted the new holder's record. leasehold's delete is filtered on the token.
+    let old = store
+        .try_acquire(&acquire("late", Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    let new = loop {
+        match store
+            .try_acquire(&acquire("late", Duration::from_secs(30)))
+            .await
+        {
+            Ok(lease) => break lease,
+            Err(e) if e.is_unavailable() && tokio::time::Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(!store.release(&old).await.unwrap(), "not ours any more");
+    let info = store
+        .inspect(&key("late"))
+        .await
+        .unwrap()
+        .expect("still held");
+    assert!(info.is_owned_by(new.token()));
+}
+
+#[tokio::test]
+async fn weakness_2_a_landed_write_with_a_lost_reply_is_never_reported_unavailable() {
+    let (fixture, store) = setup().await;
+    // The Java manager re-sends the create after a timeout; if the first one landed, the retry
+    // fails and the caller is told LOCK_UNAVAILABLE while holding the lock itself for 90 s.
+    let req = acquire("landed", Duration::from_secs(90));
+    let fault = fixture
+        .faults()
+        .inject(Fault::DropReply, Target::Digest(lock_digest("landed")));
+    let err = store.try_acquire(&req).await.unwrap_err();
+    fixture.faults().remove(fault);
+    assert_eq!(
+        err.kind(),
+        ErrorKind::InDoubt,
+        "never LockUnavailable: {err}"
+    );
+    assert!(
+        store
+            .inspect(&req.key)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_owned_by(&req.token),
+        "the write landed: we hold it"
+    );
+
+    // With the readback layer the caller simply gets the lock.
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let locks = LockManager::builder()
+        .client_id("orders")
+        .farm_id(FARM)
+        .store(store.clone())
+        .readback(ReadbackConfig::new())
+        .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.clone()))
+        .build()
+        .unwrap();
+    // The first write to the lock record loses its reply; the readback (a read) goes through.
+    let applied_before = fixture.faults().applied();
+    let fault = fixture
+        .faults()
+        .inject(Fault::DropReply, Target::Digest(lock_digest("landed-2")));
+    let attempt = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.try_lock("landed-2").await }
+    });
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    while fixture.faults().applied() == applied_before && tokio::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    fixture.faults().remove(fault);
+    let guard = attempt.await.unwrap().expect("held after readback");
+    assert!(events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, LockEvent::RecoveredByReadback { held: true, .. })));
+    assert!(guard.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn weakness_3_a_sub_second_ttl_is_rounded_up_never_truncated_to_zero() {
+    let (fixture, store) = setup().await;
+    // The Java manager truncates the TTL to seconds: 900 ms became 0, "namespace default".
+    store
+        .try_acquire(&acquire("short", Duration::from_millis(900)))
+        .await
+        .unwrap();
+    let record = fixture
+        .record_by_key("DC#farm1#distributed_lock", "orders#short")
+        .unwrap();
+    let ttl = record.ttl.expect("expires, not namespace default");
+    assert!(
+        ttl > Duration::from_millis(900) && ttl <= Duration::from_secs(1),
+        "rounded up to 1 s: {record:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_delayed_reply_is_in_doubt_not_a_false_result() {
+    let (fixture, store) = setup().await;
+    let req = acquire("slow", Duration::from_secs(30));
+    let fault = fixture.faults().inject(
+        Fault::DelayReply(Duration::from_millis(800)),
+        Target::Digest(lock_digest("slow")),
+    );
+    let err = store.try_acquire(&req).await.unwrap_err();
+    fixture.faults().remove(fault);
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(store
+        .inspect(&req.key)
+        .await
+        .unwrap()
+        .unwrap()
+        .is_owned_by(&req.token));
+}
+
+#[tokio::test]
+async fn a_dropped_connection_before_applying_is_retried_then_succeeds() {
+    let (fixture, store) = setup().await;
+    // The next data request (the fence increment) loses its connection before anything is
+    // applied: nothing is in doubt, so the store retries (the seed's 5 × 80 ms) and succeeds.
+    fixture
+        .faults()
+        .inject(Fault::DropConnection, Target::NextRequests(1));
+    let lease = store
+        .try_acquire(&acquire("dropped", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(fixture.faults().applied() >= 1);
+    assert!(store.release(&lease).await.unwrap());
+
+    // When every attempt fails: retries exhausted, nothing held.
+    fixture
+        .faults()
+        .inject(Fault::DropConnection, Target::NextRequests(20));
+    let err = store
+        .try_acquire(&acquire("dropped-2", Duration::from_secs(30)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::RetriesExhausted | ErrorKind::Connection
+        ),
+        "{err}"
+    );
+    fixture.faults().clear();
+    assert_eq!(store.inspect(&key("dropped-2")).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_paused_server_times_out_in_doubt_and_the_write_lands_on_resume() {
+    let (fixture, store) = setup().await;
+    let warm = store
+        .try_acquire(&acquire("warm", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    store.release(&warm).await.unwrap();
+    let store = AerospikeStore::connect(config(&fixture).fencing(false))
+        .await
+        .unwrap();
+    fixture.pause();
+    let req = acquire("paused", Duration::from_secs(30));
+    let err = store.try_acquire(&req).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    fixture.resume();
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match store.inspect(&req.key).await {
+            Ok(Some(info)) => {
+                assert!(info.is_owned_by(&req.token), "the held request was applied");
+                break;
+            }
+            _ if tokio::time::Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            other => panic!("not applied after resume: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn setup_errors_are_clear_and_found_before_use() {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let err = AerospikeStore::connect(
+        AerospikeConfig::new(fixture.host_string(), "nope", FARM).max_error_rate(0),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreSetup, "{err}");
+    assert!(err.to_string().contains("\"nope\" does not exist"), "{err}");
+
+    for config in [
+        AerospikeConfig::new(fixture.host_string(), "test", "farm123456"),
+        AerospikeConfig::new(fixture.host_string(), "test", FARM).set_suffix("x".repeat(60)),
+        AerospikeConfig::new("", "test", FARM),
+        AerospikeConfig::new(fixture.host_string(), "", FARM),
+    ] {
+        let err = AerospikeStore::connect(config).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    }
+    let debug = format!(
+        "{:?}",
+        AerospikeConfig::new("h:3000", "test", FARM).credentials("app", "hunter2")
+    );
+    assert!(!debug.contains("hunter2"), "{debug}");
+    assert_eq!(SUFFIX, leasehold_aerospike::DEFAULT_SET_SUFFIX);
+}
+
+#[tokio::test]
+async fn close_leaves_a_borrowed_client_open() {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let client = Arc::new(raw_client(&fixture).await);
+    let store = AerospikeStore::with_client(client.clone(), config(&fixture))
+        .await
+        .unwrap();
+    store.close(false).await.unwrap();
+    assert!(client.is_connected(), "not ours to close");
+    let owned = AerospikeStore::connect(config(&fixture)).await.unwrap();
+    owned.close(false).await.unwrap();
+    assert!(owned
+        .try_acquire(&acquire("after-close", Duration::from_secs(5)))
+        .await
+        .is_err());
+}
