@@ -26,7 +26,8 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // The Aerospike client logs connection failures itself; leasehold reports them.
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,aerospike_core=off")),
         )
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

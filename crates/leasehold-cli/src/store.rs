@@ -1,11 +1,15 @@
 //! From global options to a store, keys and a lock manager.
 
 use leasehold::{BoxStore, LockKey, LockLevel, LockManager, MemoryStore};
+use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_redis::{RedisConfig, RedisStore};
 
 use crate::cli::{Global, Level};
 use crate::exit::CliError;
 use crate::store_url::StoreUrl;
+
+/// Farm id when neither `--farm-id` nor the URL's `farm=` gives one.
+const DEFAULT_FARM: &str = "local";
 
 /// The store a command talks to, with what it needs to name keys and report errors.
 pub(crate) struct Target {
@@ -25,7 +29,7 @@ impl Target {
             .farm_id
             .clone()
             .or_else(|| url.farm().map(str::to_owned))
-            .unwrap_or_else(|| "local".to_owned());
+            .unwrap_or_else(|| DEFAULT_FARM.to_owned());
         let level = match global.level {
             Level::Dc => LockLevel::Dc,
             Level::Xdc => LockLevel::Xdc,
@@ -87,8 +91,33 @@ async fn connect(url: &StoreUrl) -> Result<BoxStore, CliError> {
                 .map_err(fail)?;
             Ok(BoxStore::new(store))
         }
-        StoreUrl::Aerospike { .. } => Err(CliError::usage(format!(
-            "{url}: this build of leasehold has no driver for it yet"
-        ))),
+        StoreUrl::Aerospike {
+            host,
+            port,
+            namespace,
+            set_suffix,
+            farm,
+            user,
+            password,
+        } => {
+            let hosts = if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            };
+            let mut config = AerospikeConfig::new(
+                hosts,
+                namespace.as_str(),
+                farm.as_deref().unwrap_or(DEFAULT_FARM),
+            );
+            if let Some(suffix) = set_suffix {
+                config = config.set_suffix(suffix.as_str());
+            }
+            if let (Some(user), Some(password)) = (user, password) {
+                config = config.credentials(user.as_str(), password.as_str());
+            }
+            let store = AerospikeStore::connect(config).await.map_err(fail)?;
+            Ok(BoxStore::new(store))
+        }
     }
 }
