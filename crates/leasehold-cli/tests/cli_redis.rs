@@ -149,3 +149,38 @@ fn an_unreachable_store_has_its_own_status_and_names_the_address() {
     assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
     assert!(!err.contains("s3cret"), "{err}");
 }
+
+#[test]
+fn a_lock_lost_while_the_command_runs_is_reported_and_kill_on_lost_stops_the_command() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let mut child = leasehold(&url)
+        .args([
+            "run",
+            "fragile",
+            "--ttl",
+            "3s",
+            "--kill-on-lost",
+            "--",
+            "sh",
+            "-c",
+            "echo ready; exec sleep 30",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    assert!(BufReader::new(stdout)
+        .lines()
+        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false)));
+    // An operator breaks the lock; the next renewal (every ttl/3 = 1 s) finds it gone.
+    let out = output(leasehold(&url).args(["release", "fragile", "--force"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "the command got SIGTERM");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("the lock was lost"), "{err}");
+    assert!(err.contains("--kill-on-lost"), "{err}");
+}
