@@ -391,3 +391,29 @@ async fn observers_see_acquired_contended_released() {
         ["acquired", "contended", "acquire_failed", "released"]
     );
 }
+
+#[tokio::test]
+async fn reentrant_acquisitions_keep_the_store_acquisitions_fencing_token() {
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .default_layers()
+        .build()
+        .unwrap();
+    let me = leasehold::Holder::new();
+    let outer = locks
+        .try_lock_with("k", LockOptions::new().holder(me))
+        .await
+        .unwrap();
+    let inner = locks
+        .try_lock_with("k", LockOptions::new().holder(me))
+        .await
+        .unwrap();
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    assert_eq!(inner.token(), outer.token());
+    assert!(locks.try_lock("k").await.unwrap_err().is_unavailable());
+    inner.release().await.unwrap();
+    assert!(locks.inspect("k").await.unwrap().is_some(), "outer still holds");
+    outer.release().await.unwrap();
+    assert_eq!(locks.inspect("k").await.unwrap(), None);
+}
