@@ -413,7 +413,10 @@ async fn reentrant_acquisitions_keep_the_store_acquisitions_fencing_token() {
     assert_eq!(inner.token(), outer.token());
     assert!(locks.try_lock("k").await.unwrap_err().is_unavailable());
     inner.release().await.unwrap();
-    assert!(locks.inspect("k").await.unwrap().is_some(), "outer still holds");
+    assert!(
+        locks.inspect("k").await.unwrap().is_some(),
+        "outer still holds"
+    );
     outer.release().await.unwrap();
     assert_eq!(locks.inspect("k").await.unwrap(), None);
 }
