@@ -443,7 +443,6 @@ impl LockStore for AerospikeStore {
         let record_key = self.record_key(key)?;
         let policy = ReadPolicy {
             base_policy: self.base(self.inner.config.retries.saturating_sub(1) as usize),
-            ..ReadPolicy::default()
         };
         match self.inner.client.get(&policy, &record_key, Bins::All).await {
             Ok(record) => Ok(Some(self.info(key.clone(), &record))),
