@@ -420,3 +420,23 @@ async fn reentrant_acquisitions_keep_the_store_acquisitions_fencing_token() {
     outer.release().await.unwrap();
     assert_eq!(locks.inspect("k").await.unwrap(), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_ends_waiting_lock_calls_at_once() {
+    let locks = manager();
+    let _holder = locks.try_lock("k").await.unwrap();
+    let waiter = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock("k").await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    locks.shutdown().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(10),
+        "shutdown did not wait for the 90 s wait: {:?}",
+        started.elapsed()
+    );
+    let err = waiter.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShutDown);
+}

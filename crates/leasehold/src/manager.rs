@@ -387,6 +387,7 @@ impl LockManagerBuilder {
                 scenario: self.scenario,
                 waiters: Waiters::default(),
                 closed: AtomicBool::new(false),
+                closing: Notify::new(),
                 in_flight: AtomicUsize::new(0),
                 in_flight_done: Notify::new(),
                 closers,
@@ -437,6 +438,8 @@ pub(crate) struct ManagerInner {
     scenario: &'static str,
     pub(crate) waiters: Waiters,
     closed: AtomicBool,
+    /// Wakes waiting `lock()` calls when shutdown starts, so they end at once.
+    closing: Notify,
     in_flight: AtomicUsize,
     in_flight_done: Notify,
     /// Called when shutdown starts (local competition wakes its waiters).
@@ -634,8 +637,15 @@ impl LockManager {
                 .with_key(plan.key.as_str()));
             }
             let pause = self.inner.backoff.delay(*attempts).min(deadline - now);
+            let closing = self.inner.closing.notified();
+            tokio::pin!(closing);
+            closing.as_mut().enable();
+            if self.inner.closed.load(Ordering::SeqCst) {
+                return Err(Error::shut_down());
+            }
             tokio::select! {
                 _ = &mut woken => {}
+                _ = closing => return Err(Error::shut_down()),
                 _ = tokio::time::sleep(pause) => {}
             }
         }
@@ -692,6 +702,7 @@ impl LockManager {
     /// shutdown layer, that releases every live lock. Returns how many locks were released.
     pub async fn shutdown(&self) -> Result<usize> {
         self.inner.closed.store(true, Ordering::SeqCst);
+        self.inner.closing.notify_waiters();
         for close in &self.inner.closers.0 {
             close();
         }
