@@ -53,7 +53,9 @@ fn main() -> ExitCode {
     match result {
         Ok(status) => ExitCode::from(status),
         Err(error) => {
-            eprintln!("leasehold: {error}");
+            // One line: causes from some clients span several lines.
+            let line = error.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+            eprintln!("leasehold: {line}");
             error.exit_code()
         }
     }
