@@ -13,8 +13,8 @@ use aerospike::{
 };
 use futures::StreamExt;
 use leasehold_core::{
-    validate_ttl, Acquire, Capabilities, Error, ErrorKind, Lease, LockInfo, LockKey, LockLevel,
-    LockStore, OwnerToken, Result,
+    acquire_detached, validate_ttl, Acquire, Capabilities, Error, ErrorKind, Lease, LockInfo,
+    LockKey, LockLevel, LockStore, OwnerToken, Result,
 };
 use tokio::time::Instant;
 
@@ -376,35 +376,13 @@ impl LockStore for AerospikeStore {
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         validate_ttl(req.ttl)?;
         self.record_key(&req.key)?;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let store = self.clone();
-        let req = req.clone();
-        tokio::spawn(async move {
-            let result = store.acquire_once(&req).await;
-            if let Err(unreceived) = tx.send(result) {
-                let maybe_held = match unreceived {
-                    Ok(lease) => Some(lease),
-                    Err(e) if e.is_in_doubt() => Some(Lease::new(
-                        req.key.clone(),
-                        req.token.clone(),
-                        req.ttl,
-                        Instant::now(),
-                    )),
-                    Err(_) => None,
-                };
-                if let Some(lease) = maybe_held {
-                    if let Err(e) = store.release_once(&lease).await {
-                        tracing::warn!(key = %lease.key(), error = %e,
-                            "could not undo a cancelled acquisition; it expires at its TTL");
-                    }
-                }
-            }
-        });
-        rx.await.unwrap_or_else(|_| {
-            Err(Error::internal(
-                "the acquire task ended without an answer (runtime shutting down?)",
-            ))
-        })
+        let (acquirer, releaser) = (self.clone(), self.clone());
+        acquire_detached(
+            req,
+            move |req| async move { acquirer.acquire_once(&req).await },
+            move |lease| async move { releaser.release_once(&lease).await },
+        )
+        .await
     }
 
     /// One round trip: a delete with a filter expression `lh_token == token`.

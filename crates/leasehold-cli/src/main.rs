@@ -54,7 +54,11 @@ fn main() -> ExitCode {
         Ok(status) => ExitCode::from(status),
         Err(error) => {
             // One line: causes from some clients span several lines.
-            let line = error.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+            let line = error
+                .to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
             eprintln!("leasehold: {line}");
             error.exit_code()
         }

@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 mod acquire;
+mod detached;
 mod dyn_store;
 mod error;
 mod event;
@@ -26,6 +27,7 @@ mod store;
 mod token;
 
 pub use acquire::{Acquire, HolderId};
+pub use detached::acquire_detached;
 pub use dyn_store::BoxStore;
 pub use error::{Error, ErrorKind, Result};
 pub use event::{LockEvent, Observer, Observers, SkipReason};

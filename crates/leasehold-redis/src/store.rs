@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{
-    validate_ttl, Acquire, Capabilities, Error, Lease, LockInfo, LockKey, LockStore, OwnerToken,
-    Result,
+    acquire_detached, validate_ttl, Acquire, Capabilities, Error, Lease, LockInfo, LockKey,
+    LockStore, OwnerToken, Result,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
@@ -183,35 +183,13 @@ impl LockStore for RedisStore {
     /// acquired if the reply was lost, so no lock is left under a token nobody knows.
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         validate_ttl(req.ttl)?;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let store = self.clone();
-        let req = req.clone();
-        tokio::spawn(async move {
-            let result = store.acquire_once(&req).await;
-            if let Err(unreceived) = tx.send(result) {
-                let maybe_held = match unreceived {
-                    Ok(lease) => Some(lease),
-                    Err(e) if e.is_in_doubt() => Some(Lease::new(
-                        req.key.clone(),
-                        req.token.clone(),
-                        req.ttl,
-                        Instant::now(),
-                    )),
-                    Err(_) => None,
-                };
-                if let Some(lease) = maybe_held {
-                    if let Err(e) = store.release_once(&lease).await {
-                        tracing::warn!(key = %lease.key(), error = %e,
-                            "could not undo a cancelled acquisition; it expires at its TTL");
-                    }
-                }
-            }
-        });
-        rx.await.unwrap_or_else(|_| {
-            Err(Error::internal(
-                "the acquire task ended without an answer (runtime shutting down?)",
-            ))
-        })
+        let (acquirer, releaser) = (self.clone(), self.clone());
+        acquire_detached(
+            req,
+            move |req| async move { acquirer.acquire_once(&req).await },
+            move |lease| async move { releaser.release_once(&lease).await },
+        )
+        .await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {

@@ -1,0 +1,108 @@
+//! Cancel-safe acquisition for network stores.
+
+use std::future::Future;
+
+use tokio::time::Instant;
+
+use crate::{Acquire, Error, Lease, Result};
+
+/// Runs a network store's acquire request on its own task, so that the store's `try_acquire` is
+/// cancel safe (see [`LockStore`](crate::LockStore)): if the caller stops waiting, the request
+/// still completes, and a lock it acquired — or may have acquired, when the reply was lost — is
+/// released again with `release` (owner-checked), instead of staying held under a token nobody
+/// knows until its TTL.
+///
+/// `acquire` performs the request; `release` undoes it. Both run on the spawned task.
+pub async fn acquire_detached<A, AF, R, RF>(req: &Acquire, acquire: A, release: R) -> Result<Lease>
+where
+    A: FnOnce(Acquire) -> AF + Send + 'static,
+    AF: Future<Output = Result<Lease>> + Send + 'static,
+    R: FnOnce(Lease) -> RF + Send + 'static,
+    RF: Future<Output = Result<bool>> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let req = req.clone();
+    tokio::spawn(async move {
+        let result = acquire(req.clone()).await;
+        let Err(unreceived) = tx.send(result) else {
+            return;
+        };
+        let maybe_held = match unreceived {
+            Ok(lease) => lease,
+            Err(e) if e.is_in_doubt() => Lease::new(req.key, req.token, req.ttl, Instant::now()),
+            Err(_) => return,
+        };
+        let key = maybe_held.key().clone();
+        if let Err(error) = release(maybe_held).await {
+            tracing::warn!(key = %key, %error,
+                "could not undo an acquisition nobody waited for; it expires at its TTL");
+        }
+    });
+    rx.await.unwrap_or_else(|_| {
+        Err(Error::internal(
+            "the acquire task ended without an answer (runtime shutting down?)",
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LockKey, OwnerToken};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn req() -> Acquire {
+        Acquire::new(
+            LockKey::xdc("c", "e").unwrap(),
+            OwnerToken::generate(),
+            Duration::from_secs(5),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_received_lease_is_kept() {
+        let released = Arc::new(AtomicBool::new(false));
+        let r = released.clone();
+        let lease = acquire_detached(
+            &req(),
+            |req| async move { Ok(Lease::new(req.key, req.token, req.ttl, Instant::now())) },
+            move |_| async move {
+                r.store(true, Ordering::SeqCst);
+                Ok(true)
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(lease.ttl(), Duration::from_secs(5));
+        tokio::task::yield_now().await;
+        assert!(!released.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_acquisition_is_released() {
+        let (released_tx, released_rx) = tokio::sync::oneshot::channel();
+        let req = req();
+        let fut = acquire_detached(
+            &req,
+            |req| async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Err(Error::in_doubt("reply lost").with_key(req.key.as_str()))
+            },
+            move |lease| async move {
+                let _ = released_tx.send(lease.token().clone());
+                Ok(true)
+            },
+        );
+        // The caller gives up before the reply.
+        assert!(tokio::time::timeout(Duration::from_millis(5), fut)
+            .await
+            .is_err());
+        let token = tokio::time::timeout(Duration::from_secs(5), released_rx)
+            .await
+            .expect("the in-doubt acquisition was undone")
+            .unwrap();
+        assert!(token.pid().is_some());
+    }
+}
