@@ -440,3 +440,50 @@ async fn shutdown_ends_waiting_lock_calls_at_once() {
     let err = waiter.await.unwrap().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ShutDown);
 }
+
+/// A store whose release takes 10 s, to cancel a release midway.
+#[derive(Debug, Default)]
+struct SlowRelease {
+    inner: MemoryStore,
+}
+
+impl LockStore for SlowRelease {
+    fn name(&self) -> &'static str {
+        "slow-release"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        self.inner.try_acquire(req).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        self.inner.release(lease).await
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        self.inner.extend(lease, ttl).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(key).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_release_is_still_sent_in_the_background() {
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(SlowRelease::default())
+        .build()
+        .unwrap();
+    let guard = locks.try_lock("k").await.unwrap();
+    let cancelled = tokio::time::timeout(Duration::from_secs(1), guard.release()).await;
+    assert!(cancelled.is_err(), "the release was cut short");
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(
+        locks.inspect("k").await.unwrap(),
+        None,
+        "the dropped guard released in the background instead of leaking until the TTL"
+    );
+}

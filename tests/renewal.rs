@@ -208,3 +208,54 @@ async fn renewal_can_be_the_manager_default_and_its_interval_is_validated() {
         assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     }
 }
+
+/// The embedded store, with extends that hang far past the lease.
+#[derive(Debug, Default)]
+struct HangingExtend {
+    inner: MemoryStore,
+}
+
+impl LockStore for HangingExtend {
+    fn name(&self) -> &'static str {
+        "hanging"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        self.inner.try_acquire(req).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        self.inner.extend(lease, ttl).await
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(key).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hanging_renewal_is_declared_lost_when_the_lease_runs_out() {
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(HangingExtend::default())
+        .build()
+        .unwrap();
+    let guard = locks.try_lock_with("job", renewing()).await.unwrap();
+    let expires = guard.lease().expires_at();
+    let lost = guard.lost().await;
+    assert!(
+        lost.to_string().contains("before the lease expired"),
+        "{lost}"
+    );
+    assert_eq!(
+        tokio::time::Instant::now(),
+        expires,
+        "lost exactly when the lease ran out, not when the hung extend returned"
+    );
+    assert!(!guard.is_held());
+}

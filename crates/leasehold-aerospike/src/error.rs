@@ -18,11 +18,13 @@ pub(crate) enum Class {
 
 /// Classifies a client error.
 pub(crate) fn classify(error: &aerospike::Error) -> Class {
-    if let Some(code) = error.server_result_code() {
-        return Class::Server(code);
-    }
+    // In-doubt first: the client also flags server-reported timeouts of a sent write as in
+    // doubt, and those must never read as a definitive server answer.
     if error.in_doubt() {
         return Class::InDoubt;
+    }
+    if let Some(code) = error.server_result_code() {
+        return Class::Server(code);
     }
     match error.kind() {
         aerospike::ErrorKind::Connection

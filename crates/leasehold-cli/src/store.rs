@@ -38,7 +38,7 @@ impl Target {
         LockKey::dc(&farm_id, &global.client_id, "probe").map_err(|e| {
             CliError::usage(format!("{e} (e.g. --client-id billing --farm-id eu1)"))
         })?;
-        let store = connect(&url).await?;
+        let store = connect(&url, &farm_id).await?;
         Ok(Target {
             url,
             store,
@@ -80,7 +80,7 @@ impl Target {
     }
 }
 
-async fn connect(url: &StoreUrl) -> Result<BoxStore, CliError> {
+async fn connect(url: &StoreUrl, farm_id: &str) -> Result<BoxStore, CliError> {
     let address = url.address();
     let fail = |e: leasehold::Error| CliError::from_lock(e, &address);
     match url {
@@ -96,9 +96,9 @@ async fn connect(url: &StoreUrl) -> Result<BoxStore, CliError> {
             port,
             namespace,
             set_suffix,
-            farm,
             user,
             password,
+            ..
         } => {
             let hosts = if host.contains(':') {
                 format!("[{host}]:{port}")
@@ -108,7 +108,8 @@ async fn connect(url: &StoreUrl) -> Result<BoxStore, CliError> {
             let mut config = AerospikeConfig::new(
                 hosts,
                 namespace.as_str(),
-                farm.as_deref().unwrap_or(DEFAULT_FARM),
+                // --farm-id, else the URL's farm=, else the default: the same farm as the keys.
+                farm_id,
             );
             if let Some(suffix) = set_suffix {
                 config = config.set_suffix(suffix.as_str());

@@ -119,3 +119,65 @@ async fn a_missing_namespace_and_bad_urls_are_reported() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("1-9 bytes"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn farm_id_names_the_set_and_the_bins_alike() {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let url = format!("aerospike://{}/test?set_suffix=dlm", fixture.host_string());
+    let out = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_leasehold"))
+                .env("LEASEHOLD_STORE", &url)
+                .args(["--farm-id", "eu1", "run", "job", "--", "true"])
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // While held, the record uses the Java manager's bins for the same farm as its set.
+    let mut run = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .env("LEASEHOLD_STORE", &url)
+        .args([
+            "--farm-id",
+            "eu1",
+            "run",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "echo ready; exec sleep 30",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = run.stdout.take().unwrap();
+    assert!(BufReader::new(stdout)
+        .lines()
+        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false)));
+    let record = fixture
+        .record_by_key("DC#eu1#dlm", "cli#job")
+        .expect("set DC#eu1#dlm");
+    assert!(record.bin("eu1##data").is_some(), "{record:?}");
+    let list = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_leasehold"))
+                .env("LEASEHOLD_STORE", &url)
+                .args(["--farm-id", "eu1", "list"])
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        text(&list.stdout).contains("DC#eu1#cli#job"),
+        "{}",
+        text(&list.stdout)
+    );
+    let _ = kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM);
+    run.wait().unwrap();
+}

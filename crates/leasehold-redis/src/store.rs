@@ -267,7 +267,8 @@ impl LockStore for RedisStore {
                     pipe.query_async(&mut conn).await.map_err(list_err)?;
                 for (key, (token, pttl, fence)) in keys.iter().zip(replies) {
                     // Gone between SCAN and GET: expired or released, not held.
-                    if let Some(token) = token {
+                    // PTTL -2: expired since the GET; not held any more.
+                    if let (Some(token), true) = (token, pttl != -2) {
                         locks.push(info(key, token, pttl, fence));
                     }
                 }

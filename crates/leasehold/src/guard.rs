@@ -144,11 +144,14 @@ impl LockGuard {
     /// longer ours (expired, broken, or taken after expiry) and nothing was deleted — the seed
     /// manager's `releaseLock` false.
     pub async fn release(mut self) -> Result<bool> {
-        self.released = true;
+        // `released` is set only once the release has completed: if this future is dropped
+        // midway, `Drop` still sends the (owner-checked) release in the background.
         if let Some(renewer) = self.renewer.take() {
             renewer.stop().await;
         }
-        release(&self.manager, &self.state.lease()).await
+        let result = release(&self.manager, &self.state.lease()).await;
+        self.released = true;
+        result
     }
 }
 

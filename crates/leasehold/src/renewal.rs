@@ -134,7 +134,20 @@ async fn renew(
         }
         // Extend, retrying transient failures until the lease would have expired.
         loop {
-            match manager.store.extend(&lease, lease.ttl()).await {
+            // The extend must answer before the lease runs out; after that the lock may already
+            // be someone else's, so waiting longer would keep `is_held()` true on a lost lock.
+            let attempt = tokio::time::timeout_at(
+                lease.expires_at(),
+                manager.store.extend(&lease, lease.ttl()),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(
+                    Error::in_doubt("no answer to the renewal before the lease expired")
+                        .with_key(lease.key().as_str()),
+                )
+            });
+            match attempt {
                 Ok(renewed) => {
                     state.set_lease(renewed);
                     manager.observers.emit(|| LockEvent::Renewed {
