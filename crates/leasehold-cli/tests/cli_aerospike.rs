@@ -2,7 +2,7 @@
 //! `release --force`, a missing namespace, and credentials kept out of the output.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use leasehold_testkit::aerospike::AerospikeFixture;
 use nix::sys::signal::{kill, Signal};
@@ -20,18 +20,14 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_inspect_list_release_against_the_fixture() {
-    let fixture = AerospikeFixture::start().await.unwrap();
-    let url = format!(
-        "aerospike://{}/test?set_suffix=dlm&farm=farm1",
-        fixture.host_string()
-    );
+/// Starts `leasehold [global…] run KEY -- sh -c 'echo ready; exec sleep 30'` and waits for `ready`.
+fn holder(store: &str, global: &[&str], key: &str) -> Child {
     let mut run = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env("LEASEHOLD_STORE", &url)
+        .env("LEASEHOLD_STORE", store)
+        .args(global)
         .args([
             "run",
-            "nightly",
+            key,
             "--ttl",
             "20s",
             "--",
@@ -46,6 +42,17 @@ async fn run_inspect_list_release_against_the_fixture() {
     assert!(BufReader::new(stdout)
         .lines()
         .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false)));
+    run
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_inspect_list_release_against_the_fixture() {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let url = format!(
+        "aerospike://{}/test?set_suffix=dlm&farm=farm1",
+        fixture.host_string()
+    );
+    let mut run = holder(&url, &[], "nightly");
     assert!(
         fixture
             .record_by_key("DC#farm1#dlm", "cli#nightly")
@@ -124,55 +131,13 @@ async fn a_missing_namespace_and_bad_urls_are_reported() {
 async fn farm_id_names_the_set_and_the_bins_alike() {
     let fixture = AerospikeFixture::start().await.unwrap();
     let url = format!("aerospike://{}/test?set_suffix=dlm", fixture.host_string());
-    let out = tokio::task::spawn_blocking({
-        let url = url.clone();
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_leasehold"))
-                .env("LEASEHOLD_STORE", &url)
-                .args(["--farm-id", "eu1", "run", "job", "--", "true"])
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // While held, the record uses the Java manager's bins for the same farm as its set.
-    let mut run = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env("LEASEHOLD_STORE", &url)
-        .args([
-            "--farm-id",
-            "eu1",
-            "run",
-            "job",
-            "--",
-            "sh",
-            "-c",
-            "echo ready; exec sleep 30",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = run.stdout.take().unwrap();
-    assert!(BufReader::new(stdout)
-        .lines()
-        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false)));
+    let mut run = holder(&url, &["--farm-id", "eu1"], "job");
     let record = fixture
         .record_by_key("DC#eu1#dlm", "cli#job")
         .expect("set DC#eu1#dlm");
     assert!(record.bin("eu1##data").is_some(), "{record:?}");
-    let list = tokio::task::spawn_blocking({
-        let url = url.clone();
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_leasehold"))
-                .env("LEASEHOLD_STORE", &url)
-                .args(["--farm-id", "eu1", "list"])
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
+    let list = leasehold(&url, &["--farm-id", "eu1", "list"]);
     assert!(
         text(&list.stdout).contains("DC#eu1#cli#job"),
         "{}",

@@ -266,10 +266,11 @@ impl LockStore for RedisStore {
                 let replies: Vec<(Option<String>, i64, Option<u64>)> =
                     pipe.query_async(&mut conn).await.map_err(list_err)?;
                 for (key, (token, pttl, fence)) in keys.iter().zip(replies) {
-                    // Gone between SCAN and GET: expired or released, not held.
-                    // PTTL -2: expired since the GET; not held any more.
-                    if let (Some(token), true) = (token, pttl != -2) {
-                        locks.push(info(key, token, pttl, fence));
+                    // No value (gone between SCAN and GET) or PTTL -2 (expired since the GET):
+                    // not held any more.
+                    match token {
+                        Some(token) if pttl != -2 => locks.push(info(key, token, pttl, fence)),
+                        _ => {}
                     }
                 }
             }
