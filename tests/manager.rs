@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leasehold::layers::LocalCompetitionConfig;
 use leasehold::{
     Acquire, Capabilities, Error, ErrorKind, Lease, LockEvent, LockInfo, LockKey, LockManager,
     LockOptions, LockStore, MemoryStore, Result,
@@ -239,10 +240,9 @@ async fn with_lock_releases_after_success_error_and_panic() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn many_tasks_incrementing_a_non_atomic_counter_end_exact() {
-    let locks = manager();
-    // Read-modify-write with an await in between: without the lock, updates are lost.
+/// 32 tasks × 25 read-modify-writes of a counter, with an await between the read and the write:
+/// without mutual exclusion updates are lost; with it the total is exact.
+async fn increment_under_the_lock(locks: LockManager) {
     let counter = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..32)
         .map(|_| {
@@ -263,6 +263,29 @@ async fn many_tasks_incrementing_a_non_atomic_counter_end_exact() {
         task.await.unwrap();
     }
     assert_eq!(counter.load(Ordering::SeqCst), 32 * 25);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_tasks_incrementing_a_non_atomic_counter_end_exact() {
+    increment_under_the_lock(manager()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_default_stack_keeps_the_counter_exact_with_and_without_hand_off() {
+    let builder = || {
+        LockManager::builder()
+            .client_id("test")
+            .farm_id("f1")
+            .default_layers()
+    };
+    increment_under_the_lock(builder().build().unwrap()).await;
+    increment_under_the_lock(
+        builder()
+            .local_competition(LocalCompetitionConfig::new().hand_off(true))
+            .build()
+            .unwrap(),
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -80,12 +80,11 @@ impl std::str::FromStr for LockLevel {
 /// assert_eq!("DC#farm1#orders#order-42".parse::<LockKey>()?, key);
 /// # Ok::<(), leasehold_core::Error>(())
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone)]
 pub struct LockKey {
     inner: Arc<KeyInner>,
 }
 
-#[derive(PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct KeyInner {
     storage: String,
     level: LockLevel,
@@ -199,6 +198,35 @@ impl std::str::FromStr for LockKey {
                  `XDC#<clientId>#<entityId>`, e.g. `DC#farm1#orders#order-42`"
             ))),
         }
+    }
+}
+
+// Identity is the storage string alone: level and offsets are derived from it. Clones share one
+// allocation, so the common comparison (a key against a clone of itself, in every map lookup) is
+// a pointer check.
+impl PartialEq for LockKey {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner) || self.inner.storage == other.inner.storage
+    }
+}
+
+impl Eq for LockKey {}
+
+impl std::hash::Hash for LockKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.inner.storage.hash(state);
+    }
+}
+
+impl PartialOrd for LockKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for LockKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.inner.storage.cmp(&other.inner.storage)
     }
 }
 

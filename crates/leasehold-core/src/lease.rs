@@ -33,22 +33,17 @@ pub struct Lease {
     token: OwnerToken,
     ttl: Duration,
     acquired_at: Instant,
-    acquired_at_wall: SystemTime,
     fencing_token: Option<u64>,
 }
 
 impl Lease {
     /// A lease on `key` owned by `token`, valid for `ttl` from `acquired_at`.
     pub fn new(key: LockKey, token: OwnerToken, ttl: Duration, acquired_at: Instant) -> Self {
-        let acquired_at_wall = SystemTime::now()
-            .checked_sub(acquired_at.elapsed())
-            .unwrap_or_else(SystemTime::now);
         Lease {
             key,
             token,
             ttl,
             acquired_at,
-            acquired_at_wall,
             fencing_token: None,
         }
     }
@@ -64,9 +59,6 @@ impl Lease {
         Lease {
             ttl,
             acquired_at: at,
-            acquired_at_wall: SystemTime::now()
-                .checked_sub(at.elapsed())
-                .unwrap_or_else(SystemTime::now),
             ..self.clone()
         }
     }
@@ -99,8 +91,12 @@ impl Lease {
     }
 
     /// Wall-clock time matching [`Lease::acquired_at`], for logs and people.
+    ///
+    /// Computed when asked (now on the wall clock, minus the monotonic time elapsed since
+    /// `acquired_at`), so taking a lease costs no wall-clock read and the answer is not skewed by
+    /// a wall-clock step made since.
     pub fn acquired_at_wall(&self) -> SystemTime {
-        self.acquired_at_wall
+        wall_time_of(self.acquired_at)
     }
 
     /// The fencing token: strictly greater than every earlier acquisition's token for this key, if
@@ -118,6 +114,12 @@ impl Lease {
     pub fn remaining(&self) -> Duration {
         self.expires_at().saturating_duration_since(Instant::now())
     }
+}
+
+/// The wall-clock time of a monotonic instant in the past (or now, if it lies in the future).
+pub fn wall_time_of(instant: Instant) -> SystemTime {
+    let now = SystemTime::now();
+    now.checked_sub(instant.elapsed()).unwrap_or(now)
 }
 
 /// What a store says about a key: who holds it and for how long. Returned by `inspect` and `list`.

@@ -33,7 +33,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use event::{LockEvent, Observer, Observers, SkipReason};
 pub use key::{LockKey, LockLevel, MAX_KEY_LEN, MAX_PART_LEN};
 pub use layer::{Identity, Layer, Stack};
-pub use lease::{Lease, LockInfo};
+pub use lease::{wall_time_of, Lease, LockInfo};
 pub use store::{Capabilities, LockStore};
 pub use token::OwnerToken;
 

@@ -26,28 +26,54 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// let foreign = OwnerToken::from_string("java-dlm");
 /// assert_eq!(foreign.host(), None);
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, PartialOrd, Ord)]
 pub struct OwnerToken(Arc<str>);
+
+// Clones share one allocation, so an owner check against the token a lease carries is usually a
+// pointer comparison.
+impl PartialEq for OwnerToken {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Eq for OwnerToken {}
+
+impl std::hash::Hash for OwnerToken {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 impl OwnerToken {
     /// A new token for this process, now.
     pub fn generate() -> Self {
-        use std::fmt::Write as _;
         let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis())
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             .unwrap_or(0);
+        let mut uuid = uuid::Uuid::encode_buffer();
+        let uuid = uuid::Uuid::new_v4().simple().encode_lower(&mut uuid);
+        let mut digits = [0u8; 20];
+        let millis = decimal(millis, &mut digits);
         let prefix = token_prefix();
-        let mut token = String::with_capacity(prefix.len() + 32 + 1 + 20);
-        token.push_str(prefix);
-        token.push_str(
-            uuid::Uuid::new_v4()
-                .simple()
-                .encode_lower(&mut uuid::Uuid::encode_buffer()),
-        );
-        // Writing to a String cannot fail.
-        let _ = write!(token, "/{millis}");
-        OwnerToken(token.into())
+        // Assembled on the stack and copied once into the shared allocation: one heap allocation
+        // per token (one token per acquisition attempt).
+        let mut stack = [0u8; 256];
+        let len = prefix.len() + uuid.len() + 1 + millis.len();
+        if let Some(buf) = stack.get_mut(..len) {
+            let (head, tail) = buf.split_at_mut(prefix.len());
+            head.copy_from_slice(prefix.as_bytes());
+            let (mid, tail) = tail.split_at_mut(uuid.len());
+            mid.copy_from_slice(uuid.as_bytes());
+            tail[0] = b'/';
+            tail[1..].copy_from_slice(millis.as_bytes());
+            if let Ok(token) = std::str::from_utf8(buf) {
+                return OwnerToken(Arc::from(token));
+            }
+        }
+        // A host name too long for the stack buffer.
+        OwnerToken(format!("{prefix}{uuid}/{millis}").into())
     }
 
     /// Wraps a token read from a store (or typed by an operator), verbatim.
@@ -87,6 +113,21 @@ impl OwnerToken {
             .and_then(|(.., m)| m.parse::<u64>().ok())
             .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
     }
+}
+
+/// `n` in decimal, written at the end of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    std::str::from_utf8(&buf[at..]).unwrap_or("0")
 }
 
 /// `<host>/<pid>/`, computed once: the part of every token that never changes in a process.
@@ -138,6 +179,14 @@ mod tests {
         let many: std::collections::HashSet<_> =
             (0..1000).map(|_| OwnerToken::generate()).collect();
         assert_eq!(many.len(), 1000);
+    }
+
+    #[test]
+    fn decimal_writes_every_width() {
+        let mut buf = [0u8; 20];
+        for n in [0, 7, 10, 1_763_805_600_123, u64::MAX] {
+            assert_eq!(decimal(n, &mut buf), n.to_string());
+        }
     }
 
     #[test]

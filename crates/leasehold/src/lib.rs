@@ -26,11 +26,13 @@
 mod backoff;
 mod guard;
 mod holder;
+mod keymap;
 pub mod layers;
 mod manager;
 mod memory;
 pub mod observe;
 mod renewal;
+mod sweep;
 mod waiters;
 
 /// The lock model shared by every store and layer (re-export of `leasehold-core`).
@@ -50,6 +52,8 @@ pub use manager::{
     DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
 };
 pub use memory::MemoryStore;
+
+pub(crate) use keymap::KeyMap;
 
 /// The README's code blocks, compiled as doc tests so the README never goes stale.
 #[cfg(doctest)]

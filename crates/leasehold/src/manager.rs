@@ -18,9 +18,9 @@ use crate::core::{
 };
 use crate::guard::LockGuard;
 use crate::layers::{
-    GracefulShutdownConfig, LocalCompetitionConfig, LocalCompetitionLayer, ReadbackConfig,
-    ReadbackLayer, ReentrancyConfig, ReentrancyLayer, ShutdownLayer, UnlockWindowConfig,
-    UnlockWindowLayer,
+    GracefulShutdownConfig, LocalCompetition, LocalCompetitionConfig, LocalCompetitionLayer,
+    ReadbackConfig, ReadbackLayer, ReentrancyConfig, ReentrancyLayer, ShutdownLayer,
+    UnlockWindowConfig, UnlockWindowLayer,
 };
 use crate::waiters::Waiters;
 use crate::{Holder, MemoryStore};
@@ -367,10 +367,11 @@ impl LockManagerBuilder {
                 "retry_interval must be greater than zero (default 1s)",
             ));
         }
-        let store = self
-            .store
-            .unwrap_or_else(|| BoxStore::new(MemoryStore::new()));
-        let (store, closers) = self.scenarios.assemble(store, &self.observers);
+        // The default store stays concrete, so the layer stack over it is erased (boxed) once.
+        let (store, closers) = match self.store {
+            Some(store) => self.scenarios.assemble(store, &self.observers),
+            None => self.scenarios.assemble(MemoryStore::new(), &self.observers),
+        };
         Ok(LockManager {
             inner: Arc::new(ManagerInner {
                 client_id,
@@ -464,7 +465,11 @@ impl<'a> InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+        // Only a shutdown waits for this: if `closed` reads false here, the shutdown's own check
+        // of `in_flight` comes later in the SeqCst order and sees the decrement.
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.0.closed.load(Ordering::SeqCst)
+        {
             self.0.in_flight_done.notify_waiters();
         }
     }
@@ -557,7 +562,9 @@ impl LockManager {
             outcome = tracing::field::Empty,
             attempts = tracing::field::Empty,
         );
-        let started = Instant::now();
+        // The clock is read only when the time is needed: a wait's deadline, or the `waited` of
+        // an event someone listens to.
+        let started = (wait.is_some() || !self.inner.observers.is_empty()).then(Instant::now);
         let mut attempts = 0u32;
         let result = match InFlight::enter(&self.inner) {
             Ok(_in_flight) => {
@@ -567,7 +574,7 @@ impl LockManager {
             }
             Err(shut_down) => Err(shut_down),
         };
-        let waited = started.elapsed();
+        let waited = || started.map_or(Duration::ZERO, |at| at.elapsed());
         span.record("attempts", attempts);
         match result {
             Ok(lease) => {
@@ -576,7 +583,7 @@ impl LockManager {
                     key: lease.key().clone(),
                     token: lease.token().clone(),
                     fencing_token: lease.fencing_token(),
-                    waited,
+                    waited: waited(),
                     attempts,
                 });
                 Ok(LockGuard::new(self.inner.clone(), lease, plan.renew))
@@ -586,7 +593,7 @@ impl LockManager {
                 self.inner.observers.emit(|| LockEvent::AcquireFailed {
                     key: plan.key.clone(),
                     error: error.kind(),
-                    waited,
+                    waited: waited(),
                     attempts,
                 });
                 Err(error)
@@ -598,7 +605,7 @@ impl LockManager {
         &self,
         plan: &Plan,
         wait: Option<Duration>,
-        started: Instant,
+        started: Option<Instant>,
         attempts: &mut u32,
     ) -> Result<Lease> {
         let Some(wait) = wait else {
@@ -607,6 +614,7 @@ impl LockManager {
                 .with_holder(plan.holder);
             return self.attempt(req).await;
         };
+        let started = started.unwrap_or_else(Instant::now);
         let deadline = started + wait;
         let subscription = self.inner.waiters.subscribe(&plan.key);
         loop {
@@ -797,49 +805,56 @@ impl std::fmt::Debug for Closers {
     }
 }
 
+impl Closers {
+    /// Applies local competition and keeps its closer (it wakes local waiters at shutdown).
+    fn local<S: LockStore>(
+        &mut self,
+        layer: LocalCompetitionLayer,
+        inner: S,
+    ) -> LocalCompetition<S> {
+        let local = layer.layer(inner);
+        self.0.push(Box::new(local.closer()));
+        local
+    }
+}
+
 impl ScenarioLayers {
     /// Wraps `store` in the enabled layers, inner → outer: readback, unlock window, shutdown
     /// tracking, local competition, reentrancy (see `crate::layers` for the reasons). The stack
-    /// stays generic (a disabled layer is a `Maybe::Off` pass-through, no boxing) and is erased
-    /// once, at the end.
-    fn assemble(&self, store: BoxStore, observers: &Observers) -> (BoxStore, Closers) {
+    /// stays generic and is erased (boxed) once, at the end. With every layer on (the default
+    /// stack) the layers nest directly; otherwise a disabled layer is a `Maybe::Off`
+    /// pass-through, which costs a little on every call (docs/PERFORMANCE.md).
+    fn assemble<S: LockStore>(&self, store: S, observers: &Observers) -> (BoxStore, Closers) {
         let mut closers = Closers::default();
-        if self.readback.is_none()
-            && self.unlock_window.is_none()
-            && self.shutdown.is_none()
-            && self.local.is_none()
-            && self.reentrancy.is_none()
-        {
-            return (store, closers);
-        }
-        let store = Maybe::wrap(store, self.readback, |config, inner| {
-            ReadbackLayer::new(config)
-                .with_observers(observers.clone())
-                .layer(inner)
-        });
-        let store = Maybe::wrap(store, self.unlock_window, |config, inner| {
-            UnlockWindowLayer::new(config)
-                .with_observers(observers.clone())
-                .layer(inner)
-        });
-        let store = Maybe::wrap(store, self.shutdown, |config, inner| {
-            ShutdownLayer::new(config)
-                .with_observers(observers.clone())
-                .layer(inner)
-        });
-        let store = Maybe::wrap(store, self.local, |config, inner| {
-            let local = LocalCompetitionLayer::new(config)
-                .with_observers(observers.clone())
-                .layer(inner);
-            closers.0.push(Box::new(local.closer()));
-            local
-        });
-        let store = Maybe::wrap(store, self.reentrancy, |config, inner| {
-            ReentrancyLayer::new(config)
-                .with_observers(observers.clone())
-                .layer(inner)
-        });
-        (BoxStore::new(store), closers)
+        let readback = self
+            .readback
+            .map(|c| ReadbackLayer::new(c).with_observers(observers.clone()));
+        let unlock_window = self
+            .unlock_window
+            .map(|c| UnlockWindowLayer::new(c).with_observers(observers.clone()));
+        let shutdown = self
+            .shutdown
+            .map(|c| ShutdownLayer::new(c).with_observers(observers.clone()));
+        let local = self
+            .local
+            .map(|c| LocalCompetitionLayer::new(c).with_observers(observers.clone()));
+        let reentrancy = self
+            .reentrancy
+            .map(|c| ReentrancyLayer::new(c).with_observers(observers.clone()));
+        let store = match (readback, unlock_window, shutdown, local, reentrancy) {
+            (None, None, None, None, None) => BoxStore::new(store),
+            (Some(rb), Some(uw), Some(sd), Some(lc), Some(re)) => {
+                BoxStore::new(re.layer(closers.local(lc, sd.layer(uw.layer(rb.layer(store))))))
+            }
+            (rb, uw, sd, lc, re) => {
+                let store = Maybe::wrap(store, rb, |layer, inner| layer.layer(inner));
+                let store = Maybe::wrap(store, uw, |layer, inner| layer.layer(inner));
+                let store = Maybe::wrap(store, sd, |layer, inner| layer.layer(inner));
+                let store = Maybe::wrap(store, lc, |layer, inner| closers.local(layer, inner));
+                BoxStore::new(Maybe::wrap(store, re, |layer, inner| layer.layer(inner)))
+            }
+        };
+        (store, closers)
     }
 }
 
@@ -851,9 +866,9 @@ enum Maybe<S, W> {
 }
 
 impl<S, W> Maybe<S, W> {
-    fn wrap<C>(inner: S, config: Option<C>, layer: impl FnOnce(C, S) -> W) -> Self {
-        match config {
-            Some(config) => Maybe::On(layer(config, inner)),
+    fn wrap<L>(inner: S, layer: Option<L>, wrap: impl FnOnce(L, S) -> W) -> Self {
+        match layer {
+            Some(layer) => Maybe::On(wrap(layer, inner)),
             None => Maybe::Off(inner),
         }
     }

@@ -1,17 +1,18 @@
 //! The embedded in-memory store: the default, so leasehold runs with no server at all.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use dashmap::mapref::entry::Entry;
-use dashmap::DashMap;
 use tokio::time::Instant;
 
 use crate::core::{
-    validate_ttl, Acquire, Capabilities, Error, Lease, LockInfo, LockKey, LockStore, OwnerToken,
-    Result,
+    validate_ttl, wall_time_of, Acquire, Capabilities, Error, Lease, LockInfo, LockKey, LockStore,
+    OwnerToken, Result,
 };
+use crate::sweep::Sweeper;
+use crate::KeyMap;
 
 /// How often the background task reclaims expired records by default.
 const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(1);
@@ -49,20 +50,20 @@ pub struct MemoryStore {
 
 #[derive(Debug)]
 struct Inner {
-    records: DashMap<LockKey, Record>,
+    records: KeyMap<Record>,
     /// One fencing counter for the whole store (like etcd's revision): a token is greater than
     /// every earlier token of every key, so in particular of its own key, and the counter needs no
     /// per-key memory that would have to outlive the records.
     fence: AtomicU64,
     purge_interval: Duration,
-    purger_started: AtomicBool,
+    purger: Sweeper,
 }
 
 #[derive(Debug, Clone)]
 struct Record {
     token: OwnerToken,
     expires_at: Instant,
-    acquired_at_wall: SystemTime,
+    acquired_at: Instant,
     fencing_token: u64,
 }
 
@@ -88,10 +89,10 @@ impl MemoryStore {
     pub fn with_purge_interval(interval: Duration) -> Self {
         MemoryStore {
             inner: Arc::new(Inner {
-                records: DashMap::new(),
+                records: KeyMap::default(),
                 fence: AtomicU64::new(0),
                 purge_interval: interval.max(Duration::from_millis(1)),
-                purger_started: AtomicBool::new(false),
+                purger: Sweeper::default(),
             }),
         }
     }
@@ -104,33 +105,6 @@ impl MemoryStore {
     /// Removes every expired record now and returns how many were removed.
     pub fn purge_expired(&self) -> usize {
         self.inner.purge(Instant::now())
-    }
-
-    /// Starts the purge task on the current tokio runtime the first time the store is used there.
-    /// It holds only a weak reference, so it ends once every clone of the store is dropped.
-    fn ensure_purger(&self) {
-        if self.inner.purger_started.load(Ordering::Relaxed)
-            || self.inner.purger_started.swap(true, Ordering::AcqRel)
-        {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // Not inside a runtime: try again at the next operation.
-            self.inner.purger_started.store(false, Ordering::Release);
-            return;
-        };
-        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
-        let interval = self.inner.purge_interval;
-        runtime.spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticker.tick().await;
-            loop {
-                ticker.tick().await;
-                let Some(inner) = weak.upgrade() else { break };
-                inner.purge(Instant::now());
-            }
-        });
     }
 }
 
@@ -148,7 +122,7 @@ impl Inner {
     fn info(key: &LockKey, record: &Record, now: Instant) -> LockInfo {
         LockInfo::new(key.clone(), Some(record.token.clone()))
             .with_ttl_remaining(Some(record.expires_at.saturating_duration_since(now)))
-            .with_acquired_at(Some(record.acquired_at_wall))
+            .with_acquired_at(Some(wall_time_of(record.acquired_at)))
             .with_fencing_token(Some(record.fencing_token))
     }
 }
@@ -164,12 +138,14 @@ impl LockStore for MemoryStore {
 
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         validate_ttl(req.ttl)?;
-        self.ensure_purger();
+        self.inner
+            .purger
+            .ensure(&self.inner, self.inner.purge_interval, Inner::purge);
         let now = Instant::now();
         let fresh = |fence| Record {
             token: req.token.clone(),
             expires_at: now + req.ttl,
-            acquired_at_wall: SystemTime::now(),
+            acquired_at: now,
             fencing_token: fence,
         };
         let fence = match self.inner.records.entry(req.key.clone()) {

@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -22,59 +22,76 @@ use crate::manager::ManagerInner;
 const MIN_RETRY: Duration = Duration::from_millis(10);
 
 /// The current lease of a guard and whether it is still held; shared by the guard and its renewal
-/// task.
+/// task. One allocation per guard: the lease and the lost reason behind one mutex, and a `Notify`
+/// for `lost()` waiters.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
-    lease: Mutex<Lease>,
+    current: Mutex<Current>,
+    lost_signal: Notify,
+}
+
+#[derive(Debug)]
+struct Current {
+    lease: Lease,
     /// `None` while held; the reason once lost.
-    lost: watch::Sender<Option<String>>,
+    lost: Option<String>,
 }
 
 impl LeaseState {
     pub(crate) fn new(lease: Lease) -> Arc<Self> {
         Arc::new(LeaseState {
-            lease: Mutex::new(lease),
-            lost: watch::Sender::new(None),
+            current: Mutex::new(Current { lease, lost: None }),
+            lost_signal: Notify::new(),
         })
     }
 
+    fn current(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub(crate) fn lease(&self) -> Lease {
-        self.lease
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.current().lease.clone()
     }
 
     pub(crate) fn set_lease(&self, lease: Lease) {
-        *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = lease;
+        self.current().lease = lease;
     }
 
     pub(crate) fn is_held(&self) -> bool {
-        self.lost.borrow().is_none()
+        self.current().lost.is_none()
     }
 
     /// Marks the lease lost (first reason wins).
     pub(crate) fn mark_lost(&self, reason: String) {
-        self.lost.send_if_modified(|lost| {
-            if lost.is_none() {
-                *lost = Some(reason);
-                true
-            } else {
-                false
+        let first = {
+            let mut current = self.current();
+            let first = current.lost.is_none();
+            if first {
+                current.lost = Some(reason);
             }
-        });
+            first
+        };
+        if first {
+            self.lost_signal.notify_waiters();
+        }
     }
 
     /// Resolves when the lease is marked lost, with an `ErrorKind::NotHeld` error saying why.
     pub(crate) async fn lost(&self) -> Error {
-        let mut rx = self.lost.subscribe();
-        let reason = match rx.wait_for(Option::is_some).await {
-            Ok(lost) => lost.clone().unwrap_or_default(),
-            // The sender lives in `self`, so it cannot be dropped while we borrow it.
-            Err(_) => String::from("lease state dropped"),
-        };
-        let key = self.lease().key().as_str().to_owned();
-        Error::not_held(format!("the lock was lost: {reason}")).with_key(key)
+        loop {
+            // Registered before the check, so a `mark_lost` in between is not missed.
+            let signal = self.lost_signal.notified();
+            tokio::pin!(signal);
+            signal.as_mut().enable();
+            {
+                let current = self.current();
+                if let Some(reason) = &current.lost {
+                    return Error::not_held(format!("the lock was lost: {reason}"))
+                        .with_key(current.lease.key().as_str());
+                }
+            }
+            signal.await;
+        }
     }
 }
 

@@ -3,16 +3,16 @@
 
 use std::sync::Arc;
 
-use dashmap::DashMap;
 use tokio::sync::Notify;
 
 use crate::core::LockKey;
+use crate::KeyMap;
 
 /// Key → `Notify` for the tasks currently waiting on that key. Entries exist only while someone
 /// waits.
 #[derive(Debug, Default)]
 pub(crate) struct Waiters {
-    map: DashMap<LockKey, Arc<Notify>>,
+    map: KeyMap<Arc<Notify>>,
 }
 
 impl Waiters {

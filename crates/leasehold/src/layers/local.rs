@@ -2,16 +2,21 @@
 //! memory first, so only one of them talks to the store at a time.
 //!
 //! # What it guarantees
-//! Every key being acquired or held through the layer has an entry in a [moka] cache: key → the
-//! local holder (its token, and once granted, the store lease). Each entry expires with its lease
-//! (per-entry expiry through moka's `Expiry` trait, recomputed on every lookup), and the local
-//! holder is removed from it on release, on error and on cancellation (drop guards), so a crashed
-//! or cancelled task never blocks the process beyond its lease. Validity is also checked against
-//! the lease's own expiry (in `tokio::time`) on every access, so a holder never outlives its lease
-//! even before moka reclaims the entry. An emptied entry stays cached until the lease it last
-//! carried would have expired (a lookup of an emptied entry keeps it for the key's last TTL, at
-//! least one second): a hot key pays no cache insert per acquisition, and the contender that takes
-//! an emptied entry needs no second cache operation.
+//! Every key being acquired or held through the layer has an entry in a concurrent map (a
+//! dashmap): key → the local holder (its token, its expiry, and the store lease when it differs
+//! from the holder's own). The local holder is removed on release, on error and on cancellation
+//! (drop guards), and its expiry (in `tokio::time`, the lease's) is checked on every access, so a
+//! crashed or cancelled task never blocks the process beyond its lease. A background task (one per
+//! layer, holding only a weak reference) reclaims entries nobody holds, waits for or refers to,
+//! every second; until then an emptied entry is reused, so a hot key pays no map insert per
+//! acquisition.
+//!
+//! Why not a [moka] cache, which the first version used for its per-entry expiry: expiry has to
+//! be checked against the lease on every access anyway (a cache evicts lazily), so moka only
+//! reclaimed memory, and it cost 132 ns per lookup against 26 ns for the map (moka records every
+//! read for its eviction policy): the layer added ≈ 0.67 µs to an uncontended acquire + release,
+//! ≈ 0.18 µs now (docs/PERFORMANCE.md). Reclaiming with a sweep is exact and needs no eviction
+//! policy: an entry in use is never evicted.
 //!
 //! - **try-lock** ([`Acquire::deadline`] `None`): if another local holder has the key (or is
 //!   acquiring or releasing it), the call fails at once with `LockUnavailable` and no store I/O
@@ -47,19 +52,16 @@
 //! fast-fail costs no I/O and a hand-off is invisible below: they see one store lease.
 //!
 //! # Cost
-//! Uncontended: one cache lookup on acquire (plus an insert the first time a key is seen), one on
-//! release, and a few short mutex sections (≈ 0.6 µs per acquire + release; docs/LAYERS.md).
+//! Uncontended: one map lookup on acquire (plus an insert the first time a key is seen), one on
+//! release, one clock read and three short mutex sections (docs/PERFORMANCE.md has the numbers).
 //! Contended: no store I/O at all for fast-fails and local waits.
 //!
 //! [moka]: https://docs.rs/moka
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use moka::notification::RemovalCause;
-use moka::sync::Cache;
-use moka::Expiry;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -67,19 +69,15 @@ use crate::core::{
     Acquire, Capabilities, Error, ErrorKind, Layer, Lease, LockEvent, LockInfo, LockKey, LockStore,
     Observers, OwnerToken, Result,
 };
+use crate::sweep::Sweeper;
+use crate::KeyMap;
 
 /// Default bound of consecutive local hand-offs of one store lease.
 pub const DEFAULT_MAX_HAND_OFFS: u32 = 8;
 /// Default bound of how long one store lease may be passed around by local hand-offs.
 pub const DEFAULT_MAX_HAND_OFF_HOLD: Duration = Duration::from_millis(500);
-/// Shortest time an entry nobody holds stays in the cache after a lookup.
-const IDLE_GRACE: Duration = Duration::from_secs(1);
-/// `keep_until` marker: local waiters, keep the entry long.
-const KEEP_WAITED: u64 = u64::MAX;
-/// `keep_until` marker: nobody holds it; a lookup keeps it for the key's last TTL.
-const KEEP_IDLE: u64 = u64::MAX - 1;
-/// How long an entry with local waiters stays (re-armed on every touch).
-const WAITED_ON: Duration = Duration::from_secs(3600);
+/// How often entries nobody uses are reclaimed.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Configuration of local competition.
 ///
@@ -168,22 +166,12 @@ impl<S: LockStore> Layer<S> for LocalCompetitionLayer {
     type Store = LocalCompetition<S>;
 
     fn layer(&self, inner: S) -> LocalCompetition<S> {
-        let epoch = Instant::now();
-        let cache = Cache::builder()
-            .expire_after(SlotExpiry { epoch })
-            .eviction_listener(|_key, slot: Arc<Slot>, cause| {
-                if matches!(cause, RemovalCause::Expired | RemovalCause::Size) {
-                    lock(&slot).dead = true;
-                    slot.wake.notify_waiters();
-                }
-            })
-            .build();
         LocalCompetition {
             inner: Arc::new(inner),
             shared: Arc::new(Shared {
-                cache,
-                epoch,
+                slots: KeyMap::default(),
                 closed: AtomicBool::new(false),
+                sweeper: Sweeper::default(),
             }),
             config: self.config,
             observers: self.observers.clone(),
@@ -203,35 +191,27 @@ impl<S: LockStore> std::fmt::Debug for LocalCompetition<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalCompetition")
             .field("store", &self.inner.name())
-            .field("keys", &self.shared.cache.entry_count())
+            .field("keys", &self.shared.slots.len())
             .field("config", &self.config)
             .finish()
     }
 }
 
 struct Shared {
-    cache: Cache<LockKey, Arc<Slot>>,
-    epoch: Instant,
+    slots: KeyMap<Arc<Slot>>,
     closed: AtomicBool,
+    sweeper: Sweeper,
 }
 
 /// One key's local state.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Slot {
     state: Mutex<State>,
     wake: Notify,
-    /// When the cache may drop the entry, in nanoseconds since the layer's epoch, or
-    /// [`KEEP_WAITED`] / [`KEEP_IDLE`].
-    keep_until: AtomicU64,
-    /// TTL of the key's last acquisition, in nanoseconds: a lookup of an idle entry keeps it that
-    /// long, so the contender that takes it needs no second cache operation.
-    last_ttl: AtomicU64,
 }
 
 #[derive(Debug, Default)]
 struct State {
-    /// Removed from the cache: whoever finds this looks the key up again.
-    dead: bool,
     holder: Option<LocalHolder>,
     /// A store lease handed off by a releasing holder, reserved for a local waiter.
     offer: Option<Offer>,
@@ -241,12 +221,21 @@ struct State {
 #[derive(Debug)]
 struct LocalHolder {
     token: OwnerToken,
-    /// The store lease; `None` while the acquire is in flight.
-    store: Option<Lease>,
+    /// The store lease when it carries another owner token than the holder's (received by a
+    /// hand-off). `None`: the holder's own lease is the store lease (once its acquire returned).
+    handed: Option<Lease>,
+    /// No later than the store lease's expiry (the clock is read before the store is asked).
     expires_at: Instant,
     hand_offs: u32,
     /// When the store lease was first acquired (for the hand-off hold bound).
     since: Instant,
+}
+
+impl LocalHolder {
+    /// The store lease behind `lease`, the lease this holder was given.
+    fn store_lease(&self, lease: &Lease) -> Lease {
+        self.handed.clone().unwrap_or_else(|| lease.clone())
+    }
 }
 
 #[derive(Debug)]
@@ -256,131 +245,60 @@ struct Offer {
     since: Instant,
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 fn lock(slot: &Slot) -> MutexGuard<'_, State> {
     slot.state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Slot {
-    fn new(ttl: Duration) -> Self {
-        Slot {
-            state: Mutex::new(State::default()),
-            wake: Notify::new(),
-            keep_until: AtomicU64::new(KEEP_IDLE),
-            last_ttl: AtomicU64::new(nanos(ttl)),
+impl State {
+    /// Drops a holder or an offer whose lease has run out.
+    fn expire(&mut self, now: Instant) {
+        if self.holder.as_ref().is_some_and(|h| h.expires_at <= now) {
+            self.holder = None;
+        }
+        if self
+            .offer
+            .as_ref()
+            .is_some_and(|o| o.store.expires_at() <= now)
+        {
+            self.offer = None;
         }
     }
 
-    fn set_keep(&self, epoch: Instant, until: Option<Instant>) {
-        let nanos = until.map_or(KEEP_WAITED, |t| {
-            nanos(t.saturating_duration_since(epoch)).min(KEEP_IDLE - 1)
-        });
-        self.keep_until.store(nanos, Ordering::Relaxed);
-    }
-
-    /// Records the TTL of a new acquisition; `true` if a lookup already kept the entry that long.
-    fn covers(&self, ttl: Duration) -> bool {
-        nanos(ttl) <= self.last_ttl.swap(nanos(ttl), Ordering::Relaxed)
-    }
-
-    /// Recomputes how long the cache keeps the entry, from the state.
-    fn refresh(&self, epoch: Instant, st: &State) {
-        let until = if st.waiting > 0 {
-            None
-        } else if let Some(holder) = &st.holder {
-            Some(holder.expires_at)
-        } else if let Some(offer) = &st.offer {
-            Some(offer.store.expires_at())
-        } else {
-            self.keep_until.store(KEEP_IDLE, Ordering::Relaxed);
-            return;
-        };
-        self.set_keep(epoch, until);
-    }
-}
-
-struct SlotExpiry {
-    epoch: Instant,
-}
-
-impl SlotExpiry {
-    fn keep_for(&self, slot: &Slot) -> Option<Duration> {
-        match slot.keep_until.load(Ordering::Relaxed) {
-            KEEP_WAITED => Some(WAITED_ON),
-            KEEP_IDLE => {
-                Some(Duration::from_nanos(slot.last_ttl.load(Ordering::Relaxed)).max(IDLE_GRACE))
-            }
-            until => Some(
-                (self.epoch + Duration::from_nanos(until))
-                    .saturating_duration_since(Instant::now()),
-            ),
-        }
-    }
-}
-
-impl Expiry<LockKey, Arc<Slot>> for SlotExpiry {
-    fn expire_after_create(
-        &self,
-        _: &LockKey,
-        slot: &Arc<Slot>,
-        _: std::time::Instant,
-    ) -> Option<Duration> {
-        self.keep_for(slot)
-    }
-
-    fn expire_after_read(
-        &self,
-        _: &LockKey,
-        slot: &Arc<Slot>,
-        _: std::time::Instant,
-        _: Option<Duration>,
-        _: std::time::Instant,
-    ) -> Option<Duration> {
-        self.keep_for(slot)
-    }
-
-    fn expire_after_update(
-        &self,
-        _: &LockKey,
-        slot: &Arc<Slot>,
-        _: std::time::Instant,
-        _: Option<Duration>,
-    ) -> Option<Duration> {
-        self.keep_for(slot)
+    fn is_idle(&self) -> bool {
+        self.holder.is_none() && self.offer.is_none() && self.waiting == 0
     }
 }
 
 impl Shared {
-    fn slot(&self, key: &LockKey, ttl: Duration) -> Arc<Slot> {
-        if let Some(slot) = self.cache.get(key) {
-            return slot;
+    fn slot(&self, key: &LockKey) -> Arc<Slot> {
+        if let Some(slot) = self.slots.get(key) {
+            return slot.clone();
         }
-        self.cache
-            .entry(key.clone())
-            .or_insert_with(|| Arc::new(Slot::new(ttl)))
-            .into_value()
+        self.slots.entry(key.clone()).or_default().clone()
     }
 
-    /// Lets the cache recompute the entry's expiry after a state change.
-    fn touch(&self, key: &LockKey) {
-        let _ = self.cache.get(key);
+    /// Removes the entries nobody holds, waits for or refers to; returns how many.
+    fn sweep(&self, now: Instant) -> usize {
+        let before = self.slots.len();
+        self.slots.retain(|_, slot| {
+            // A task that holds a reference (mid-acquire or mid-release) keeps the entry; no new
+            // reference can be taken while `retain` holds the shard's write lock.
+            if Arc::strong_count(slot) > 1 {
+                return true;
+            }
+            let mut st = lock(slot);
+            st.expire(now);
+            !st.is_idle()
+        });
+        before.saturating_sub(self.slots.len())
     }
 
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
-        for (_, slot) in self.cache.iter() {
+        for slot in self.slots.iter() {
             slot.wake.notify_waiters();
         }
     }
-}
-
-/// What the acquire loop decided, acted on after the slot's wake-up registration is dropped.
-enum Next {
-    FromStore(Arc<Slot>),
-    HandedOff(Arc<Slot>, Lease),
 }
 
 impl<S: LockStore> LocalCompetition<S> {
@@ -389,10 +307,15 @@ impl<S: LockStore> LocalCompetition<S> {
         LocalCompetitionLayer::new(config).layer(inner)
     }
 
-    /// Keys with a local entry (approximate: the cache counts lazily).
-    pub fn local_keys(&self) -> u64 {
-        self.shared.cache.run_pending_tasks();
-        self.shared.cache.entry_count()
+    /// Keys with a local entry, including emptied ones not reclaimed yet.
+    pub fn local_keys(&self) -> usize {
+        self.shared.slots.len()
+    }
+
+    /// Reclaims the entries nobody holds, waits for or refers to now (the background sweep does
+    /// this every second); returns how many were removed.
+    pub fn reclaim_idle(&self) -> usize {
+        self.shared.sweep(Instant::now())
     }
 
     /// The wrapped store.
@@ -408,15 +331,14 @@ impl<S: LockStore> LocalCompetition<S> {
         move || shared.close()
     }
 
-    /// Frees the slot if `token` still holds it and wakes a waiter. The emptied entry stays
-    /// cached for a short grace (see the module docs), so a hot key is not re-inserted each time.
-    fn vacate(&self, slot: &Arc<Slot>, token: &OwnerToken) {
+    /// Frees the slot if `token` still holds it and wakes a waiter. The emptied entry stays until
+    /// the next sweep, so a hot key is not re-inserted each time.
+    fn vacate(&self, slot: &Slot, token: &OwnerToken) {
         let wake = {
             let mut st = lock(slot);
             if st.holder.as_ref().is_some_and(|h| &h.token == token) {
                 st.holder = None;
             }
-            slot.refresh(self.shared.epoch, &st);
             st.waiting > 0
         };
         if wake {
@@ -440,7 +362,10 @@ impl<S: LockStore> LocalCompetition<S> {
         }
     }
 
-    async fn acquire_from_store(&self, slot: &Arc<Slot>, req: &Acquire) -> Result<Lease> {
+    /// Asks the store, as the key's one local store talker. The holder entry was set up (with
+    /// an expiry no later than the lease's) before the request, so success needs no second
+    /// update; error and cancellation free the entry.
+    async fn acquire_from_store(&self, slot: &Slot, req: &Acquire) -> Result<Lease> {
         let mut vacate = Vacate {
             layer: self,
             slot,
@@ -449,20 +374,10 @@ impl<S: LockStore> LocalCompetition<S> {
         };
         let lease = self.inner.try_acquire(req).await?;
         vacate.armed = false;
-        {
-            let mut st = lock(slot);
-            if let Some(h) = st.holder.as_mut().filter(|h| h.token == req.token) {
-                h.expires_at = lease.expires_at();
-                h.since = lease.acquired_at();
-                h.hand_offs = 0;
-                h.store = Some(lease.clone());
-            }
-            slot.refresh(self.shared.epoch, &st);
-        }
         Ok(lease)
     }
 
-    async fn take_hand_off(&self, slot: &Arc<Slot>, req: &Acquire, store: Lease) -> Result<Lease> {
+    async fn take_hand_off(&self, slot: &Slot, req: &Acquire, store: Lease) -> Result<Lease> {
         let store = if store.remaining() < req.ttl / 2 {
             let mut vacate = Vacate {
                 layer: self,
@@ -479,8 +394,11 @@ impl<S: LockStore> LocalCompetition<S> {
                     {
                         let mut st = lock(slot);
                         if let Some(h) = st.holder.as_mut().filter(|h| h.token == req.token) {
-                            h.store = None;
-                            h.expires_at = Instant::now() + req.ttl;
+                            let now = Instant::now();
+                            h.handed = None;
+                            h.expires_at = now + req.ttl;
+                            h.since = now;
+                            h.hand_offs = 0;
                         }
                     }
                     return self.acquire_from_store(slot, req).await;
@@ -495,30 +413,17 @@ impl<S: LockStore> LocalCompetition<S> {
             let mut st = lock(slot);
             if let Some(h) = st.holder.as_mut().filter(|h| h.token == req.token) {
                 h.expires_at = store.expires_at();
-                h.store = Some(store.clone());
+                h.handed = Some(store.clone());
             }
-            slot.refresh(self.shared.epoch, &st);
         }
-        self.shared.touch(&req.key);
         Ok(store.with_token(req.token.clone()))
-    }
-
-    /// The holder's store lease, if `lease` is the local holder's.
-    fn store_lease_of(&self, lease: &Lease) -> Option<(Arc<Slot>, Lease)> {
-        let slot = self.shared.cache.get(lease.key())?;
-        let store = lock(&slot)
-            .holder
-            .as_ref()
-            .filter(|h| &h.token == lease.token())
-            .and_then(|h| h.store.clone())?;
-        Some((slot, store))
     }
 }
 
 /// Frees a slot when dropped while armed: on error and on cancellation.
 struct Vacate<'a, S: LockStore> {
     layer: &'a LocalCompetition<S>,
-    slot: &'a Arc<Slot>,
+    slot: &'a Slot,
     token: &'a OwnerToken,
     armed: bool,
 }
@@ -536,7 +441,6 @@ impl<S: LockStore> Drop for Vacate<'_, S> {
 struct WaitTicket<'a, S: LockStore> {
     layer: &'a LocalCompetition<S>,
     slot: Arc<Slot>,
-    key: &'a LockKey,
     armed: bool,
 }
 
@@ -553,23 +457,17 @@ impl<S: LockStore> Drop for WaitTicket<'_, S> {
         if !self.armed {
             return;
         }
-        let (orphan, last) = {
+        let orphan = {
             let mut st = lock(&self.slot);
             st.waiting = st.waiting.saturating_sub(1);
-            let orphan = if st.waiting == 0 && st.holder.is_none() {
+            if st.waiting == 0 && st.holder.is_none() {
                 st.offer.take()
             } else {
                 None
-            };
-            self.slot.refresh(self.layer.shared.epoch, &st);
-            (orphan, st.waiting == 0)
+            }
         };
         if let Some(offer) = orphan {
             self.layer.release_in_background(offer.store);
-        }
-        if last {
-            // No longer waited on: let the cache shorten the entry's life again.
-            self.layer.shared.touch(self.key);
         }
     }
 }
@@ -584,134 +482,117 @@ impl<S: LockStore> LockStore for LocalCompetition<S> {
     }
 
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        self.shared
+            .sweeper
+            .ensure(&self.shared, SWEEP_INTERVAL, Shared::sweep);
         let mut ticket: Option<WaitTicket<'_, S>> = None;
-        let next = loop {
+        // The slot taken, and the store lease if it came by hand-off.
+        let (slot, offer) = loop {
             if self.shared.closed.load(Ordering::Acquire) {
                 return Err(Error::shut_down().with_key(req.key.as_str()));
             }
-            let slot = self.shared.slot(&req.key, req.ttl);
+            let slot = self.shared.slot(&req.key);
             if ticket
                 .as_ref()
                 .is_some_and(|t| !Arc::ptr_eq(&t.slot, &slot))
             {
+                // The entry was reclaimed and made anew while this task was not registered.
                 ticket = None;
             }
-            let notified = slot.wake.notified();
-            let mut notified = std::pin::pin!(notified);
-            let now = Instant::now();
-            let (wake_at, deadline) = {
-                let mut st = lock(&slot);
-                if st.dead {
-                    continue;
-                }
-                if st.holder.as_ref().is_some_and(|h| h.expires_at <= now) {
-                    st.holder = None;
-                }
-                if st
-                    .offer
-                    .as_ref()
-                    .is_some_and(|o| o.store.expires_at() <= now)
-                {
-                    st.offer = None;
-                }
-                if st.holder.is_none() && (st.offer.is_none() || req.deadline.is_some()) {
-                    if let Some(t) = ticket.take() {
-                        t.leave_locked(&mut st);
+            let taken = 'attempt: {
+                let notified = slot.wake.notified();
+                let mut notified = std::pin::pin!(notified);
+                let now = Instant::now();
+                let (wake_at, deadline) = {
+                    let mut st = lock(&slot);
+                    st.expire(now);
+                    if st.holder.is_none() && (st.offer.is_none() || req.deadline.is_some()) {
+                        if let Some(t) = ticket.take() {
+                            t.leave_locked(&mut st);
+                        }
+                        let offer = st.offer.take();
+                        let (handed, expires_at, hand_offs, since) = match &offer {
+                            Some(o) => (
+                                Some(o.store.clone()),
+                                o.store.expires_at(),
+                                o.hand_offs,
+                                o.since,
+                            ),
+                            None => (None, now + req.ttl, 0, now),
+                        };
+                        st.holder = Some(LocalHolder {
+                            token: req.token.clone(),
+                            handed,
+                            expires_at,
+                            hand_offs,
+                            since,
+                        });
+                        break 'attempt Some(offer.map(|o| o.store));
                     }
-                    let offer = st.offer.take();
-                    let (store, expires_at, hand_offs, since) = match &offer {
-                        Some(o) => (
-                            Some(o.store.clone()),
-                            o.store.expires_at(),
-                            o.hand_offs,
-                            o.since,
-                        ),
-                        None => (None, now + req.ttl, 0, now),
+                    // Held locally (or a hand-off is reserved for the waiters).
+                    let Some(deadline) = req.deadline.filter(|d| *d > now) else {
+                        drop(st);
+                        if req.deadline.is_none() {
+                            self.observers.emit(|| LockEvent::FastFailed {
+                                key: req.key.clone(),
+                            });
+                        }
+                        return Err(Error::unavailable(&req.key));
                     };
-                    st.holder = Some(LocalHolder {
-                        token: req.token.clone(),
-                        store,
-                        expires_at,
-                        hand_offs,
-                        since,
-                    });
-                    slot.refresh(self.shared.epoch, &st);
-                    drop(st);
-                    break match offer {
-                        Some(offer) => Next::HandedOff(slot.clone(), offer.store),
-                        None => Next::FromStore(slot.clone()),
-                    };
-                }
-                // Held locally (or a hand-off is reserved for the waiters).
-                let Some(deadline) = req.deadline.filter(|d| *d > now) else {
-                    drop(st);
-                    if req.deadline.is_none() {
-                        self.observers.emit(|| LockEvent::FastFailed {
-                            key: req.key.clone(),
+                    if ticket.is_none() {
+                        st.waiting += 1;
+                        ticket = Some(WaitTicket {
+                            layer: self,
+                            slot: slot.clone(),
+                            armed: true,
                         });
                     }
-                    return Err(Error::unavailable(&req.key));
+                    notified.as_mut().enable();
+                    let lease_end = st
+                        .holder
+                        .as_ref()
+                        .map(|h| h.expires_at)
+                        .or_else(|| st.offer.as_ref().map(|o| o.store.expires_at()))
+                        .unwrap_or(deadline);
+                    (deadline.min(lease_end), deadline)
                 };
-                if ticket.is_none() {
-                    st.waiting += 1;
-                    slot.refresh(self.shared.epoch, &st);
-                    ticket = Some(WaitTicket {
-                        layer: self,
-                        slot: slot.clone(),
-                        key: &req.key,
-                        armed: true,
-                    });
+                let _ = tokio::time::timeout_at(wake_at, notified).await;
+                if Instant::now() >= deadline {
+                    return Err(Error::unavailable(&req.key));
                 }
-                notified.as_mut().enable();
-                let lease_end = st
-                    .holder
-                    .as_ref()
-                    .map(|h| h.expires_at)
-                    .or_else(|| st.offer.as_ref().map(|o| o.store.expires_at()))
-                    .unwrap_or(deadline);
-                (deadline.min(lease_end), deadline)
+                None
             };
-            self.shared.touch(&req.key);
-            let _ = tokio::time::timeout_at(wake_at, notified).await;
-            if Instant::now() >= deadline {
-                return Err(Error::unavailable(&req.key));
+            if let Some(offer) = taken {
+                break (slot, offer);
             }
         };
+        // Acted on after the wait registration is gone.
         drop(ticket);
-        let slot = match &next {
-            Next::FromStore(slot) | Next::HandedOff(slot, _) => slot,
-        };
-        if !slot.covers(req.ttl) {
-            // The lookup kept the entry for a shorter TTL: let the cache see the lease's.
-            self.shared.touch(&req.key);
-        }
-        match next {
-            Next::FromStore(slot) => self.acquire_from_store(&slot, req).await,
-            Next::HandedOff(slot, store) => self.take_hand_off(&slot, req, store).await,
+        match offer {
+            Some(store) => self.take_hand_off(&slot, req, store).await,
+            None => self.acquire_from_store(&slot, req).await,
         }
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        let Some(slot) = self.shared.cache.get(lease.key()) else {
+        let Some(slot) = self.shared.slots.get(lease.key()).map(|s| s.clone()) else {
             return self.inner.release(lease).await;
         };
         let store = 'decide: {
             let mut st = lock(&slot);
-            let Some((store, hand_offs, since)) = st
-                .holder
-                .as_ref()
-                .filter(|h| &h.token == lease.token())
-                .and_then(|h| h.store.clone().map(|s| (s, h.hand_offs, h.since)))
-            else {
+            let Some(holder) = st.holder.as_ref().filter(|h| &h.token == lease.token()) else {
                 break 'decide None;
             };
-            let now = Instant::now();
-            if self.config.hand_off
-                && st.waiting > 0
-                && hand_offs < self.config.max_hand_offs
-                && now.saturating_duration_since(since) < self.config.max_hand_off_hold
-                && now < store.expires_at()
-            {
+            let handed = holder.handed.clone();
+            let hand_off = (self.config.hand_off && st.waiting > 0)
+                .then(|| (holder.store_lease(lease), holder.hand_offs, holder.since))
+                .filter(|(store, hand_offs, since)| {
+                    let now = Instant::now();
+                    *hand_offs < self.config.max_hand_offs
+                        && now.saturating_duration_since(*since) < self.config.max_hand_off_hold
+                        && now < store.expires_at()
+                });
+            if let Some((store, hand_offs, since)) = hand_off {
                 let consecutive = hand_offs + 1;
                 st.holder = None;
                 st.offer = Some(Offer {
@@ -719,7 +600,6 @@ impl<S: LockStore> LockStore for LocalCompetition<S> {
                     hand_offs: consecutive,
                     since,
                 });
-                slot.refresh(self.shared.epoch, &st);
                 drop(st);
                 slot.wake.notify_one();
                 self.observers.emit(|| LockEvent::HandedOff {
@@ -729,10 +609,10 @@ impl<S: LockStore> LockStore for LocalCompetition<S> {
                 return Ok(true);
             }
             // A real release: the holder stays in place (the key is still held in the store)
-            // until the store answered.
-            Some(store)
+            // until the store answered. `None` inside: the holder's own lease is the store's.
+            Some(handed)
         };
-        let Some(store) = store else {
+        let Some(handed) = store else {
             // Not the local holder's lease (stale or foreign): the store decides.
             return self.inner.release(lease).await;
         };
@@ -742,11 +622,19 @@ impl<S: LockStore> LockStore for LocalCompetition<S> {
             token: lease.token(),
             armed: true,
         };
-        self.inner.release(&store).await
+        self.inner.release(handed.as_ref().unwrap_or(lease)).await
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        let Some((slot, store)) = self.store_lease_of(lease) else {
+        let local = self.shared.slots.get(lease.key()).and_then(|slot| {
+            let store = lock(&slot)
+                .holder
+                .as_ref()
+                .filter(|h| &h.token == lease.token())
+                .map(|h| h.store_lease(lease))?;
+            Some((slot.clone(), store))
+        });
+        let Some((slot, store)) = local else {
             return self.inner.extend(lease, ttl).await;
         };
         let renewed = self.inner.extend(&store, ttl).await?;
@@ -754,11 +642,11 @@ impl<S: LockStore> LockStore for LocalCompetition<S> {
             let mut st = lock(&slot);
             if let Some(h) = st.holder.as_mut().filter(|h| &h.token == lease.token()) {
                 h.expires_at = renewed.expires_at();
-                h.store = Some(renewed.clone());
+                if h.handed.is_some() {
+                    h.handed = Some(renewed.clone());
+                }
             }
-            slot.refresh(self.shared.epoch, &st);
         }
-        self.shared.touch(lease.key());
         Ok(renewed.with_token(lease.token().clone()))
     }
 

@@ -47,13 +47,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use dashmap::DashMap;
 use tokio::time::Instant;
 
 use crate::core::{
     Acquire, Capabilities, Error, HolderId, Layer, Lease, LockEvent, LockInfo, LockKey, LockStore,
     Observers, Result,
 };
+use crate::KeyMap;
 
 /// Default bound of a hold count.
 pub const DEFAULT_MAX_DEPTH: u32 = 1024;
@@ -122,7 +122,7 @@ impl<S: LockStore> Layer<S> for ReentrancyLayer {
     fn layer(&self, inner: S) -> Reentrant<S> {
         Reentrant {
             inner,
-            held: DashMap::new(),
+            held: KeyMap::default(),
             count: AtomicUsize::new(0),
             config: self.config,
             observers: self.observers.clone(),
@@ -141,7 +141,7 @@ struct Held {
 #[derive(Debug)]
 pub struct Reentrant<S> {
     inner: S,
-    held: DashMap<LockKey, Held>,
+    held: KeyMap<Held>,
     /// Entries in `held`, so calls skip the map when nobody holds anything.
     count: AtomicUsize,
     config: ReentrancyConfig,

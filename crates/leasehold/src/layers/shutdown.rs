@@ -32,10 +32,9 @@
 //! [`LockManager::install_signal_handler`]: crate::LockManager
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
@@ -43,6 +42,8 @@ use crate::core::{
     Acquire, Capabilities, Error, Layer, Lease, LockEvent, LockInfo, LockKey, LockStore, Observers,
     Result,
 };
+use crate::sweep::Sweeper;
+use crate::KeyMap;
 
 /// Default time the shutdown sweep may take to release every live lock.
 pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
@@ -134,16 +135,16 @@ impl<S: LockStore> Layer<S> for ShutdownLayer {
     fn layer(&self, inner: S) -> ShutdownTracking<S> {
         ShutdownTracking {
             inner,
-            live: Arc::new(DashMap::new()),
+            live: Arc::new(Live::default()),
             config: self.config,
             observers: self.observers.clone(),
-            purger_started: AtomicBool::new(false),
+            purger: Sweeper::default(),
             closed: AtomicBool::new(false),
         }
     }
 }
 
-type Live = DashMap<LockKey, Lease>;
+type Live = KeyMap<Lease>;
 
 /// A store that tracks live locks and releases them at shutdown (see the [module docs](self)).
 #[derive(Debug)]
@@ -152,7 +153,7 @@ pub struct ShutdownTracking<S> {
     live: Arc<Live>,
     config: GracefulShutdownConfig,
     observers: Observers,
-    purger_started: AtomicBool,
+    purger: Sweeper,
     closed: AtomicBool,
 }
 
@@ -181,30 +182,6 @@ impl<S: LockStore> ShutdownTracking<S> {
     /// The wrapped store.
     pub fn get_ref(&self) -> &S {
         &self.inner
-    }
-
-    fn ensure_purger(&self) {
-        if self.purger_started.load(Ordering::Relaxed)
-            || self.purger_started.swap(true, Ordering::AcqRel)
-        {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.purger_started.store(false, Ordering::Release);
-            return;
-        };
-        let weak: Weak<Live> = Arc::downgrade(&self.live);
-        let interval = self.config.purge_interval;
-        runtime.spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticker.tick().await;
-            loop {
-                ticker.tick().await;
-                let Some(live) = weak.upgrade() else { break };
-                purge(&live, Instant::now());
-            }
-        });
     }
 
     /// Releases every live tracked lock within the deadline; returns how many were released.
@@ -268,7 +245,8 @@ impl<S: LockStore> LockStore for ShutdownTracking<S> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::shut_down().with_key(req.key.as_str()));
         }
-        self.ensure_purger();
+        self.purger
+            .ensure(&self.live, self.config.purge_interval, purge);
         let lease = self.inner.try_acquire(req).await?;
         if self.closed.load(Ordering::Acquire) {
             // Landed after the sweep: give it back now.

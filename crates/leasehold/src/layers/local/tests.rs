@@ -18,6 +18,17 @@ fn blocking(entity: &str, ttl_ms: u64, wait: Duration) -> Acquire {
     req(entity, ttl_ms).with_deadline(Some(Instant::now() + wait))
 }
 
+/// A task waiting (blocking acquire, deadline `wait` from now) for `entity`.
+fn spawn_waiter(
+    store: &Local,
+    entity: &'static str,
+    ttl_ms: u64,
+    wait: Duration,
+) -> tokio::task::JoinHandle<Result<Lease>> {
+    let store = store.clone();
+    tokio::spawn(async move { store.try_acquire(&blocking(entity, ttl_ms, wait)).await })
+}
+
 /// Lets spawned tasks run until they park.
 async fn settle() {
     for _ in 0..20 {
@@ -57,11 +68,7 @@ async fn blocking_lock_is_woken_by_the_local_release() {
         .grant_acquire();
     let (store, _) = local(&scripted, LocalCompetitionConfig::default());
     let first = store.try_acquire(&req("a", 10_000)).await.unwrap();
-    let s = store.clone();
-    let waiter = tokio::spawn(async move {
-        s.try_acquire(&blocking("a", 10_000, Duration::from_secs(60)))
-            .await
-    });
+    let waiter = spawn_waiter(&store, "a", 10_000, Duration::from_secs(60));
     settle().await;
     assert_eq!(
         scripted.count(Op::TryAcquire),
@@ -120,11 +127,7 @@ async fn one_store_talker_per_key() {
         .await
         .unwrap_err()
         .is_unavailable());
-    let s = store.clone();
-    let waiter = tokio::spawn(async move {
-        s.try_acquire(&blocking("a", 10_000, Duration::from_secs(60)))
-            .await
-    });
+    let waiter = spawn_waiter(&store, "a", 10_000, Duration::from_secs(60));
     settle().await;
     assert_eq!(
         scripted.count(Op::TryAcquire),
@@ -240,11 +243,7 @@ async fn hand_off_skips_the_store_and_is_bounded() {
     let mut lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
     let first = lease.clone();
     for round in 1..=2 {
-        let s = store.clone();
-        let waiter = tokio::spawn(async move {
-            s.try_acquire(&blocking("a", 60_000, Duration::from_secs(60)))
-                .await
-        });
+        let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
         settle().await;
         assert!(store.release(&lease).await.unwrap());
         let next = waiter.await.unwrap().unwrap();
@@ -314,11 +313,7 @@ async fn hand_off_hold_time_is_bounded() {
         .max_hand_off_hold(Duration::from_millis(100));
     let (store, seen) = local(&scripted, config);
     let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
-    let s = store.clone();
-    let waiter = tokio::spawn(async move {
-        s.try_acquire(&blocking("a", 60_000, Duration::from_secs(60)))
-            .await
-    });
+    let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
     settle().await;
     tokio::time::advance(Duration::from_millis(100)).await;
     store.release(&lease).await.unwrap();
@@ -340,11 +335,7 @@ async fn hand_off_extends_a_short_lease() {
         .max_hand_off_hold(Duration::from_secs(60));
     let (store, _) = local(&scripted, config);
     let lease = store.try_acquire(&req("a", 1000)).await.unwrap();
-    let s = store.clone();
-    let waiter = tokio::spawn(async move {
-        s.try_acquire(&blocking("a", 1000, Duration::from_secs(60)))
-            .await
-    });
+    let waiter = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
     settle().await;
     tokio::time::advance(Duration::from_millis(600)).await;
     store.release(&lease).await.unwrap();
@@ -370,11 +361,7 @@ async fn unclaimed_hand_off_is_released_in_the_store() {
     scripted.grant_acquire().expect_release(Ok(true));
     let (store, _) = local(&scripted, LocalCompetitionConfig::new().hand_off(true));
     let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
-    let s = store.clone();
-    let waiter = tokio::spawn(async move {
-        s.try_acquire(&blocking("a", 60_000, Duration::from_secs(60)))
-            .await
-    });
+    let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
     settle().await;
     assert!(store.release(&lease).await.unwrap(), "handed off");
     waiter.abort(); // the waiter goes away before taking it
@@ -394,14 +381,60 @@ async fn shutdown_wakes_local_waiters() {
     scripted.grant_acquire();
     let (store, _) = local(&scripted, LocalCompetitionConfig::default());
     let _held = store.try_acquire(&req("a", 60_000)).await.unwrap();
-    let s = store.clone();
-    let waiter = tokio::spawn(async move {
-        s.try_acquire(&blocking("a", 1000, Duration::from_secs(60)))
-            .await
-    });
+    let waiter = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
     settle().await;
     store.shutdown().await.unwrap();
     let err = waiter.await.unwrap().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ShutDown);
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_entries_are_reclaimed_and_held_ones_kept() {
+    let scripted = ScriptedStore::new();
+    scripted
+        .grant_acquire()
+        .grant_acquire()
+        .expect_release(Ok(true));
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let _held = store.try_acquire(&req("held", 10_000)).await.unwrap();
+    let done = store.try_acquire(&req("done", 10_000)).await.unwrap();
+    assert!(store.release(&done).await.unwrap());
+    assert_eq!(
+        store.local_keys(),
+        2,
+        "the emptied entry is reused until a sweep"
+    );
+    assert_eq!(store.reclaim_idle(), 1, "only the emptied entry goes");
+    assert_eq!(store.local_keys(), 1);
+    // A holder whose lease ran out (a leaked guard) no longer keeps its entry.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert_eq!(store.reclaim_idle(), 1);
+    assert_eq!(store.local_keys(), 0);
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_background_sweep_reclaims_and_spares_waited_entries() {
+    let scripted = ScriptedStore::new();
+    scripted
+        .grant_acquire()
+        .expect_release(Ok(true))
+        .grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let held = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
+    settle().await;
+    // Several sweeps pass while a task waits: its entry (and the holder's) stays.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(store.local_keys(), 1);
+    assert!(store.release(&held).await.unwrap());
+    let next = waiter.await.unwrap().unwrap();
+    assert_ne!(next.token(), held.token());
+    // Emptied by a release through a plain store path: reclaimed by the next sweep.
+    scripted.expect_release(Ok(true));
+    assert!(store.release(&next).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(store.local_keys(), 0, "reclaimed without being asked");
     scripted.verify();
 }
