@@ -21,7 +21,8 @@ Examples:
 
 Exit status: 0 ok (inspect: held), 1 inspect: free, 2 bad input, 69 store unreachable,
 75 lock held by someone else (run: --conflict-exit-code), 70 other failures;
-run exits with its command's status.")]
+run exits with its command's status, or 76 if the lock was lost while it ran
+(--lost-exit-code).")]
 pub(crate) struct Cli {
     #[command(flatten)]
     pub(crate) global: Global,
@@ -33,7 +34,8 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct Global {
     /// The store: memory://, redis://[user:password@]host:port[/db], rediss://… (TLS),
-    /// redis+unix:///path/to/socket, aerospike://host:port/namespace?set_suffix=…&farm=…
+    /// redis+unix:///path/to/socket, aerospike://[user:password@]host:port/namespace?set_suffix=…&farm=…
+    /// (credentials percent-encoded, e.g. p%40ss for p@ss)
     #[arg(
         long,
         global = true,
@@ -77,9 +79,11 @@ pub(crate) enum Command {
     /// Acquires KEY (waiting up to --wait), runs CMD as a child with LEASEHOLD_KEY,
     /// LEASEHOLD_TOKEN and, where the store gives one, LEASEHOLD_FENCING_TOKEN in its environment,
     /// renews the lease while it runs, releases it when the command exits, and exits with the
-    /// command's status. SIGINT and SIGTERM are forwarded to the command; the lock is released
-    /// once it has exited. If the lock cannot be had: exit status 75 (--conflict-exit-code) and who
-    /// holds it.
+    /// command's status. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to
+    /// the command; the lock is released once it has exited. If the lock cannot be had: exit
+    /// status 75 (--conflict-exit-code) and who holds it. If the lock is lost while the command
+    /// runs: a line on stderr, SIGTERM to the command with --kill-on-lost, and exit status 76
+    /// (--lost-exit-code) whatever the command's own status.
     Run(RunArgs),
     /// Show who holds a lock: owner token (host, pid, time), TTL left, fencing token.
     /// Exit status 0 when held, 1 when free.
@@ -146,6 +150,10 @@ pub(crate) struct RunArgs {
     /// If the lock is lost while the command runs (renewal failed), send SIGTERM to the command.
     #[arg(long)]
     pub(crate) kill_on_lost: bool,
+    /// Exit status when the lock was lost while the command ran, whatever the command's own
+    /// status (its work was not all protected by the lock).
+    #[arg(long, default_value_t = crate::exit::DEFAULT_LOST)]
+    pub(crate) lost_exit_code: u8,
     /// The command and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
     pub(crate) command: Vec<String>,

@@ -11,6 +11,9 @@ pub(crate) const USAGE: u8 = 2;
 /// Default status when the lock is held by someone else (sysexits' `EX_TEMPFAIL`: try again
 /// later). `leasehold run --conflict-exit-code N` changes it, like `flock -E`.
 pub(crate) const DEFAULT_CONFLICT: u8 = 75;
+/// Default status of `leasehold run` when the lock was lost while the command ran (renewal found
+/// it gone or could not reach the store in time). `--lost-exit-code N` changes it.
+pub(crate) const DEFAULT_LOST: u8 = 76;
 /// The store cannot be reached (sysexits' `EX_UNAVAILABLE`).
 pub(crate) const UNREACHABLE: u8 = 69;
 /// Anything else went wrong (sysexits' `EX_SOFTWARE`).

@@ -43,12 +43,9 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
     };
 
     // Listen for signals before the child exists, so none is missed.
-    let (mut sigint, mut sigterm) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(i), Ok(t)) => (i, t),
-        (Err(e), _) | (_, Err(e)) => {
+    let mut forwarded = match Forwarded::listen() {
+        Ok(forwarded) => forwarded,
+        Err(e) => {
             let _ = guard.release().await;
             return Err(CliError::new(
                 exit::FAILURE,
@@ -85,8 +82,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
-            _ = sigint.recv() => forward(Signal::SIGINT),
-            _ = sigterm.recv() => forward(Signal::SIGTERM),
+            sig = forwarded.recv() => forward(sig),
             lost = guard.lost(), if !lost_reported => {
                 lost_reported = true;
                 eprintln!("leasehold: {lost}; the command is no longer protected by the lock");
@@ -107,9 +103,58 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
             format!("waiting for the command failed: {e}"),
         )
     })?;
-    Ok(match (status.code(), status.signal()) {
+    let child_status = match (status.code(), status.signal()) {
         (Some(code), _) => u8::try_from(code).unwrap_or(exit::FAILURE),
         (None, Some(signal)) => 128u8.saturating_add(u8::try_from(signal).unwrap_or(0)),
         (None, None) => exit::FAILURE,
-    })
+    };
+    if lost_reported {
+        // Whatever the command reports, part of its work ran without the lock: a script must
+        // not mistake that for a protected success.
+        eprintln!(
+            "leasehold: the command exited with status {child_status}, but the lock was lost \
+             while it ran; exiting with {}",
+            args.lost_exit_code
+        );
+        return Ok(args.lost_exit_code);
+    }
+    Ok(child_status)
+}
+
+/// The signals `run` passes on to its command: a supervisor that signals `leasehold run` means
+/// the command (interrupt, terminate, hang up or reload, quit, user signals).
+struct Forwarded {
+    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Forwarded {
+    const SIGNALS: [(Signal, SignalKind); 6] = [
+        (Signal::SIGINT, SignalKind::interrupt()),
+        (Signal::SIGTERM, SignalKind::terminate()),
+        (Signal::SIGHUP, SignalKind::hangup()),
+        (Signal::SIGQUIT, SignalKind::quit()),
+        (Signal::SIGUSR1, SignalKind::user_defined1()),
+        (Signal::SIGUSR2, SignalKind::user_defined2()),
+    ];
+
+    fn listen() -> std::io::Result<Self> {
+        let streams = Self::SIGNALS
+            .iter()
+            .map(|(sig, kind)| signal(*kind).map(|stream| (*sig, stream)))
+            .collect::<std::io::Result<_>>()?;
+        Ok(Forwarded { streams })
+    }
+
+    /// The next signal received, of any of the forwarded kinds.
+    async fn recv(&mut self) -> Signal {
+        std::future::poll_fn(|cx| {
+            for (sig, stream) in &mut self.streams {
+                if stream.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*sig);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
 }

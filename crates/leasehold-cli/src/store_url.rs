@@ -91,14 +91,30 @@ impl StoreUrl {
                         }
                     }
                 }
+                // A URL carries credentials percent-encoded (`p%40ss` for `p@ss`); the client
+                // wants them as typed.
+                let decode = |what: &str, raw: &str| {
+                    percent_encoding::percent_decode_str(raw)
+                        .decode_utf8()
+                        .map(|s| s.into_owned())
+                        .map_err(|_| fail(&format!("the {what} is not UTF-8 once percent-decoded")))
+                };
+                let user = match url.username() {
+                    "" => None,
+                    raw => Some(decode("user name", raw)?),
+                };
+                let password = url
+                    .password()
+                    .map(|raw| decode("password", raw))
+                    .transpose()?;
                 Ok(StoreUrl::Aerospike {
                     host,
                     port: url.port().unwrap_or(3000),
                     namespace,
                     set_suffix,
                     farm,
-                    user: (!url.username().is_empty()).then(|| url.username().to_owned()),
-                    password: url.password().map(str::to_owned),
+                    user,
+                    password,
                 })
             }
             other => Err(fail(&format!(
@@ -229,6 +245,23 @@ mod tests {
             assert!(err.contains(expect), "{raw}: {err}");
             assert!(err.contains("examples: memory://"), "{err}");
         }
+    }
+
+    #[test]
+    fn aerospike_credentials_are_percent_decoded() {
+        let url =
+            StoreUrl::parse("aerospike://ops%2Fteam:p%40ss%3Aw0rd@127.0.0.1:3000/ns").unwrap();
+        let StoreUrl::Aerospike { user, password, .. } = &url else {
+            panic!("{url:?}")
+        };
+        assert_eq!(user.as_deref(), Some("ops/team"));
+        assert_eq!(password.as_deref(), Some("p@ss:w0rd"));
+        assert!(!url.to_string().contains("p@ss"), "{url}");
+        let err = StoreUrl::parse("aerospike://u:%FF@h:3000/ns")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("password is not UTF-8"), "{err}");
+        assert!(!err.contains("%FF"), "{err}");
     }
 
     #[test]

@@ -121,8 +121,10 @@ fn help_teaches_urls_keys_and_exit_statuses() {
     for needle in [
         "LEASEHOLD_FENCING_TOKEN",
         "SIGTERM",
+        "SIGHUP",
         "--conflict-exit-code",
         "--kill-on-lost",
+        "--lost-exit-code",
     ] {
         assert!(run_help.contains(needle), "run help lacks {needle}");
     }
@@ -176,4 +178,35 @@ fn bench_reports_a_json_summary() {
     assert_eq!(json["errors"], serde_json::json!({}));
     let out = leasehold(&["bench", "--tasks", "0"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn run_forwards_hangup_to_the_command() {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args([
+            "run",
+            "reload",
+            "--",
+            "sh",
+            "-c",
+            // `wait` returns as soon as the trap runs, unlike a foreground `sleep`.
+            "trap 'echo got-hup; kill $!; exit 7' HUP; echo ready; sleep 30 & wait",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "ready");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "got-hup");
+    assert_eq!(
+        child.wait().unwrap().code(),
+        Some(7),
+        "the command's status"
+    );
 }

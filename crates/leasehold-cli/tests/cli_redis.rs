@@ -150,22 +150,16 @@ fn an_unreachable_store_has_its_own_status_and_names_the_address() {
     assert!(!err.contains("s3cret"), "{err}");
 }
 
-#[test]
-fn a_lock_lost_while_the_command_runs_is_reported_and_kill_on_lost_stops_the_command() {
+/// Runs `script` under the lock `fragile` (TTL 3 s, renewed every second) with `options`, waits
+/// until it prints `ready`, breaks the lock as an operator would, and returns `run`'s exit status
+/// and stderr once it has ended.
+fn run_and_break_the_lock(options: &[&str], script: &str) -> (Option<i32>, String) {
     let server = RedisServer::start().unwrap();
     let url = server.url();
     let mut child = leasehold(&url)
-        .args([
-            "run",
-            "fragile",
-            "--ttl",
-            "3s",
-            "--kill-on-lost",
-            "--",
-            "sh",
-            "-c",
-            "echo ready; exec sleep 30",
-        ])
+        .args(["run", "fragile", "--ttl", "3s"])
+        .args(options)
+        .args(["--", "sh", "-c", script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -174,13 +168,33 @@ fn a_lock_lost_while_the_command_runs_is_reported_and_kill_on_lost_stops_the_com
     assert!(BufReader::new(stdout)
         .lines()
         .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false)));
-    // An operator breaks the lock; the next renewal (every ttl/3 = 1 s) finds it gone.
+    // The next renewal (every ttl/3 = 1 s) finds the lock gone.
     let out = output(leasehold(&url).args(["release", "fragile", "--force"]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(128 + 15), "the command got SIGTERM");
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (status.code(), err)
+}
+
+#[test]
+fn a_lock_lost_while_the_command_runs_is_reported_and_kill_on_lost_stops_the_command() {
+    let (status, err) = run_and_break_the_lock(&["--kill-on-lost"], "echo ready; exec sleep 30");
+    assert_eq!(status, Some(76), "the lost-lock status: {err}");
     assert!(err.contains("the lock was lost"), "{err}");
     assert!(err.contains("--kill-on-lost"), "{err}");
+    assert!(
+        err.contains("exited with status 143"),
+        "the command got SIGTERM: {err}"
+    );
+}
+
+#[test]
+fn a_command_that_succeeds_after_its_lock_was_lost_does_not_exit_0() {
+    // Succeeds 4 s later; the renewal notices the broken lock first.
+    let (status, err) =
+        run_and_break_the_lock(&["--lost-exit-code", "9"], "echo ready; sleep 4; exit 0");
+    assert_eq!(status, Some(9), "{err}");
+    assert!(err.contains("exited with status 0"), "{err}");
+    assert!(err.contains("the lock was lost"), "{err}");
 }
