@@ -1,10 +1,14 @@
 //! Benchmarks of the scenario layers (docs/LAYERS.md has the numbers and how to read them).
 //!
-//! Run: `cargo bench -p leasehold --bench layers`
+//! Run: `cargo bench -p leasehold-bench --bench layers` (its own package, so tokio is built
+//! without the `test-util` feature the test suites enable, as in a production build).
 //!
 //! (a) `uncontended/*` (criterion): one try-acquire + release of a free key, on a raw dashmap
 //!     insert + remove (the floor), on the bare embedded store, and through the full default
-//!     stack, store level and manager level.
+//!     stack, store level (as the builder assembles it, and by hand without type erasure) and
+//!     manager level. `per_layer/*`: each layer alone over the embedded store. `parts/*`: the
+//!     building blocks every acquire + release pays for (clock reads, maps, tokens), from which
+//!     docs/PERFORMANCE.md derives the lowest cost the default stack can have.
 //! (b) hand-off latency (printed): a holder releases, a task waiting in `lock()` holds the lock;
 //!     p50/p99 over many rounds, with local competition off, on, and on with hand-off.
 //! (c) hot key (printed): 64 tasks × many acquisitions of one key over a request-counting store:
@@ -12,6 +16,7 @@
 //!     on with hand-off.
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
@@ -100,6 +105,17 @@ fn uncontended(c: &mut Criterion) {
         let store = locks.store().clone();
         b.iter_custom(|iters| store_pairs(&rt, &store, iters))
     });
+    group.bench_function("store_default_stack_by_hand", |b| {
+        let store = ReentrancyLayer::default().layer(
+            LocalCompetitionLayer::default().layer(
+                ShutdownLayer::default().layer(
+                    UnlockWindowLayer::default()
+                        .layer(ReadbackLayer::default().layer(MemoryStore::new())),
+                ),
+            ),
+        );
+        b.iter_custom(|iters| store_pairs(&rt, &store, iters))
+    });
     group.bench_function("manager_bare_memory", |b| {
         let locks = builder().build().expect("manager");
         b.iter_custom(|iters| manager_pairs(&rt, &locks, iters))
@@ -129,6 +145,49 @@ fn per_layer(c: &mut Criterion) {
     alone!("local_competition", LocalCompetitionLayer::default());
     alone!("reentrancy", ReentrancyLayer::default());
     alone!("counting", CountingLayer::default());
+    group.finish();
+}
+
+/// The building blocks: what one clock read, one token, one map insert + remove and one cache
+/// lookup cost here. The embedded store and the layers are sums of these.
+fn parts(c: &mut Criterion) {
+    let mut group = c.benchmark_group("parts");
+    let key = LockKey::dc("f1", "bench", "uncontended").expect("key");
+    let token = OwnerToken::generate();
+    group.bench_function("clock_read", |b| b.iter(tokio::time::Instant::now));
+    group.bench_function("owner_token", |b| b.iter(OwnerToken::generate));
+    group.bench_function("dashmap_siphash_insert_remove", |b| {
+        let map: DashMap<LockKey, OwnerToken> = DashMap::new();
+        b.iter(|| {
+            map.insert(key.clone(), token.clone());
+            black_box(map.remove(&key))
+        })
+    });
+    group.bench_function("dashmap_foldhash_insert_remove", |b| {
+        let map: DashMap<LockKey, OwnerToken, foldhash::fast::RandomState> = DashMap::default();
+        b.iter(|| {
+            map.insert(key.clone(), token.clone());
+            black_box(map.remove(&key))
+        })
+    });
+    group.bench_function("dashmap_foldhash_get", |b| {
+        let map: DashMap<LockKey, Arc<u64>, foldhash::fast::RandomState> = DashMap::default();
+        map.insert(key.clone(), Arc::new(1));
+        b.iter(|| black_box(map.get(&key).map(|v| v.clone())))
+    });
+    group.bench_function("moka_get", |b| {
+        let cache: moka::sync::Cache<LockKey, Arc<u64>> = moka::sync::Cache::new(10_000);
+        cache.insert(key.clone(), Arc::new(1));
+        b.iter(|| black_box(cache.get(&key)))
+    });
+    group.bench_function("moka_insert_invalidate", |b| {
+        let cache: moka::sync::Cache<LockKey, Arc<u64>> = moka::sync::Cache::new(10_000);
+        let value = Arc::new(1);
+        b.iter(|| {
+            cache.insert(key.clone(), value.clone());
+            cache.invalidate(&key)
+        })
+    });
     group.finish();
 }
 
@@ -264,6 +323,7 @@ fn main() {
         .configure_from_args();
     uncontended(&mut criterion);
     per_layer(&mut criterion);
+    parts(&mut criterion);
     criterion.final_summary();
 
     // The printed measurements run without a criterion filter, or with the filter `printed`.

@@ -1,6 +1,6 @@
 //! Redis benchmark, against a private redis-server it starts on a free loopback port.
 //!
-//! Run: `cargo bench -p leasehold-redis --bench redis`
+//! Run: `cargo bench -p leasehold-bench --bench redis`
 //!
 //! 1. Uncontended acquire + release, side by side on the same server: a raw two-round-trip
 //!    baseline on one `redis` connection (`SET NX PX`, then the compare-and-delete script) vs
