@@ -939,8 +939,9 @@ impl LockManager {
     /// with the same status).
     ///
     /// # Errors
-    /// [`ErrorKind::Internal`] outside a tokio runtime, or if a `ctrlc` handler is already
-    /// installed in this process (only one can be).
+    /// [`ErrorKind::Internal`] outside a tokio runtime, if a `ctrlc` handler is already
+    /// installed in this process (only one can be), or if SIGINT or SIGTERM already has another
+    /// handler or is ignored: `ctrlc` never overwrites one, and neither does this method.
     pub fn install_signal_handler(&self) -> Result<()> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
             Error::internal("install_signal_handler must be called inside a tokio runtime")
@@ -950,7 +951,19 @@ impl LockManager {
         ctrlc::try_set_handler(move || {
             let _ = tx.send(());
         })
-        .map_err(|e| Error::internal("could not install the signal handler").with_source(e))?;
+        .map_err(|e| {
+            let what = match e {
+                ctrlc::Error::MultipleHandlers => {
+                    "could not install the signal handler: SIGINT/SIGTERM already has a handler \
+                     in this process (an earlier install_signal_handler call or another \
+                     library), or SIGINT is ignored (as for a process a non-interactive shell \
+                     started with `&`); handle the signal yourself and call \
+                     LockManager::shutdown"
+                }
+                _ => "could not install the signal handler",
+            };
+            Error::internal(what).with_source(e)
+        })?;
         let config = self.inner.graceful.unwrap_or_default();
         let budget = config.deadline + self.inner.shutdown_timeout;
         let manager = self.clone();

@@ -421,6 +421,10 @@ mod tests {
                 ErrorKind::Internal,
                 "one handler per process: {again}"
             );
+            assert!(
+                again.to_string().contains("call LockManager::shutdown"),
+                "says what to do instead: {again}"
+            );
         });
     }
 
