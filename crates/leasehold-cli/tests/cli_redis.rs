@@ -165,9 +165,15 @@ fn run_and_break_the_lock(options: &[&str], script: &str) -> (Option<i32>, Strin
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    assert!(BufReader::new(stdout)
+    let ready = BufReader::new(stdout)
         .lines()
-        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false)));
+        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false));
+    if !ready {
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        panic!("the command never started ({status}): {err}");
+    }
     // The next renewal (every ttl/3 = 1 s) finds the lock gone.
     let out = output(leasehold(&url).args(["release", "fragile", "--force"]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -36,10 +36,22 @@ impl RedisServer {
     /// Fails with [`io::ErrorKind::NotFound`] and a message naming the `redis-server` package to
     /// install when the binary is missing.
     pub fn start() -> io::Result<Self> {
+        // A port free a moment ago can be taken by a server another test starts at the same
+        // time; then ours cannot bind, and a new port is tried.
+        let mut attempts = 0;
+        loop {
+            match Self::start_on(free_port()?) {
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && attempts < 5 => attempts += 1,
+                result => return result,
+            }
+        }
+    }
+
+    /// Starts a server on `port`; [`io::ErrorKind::AddrInUse`] if something else listens there.
+    fn start_on(port: u16) -> io::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("leasehold-redis-")
             .tempdir()?;
-        let port = free_port()?;
         let mut server = RedisServer {
             child: None,
             port,
@@ -87,8 +99,12 @@ impl RedisServer {
     /// Sends one command with `redis-cli`-free plain RESP and returns the raw reply line(s), for
     /// test assertions that must not go through the code under test (for example `INFO stats`).
     pub fn command(&self, args: &[&str]) -> io::Result<String> {
+        self.command_within(args, Duration::from_secs(5))
+    }
+
+    fn command_within(&self, args: &[&str], timeout: Duration) -> io::Result<String> {
         let mut stream = TcpStream::connect(self.addr())?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        stream.set_read_timeout(Some(timeout))?;
         let mut request = format!("*{}\r\n", args.len());
         for arg in args {
             request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
@@ -153,9 +169,28 @@ impl RedisServer {
             })?;
         self.child = Some(child);
         let started = Instant::now();
+        let pid = self.pid().map(|pid| pid.to_string());
         loop {
-            if self.command(&["PING"]).is_ok_and(|reply| reply == "+PONG") {
-                return Ok(());
+            // Ready once *our* server answers: a PONG from the port alone could come from
+            // another test's server that took the port first.
+            let info = self.command_within(&["INFO", "server"], Duration::from_millis(250));
+            let answering = info.ok().and_then(|info| {
+                info.lines()
+                    .find_map(|line| line.strip_prefix("process_id:"))
+                    .map(|pid| pid.trim().to_owned())
+            });
+            if let Some(answering) = answering {
+                if Some(&answering) == pid.as_ref() {
+                    return Ok(());
+                }
+                self.stop();
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!(
+                        "port {} is taken by another redis-server (pid {answering})",
+                        self.port
+                    ),
+                ));
             }
             let exited = self
                 .child
@@ -164,6 +199,12 @@ impl RedisServer {
             if exited.is_some() || started.elapsed() > STARTUP_TIMEOUT {
                 self.stop();
                 let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+                if exited.is_some() && log.contains("already in use") {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("port {} is taken: {log}", self.port),
+                    ));
+                }
                 return Err(io::Error::other(format!(
                     "redis-server on port {} did not come up ({}); its log:\n{log}",
                     self.port,
@@ -190,4 +231,37 @@ pub fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
         .local_addr()?
         .port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_held_by_another_redis_server_is_not_mistaken_for_ours() {
+        let first = RedisServer::start().unwrap();
+        let err = RedisServer::start_on(first.port()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+        assert!(err.to_string().contains("another redis-server"), "{err}");
+        assert_eq!(
+            first.command(&["PING"]).unwrap(),
+            "+PONG",
+            "the first one runs on"
+        );
+    }
+
+    #[test]
+    fn a_port_held_by_anything_else_is_reported_as_in_use() {
+        let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let err = RedisServer::start_on(port).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+    }
+
+    #[test]
+    fn start_answers_from_its_own_process() {
+        let server = RedisServer::start().unwrap();
+        let pid = server.info_field("server", "process_id").unwrap();
+        assert_eq!(Some(pid), server.pid().map(|p| p.to_string()));
+    }
 }
