@@ -54,8 +54,8 @@ impl OwnerToken {
             .unwrap_or(0);
         let mut uuid = uuid::Uuid::encode_buffer();
         let uuid = uuid::Uuid::new_v4().simple().encode_lower(&mut uuid);
-        let mut digits = [0u8; 20];
-        let millis = decimal(millis, &mut digits);
+        let mut digits = itoa::Buffer::new();
+        let millis = digits.format(millis);
         let prefix = token_prefix();
         // Assembled on the stack and copied once into the shared allocation: one heap allocation
         // per token (one token per acquisition attempt).
@@ -115,21 +115,6 @@ impl OwnerToken {
     }
 }
 
-/// `n` in decimal, written at the end of `buf`.
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    // Only ASCII digits were written.
-    std::str::from_utf8(&buf[at..]).unwrap_or("0")
-}
-
 /// `<host>/<pid>/`, computed once: the part of every token that never changes in a process.
 fn token_prefix() -> &'static str {
     static PREFIX: OnceLock<String> = OnceLock::new();
@@ -179,14 +164,6 @@ mod tests {
         let many: std::collections::HashSet<_> =
             (0..1000).map(|_| OwnerToken::generate()).collect();
         assert_eq!(many.len(), 1000);
-    }
-
-    #[test]
-    fn decimal_writes_every_width() {
-        let mut buf = [0u8; 20];
-        for n in [0, 7, 10, 1_763_805_600_123, u64::MAX] {
-            assert_eq!(decimal(n, &mut buf), n.to_string());
-        }
     }
 
     #[test]
