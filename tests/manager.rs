@@ -464,6 +464,24 @@ async fn shutdown_ends_waiting_lock_calls_at_once() {
     assert_eq!(err.kind(), ErrorKind::ShutDown);
 }
 
+#[tokio::test]
+async fn unlimited_shutdown_budgets_do_not_panic() {
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .default_layers()
+        .graceful_shutdown(leasehold::layers::GracefulShutdownConfig::new().deadline(Duration::MAX))
+        .shutdown_timeout(Duration::MAX)
+        .build()
+        .unwrap();
+    let guard = locks.try_lock("k").await.unwrap();
+    assert_eq!(locks.shutdown().await.unwrap(), 1, "the live lock released");
+    assert!(
+        !guard.release().await.unwrap(),
+        "already released at shutdown"
+    );
+}
+
 /// A store whose release takes 10 s, to cancel a release midway.
 #[derive(Debug, Default)]
 struct SlowRelease {

@@ -41,6 +41,27 @@ pub use token::OwnerToken;
 /// (milliseconds passed as seconds), and a lock that outlives a crash for a month is an outage.
 pub const MAX_TTL: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 
+/// `now + after`, or a point decades away when that does not fit in an [`Instant`]: for
+/// user-given deadlines and budgets, where `Duration::MAX` means "no limit" and must not panic.
+///
+/// [`Instant`]: tokio::time::Instant
+///
+/// ```
+/// use std::time::Duration;
+/// use tokio::time::Instant;
+/// let now = Instant::now();
+/// assert_eq!(leasehold_core::instant_after(now, Duration::from_secs(1)), now + Duration::from_secs(1));
+/// assert!(leasehold_core::instant_after(now, Duration::MAX) > now + Duration::from_secs(86_400 * 365));
+/// ```
+pub fn instant_after(
+    now: tokio::time::Instant,
+    after: std::time::Duration,
+) -> tokio::time::Instant {
+    const DECADES: std::time::Duration = std::time::Duration::from_secs(30 * 365 * 86_400);
+    now.checked_add(after)
+        .unwrap_or_else(|| now.checked_add(DECADES).unwrap_or(now))
+}
+
 /// Checks a TTL before any store I/O: zero and anything above [`MAX_TTL`] are rejected.
 ///
 /// ```

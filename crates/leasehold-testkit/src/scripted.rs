@@ -240,6 +240,43 @@ impl ScriptedStore {
         self
     }
 
+    /// Queues an answer to the next `release` that is given only once `gate` completes: for
+    /// tests of slow releases and cancellation.
+    pub fn expect_release_after(
+        &self,
+        gate: impl Future<Output = ()> + Send + 'static,
+        answer: Result<bool>,
+    ) -> &Self {
+        self.lock().release.push_back(Box::new(move |_: &Lease| {
+            async move {
+                gate.await;
+                answer
+            }
+            .boxed()
+        }));
+        self
+    }
+
+    /// Queues an answer to the next `extend` that is given only once `gate` completes: for
+    /// tests of slow extends and cancellation.
+    pub fn expect_extend_after(
+        &self,
+        gate: impl Future<Output = ()> + Send + 'static,
+        answer: impl FnOnce(&Lease, Duration) -> Result<Lease> + Send + 'static,
+    ) -> &Self {
+        self.lock()
+            .extend
+            .push_back(Box::new(move |(lease, ttl): &(Lease, Duration)| {
+                let result = answer(lease, *ttl);
+                async move {
+                    gate.await;
+                    result
+                }
+                .boxed()
+            }));
+        self
+    }
+
     /// Queues the answer to the next `extend`.
     pub fn expect_extend(&self, answer: Result<Lease>) -> &Self {
         self.lock()

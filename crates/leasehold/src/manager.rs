@@ -13,8 +13,8 @@ use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::core::{
-    validate_ttl, Acquire, BoxStore, Error, ErrorKind, Layer, Lease, LockEvent, LockInfo, LockKey,
-    LockLevel, LockStore, Observer, Observers, OwnerToken, Result,
+    instant_after, validate_ttl, Acquire, BoxStore, Error, ErrorKind, Layer, Lease, LockEvent,
+    LockInfo, LockKey, LockLevel, LockStore, Observer, Observers, OwnerToken, Result,
 };
 use crate::guard::LockGuard;
 use crate::layers::{
@@ -714,7 +714,7 @@ impl LockManager {
         for close in &self.inner.closers.0 {
             close();
         }
-        let deadline = Instant::now() + self.inner.shutdown_timeout;
+        let deadline = instant_after(Instant::now(), self.inner.shutdown_timeout);
         loop {
             let done = self.inner.in_flight_done.notified();
             tokio::pin!(done);
@@ -965,7 +965,7 @@ impl LockManager {
             Error::internal(what).with_source(e)
         })?;
         let config = self.inner.graceful.unwrap_or_default();
-        let budget = config.deadline + self.inner.shutdown_timeout;
+        let budget = config.deadline.saturating_add(self.inner.shutdown_timeout);
         let manager = self.clone();
         runtime.spawn(async move {
             if rx.recv().await.is_none() {

@@ -21,7 +21,12 @@ struct Running(Arc<AtomicBool>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        // A task that panicked (a runtime built without `enable_time` has no timer) is not
+        // restarted: it would panic again on every call. Entries are then reclaimed only when
+        // touched, as expiry is checked on every access anyway.
+        if !std::thread::panicking() {
+            self.0.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -116,6 +121,27 @@ mod tests {
         // Two sweeps per runtime, one task per runtime (the second `ensure` started nothing).
         assert_eq!(target.sweeps.load(Ordering::Relaxed), 4);
         assert!(!target.sweeper.running.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn a_runtime_without_timers_gets_one_failed_sweep_not_one_per_call() {
+        let target = Arc::new(Target::default());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            for _ in 0..3 {
+                target
+                    .sweeper
+                    .ensure(&target, Duration::from_secs(1), count);
+                tokio::task::yield_now().await;
+            }
+        });
+        assert!(
+            target.sweeper.running.load(Ordering::Acquire),
+            "not restarted"
+        );
+        assert_eq!(target.sweeps.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -23,10 +23,13 @@
 //!   ([`LockEvent::FastFailed`]).
 //! - **blocking lock** (deadline set): the caller waits locally, and is woken as soon as the local
 //!   holder releases (or at its lease's expiry, or at the deadline) — no polling of the store.
-//! - **One store talker per key**: the contender that finds the key free locally marks it as
+//! - **One store acquirer per key**: the contender that finds the key free locally marks it as
 //!   acquiring before sending; everyone else waits or fails fast in memory. A store-level
 //!   `LockUnavailable` (another process holds it) frees the local entry and wakes one local waiter,
-//!   which then tries the store in turn: at most one request per key per process in flight.
+//!   which then tries the store in turn: at most one acquire per key per process in flight.
+//! - **No handed lease left behind**: a store lease received by hand-off is released in the
+//!   background whenever the layer stops knowing it (the taker cancelled or failed during the
+//!   extend, its release cancelled, the waiters gone).
 //!
 //! # Local hand-off (opt-in: [`LocalCompetitionConfig::hand_off`])
 //! When a local holder releases while other local contenders wait, the store lease is handed
@@ -66,8 +69,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::core::{
-    Acquire, Capabilities, Error, ErrorKind, Layer, Lease, LockEvent, LockInfo, LockKey, LockStore,
-    Observers, OwnerToken, Result,
+    validate_ttl, Acquire, Capabilities, Error, ErrorKind, Layer, Lease, LockEvent, LockInfo,
+    LockKey, LockStore, Observers, OwnerToken, Result,
 };
 use crate::sweep::Sweeper;
 use crate::KeyMap;
@@ -346,6 +349,8 @@ impl<S: LockStore> LocalCompetition<S> {
         }
     }
 
+    /// Releases a handed-off store lease nobody will use (owner-checked, so harmless if it is
+    /// gone already).
     fn release_in_background(&self, lease: Lease) {
         let inner = self.inner.clone();
         match tokio::runtime::Handle::try_current() {
@@ -353,12 +358,12 @@ impl<S: LockStore> LocalCompetition<S> {
                 runtime.spawn(async move {
                     if let Err(error) = inner.release(&lease).await {
                         tracing::warn!(key = %lease.key(), %error,
-                            "releasing an unclaimed hand-off failed; the lock expires at its TTL");
+                            "releasing an unused hand-off failed; the lock expires at its TTL");
                     }
                 });
             }
             Err(_) => tracing::warn!(key = %lease.key(),
-                "unclaimed hand-off outside a runtime; the lock expires at its TTL"),
+                "unused hand-off outside a runtime; the lock expires at its TTL"),
         }
     }
 
@@ -366,72 +371,91 @@ impl<S: LockStore> LocalCompetition<S> {
     /// an expiry no later than the lease's) before the request, so success needs no second
     /// update; error and cancellation free the entry.
     async fn acquire_from_store(&self, slot: &Slot, req: &Acquire) -> Result<Lease> {
-        let mut vacate = Vacate {
-            layer: self,
-            slot,
-            token: &req.token,
-            armed: true,
-        };
+        let mut vacate = Vacate::new(self, slot, &req.token);
         let lease = self.inner.try_acquire(req).await?;
         vacate.armed = false;
         Ok(lease)
     }
 
+    /// Takes a store lease handed off by the previous local holder, extending it first if less
+    /// than half of the requested TTL is left.
     async fn take_hand_off(&self, slot: &Slot, req: &Acquire, store: Lease) -> Result<Lease> {
-        let store = if store.remaining() < req.ttl / 2 {
-            let mut vacate = Vacate {
-                layer: self,
-                slot,
-                token: &req.token,
-                armed: true,
-            };
-            let extended = self.inner.extend(&store, req.ttl).await;
-            vacate.armed = false;
-            match extended {
-                Ok(renewed) => renewed,
-                Err(error) if error.kind() == ErrorKind::NotHeld => {
-                    // The lease was lost under us: acquire afresh, still as the one store talker.
-                    {
-                        let mut st = lock(slot);
-                        if let Some(h) = st.holder.as_mut().filter(|h| h.token == req.token) {
-                            let now = Instant::now();
-                            h.handed = None;
-                            h.expires_at = now + req.ttl;
-                            h.since = now;
-                            h.hand_offs = 0;
-                        }
-                    }
-                    return self.acquire_from_store(slot, req).await;
-                }
-                // Unknown: it is still ours for its remaining time.
-                Err(_) => store,
-            }
-        } else {
-            store
-        };
-        {
+        if store.remaining() >= req.ttl / 2 {
             let mut st = lock(slot);
             if let Some(h) = st.holder.as_mut().filter(|h| h.token == req.token) {
-                h.expires_at = store.expires_at();
                 h.handed = Some(store.clone());
             }
+            return Ok(store.with_token(req.token.clone()));
         }
-        Ok(store.with_token(req.token.clone()))
+        // Cancelled or failed from here on: the slot is freed and the store lease given back.
+        let mut vacate = Vacate::new(self, slot, &req.token);
+        vacate.give_back = Some(store.clone());
+        let renewed = match self.inner.extend(&store, req.ttl).await {
+            Ok(renewed) => renewed,
+            Err(error) if error.kind() == ErrorKind::NotHeld => {
+                // The lease was lost under us: acquire afresh, still as the one store talker.
+                vacate.armed = false;
+                {
+                    let mut st = lock(slot);
+                    if let Some(h) = st.holder.as_mut().filter(|h| h.token == req.token) {
+                        let now = Instant::now();
+                        h.handed = None;
+                        h.expires_at = now + req.ttl;
+                        h.since = now;
+                        h.hand_offs = 0;
+                    }
+                }
+                return self.acquire_from_store(slot, req).await;
+            }
+            // Unknown whether it still holds, and too short to hand out as asked for.
+            Err(error) => return Err(error),
+        };
+        vacate.give_back = Some(renewed.clone());
+        let mut st = lock(slot);
+        let Some(h) = st.holder.as_mut().filter(|h| h.token == req.token) else {
+            // The extend outlasted the old lease and the slot went to another contender: this
+            // lease is known to nobody here, so it goes back (by the drop of `vacate`).
+            drop(st);
+            return Err(Error::unavailable(&req.key));
+        };
+        h.expires_at = renewed.expires_at();
+        h.handed = Some(renewed.clone());
+        drop(st);
+        vacate.armed = false;
+        Ok(renewed.with_token(req.token.clone()))
     }
 }
 
-/// Frees a slot when dropped while armed: on error and on cancellation.
+/// Frees a slot when dropped while armed: on error and on cancellation. A store lease received
+/// by hand-off (`give_back`) is released in the background then: once the slot is free nobody
+/// else knows it, and it would block the key, here and elsewhere, for its whole TTL.
 struct Vacate<'a, S: LockStore> {
     layer: &'a LocalCompetition<S>,
     slot: &'a Slot,
     token: &'a OwnerToken,
+    give_back: Option<Lease>,
     armed: bool,
+}
+
+impl<'a, S: LockStore> Vacate<'a, S> {
+    fn new(layer: &'a LocalCompetition<S>, slot: &'a Slot, token: &'a OwnerToken) -> Self {
+        Vacate {
+            layer,
+            slot,
+            token,
+            give_back: None,
+            armed: true,
+        }
+    }
 }
 
 impl<S: LockStore> Drop for Vacate<'_, S> {
     fn drop(&mut self) {
         if self.armed {
             self.layer.vacate(self.slot, self.token);
+            if let Some(lease) = self.give_back.take() {
+                self.layer.release_in_background(lease);
+            }
         }
     }
 }
@@ -482,6 +506,8 @@ impl<S: LockStore> LockStore for LocalCompetition<S> {
     }
 
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        // Before `now + ttl` below: used alone, this layer may be the first to see the request.
+        validate_ttl(req.ttl)?;
         self.shared
             .sweeper
             .ensure(&self.shared, SWEEP_INTERVAL, Shared::sweep);
@@ -503,7 +529,7 @@ impl<S: LockStore> LockStore for LocalCompetition<S> {
                 let notified = slot.wake.notified();
                 let mut notified = std::pin::pin!(notified);
                 let now = Instant::now();
-                let (wake_at, deadline) = {
+                let wake_at = {
                     let mut st = lock(&slot);
                     st.expire(now);
                     if st.holder.is_none() && (st.offer.is_none() || req.deadline.is_some()) {
@@ -548,18 +574,23 @@ impl<S: LockStore> LockStore for LocalCompetition<S> {
                         });
                     }
                     notified.as_mut().enable();
+                    // A shutdown that started after the check at the top wakes nobody who was
+                    // not registered yet: checked again now that this task is.
+                    if self.shared.closed.load(Ordering::Acquire) {
+                        drop(st); // before the ticket, whose drop takes the lock
+                        return Err(Error::shut_down().with_key(req.key.as_str()));
+                    }
                     let lease_end = st
                         .holder
                         .as_ref()
                         .map(|h| h.expires_at)
                         .or_else(|| st.offer.as_ref().map(|o| o.store.expires_at()))
                         .unwrap_or(deadline);
-                    (deadline.min(lease_end), deadline)
+                    deadline.min(lease_end)
                 };
+                // Woken or not, the slot is looked at again before giving up at the deadline: a
+                // wake-up consumed here and not acted on would leave the next waiter asleep.
                 let _ = tokio::time::timeout_at(wake_at, notified).await;
-                if Instant::now() >= deadline {
-                    return Err(Error::unavailable(&req.key));
-                }
                 None
             };
             if let Some(offer) = taken {
@@ -616,13 +647,13 @@ impl<S: LockStore> LockStore for LocalCompetition<S> {
             // Not the local holder's lease (stale or foreign): the store decides.
             return self.inner.release(lease).await;
         };
-        let _vacate = Vacate {
-            layer: self,
-            slot: &slot,
-            token: lease.token(),
-            armed: true,
-        };
-        self.inner.release(handed.as_ref().unwrap_or(lease)).await
+        // The slot is freed when the store has answered, or if this call is cancelled; then a
+        // handed store lease is still released (in the background), as its mapping goes away.
+        let mut vacate = Vacate::new(self, &slot, lease.token());
+        vacate.give_back = handed.clone();
+        let released = self.inner.release(handed.as_ref().unwrap_or(lease)).await;
+        vacate.give_back = None;
+        released
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {

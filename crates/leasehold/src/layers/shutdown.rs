@@ -39,8 +39,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use crate::core::{
-    Acquire, Capabilities, Error, Layer, Lease, LockEvent, LockInfo, LockKey, LockStore, Observers,
-    Result,
+    instant_after, Acquire, Capabilities, Error, Layer, Lease, LockEvent, LockInfo, LockKey,
+    LockStore, Observers, Result,
 };
 use crate::sweep::Sweeper;
 use crate::KeyMap;
@@ -197,7 +197,7 @@ impl<S: LockStore> ShutdownTracking<S> {
         if leases.is_empty() {
             return 0;
         }
-        let deadline = now + self.config.deadline;
+        let deadline = instant_after(now, self.config.deadline);
         let mut pending: FuturesUnordered<_> = leases
             .iter()
             .map(|lease| async move { (lease, self.inner.release(lease).await) })

@@ -438,3 +438,209 @@ async fn the_background_sweep_reclaims_and_spares_waited_entries() {
     assert_eq!(store.local_keys(), 0, "reclaimed without being asked");
     scripted.verify();
 }
+
+/// A gate for the scripted store's delayed answers: open it (or drop the sender) to let the
+/// answer through.
+fn gate() -> (
+    tokio::sync::oneshot::Sender<()>,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (open, rx) = tokio::sync::oneshot::channel::<()>();
+    (open, async move {
+        let _ = rx.await;
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wake_up_arriving_as_the_deadline_passes_is_acted_on_not_lost() {
+    let scripted = ScriptedStore::new();
+    scripted
+        .grant_acquire()
+        .expect_release(Ok(true))
+        .grant_acquire()
+        .expect_release(Ok(true))
+        .grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let held = store.try_acquire(&req("a", 30_000)).await.unwrap();
+    let short = spawn_waiter(&store, "a", 30_000, Duration::from_secs(5));
+    settle().await;
+    let long = spawn_waiter(&store, "a", 30_000, Duration::from_secs(60));
+    settle().await;
+    tokio::time::advance(Duration::from_millis(4999)).await;
+    // The release wakes the first waiter; its deadline passes before it runs.
+    assert!(store.release(&held).await.unwrap());
+    tokio::time::advance(Duration::from_millis(2)).await;
+    let first = short
+        .await
+        .unwrap()
+        .expect("the woken waiter finds the key free and takes it");
+    let released_at = Instant::now();
+    assert!(store.release(&first).await.unwrap());
+    let second = long
+        .await
+        .unwrap()
+        .expect("the next waiter is woken in turn");
+    assert_eq!(
+        released_at.elapsed(),
+        Duration::ZERO,
+        "at the release, not at the old lease's expiry"
+    );
+    assert_ne!(second.token(), first.token());
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hand_off_whose_extend_fails_is_given_back_and_the_error_reported() {
+    let scripted = ScriptedStore::new();
+    scripted
+        .grant_acquire()
+        .expect_extend(Err(leasehold_testkit::scripted::reply_lost()))
+        .expect_release(Ok(true));
+    let config = LocalCompetitionConfig::new()
+        .hand_off(true)
+        .max_hand_off_hold(Duration::from_secs(60));
+    let (store, _) = local(&scripted, config);
+    let lease = store.try_acquire(&req("a", 1000)).await.unwrap();
+    let waiter = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
+    settle().await;
+    tokio::time::advance(Duration::from_millis(600)).await;
+    assert!(store.release(&lease).await.unwrap(), "handed off");
+    let err = waiter.await.unwrap().unwrap_err();
+    assert!(
+        err.is_in_doubt(),
+        "not a lease with 0.4 s left of 1 s: {err}"
+    );
+    settle().await;
+    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Extend, Op::Release]);
+    assert_eq!(
+        scripted.calls()[2].token.as_ref(),
+        Some(lease.token()),
+        "released under the store token"
+    );
+    // The key is free locally again: the next contender goes to the store.
+    scripted.grant_acquire();
+    store.try_acquire(&req("a", 1000)).await.unwrap();
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hand_off_cancelled_during_its_extend_is_given_back() {
+    let scripted = ScriptedStore::new();
+    let (_open, extend_gate) = gate();
+    scripted
+        .grant_acquire()
+        .expect_extend_after(extend_gate, |lease, ttl| {
+            Ok(lease.renewed(ttl, Instant::now()))
+        })
+        .expect_release(Ok(true));
+    let config = LocalCompetitionConfig::new()
+        .hand_off(true)
+        .max_hand_off_hold(Duration::from_secs(60));
+    let (store, _) = local(&scripted, config);
+    let lease = store.try_acquire(&req("a", 1000)).await.unwrap();
+    let waiter = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
+    settle().await;
+    tokio::time::advance(Duration::from_millis(600)).await;
+    assert!(store.release(&lease).await.unwrap(), "handed off");
+    settle().await;
+    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Extend], "extending");
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    settle().await;
+    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Extend, Op::Release]);
+    assert_eq!(scripted.calls()[2].token.as_ref(), Some(lease.token()));
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handed_lease_whose_release_is_cancelled_is_still_released() {
+    let scripted = ScriptedStore::new();
+    let (_open, release_gate) = gate();
+    scripted
+        .grant_acquire()
+        .expect_release_after(release_gate, Ok(true))
+        .expect_release(Ok(true));
+    let (store, _) = local(&scripted, LocalCompetitionConfig::new().hand_off(true));
+    let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
+    settle().await;
+    assert!(store.release(&lease).await.unwrap(), "handed off");
+    let next = waiter.await.unwrap().unwrap();
+    assert_ne!(next.token(), lease.token());
+    let releasing = {
+        let store = store.clone();
+        tokio::spawn(async move { store.release(&next).await })
+    };
+    settle().await;
+    releasing.abort();
+    assert!(releasing.await.unwrap_err().is_cancelled());
+    settle().await;
+    let calls = scripted.calls();
+    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Release, Op::Release]);
+    assert_eq!(calls[1].token.as_ref(), Some(lease.token()));
+    assert_eq!(
+        calls[2].token.as_ref(),
+        Some(lease.token()),
+        "the store lease is released again, not under the local holder's own token"
+    );
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_extend_that_outlasts_the_handed_lease_gives_it_back() {
+    let scripted = ScriptedStore::new();
+    let (open, extend_gate) = gate();
+    scripted
+        .grant_acquire()
+        .expect_extend_after(extend_gate, |lease, ttl| {
+            Ok(lease.renewed(ttl, Instant::now()))
+        })
+        .expect_acquire(Err(Error::unavailable(&key("a"))))
+        .expect_release(Ok(true));
+    let config = LocalCompetitionConfig::new()
+        .hand_off(true)
+        .max_hand_off_hold(Duration::from_secs(60));
+    let (store, _) = local(&scripted, config);
+    let lease = store.try_acquire(&req("a", 1000)).await.unwrap();
+    let first = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
+    settle().await;
+    let second = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
+    settle().await;
+    tokio::time::advance(Duration::from_millis(600)).await;
+    assert!(
+        store.release(&lease).await.unwrap(),
+        "handed off to the first"
+    );
+    settle().await;
+    // The extend hangs past the lease's expiry: the second waiter takes the slot and asks the
+    // store (which still has the lock: the extend is on its way).
+    tokio::time::advance(Duration::from_millis(500)).await;
+    let err = second.await.unwrap().unwrap_err();
+    assert!(err.is_unavailable());
+    open.send(()).unwrap();
+    let err = first.await.unwrap().unwrap_err();
+    assert!(
+        err.is_unavailable(),
+        "no lease the layer no longer maps: {err}"
+    );
+    settle().await;
+    assert_eq!(
+        scripted.ops(),
+        [Op::TryAcquire, Op::Extend, Op::TryAcquire, Op::Release]
+    );
+    assert_eq!(
+        scripted.calls()[3].token.as_ref(),
+        Some(lease.token()),
+        "the renewed store lease is given back"
+    );
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_ttl_is_rejected_before_any_store_io() {
+    let scripted = ScriptedStore::new();
+    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let err = store.try_acquire(&req("a", u64::MAX)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(scripted.ops().is_empty());
+}
