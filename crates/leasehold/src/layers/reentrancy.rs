@@ -50,8 +50,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::core::{
-    Acquire, Capabilities, Error, HolderId, Layer, Lease, LockEvent, LockInfo, LockKey, LockStore,
-    Observers, Result,
+    Acquire, Capabilities, Error, ErrorKind, HolderId, Layer, Lease, LockEvent, LockInfo, LockKey,
+    LockStore, Observers, Result,
 };
 use crate::KeyMap;
 
@@ -236,19 +236,46 @@ impl<S: LockStore> LockStore for Reentrant<S> {
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         if self.count.load(Ordering::Relaxed) > 0 {
-            if let Some(mut held) = self.held.get_mut(lease.key()) {
-                if held.lease.token() == lease.token() && held.depth > 1 {
-                    held.depth -= 1;
-                    return Ok(Instant::now() < held.lease.expires_at());
+            // Count down or remove in one step under the entry's lock: a reentrant acquire by the
+            // same holder on another thread cannot slip in between and be handed a lease that is
+            // about to be released.
+            let mut still_held = None;
+            let removed = self.held.remove_if_mut(lease.key(), |_, held| {
+                if held.lease.token() != lease.token() {
+                    return false;
                 }
+                if held.depth > 1 {
+                    held.depth -= 1;
+                    still_held = Some(Instant::now() < held.lease.expires_at());
+                    return false;
+                }
+                true
+            });
+            if let Some(still_held) = still_held {
+                return Ok(still_held);
             }
-            self.forget(lease.key(), lease.token());
+            if let Some((_, held)) = removed {
+                self.count.fetch_sub(1, Ordering::Relaxed);
+                // The entry's lease, not this level's copy: an extend made through any level
+                // moved it on, and a stale copy would be refused by the unlock window.
+                return self.inner.release(&held.lease).await;
+            }
         }
         self.inner.release(lease).await
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        let renewed = self.inner.extend(lease, ttl).await?;
+        let renewed = match self.inner.extend(lease, ttl).await {
+            Ok(renewed) => renewed,
+            Err(error) => {
+                if error.kind() == ErrorKind::NotHeld && self.count.load(Ordering::Relaxed) > 0 {
+                    // Lost: the next acquisition by this holder must go to the store, not count
+                    // up on a lock someone else may hold now.
+                    self.forget(lease.key(), lease.token());
+                }
+                return Err(error);
+            }
+        };
         if self.count.load(Ordering::Relaxed) > 0 {
             if let Some(mut held) = self.held.get_mut(lease.key()) {
                 if held.lease.token() == lease.token() {
@@ -424,6 +451,70 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(again.ttl(), Duration::from_secs(10));
+        scripted.verify();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_release_sends_the_lease_an_earlier_level_extended() {
+        // Over the unlock window: a stale copy (the inner level's, 2 s from t=0) would be skipped
+        // at t=6 and the lock left in the store until the extended lease ran out.
+        let memory = MemoryStore::new();
+        let store = ReentrancyLayer::default()
+            .layer(crate::layers::UnlockWindowLayer::default().layer(memory.clone()));
+        let me = Some(HolderId::new_explicit());
+        let outer = store
+            .try_acquire(&req("a", 2000).with_holder(me))
+            .await
+            .unwrap();
+        let inner = store
+            .try_acquire(&req("a", 2000).with_holder(me))
+            .await
+            .unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        store.extend(&outer, Duration::from_secs(60)).await.unwrap();
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert!(store.release(&outer).await.unwrap(), "depth 2 → 1");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(
+            store.release(&inner).await.unwrap(),
+            "released in the store at depth 0"
+        );
+        assert_eq!(memory.inspect(inner.key()).await.unwrap(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_found_lost_by_extend_is_not_reentered() {
+        let scripted = ScriptedStore::new();
+        scripted
+            .grant_acquire()
+            .expect_extend(Err(Error::not_held("scripted: the record is gone")))
+            .grant_acquire();
+        let (store, seen) = reentrant(&scripted);
+        let me = Some(HolderId::new_explicit());
+        let lease = store
+            .try_acquire(&req("a", 10_000).with_holder(me))
+            .await
+            .unwrap();
+        let err = store
+            .extend(&lease, Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotHeld);
+        let again = store
+            .try_acquire(&req("a", 10_000).with_holder(me))
+            .await
+            .unwrap();
+        assert_ne!(again.token(), lease.token(), "a new store acquisition");
+        assert_eq!(
+            scripted.count(Op::TryAcquire),
+            2,
+            "asked the store, not counted up"
+        );
+        assert!(
+            seen.names().is_empty(),
+            "no Reentered event: {:?}",
+            seen.names()
+        );
         scripted.verify();
     }
 
