@@ -31,7 +31,7 @@
 //!
 //! [`LockManager::install_signal_handler`]: crate::LockManager
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -184,8 +184,17 @@ impl<S: LockStore> ShutdownTracking<S> {
         &self.inner
     }
 
+    /// Stops tracking `lease` (if it is still the tracked one for its key).
+    fn untrack(&self, lease: &Lease) {
+        self.live
+            .remove_if(lease.key(), |_, tracked| tracked.token() == lease.token());
+    }
+
     /// Releases every live tracked lock within the deadline; returns how many were released.
     async fn sweep(&self) -> usize {
+        // `closed` was set before this fence; an acquisition that inserts after the scan below
+        // fences before reading `closed`, so it sees it and gives its lease back itself.
+        fence(Ordering::SeqCst);
         let now = Instant::now();
         let leases: Vec<Lease> = self
             .live
@@ -193,7 +202,9 @@ impl<S: LockStore> ShutdownTracking<S> {
             .map(|entry| entry.value().clone())
             .filter(|lease| now < lease.expires_at())
             .collect();
-        self.live.clear();
+        for lease in &leases {
+            self.untrack(lease);
+        }
         if leases.is_empty() {
             return 0;
         }
@@ -248,31 +259,45 @@ impl<S: LockStore> LockStore for ShutdownTracking<S> {
         self.purger
             .ensure(&self.live, self.config.purge_interval, purge);
         let lease = self.inner.try_acquire(req).await?;
-        if self.closed.load(Ordering::Acquire) {
-            // Landed after the sweep: give it back now.
+        // Tracked first, then `closed` read (with a fence against the sweep's, see `sweep`):
+        // either the sweep sees this lease or this call sees the shutdown, never neither.
+        self.live.insert(lease.key().clone(), lease.clone());
+        fence(Ordering::SeqCst);
+        if self.closed.load(Ordering::Relaxed) {
+            // Landed during the shutdown: give it back now (the sweep may too; both are
+            // owner-checked, so the second is a no-op).
+            self.untrack(&lease);
             if let Err(error) = self.inner.release(&lease).await {
                 tracing::warn!(key = %lease.key(), %error,
                     "releasing a lock acquired during shutdown failed; it expires at its TTL");
             }
             return Err(Error::shut_down().with_key(req.key.as_str()));
         }
-        self.live.insert(lease.key().clone(), lease.clone());
         Ok(lease)
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.live
-            .remove_if(lease.key(), |_, tracked| tracked.token() == lease.token());
-        self.inner.release(lease).await
+        // Untracked only once the store answered: a release that fails (or is cancelled) may
+        // leave the lock in the store, and then the shutdown must still release it.
+        let released = self.inner.release(lease).await;
+        if released.is_ok() {
+            self.untrack(lease);
+        }
+        released
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         let renewed = self.inner.extend(lease, ttl).await?;
-        if let Some(mut tracked) = self.live.get_mut(lease.key()) {
-            if tracked.token() == lease.token() {
-                *tracked = renewed.clone();
-            }
-        }
+        // Tracked again even if the purge dropped the entry while the extend was in flight: the
+        // store holds the lock for the new TTL.
+        self.live
+            .entry(lease.key().clone())
+            .and_modify(|tracked| {
+                if tracked.token() == lease.token() {
+                    *tracked = renewed.clone();
+                }
+            })
+            .or_insert_with(|| renewed.clone());
         Ok(renewed)
     }
 
@@ -285,7 +310,7 @@ impl<S: LockStore> LockStore for ShutdownTracking<S> {
     }
 
     async fn shutdown(&self) -> Result<usize> {
-        self.closed.store(true, Ordering::Release);
+        self.closed.store(true, Ordering::Relaxed);
         let released = self.sweep().await;
         Ok(released + self.inner.shutdown().await?)
     }
@@ -475,6 +500,59 @@ mod tests {
         let err = in_flight.await.unwrap().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::ShutDown);
         assert_eq!(scripted.count(Op::Release), 1, "given back at once");
+        scripted.verify();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_release_stays_tracked_and_shutdown_releases_it() {
+        let scripted = ScriptedStore::new();
+        scripted
+            .grant_acquire()
+            .expect_release(Err(Error::connection("scripted: connection reset")))
+            .expect_release(Ok(true));
+        let (store, seen) = tracking(&scripted);
+        let lease = store.try_acquire(&req("a", 10_000)).await.unwrap();
+        let err = store.release(&lease).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Connection);
+        assert_eq!(store.tracked(), 1, "the lock may still be in the store");
+        assert_eq!(store.shutdown().await.unwrap(), 1);
+        assert_eq!(seen.names(), ["released_at_shutdown"]);
+        assert_eq!(scripted.calls()[2].token.as_ref(), Some(lease.token()));
+        scripted.verify();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_extend_landing_after_the_purge_is_tracked_again() {
+        let scripted = ScriptedStore::new();
+        let (open, rx) = tokio::sync::oneshot::channel::<()>();
+        scripted
+            .grant_acquire()
+            .expect_extend_after(
+                async move {
+                    let _ = rx.await;
+                },
+                |lease, ttl| Ok(lease.renewed(ttl, Instant::now())),
+            )
+            .expect_release(Ok(true));
+        let (store, _) = tracking(&scripted);
+        let store = Arc::new(store);
+        let lease = store.try_acquire(&req("a", 1000)).await.unwrap();
+        tokio::time::advance(Duration::from_millis(900)).await;
+        let extending = {
+            let (store, lease) = (store.clone(), lease.clone());
+            tokio::spawn(async move { store.extend(&lease, Duration::from_secs(10)).await })
+        };
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_millis(200)).await;
+        assert_eq!(store.purge_expired(), 1, "expired as far as the layer knew");
+        open.send(()).unwrap();
+        extending.await.unwrap().unwrap();
+        assert_eq!(store.tracked(), 1, "the store holds it for 10 s more");
+        assert_eq!(
+            store.shutdown().await.unwrap(),
+            1,
+            "so the shutdown releases it"
+        );
         scripted.verify();
     }
 }
