@@ -482,6 +482,77 @@ async fn unlimited_shutdown_budgets_do_not_panic() {
     );
 }
 
+/// A manager over `scripted` with readback on (one retry, the default).
+fn with_readback(scripted: &leasehold_testkit::scripted::ScriptedStore) -> LockManager {
+    LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(scripted.clone())
+        .readback(leasehold::layers::ReadbackConfig::default())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_acquisition_abandoned_during_its_readback_is_undone() {
+    use leasehold_testkit::scripted::{reply_lost, Op, ScriptedStore};
+    let scripted = ScriptedStore::new();
+    scripted
+        .expect_acquire(Err(reply_lost()))
+        .expect_inspect_after(std::future::pending(), Ok(None))
+        .expect_release(Ok(true));
+    let locks = with_readback(&scripted);
+    let abandoned = tokio::time::timeout(Duration::from_millis(50), locks.try_lock("k")).await;
+    assert!(
+        abandoned.is_err(),
+        "still reading back when the caller gave up"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let calls = scripted.calls();
+    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Inspect, Op::Release]);
+    assert_eq!(
+        calls[2].token, calls[0].token,
+        "the attempt's own token released: the write may have landed"
+    );
+    scripted.verify();
+}
+
+#[tokio::test]
+async fn an_acquisition_left_in_doubt_is_undone_in_the_background() {
+    use leasehold_testkit::scripted::{reply_lost, Op, ScriptedStore};
+    let scripted = ScriptedStore::new();
+    scripted
+        .expect_acquire(Err(reply_lost()))
+        .expect_inspect(Err(leasehold::Error::connection(
+            "scripted: readback failed",
+        )))
+        .expect_release(Ok(true));
+    let locks = with_readback(&scripted);
+    let err = locks.try_lock("k").await.unwrap_err();
+    assert!(err.is_in_doubt(), "{err}");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let calls = scripted.calls();
+    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Inspect, Op::Release]);
+    assert_eq!(calls[2].token, calls[0].token);
+    scripted.verify();
+}
+
+#[tokio::test]
+async fn a_plain_failure_or_conflict_sends_no_undo() {
+    use leasehold_testkit::scripted::{Op, ScriptedStore};
+    let scripted = ScriptedStore::new();
+    let key = LockKey::dc("f1", "test", "k").unwrap();
+    scripted
+        .expect_acquire(Err(leasehold::Error::unavailable(&key)))
+        .expect_acquire(Err(leasehold::Error::connection("scripted: refused")));
+    let locks = with_readback(&scripted);
+    assert!(locks.try_lock("k").await.unwrap_err().is_unavailable());
+    locks.try_lock("k").await.unwrap_err();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::TryAcquire]);
+    scripted.verify();
+}
+
 /// A store whose release takes 10 s, to cancel a release midway.
 #[derive(Debug, Default)]
 struct SlowRelease {

@@ -295,6 +295,23 @@ impl ScriptedStore {
         self
     }
 
+    /// Queues an answer to the next `inspect` that is given only once `gate` completes: for
+    /// tests of slow readbacks and cancellation.
+    pub fn expect_inspect_after(
+        &self,
+        gate: impl Future<Output = ()> + Send + 'static,
+        answer: Result<Option<LockInfo>>,
+    ) -> &Self {
+        self.lock().inspect.push_back(Box::new(move |_: &LockKey| {
+            async move {
+                gate.await;
+                answer
+            }
+            .boxed()
+        }));
+        self
+    }
+
     /// Queues the answer to the next `inspect`.
     pub fn expect_inspect(&self, answer: Result<Option<LockInfo>>) -> &Self {
         self.lock()

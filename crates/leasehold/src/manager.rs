@@ -537,8 +537,10 @@ impl LockManager {
     /// [`ErrorKind::Timeout`].
     ///
     /// # Cancel safety
-    /// Dropping the future stops the wait: no lock is left held (stores' `try_acquire` is cancel
-    /// safe) and no waiter registration is left behind.
+    /// Dropping the future stops the wait: no lock is left held and no waiter registration is
+    /// left behind. Stores' `try_acquire` is cancel safe, and an attempt dropped midway (for
+    /// example during a readback) or ended in doubt is also undone by the manager: an
+    /// owner-checked release of that attempt's token, sent in the background.
     pub async fn lock(&self, key: impl ToLockKey) -> Result<LockGuard> {
         self.lock_with(key, LockOptions::new()).await
     }
@@ -660,7 +662,14 @@ impl LockManager {
     }
 
     async fn attempt(&self, req: Acquire) -> Result<Lease> {
+        let mut undo = Undo {
+            manager: &self.inner,
+            req: &req,
+            armed: true,
+        };
         let result = self.inner.store.try_acquire(&req).await;
+        undo.armed = result.as_ref().is_err_and(Error::is_in_doubt);
+        drop(undo);
         if let Err(error) = &result {
             if error.is_unavailable() {
                 self.inner.observers.emit(|| LockEvent::Contended {
@@ -922,6 +931,46 @@ impl<S: LockStore, W: LockStore> LockStore for Maybe<S, W> {
             Maybe::Off(s) => s.shutdown().await,
             Maybe::On(w) => w.shutdown().await,
         }
+    }
+}
+
+/// Undoes an acquisition attempt that may have taken the lock for nobody: the caller stopped
+/// waiting midway (its future was dropped, perhaps after the store applied the write), or the
+/// attempt ended in doubt (reply lost, and the readback too). An owner-checked release of the
+/// attempt's own token is sent in the background through the whole stack: a no-op if the lock
+/// was not taken, and no other holder's lock can be touched (every token is fresh per attempt).
+/// Network stores also undo their own cancelled requests; the second release then finds nothing.
+struct Undo<'a> {
+    manager: &'a Arc<ManagerInner>,
+    req: &'a Acquire,
+    armed: bool,
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.manager.store.clone();
+        let maybe_held = Lease::new(
+            self.req.key.clone(),
+            self.req.token.clone(),
+            self.req.ttl,
+            Instant::now(),
+        );
+        runtime.spawn(async move {
+            match store.release(&maybe_held).await {
+                Ok(true) => tracing::debug!(key = %maybe_held.key(),
+                    "an abandoned or in-doubt acquisition had taken the lock; released"),
+                Ok(false) => {}
+                Err(error) => tracing::warn!(key = %maybe_held.key(), %error,
+                    "could not undo an abandoned or in-doubt acquisition; if it took the lock, \
+                     the lock expires at its TTL"),
+            }
+        });
     }
 }
 
