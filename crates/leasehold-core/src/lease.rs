@@ -107,7 +107,8 @@ impl Lease {
 
     /// The monotonic instant at which the lease surely expired in the store, if not extended.
     pub fn expires_at(&self) -> Instant {
-        self.acquired_at + self.ttl
+        // Saturating: `Lease::new` is public and takes any TTL; stores reject absurd ones.
+        crate::instant_after(self.acquired_at, self.ttl)
     }
 
     /// Time left until [`Lease::expires_at`], zero if past.
@@ -175,5 +176,21 @@ impl LockInfo {
     /// Whether the record is owned by `token`.
     pub fn is_owned_by(&self, token: &OwnerToken) -> bool {
         self.token.as_ref() == Some(token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_absurd_ttl_saturates_instead_of_panicking() {
+        let lease = Lease::new(
+            crate::LockKey::xdc("c", "e").unwrap(),
+            crate::OwnerToken::generate(),
+            Duration::MAX,
+            Instant::now(),
+        );
+        assert!(lease.remaining() > Duration::from_secs(86_400 * 365));
     }
 }
