@@ -259,3 +259,62 @@ async fn a_hanging_renewal_is_declared_lost_when_the_lease_runs_out() {
     );
     assert!(!guard.is_held());
 }
+
+/// The embedded store, whose extends apply at once but answer `delay` later (a slow reply).
+#[derive(Debug, Default)]
+struct LateExtendReply {
+    inner: MemoryStore,
+    delay: Duration,
+}
+
+impl LockStore for LateExtendReply {
+    fn name(&self) -> &'static str {
+        "late-reply"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        self.inner.try_acquire(req).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.inner.release(lease).await
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let renewed = self.inner.extend(lease, ttl).await;
+        tokio::time::sleep(self.delay).await;
+        renewed
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        self.inner.inspect(key).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_answering_after_the_guard_was_lost_is_released() {
+    let memory = MemoryStore::new();
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(LateExtendReply {
+            inner: memory.clone(),
+            delay: Duration::from_millis(2500),
+        })
+        .build()
+        .unwrap();
+    // TTL 3 s, renewed at 1 s: the store extends the record to 4 s, the answer comes at 3.5 s,
+    // after the guard was declared lost at 3 s.
+    let guard = locks.try_lock_with("job", renewing()).await.unwrap();
+    let key = guard.key().clone();
+    guard.lost().await;
+    assert!(
+        memory.inspect(&key).await.unwrap().is_some(),
+        "extended in the store"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        memory.inspect(&key).await.unwrap(),
+        None,
+        "released when the late answer came (3.5 s), not left until 4 s"
+    );
+}

@@ -153,17 +153,31 @@ async fn renew(
         loop {
             // The extend must answer before the lease runs out; after that the lock may already
             // be someone else's, so waiting longer would keep `is_held()` true on a lost lock.
-            let attempt = tokio::time::timeout_at(
-                lease.expires_at(),
-                manager.store.extend(&lease, lease.ttl()),
-            )
-            .await
-            .unwrap_or_else(|_| {
-                Err(
-                    Error::in_doubt("no answer to the renewal before the lease expired")
-                        .with_key(lease.key().as_str()),
-                )
+            let mut extend = Box::pin({
+                let (store, lease) = (manager.store.clone(), lease.clone());
+                async move { store.extend(&lease, lease.ttl()).await }
             });
+            let attempt = match tokio::time::timeout_at(lease.expires_at(), extend.as_mut()).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    // Still in flight. If it lands, the lock would live on for a whole TTL under
+                    // a guard already reported lost: it is released as soon as it answers.
+                    let store = manager.store.clone();
+                    tokio::spawn(async move {
+                        if let Ok(renewed) = extend.await {
+                            if let Err(error) = store.release(&renewed).await {
+                                tracing::warn!(key = %renewed.key(), %error,
+                                    "a renewal answered after its lease was given up and could \
+                                     not be released; the lock expires at its TTL");
+                            }
+                        }
+                    });
+                    Err(
+                        Error::in_doubt("no answer to the renewal before the lease expired")
+                            .with_key(lease.key().as_str()),
+                    )
+                }
+            };
             match attempt {
                 Ok(renewed) => {
                     state.set_lease(renewed);
