@@ -21,6 +21,11 @@
 //!   lock like anyone else (and deadlocks if the parent waits for it while holding the lock).
 //!   Conversely, futures run concurrently inside one task (`join!`, `select!`,
 //!   `FuturesUnordered`) are all the same holder and would all enter; give them explicit holders.
+//!   A guard should not outlive the task that took it: tokio only promises a task id is unique
+//!   among running tasks, so after the task ends its id may in principle be given to a new task,
+//!   which would then re-enter the old guard's lock. (Today's tokio counts ids up and does not
+//!   reuse them, but the contract allows it.) Pass an explicit holder when guards move between
+//!   tasks.
 //!
 //! Acquisitions without a holder are never reentrant and pass straight through.
 //!
@@ -30,8 +35,10 @@
 //!   and the inner acquisition protects nothing more than the outer one. Give distinct locks
 //!   distinct entity ids.
 //! - **A different TTL on a reentrant acquisition** does not change the store lease: the returned
-//!   lease is the one already held, with its own TTL and expiry. To get more time, extend a guard
-//!   (every level shares the lease, so an extend by any level extends it for all).
+//!   lease is the one already held, with its own TTL and expiry. To get more time, extend a guard:
+//!   the layer keeps one lease per hold, an extend by any level moves it on, later levels get the
+//!   extended lease, and the last release sends that one to the store. (Each guard still reports
+//!   its own copy in `lease()`/`is_held()`; renew or extend through the outermost guard.)
 //! - **An expired hold** is not re-entered: if the held lease's TTL has passed, the acquisition
 //!   goes to the store as a new one.
 //! - The depth is bounded by [`ReentrancyConfig::max_depth`] (runaway recursion is an error, not
