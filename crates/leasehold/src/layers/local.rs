@@ -381,10 +381,7 @@ impl<S: LockStore> LocalCompetition<S> {
     /// than half of the requested TTL is left.
     async fn take_hand_off(&self, slot: &Slot, req: &Acquire, store: Lease) -> Result<Lease> {
         if store.remaining() >= req.ttl / 2 {
-            let mut st = lock(slot);
-            if let Some(h) = st.holder.as_mut().filter(|h| h.token == req.token) {
-                h.handed = Some(store.clone());
-            }
+            // The holder entry already maps this taker to `store` (set when the slot was taken).
             return Ok(store.with_token(req.token.clone()));
         }
         // Cancelled or failed from here on: the slot is freed and the store lease given back.
@@ -397,13 +394,15 @@ impl<S: LockStore> LocalCompetition<S> {
                 vacate.armed = false;
                 {
                     let mut st = lock(slot);
-                    if let Some(h) = st.holder.as_mut().filter(|h| h.token == req.token) {
-                        let now = Instant::now();
-                        h.handed = None;
-                        h.expires_at = now + req.ttl;
-                        h.since = now;
-                        h.hand_offs = 0;
-                    }
+                    let Some(h) = st.holder.as_mut().filter(|h| h.token == req.token) else {
+                        // Meanwhile the slot went to another contender, who asks the store.
+                        return Err(Error::unavailable(&req.key));
+                    };
+                    let now = Instant::now();
+                    h.handed = None;
+                    h.expires_at = now + req.ttl;
+                    h.since = now;
+                    h.hand_offs = 0;
                 }
                 return self.acquire_from_store(slot, req).await;
             }
