@@ -257,6 +257,10 @@ impl<S: LockStore> LockStore for Readback<S> {
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let mut retries_left = self.config.retries;
+        let mut was_in_doubt = false;
+        // Gone or someone else's after one of our deletes was in doubt: if our lease cannot have
+        // expired yet, that delete is what removed it.
+        let removed_by_us = || Ok(Instant::now() < lease.expires_at());
         loop {
             match self.inner.release(lease).await {
                 Err(error) if error.is_in_doubt() => {
@@ -267,14 +271,15 @@ impl<S: LockStore> LockStore for Readback<S> {
                         Found::Ours(_) if retries_left == 0 => {
                             return Err(self.exhausted(lease.key(), "release", error))
                         }
-                        Found::Ours(_) => retries_left -= 1,
-                        // Gone or someone else's: if our lease cannot have expired yet, our
-                        // delete is what removed it.
-                        Found::Absent | Found::Other => {
-                            return Ok(Instant::now() < lease.expires_at())
+                        Found::Ours(_) => {
+                            retries_left -= 1;
+                            was_in_doubt = true;
                         }
+                        Found::Absent | Found::Other => return removed_by_us(),
                     }
                 }
+                // The retry found nothing: the earlier delete landed late.
+                Ok(false) if was_in_doubt => return removed_by_us(),
                 other => return other,
             }
         }
@@ -528,6 +533,23 @@ mod tests {
             .expect_inspect(held_by(&OwnerToken::generate()));
         let (store, _) = readback(&scripted, 1);
         assert!(!store.release(&lease).await.unwrap());
+        scripted.verify();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retried_release_finding_the_late_first_delete_reports_released() {
+        let scripted = ScriptedStore::new();
+        let r = req("a", 2000);
+        let lease = scripted.lease_for(&r);
+        scripted
+            .expect_release(Err(reply_lost()))
+            .expect_inspect(held_by(&r.token))
+            .expect_release(Ok(false));
+        let (store, _) = readback(&scripted, 1);
+        assert!(
+            store.release(&lease).await.unwrap(),
+            "our first delete removed it"
+        );
         scripted.verify();
     }
 
