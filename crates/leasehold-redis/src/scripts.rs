@@ -11,9 +11,17 @@ use redis::Script;
 /// the same atomic step increment the key's fence counter (a key without TTL, so it only grows).
 /// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` TTL ms.
 /// Returns the new fencing token, or nil if the lock is held.
+///
+/// Redis does not roll back a script that fails halfway, so the counter is checked before the
+/// lock is set: a fence key that is not an integer (written by someone else) is an error with
+/// nothing applied, never a lock taken without a token.
 pub(crate) static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
+local fence = redis.call('GET', KEYS[2])
+if fence and not string.match(fence, '^%d+$') then
+  return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return redis.call('INCR', KEYS[2])
 end

@@ -152,10 +152,10 @@ impl RedisStore {
     }
 }
 
-/// Milliseconds for `PX` / `PEXPIRE`, at least 1 (a sub-millisecond TTL is rounded up, never to
-/// zero).
+/// Milliseconds for `PX` / `PEXPIRE`, rounded up: the server must never expire a lock before
+/// the client's lease says it does (and a sub-millisecond TTL never becomes zero).
 fn ttl_millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+    u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 fn address_of(client: &redis::Client) -> String {
@@ -328,5 +328,7 @@ mod tests {
     fn ttl_is_never_rounded_to_zero() {
         assert_eq!(ttl_millis(Duration::from_micros(10)), 1);
         assert_eq!(ttl_millis(Duration::from_millis(1500)), 1500);
+        assert_eq!(ttl_millis(Duration::from_micros(1999)), 2, "rounded up, not down");
+        assert_eq!(ttl_millis(Duration::from_nanos(1_500_000_001)), 1501);
     }
 }

@@ -227,6 +227,23 @@ async fn scripts_are_reloaded_after_script_flush() {
 }
 
 #[tokio::test]
+async fn a_foreign_value_at_the_fence_key_fails_the_acquire_with_nothing_applied() {
+    let server = RedisServer::start().unwrap();
+    let store = connect(server.url()).await;
+    let lock_key = format!("leasehold:{}", key("clash").as_str());
+    let fence_key = format!("leasehold:fence:{}", key("clash").as_str());
+    assert_eq!(server.command(&["SET", &fence_key, "x"]).unwrap(), "+OK");
+    let err = store.try_acquire(&acquire("clash")).await.unwrap_err();
+    assert!(err.to_string().contains("non-integer"), "{err}");
+    assert!(!err.is_in_doubt(), "a definite failure: {err}");
+    assert_eq!(
+        server.command(&["EXISTS", &lock_key]).unwrap(),
+        ":0",
+        "no lock taken without a fencing token"
+    );
+}
+
+#[tokio::test]
 async fn unreachable_server_is_a_connection_error_naming_the_address() {
     let port = free_port().unwrap();
     let url = format!("redis://alice:s3cret@127.0.0.1:{port}");
