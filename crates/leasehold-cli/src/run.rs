@@ -93,6 +93,12 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
             }
         }
     };
+    // The renewal may have found the lock lost just as the command exited, with `select!`
+    // picking the exit first: that counts as lost too.
+    if !lost_reported && !guard.is_held() {
+        lost_reported = true;
+        eprintln!("leasehold: the lock was lost while the command ran");
+    }
     let released = guard.release().await;
     if let Err(e) = &released {
         eprintln!("leasehold: releasing {key} failed: {e}; it expires at its TTL");
