@@ -304,6 +304,31 @@ async fn a_delayed_reply_is_in_doubt_not_a_false_result() {
 }
 
 #[tokio::test]
+async fn a_busy_server_answer_is_retried_by_the_client_and_ends_temporary() {
+    let (fixture, store) = setup().await;
+    let lease = store
+        .try_acquire(&acquire("overloaded", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    // DEVICE_OVERLOAD (18), like KEY_BUSY (14), is one the client retries itself; once its time
+    // is up it reports the write in doubt (it was sent), which is temporary and which the
+    // readback layer resolves, never a permanent failure.
+    fixture.faults().inject(
+        Fault::ResultCode(18),
+        Target::Digest(lock_digest("overloaded")),
+    );
+    let err = store.release(&lease).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    assert!(err.is_temporary());
+    assert!(
+        format!("{err:#}").contains("Device overload"),
+        "cause kept: {err:#}"
+    );
+    fixture.faults().clear();
+    assert!(store.release(&lease).await.unwrap(), "still ours, released");
+}
+
+#[tokio::test]
 async fn a_dropped_connection_before_applying_is_retried_then_succeeds() {
     let (fixture, store) = setup().await;
     // The next data request (the fence increment) loses its connection before anything is

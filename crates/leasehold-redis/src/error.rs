@@ -37,7 +37,19 @@ impl Op {
 /// - Timeout or connection lost while a write was in flight: the server may have applied it —
 ///   [`ErrorKind::InDoubt`] (the readback layer resolves it). For reads: `Connection`.
 /// - Authentication or permission failures: [`ErrorKind::StoreSetup`].
+/// - Refused for now (`LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`, `BUSY`, `CLUSTERDOWN`):
+///   nothing applied, [`ErrorKind::Connection`] (temporary).
 /// - Anything else: [`ErrorKind::Internal`], with the server's error as the cause.
+/// Error codes with which Redis refuses a command it did not run, for a while.
+const NOT_SERVING_NOW: [&str; 6] = [
+    "LOADING",
+    "READONLY",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "BUSY",
+    "CLUSTERDOWN",
+];
+
 pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error {
     let what = op.name();
     let kind = if error.is_connection_refusal() {
@@ -54,10 +66,22 @@ pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error 
     ) || error.code() == Some("NOPERM")
     {
         ErrorKind::StoreSetup
+    } else if error
+        .code()
+        .is_some_and(|code| NOT_SERVING_NOW.contains(&code))
+    {
+        // The server refused before running the command (loading, a replica after failover,
+        // master down, busy script): nothing applied, and worth trying again.
+        ErrorKind::Connection
     } else {
         ErrorKind::Internal
     };
     let message = match kind {
+        ErrorKind::Connection if error.code().is_some() => format!(
+            "Redis at {address} is not serving the {what} right now ({}); nothing was applied, \
+             retry later",
+            error.code().unwrap_or_default()
+        ),
         ErrorKind::Connection => format!("{what} could not reach Redis at {address}"),
         ErrorKind::InDoubt => format!(
             "{what} was sent to Redis at {address} but no reply came back: it may or may not \

@@ -328,7 +328,11 @@ mod tests {
     fn ttl_is_never_rounded_to_zero() {
         assert_eq!(ttl_millis(Duration::from_micros(10)), 1);
         assert_eq!(ttl_millis(Duration::from_millis(1500)), 1500);
-        assert_eq!(ttl_millis(Duration::from_micros(1999)), 2, "rounded up, not down");
+        assert_eq!(
+            ttl_millis(Duration::from_micros(1999)),
+            2,
+            "rounded up, not down"
+        );
         assert_eq!(ttl_millis(Duration::from_nanos(1_500_000_001)), 1501);
     }
 }

@@ -244,6 +244,29 @@ async fn a_foreign_value_at_the_fence_key_fails_the_acquire_with_nothing_applied
 }
 
 #[tokio::test]
+async fn a_read_only_replica_refuses_temporarily_with_nothing_applied() {
+    let server = RedisServer::start().unwrap();
+    let store = connect(server.url()).await;
+    // As after a failover that left us talking to a replica (its master is unreachable).
+    let unreachable = free_port().unwrap().to_string();
+    assert_eq!(
+        server
+            .command(&["REPLICAOF", "127.0.0.1", &unreachable])
+            .unwrap(),
+        "+OK"
+    );
+    let err = store.try_acquire(&acquire("replica")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(err.is_temporary());
+    assert!(err.to_string().contains("READONLY"), "{err}");
+    assert_eq!(server.command(&["REPLICAOF", "NO", "ONE"]).unwrap(), "+OK");
+    store
+        .try_acquire(&acquire("replica"))
+        .await
+        .expect("a primary again");
+}
+
+#[tokio::test]
 async fn unreachable_server_is_a_connection_error_naming_the_address() {
     let port = free_port().unwrap();
     let url = format!("redis://alice:s3cret@127.0.0.1:{port}");
