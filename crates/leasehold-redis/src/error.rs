@@ -31,15 +31,6 @@ impl Op {
     }
 }
 
-/// Maps a failed request.
-///
-/// - Connection refused / cannot connect: nothing was sent, so [`ErrorKind::Connection`].
-/// - Timeout or connection lost while a write was in flight: the server may have applied it —
-///   [`ErrorKind::InDoubt`] (the readback layer resolves it). For reads: `Connection`.
-/// - Authentication or permission failures: [`ErrorKind::StoreSetup`].
-/// - Refused for now (`LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`, `BUSY`, `CLUSTERDOWN`):
-///   nothing applied, [`ErrorKind::Connection`] (temporary).
-/// - Anything else: [`ErrorKind::Internal`], with the server's error as the cause.
 /// Error codes with which Redis refuses a command it did not run, for a while.
 const NOT_SERVING_NOW: [&str; 6] = [
     "LOADING",
@@ -50,6 +41,15 @@ const NOT_SERVING_NOW: [&str; 6] = [
     "CLUSTERDOWN",
 ];
 
+/// Maps a failed request.
+///
+/// - Connection refused / cannot connect: nothing was sent, so [`ErrorKind::Connection`].
+/// - Timeout or connection lost while a write was in flight: the server may have applied it —
+///   [`ErrorKind::InDoubt`] (the readback layer resolves it). For reads: `Connection`.
+/// - Authentication or permission failures: [`ErrorKind::StoreSetup`].
+/// - Refused for now (`LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`, `BUSY`, `CLUSTERDOWN`):
+///   nothing applied, [`ErrorKind::Connection`] (temporary).
+/// - Anything else: [`ErrorKind::Internal`], with the server's error as the cause.
 pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error {
     let what = op.name();
     let kind = if error.is_connection_refusal() {
