@@ -21,16 +21,20 @@ where
     RF: Future<Output = Result<bool>> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let req = req.clone();
+    // An answer can reach the channel and still never be read (the caller dropped after the
+    // send, before polling again): then the receiving side hands the lease back on this one.
+    let (back_tx, back_rx) = tokio::sync::oneshot::channel::<Lease>();
+    let task_req = req.clone();
     tokio::spawn(async move {
-        let result = acquire(req.clone()).await;
-        let Err(unreceived) = tx.send(result) else {
-            return;
-        };
-        let maybe_held = match unreceived {
-            Ok(lease) => lease,
-            Err(e) if e.is_in_doubt() => Lease::new(req.key, req.token, req.ttl, Instant::now()),
-            Err(_) => return,
+        let result = acquire(task_req.clone()).await;
+        let maybe_held = match tx.send(result) {
+            Ok(()) => match back_rx.await {
+                Ok(unread) => unread,
+                Err(_) => return, // read by the caller
+            },
+            Err(Ok(lease)) => lease,
+            Err(Err(e)) if e.is_in_doubt() => maybe_held(&task_req),
+            Err(Err(_)) => return,
         };
         let key = maybe_held.key().clone();
         if let Err(error) = release(maybe_held).await {
@@ -38,11 +42,46 @@ where
                 "could not undo an acquisition nobody waited for; it expires at its TTL");
         }
     });
-    rx.await.unwrap_or_else(|_| {
+    let mut receiving = Receiving {
+        rx,
+        back: Some(back_tx),
+        req,
+    };
+    let answer = (&mut receiving.rx).await;
+    receiving.back = None; // read: the task has nothing to undo
+    answer.unwrap_or_else(|_| {
         Err(Error::internal(
             "the acquire task ended without an answer (runtime shutting down?)",
         ))
     })
+}
+
+/// What an in-doubt acquisition may hold: the request's lock under its token, from now.
+fn maybe_held(req: &Acquire) -> Lease {
+    Lease::new(req.key.clone(), req.token.clone(), req.ttl, Instant::now())
+}
+
+/// The caller's end of a detached acquisition. Dropped unread, it closes the channel (an answer
+/// still to come is then undone by the task) and hands back an answer already there.
+struct Receiving<'a> {
+    rx: tokio::sync::oneshot::Receiver<Result<Lease>>,
+    back: Option<tokio::sync::oneshot::Sender<Lease>>,
+    req: &'a Acquire,
+}
+
+impl Drop for Receiving<'_> {
+    fn drop(&mut self) {
+        let Some(back) = self.back.take() else {
+            return;
+        };
+        self.rx.close();
+        let unread = match self.rx.try_recv() {
+            Ok(Ok(lease)) => lease,
+            Ok(Err(e)) if e.is_in_doubt() => maybe_held(self.req),
+            _ => return,
+        };
+        let _ = back.send(unread);
+    }
 }
 
 #[cfg(test)]
@@ -104,5 +143,31 @@ mod tests {
             .expect("the in-doubt acquisition was undone")
             .unwrap();
         assert!(token.pid().is_some());
+    }
+
+    #[tokio::test]
+    async fn an_answer_sent_but_never_read_is_released() {
+        let (released_tx, released_rx) = tokio::sync::oneshot::channel();
+        let req = req();
+        let mut fut = Box::pin(acquire_detached(
+            &req,
+            |req| async move { Ok(Lease::new(req.key, req.token, req.ttl, Instant::now())) },
+            move |lease| async move {
+                let _ = released_tx.send(lease.token().clone());
+                Ok(true)
+            },
+        ));
+        // Polled once (the task is spawned), then the task runs and sends its answer; the caller
+        // drops the future without polling it again.
+        assert!(futures::poll!(fut.as_mut()).is_pending());
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        drop(fut);
+        let token = tokio::time::timeout(Duration::from_secs(5), released_rx)
+            .await
+            .expect("the unread lease was released")
+            .unwrap();
+        assert_eq!(&token, &req.token);
     }
 }
