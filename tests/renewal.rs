@@ -209,15 +209,18 @@ async fn renewal_can_be_the_manager_default_and_its_interval_is_validated() {
     }
 }
 
-/// The embedded store, with extends that hang far past the lease.
+/// The embedded store, with extends whose answer comes `delay` late: applied before the delay
+/// (a slow reply) or after it (a slow request).
 #[derive(Debug, Default)]
-struct HangingExtend {
+struct SlowExtend {
     inner: MemoryStore,
+    delay: Duration,
+    applied_first: bool,
 }
 
-impl LockStore for HangingExtend {
+impl LockStore for SlowExtend {
     fn name(&self) -> &'static str {
-        "hanging"
+        "slow-extend"
     }
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
@@ -229,7 +232,12 @@ impl LockStore for HangingExtend {
         self.inner.release(lease).await
     }
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        tokio::time::sleep(Duration::from_secs(60)).await;
+        if self.applied_first {
+            let renewed = self.inner.extend(lease, ttl).await;
+            tokio::time::sleep(self.delay).await;
+            return renewed;
+        }
+        tokio::time::sleep(self.delay).await;
         self.inner.extend(lease, ttl).await
     }
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
@@ -242,7 +250,10 @@ async fn a_hanging_renewal_is_declared_lost_when_the_lease_runs_out() {
     let locks = LockManager::builder()
         .client_id("test")
         .farm_id("f1")
-        .store(HangingExtend::default())
+        .store(SlowExtend {
+            delay: Duration::from_secs(60),
+            ..SlowExtend::default()
+        })
         .build()
         .unwrap();
     let guard = locks.try_lock_with("job", renewing()).await.unwrap();
@@ -260,45 +271,16 @@ async fn a_hanging_renewal_is_declared_lost_when_the_lease_runs_out() {
     assert!(!guard.is_held());
 }
 
-/// The embedded store, whose extends apply at once but answer `delay` later (a slow reply).
-#[derive(Debug, Default)]
-struct LateExtendReply {
-    inner: MemoryStore,
-    delay: Duration,
-}
-
-impl LockStore for LateExtendReply {
-    fn name(&self) -> &'static str {
-        "late-reply"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
-        self.inner.try_acquire(req).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        let renewed = self.inner.extend(lease, ttl).await;
-        tokio::time::sleep(self.delay).await;
-        renewed
-    }
-    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        self.inner.inspect(key).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_renewal_answering_after_the_guard_was_lost_is_released() {
     let memory = MemoryStore::new();
     let locks = LockManager::builder()
         .client_id("test")
         .farm_id("f1")
-        .store(LateExtendReply {
+        .store(SlowExtend {
             inner: memory.clone(),
             delay: Duration::from_millis(2500),
+            applied_first: true,
         })
         .build()
         .unwrap();
