@@ -147,9 +147,13 @@ pub(crate) struct RunArgs {
     /// Exit status when the lock is held by someone else (like flock -E).
     #[arg(long, default_value_t = crate::exit::DEFAULT_CONFLICT)]
     pub(crate) conflict_exit_code: u8,
-    /// If the lock is lost while the command runs (renewal failed), send SIGTERM to the command.
+    /// If the lock is lost while the command runs (renewal failed), send SIGTERM to the command,
+    /// and SIGKILL if it is still running `--kill-grace` later.
     #[arg(long)]
     pub(crate) kill_on_lost: bool,
+    /// How long `--kill-on-lost` waits after SIGTERM before SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub(crate) kill_grace: Duration,
     /// Exit status when the lock was lost while the command ran, whatever the command's own
     /// status (its work was not all protected by the lock).
     #[arg(long, default_value_t = crate::exit::DEFAULT_LOST)]

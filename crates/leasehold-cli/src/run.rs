@@ -79,6 +79,9 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
     };
 
     let mut lost_reported = false;
+    // Set once SIGTERM was sent for a lost lock: when SIGKILL follows if the command is still
+    // running (a command that ignores SIGTERM must not go on unprotected).
+    let mut kill_at: Option<tokio::time::Instant> = None;
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
@@ -89,7 +92,19 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
                 if args.kill_on_lost {
                     eprintln!("leasehold: --kill-on-lost: sending SIGTERM to the command");
                     forward(Signal::SIGTERM);
+                    kill_at = Some(tokio::time::Instant::now() + args.kill_grace);
                 }
+            }
+            _ = tokio::time::sleep_until(kill_at.unwrap_or_else(tokio::time::Instant::now)),
+                if kill_at.is_some() =>
+            {
+                kill_at = None;
+                eprintln!(
+                    "leasehold: --kill-on-lost: the command outlived SIGTERM by {:?}; sending \
+                     SIGKILL",
+                    args.kill_grace
+                );
+                forward(Signal::SIGKILL);
             }
         }
     };

@@ -196,6 +196,20 @@ fn a_lock_lost_while_the_command_runs_is_reported_and_kill_on_lost_stops_the_com
 }
 
 #[test]
+fn kill_on_lost_follows_up_with_sigkill_when_the_command_ignores_sigterm() {
+    let (status, err) = run_and_break_the_lock(
+        &["--kill-on-lost", "--kill-grace", "500ms"],
+        "trap '' TERM; echo ready; while :; do sleep 0.1; done",
+    );
+    assert_eq!(status, Some(76), "the lost-lock status: {err}");
+    assert!(err.contains("sending SIGKILL"), "{err}");
+    assert!(
+        err.contains("exited with status 137"),
+        "the command was killed: {err}"
+    );
+}
+
+#[test]
 fn a_command_that_succeeds_after_its_lock_was_lost_does_not_exit_0() {
     // Succeeds 4 s later; the renewal notices the broken lock first.
     let (status, err) =
