@@ -130,7 +130,16 @@ impl RedisServer {
 
     /// A field of `INFO <section>`, e.g. `info_field("stats", "total_commands_processed")`.
     pub fn info_field(&self, section: &str, field: &str) -> io::Result<String> {
-        let info = self.command(&["INFO", section])?;
+        self.info_field_within(section, field, Duration::from_secs(5))
+    }
+
+    fn info_field_within(
+        &self,
+        section: &str,
+        field: &str,
+        timeout: Duration,
+    ) -> io::Result<String> {
+        let info = self.command_within(&["INFO", section], timeout)?;
         info.lines()
             .find_map(|line| line.strip_prefix(&format!("{field}:")))
             .map(|v| v.trim().to_owned())
@@ -173,13 +182,9 @@ impl RedisServer {
         loop {
             // Ready once *our* server answers: a PONG from the port alone could come from
             // another test's server that took the port first.
-            let info = self.command_within(&["INFO", "server"], Duration::from_millis(250));
-            let answering = info.ok().and_then(|info| {
-                info.lines()
-                    .find_map(|line| line.strip_prefix("process_id:"))
-                    .map(|pid| pid.trim().to_owned())
-            });
-            if let Some(answering) = answering {
+            let answering =
+                self.info_field_within("server", "process_id", Duration::from_millis(250));
+            if let Ok(answering) = answering {
                 if Some(&answering) == pid.as_ref() {
                     return Ok(());
                 }

@@ -326,19 +326,29 @@ async fn hand_off_hold_time_is_bounded() {
     scripted.verify();
 }
 
-#[tokio::test(start_paused = true)]
-async fn hand_off_extends_a_short_lease() {
-    let scripted = ScriptedStore::new();
-    scripted.grant_acquire().grant_extend();
+/// Local competition with hand-off over `scripted` (which must grant the first acquire): a lease
+/// of 1 s taken, a waiter (TTL 1 s) registered, and the lease handed to it 600 ms in — with less
+/// than half its TTL left, so the waiter extends it first.
+async fn hand_off_with_little_time_left(
+    scripted: &ScriptedStore,
+) -> (Local, Lease, tokio::task::JoinHandle<Result<Lease>>) {
     let config = LocalCompetitionConfig::new()
         .hand_off(true)
         .max_hand_off_hold(Duration::from_secs(60));
-    let (store, _) = local(&scripted, config);
+    let (store, _) = local(scripted, config);
     let lease = store.try_acquire(&req("a", 1000)).await.unwrap();
     let waiter = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
     settle().await;
     tokio::time::advance(Duration::from_millis(600)).await;
-    store.release(&lease).await.unwrap();
+    assert!(store.release(&lease).await.unwrap(), "handed off");
+    (store, lease, waiter)
+}
+
+#[tokio::test(start_paused = true)]
+async fn hand_off_extends_a_short_lease() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire().grant_extend();
+    let (_store, lease, waiter) = hand_off_with_little_time_left(&scripted).await;
     let next = waiter.await.unwrap().unwrap();
     assert_eq!(
         next.remaining(),
@@ -496,15 +506,7 @@ async fn a_hand_off_whose_extend_fails_is_given_back_and_the_error_reported() {
         .grant_acquire()
         .expect_extend(Err(leasehold_testkit::scripted::reply_lost()))
         .expect_release(Ok(true));
-    let config = LocalCompetitionConfig::new()
-        .hand_off(true)
-        .max_hand_off_hold(Duration::from_secs(60));
-    let (store, _) = local(&scripted, config);
-    let lease = store.try_acquire(&req("a", 1000)).await.unwrap();
-    let waiter = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
-    settle().await;
-    tokio::time::advance(Duration::from_millis(600)).await;
-    assert!(store.release(&lease).await.unwrap(), "handed off");
+    let (store, lease, waiter) = hand_off_with_little_time_left(&scripted).await;
     let err = waiter.await.unwrap().unwrap_err();
     assert!(
         err.is_in_doubt(),
@@ -533,15 +535,7 @@ async fn a_hand_off_cancelled_during_its_extend_is_given_back() {
             Ok(lease.renewed(ttl, Instant::now()))
         })
         .expect_release(Ok(true));
-    let config = LocalCompetitionConfig::new()
-        .hand_off(true)
-        .max_hand_off_hold(Duration::from_secs(60));
-    let (store, _) = local(&scripted, config);
-    let lease = store.try_acquire(&req("a", 1000)).await.unwrap();
-    let waiter = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
-    settle().await;
-    tokio::time::advance(Duration::from_millis(600)).await;
-    assert!(store.release(&lease).await.unwrap(), "handed off");
+    let (_store, lease, waiter) = hand_off_with_little_time_left(&scripted).await;
     settle().await;
     assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Extend], "extending");
     waiter.abort();
