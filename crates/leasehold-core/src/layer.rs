@@ -1,12 +1,15 @@
 //! Layers: how a scenario middleware wraps a store (tower's `Layer`, for lock stores).
 
 use std::fmt;
+use std::time::Duration;
+
+use crate::{Acquire, Capabilities, Lease, LockInfo, LockKey, LockStore, Result};
 
 /// Wraps a store in another store, adding one behaviour.
 ///
-/// A layer's store implements [`LockStore`](crate::LockStore) by forwarding to the inner store and
-/// changing only what its scenario needs. Layers compose with [`Stack`]; the first layer added is
-/// the innermost.
+/// A layer's store implements [`LayeredStore`](crate::LayeredStore): every operation forwards to
+/// the inner store unless the layer overrides it. Layers compose with [`Stack`] (the first layer
+/// added is the innermost), and an optional one with [`option_layer`].
 ///
 /// ```
 /// use leasehold_core::{Identity, Layer, Stack};
@@ -64,5 +67,97 @@ impl<Inner: fmt::Debug, Outer: fmt::Debug> fmt::Debug for Stack<Inner, Outer> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Innermost first, the order requests leave the stack.
         write!(f, "{:?} <- {:?}", self.inner, self.outer)
+    }
+}
+
+/// One of two layers (or, once applied, one of two stores): how an optional layer composes
+/// without a pass-through written by hand (tower's `Either`). See [`option_layer`].
+#[derive(Debug, Clone, Copy)]
+pub enum Either<A, B> {
+    /// The first.
+    Left(A),
+    /// The second.
+    Right(B),
+}
+
+/// `Some(layer)` applies `layer`; `None` leaves the store as it is (tower's `option_layer`).
+///
+/// ```
+/// use leasehold_core::{option_layer, Either, Identity, Layer};
+/// let on = option_layer(Some(Identity)).layer(7u8);
+/// let off = option_layer(None::<Identity>).layer(7u8);
+/// assert!(matches!(on, Either::Left(7)));
+/// assert!(matches!(off, Either::Right(7)));
+/// ```
+pub fn option_layer<L>(layer: Option<L>) -> Either<L, Identity> {
+    match layer {
+        Some(layer) => Either::Left(layer),
+        None => Either::Right(Identity),
+    }
+}
+
+impl<S, A, B> Layer<S> for Either<A, B>
+where
+    A: Layer<S>,
+    B: Layer<S>,
+{
+    type Store = Either<A::Store, B::Store>;
+
+    fn layer(&self, inner: S) -> Self::Store {
+        match self {
+            Either::Left(a) => Either::Left(a.layer(inner)),
+            Either::Right(b) => Either::Right(b.layer(inner)),
+        }
+    }
+}
+
+impl<A: LockStore, B: LockStore> LockStore for Either<A, B> {
+    fn name(&self) -> &'static str {
+        match self {
+            Either::Left(a) => a.name(),
+            Either::Right(b) => b.name(),
+        }
+    }
+    fn capabilities(&self) -> Capabilities {
+        match self {
+            Either::Left(a) => a.capabilities(),
+            Either::Right(b) => b.capabilities(),
+        }
+    }
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        match self {
+            Either::Left(a) => a.try_acquire(req).await,
+            Either::Right(b) => b.try_acquire(req).await,
+        }
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        match self {
+            Either::Left(a) => a.release(lease).await,
+            Either::Right(b) => b.release(lease).await,
+        }
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        match self {
+            Either::Left(a) => a.extend(lease, ttl).await,
+            Either::Right(b) => b.extend(lease, ttl).await,
+        }
+    }
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        match self {
+            Either::Left(a) => a.inspect(key).await,
+            Either::Right(b) => b.inspect(key).await,
+        }
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
+        match self {
+            Either::Left(a) => a.list(prefix).await,
+            Either::Right(b) => b.list(prefix).await,
+        }
+    }
+    async fn shutdown(&self) -> Result<usize> {
+        match self {
+            Either::Left(a) => a.shutdown().await,
+            Either::Right(b) => b.shutdown().await,
+        }
     }
 }

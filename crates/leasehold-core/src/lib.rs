@@ -8,7 +8,10 @@
 //! - [`Lease`]: what an acquisition returns; [`LockInfo`]: what an inspection reads back.
 //! - [`LockStore`]: the store trait (try-acquire, release, extend, inspect, list), its object-safe
 //!   twin [`BoxStore`], and [`Capabilities`].
-//! - [`Layer`]: how scenario middlewares wrap a store.
+//! - [`Layer`] and [`LayeredStore`]: how scenario middlewares wrap a store, forwarding every
+//!   operation they do not change; [`option_layer`] for optional ones.
+//! - [`Lifecycle`]: the one closing signal and background-task tracker a manager shares with its
+//!   layers.
 //! - [`Error`] and [`ErrorKind`]: one error type for every store and layer.
 //! - [`LockEvent`] and [`Observer`]: the one hook through which layers report what they did.
 //!
@@ -22,7 +25,9 @@ mod error;
 mod event;
 mod key;
 mod layer;
+mod layered;
 mod lease;
+mod lifecycle;
 mod store;
 mod token;
 
@@ -32,8 +37,10 @@ pub use dyn_store::BoxStore;
 pub use error::{Error, ErrorKind, Result};
 pub use event::{LockEvent, Observer, Observers, SkipReason};
 pub use key::{LockKey, LockLevel, MAX_KEY_LEN, MAX_PART_LEN};
-pub use layer::{Identity, Layer, Stack};
+pub use layer::{option_layer, Either, Identity, Layer, Stack};
+pub use layered::LayeredStore;
 pub use lease::{wall_time_of, Lease, LockInfo};
+pub use lifecycle::Lifecycle;
 pub use store::{Capabilities, LockStore};
 pub use token::OwnerToken;
 
