@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use dashmap::DashMap;
 use leasehold::layers::{
-    CountingLayer, LocalCompetitionConfig, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer,
-    ShutdownLayer, UnlockWindowLayer,
+    CountingLayer, GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer,
+    UnlockWindowLayer,
 };
 use leasehold::{
     Acquire, Layer, LockKey, LockManager, LockManagerBuilder, LockStore, MemoryStore, OwnerToken,
@@ -108,7 +108,7 @@ fn uncontended(c: &mut Criterion) {
     group.bench_function("store_default_stack_by_hand", |b| {
         let store = ReentrancyLayer::default().layer(
             LocalCompetitionLayer::default().layer(
-                ShutdownLayer::default().layer(
+                GracefulShutdownLayer::new().layer(
                     UnlockWindowLayer::default()
                         .layer(ReadbackLayer::default().layer(MemoryStore::new())),
                 ),
@@ -141,7 +141,7 @@ fn per_layer(c: &mut Criterion) {
     }
     alone!("readback", ReadbackLayer::default());
     alone!("unlock_window", UnlockWindowLayer::default());
-    alone!("shutdown_tracking", ShutdownLayer::default());
+    alone!("graceful_shutdown", GracefulShutdownLayer::new());
     alone!("local_competition", LocalCompetitionLayer::default());
     alone!("reentrancy", ReentrancyLayer::default());
     alone!("counting", CountingLayer::default());
@@ -339,19 +339,19 @@ fn main() {
     hand_off_latency("local competition off", builder(), rounds);
     hand_off_latency(
         "local competition on",
-        builder().local_competition(LocalCompetitionConfig::new()),
+        builder().local_competition(LocalCompetitionLayer::new()),
         rounds,
     );
     hand_off_latency(
         "local competition on, hand-off",
-        builder().local_competition(LocalCompetitionConfig::new().hand_off(true)),
+        builder().local_competition(LocalCompetitionLayer::new().hand_off(true)),
         rounds,
     );
     hand_off_latency(
         "default stack + hand-off",
         builder()
             .default_layers()
-            .local_competition(LocalCompetitionConfig::new().hand_off(true)),
+            .local_competition(LocalCompetitionLayer::new().hand_off(true)),
         rounds,
     );
 
@@ -359,19 +359,19 @@ fn main() {
     hot_key("local competition off", builder(), per_task);
     hot_key(
         "local competition on",
-        builder().local_competition(LocalCompetitionConfig::new()),
+        builder().local_competition(LocalCompetitionLayer::new()),
         per_task,
     );
     hot_key(
         "local competition on, hand-off",
-        builder().local_competition(LocalCompetitionConfig::new().hand_off(true)),
+        builder().local_competition(LocalCompetitionLayer::new().hand_off(true)),
         per_task,
     );
     hot_key(
         "default stack + hand-off",
         builder()
             .default_layers()
-            .local_competition(LocalCompetitionConfig::new().hand_off(true)),
+            .local_competition(LocalCompetitionLayer::new().hand_off(true)),
         per_task,
     );
 
@@ -384,12 +384,12 @@ fn main() {
     );
     hot_key(
         "1 ms store, local competition on",
-        remote(builder()).local_competition(LocalCompetitionConfig::new()),
+        remote(builder()).local_competition(LocalCompetitionLayer::new()),
         per_task,
     );
     hot_key(
         "1 ms store, local competition on, hand-off",
-        remote(builder()).local_competition(LocalCompetitionConfig::new().hand_off(true)),
+        remote(builder()).local_competition(LocalCompetitionLayer::new().hand_off(true)),
         per_task,
     );
 }

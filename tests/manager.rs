@@ -5,17 +5,21 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::layers::LocalCompetitionConfig;
+use leasehold::layers::LocalCompetitionLayer;
 use leasehold::{
     Acquire, Capabilities, Error, ErrorKind, Lease, LockEvent, LockInfo, LockKey, LockManager,
     LockOptions, LockStore, MemoryStore, Result,
 };
 use tokio::time::Instant;
 
+/// The default manager, except that an acquisition without an explicit holder is a new holder
+/// even in the same task: these tests contend for keys from one task (reentrancy by task, the
+/// default, is tested in `reentrant_by_default_in_the_same_task`).
 fn manager() -> LockManager {
     LockManager::builder()
         .client_id("test")
         .farm_id("f1")
+        .task_holders(false)
         .build()
         .unwrap()
 }
@@ -39,6 +43,7 @@ async fn blocking_lock_is_woken_by_local_release_not_by_polling() {
     let locks = LockManager::builder()
         .client_id("test")
         .farm_id("f1")
+        .task_holders(false)
         .min_backoff(Duration::from_secs(10))
         .retry_interval(Duration::from_secs(10))
         .build()
@@ -281,7 +286,7 @@ async fn the_default_stack_keeps_the_counter_exact_with_and_without_hand_off() {
     increment_under_the_lock(builder().build().unwrap()).await;
     increment_under_the_lock(
         builder()
-            .local_competition(LocalCompetitionConfig::new().hand_off(true))
+            .local_competition(LocalCompetitionLayer::new().hand_off(true))
             .build()
             .unwrap(),
     )
@@ -381,7 +386,13 @@ async fn xdc_and_dc_keys_are_different_locks() {
 
 #[tokio::test]
 async fn shutdown_refuses_new_acquisitions() {
-    let locks = manager();
+    // Without graceful shutdown, which would release the held lock at shutdown.
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .graceful_shutdown(false)
+        .build()
+        .unwrap();
     let guard = locks.try_lock("k").await.unwrap();
     locks.shutdown().await.unwrap();
     assert!(locks.is_shut_down());
@@ -400,9 +411,11 @@ async fn shutdown_refuses_new_acquisitions() {
 async fn observers_see_acquired_contended_released() {
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
+    // The bare manager's own events (the layers add theirs: see the layers' tests).
     let locks = LockManager::builder()
         .client_id("test")
         .farm_id("f1")
+        .without_layers()
         .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.name()))
         .build()
         .unwrap();
@@ -420,6 +433,7 @@ async fn reentrant_acquisitions_keep_the_store_acquisitions_fencing_token() {
     let locks = LockManager::builder()
         .client_id("test")
         .farm_id("f1")
+        .task_holders(false)
         .default_layers()
         .build()
         .unwrap();
@@ -470,7 +484,7 @@ async fn unlimited_shutdown_budgets_do_not_panic() {
         .client_id("test")
         .farm_id("f1")
         .default_layers()
-        .graceful_shutdown(leasehold::layers::GracefulShutdownConfig::new().deadline(Duration::MAX))
+        .graceful_shutdown(leasehold::layers::GracefulShutdownLayer::new().deadline(Duration::MAX))
         .shutdown_timeout(Duration::MAX)
         .build()
         .unwrap();
@@ -488,7 +502,7 @@ fn with_readback(scripted: &leasehold_testkit::scripted::ScriptedStore) -> LockM
         .client_id("test")
         .farm_id("f1")
         .store(scripted.clone())
-        .readback(leasehold::layers::ReadbackConfig::default())
+        .readback(leasehold::layers::ReadbackLayer::new())
         .build()
         .unwrap()
 }
@@ -553,31 +567,23 @@ async fn a_plain_failure_or_conflict_sends_no_undo() {
     scripted.verify();
 }
 
-/// A store whose release takes 10 s, to cancel a release midway.
+/// A store whose release takes 10 s, to cancel a release midway; counts finished releases.
 #[derive(Debug, Default)]
 struct SlowRelease {
     inner: MemoryStore,
+    finished: AtomicU32,
 }
 
-impl LockStore for SlowRelease {
-    fn name(&self) -> &'static str {
-        "slow-release"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
-        self.inner.try_acquire(req).await
+impl leasehold::LayeredStore for SlowRelease {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         tokio::time::sleep(Duration::from_secs(10)).await;
-        self.inner.release(lease).await
-    }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        self.inner.extend(lease, ttl).await
-    }
-    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        self.inner.inspect(key).await
+        let released = self.inner.release(lease).await;
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        released
     }
 }
 
@@ -597,5 +603,186 @@ async fn a_cancelled_release_is_still_sent_in_the_background() {
         locks.inspect("k").await.unwrap(),
         None,
         "the dropped guard released in the background instead of leaking until the TTL"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_a_background_release_started_just_before_it() {
+    let store = Arc::new(SlowRelease::default());
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .graceful_shutdown(false)
+        .shutdown_timeout(Duration::from_secs(30))
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let guard = locks.try_lock("k").await.unwrap();
+    drop(guard); // released in the background: 10 s
+    let started = Instant::now();
+    locks.shutdown().await.unwrap();
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(10),
+        "shutdown waited for the background release"
+    );
+    assert_eq!(store.finished.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        store.inner.inspect(&locks.key("k").unwrap()).await.unwrap(),
+        None
+    );
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        store.finished.load(Ordering::SeqCst),
+        1,
+        "nothing of the manager ran after shutdown returned"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_is_bounded_by_its_timeout_when_a_release_hangs() {
+    let store = Arc::new(SlowRelease::default());
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .graceful_shutdown(false)
+        .shutdown_timeout(Duration::from_secs(2))
+        .store(store.clone())
+        .build()
+        .unwrap();
+    drop(locks.try_lock("k").await.unwrap());
+    let started = Instant::now();
+    locks.shutdown().await.unwrap();
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(2),
+        "gave up at the timeout"
+    );
+}
+
+#[tokio::test]
+async fn reentrant_by_default_in_the_same_task() {
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .build()
+        .unwrap();
+    // The body of a #[tokio::test] / #[tokio::main] runs in no task: its thread is the holder.
+    let outer = locks.lock("k").await.unwrap();
+    let inner = locks.lock("k").await.unwrap();
+    assert_eq!(inner.token(), outer.token(), "one store lease, counted up");
+    let other = locks.clone();
+    let contender = tokio::spawn(async move { other.try_lock("k").await.map(drop) });
+    assert!(contender.await.unwrap().unwrap_err().is_unavailable());
+    inner.release().await.unwrap();
+    assert!(
+        locks.inspect("k").await.unwrap().is_some(),
+        "outer still holds"
+    );
+    outer.release().await.unwrap();
+    assert_eq!(locks.inspect("k").await.unwrap(), None);
+
+    // Inside a spawned task, the task is the holder.
+    let in_task = locks.clone();
+    tokio::spawn(async move {
+        let a = in_task.try_lock("t").await.unwrap();
+        let b = in_task.try_lock("t").await.unwrap();
+        assert_eq!(a.token(), b.token());
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn opting_out_of_the_defaults_is_explicit() {
+    let bare = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .without_layers()
+        .build()
+        .unwrap();
+    let held = bare.try_lock("k").await.unwrap();
+    assert!(
+        bare.try_lock("k").await.unwrap_err().is_unavailable(),
+        "no reentrancy layer: the same task is a new holder"
+    );
+    held.release().await.unwrap();
+
+    let per_call = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .task_holders(false)
+        .build()
+        .unwrap();
+    let held = per_call.try_lock("k").await.unwrap();
+    assert!(per_call.try_lock("k").await.unwrap_err().is_unavailable());
+    held.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_guard_without_explicit_ttl_is_renewed_by_the_watchdog() {
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .task_holders(false)
+        .lock_ttl(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let watched = locks.try_lock("watched").await.unwrap();
+    let plain = locks
+        .try_lock_with("plain", LockOptions::new().ttl(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        watched.is_held(),
+        "renewed every second while the guard lives"
+    );
+    assert!(locks.inspect("watched").await.unwrap().is_some());
+    assert_eq!(
+        locks.inspect("plain").await.unwrap(),
+        None,
+        "an explicit TTL keeps the Java manager's semantics: it expired"
+    );
+    assert!(!plain.release().await.unwrap());
+    assert!(watched.release().await.unwrap());
+
+    let never = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .lock_ttl(Duration::from_secs(3))
+        .renewal(false)
+        .build()
+        .unwrap();
+    let guard = never.try_lock("k").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        never.inspect("k").await.unwrap(),
+        None,
+        "renewal(false): no watchdog"
+    );
+    drop(guard);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_marks_renewed_guards_lost() {
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .build()
+        .unwrap();
+    let guard = locks.try_lock("k").await.unwrap();
+    assert_eq!(
+        locks.shutdown().await.unwrap(),
+        1,
+        "released by graceful shutdown"
+    );
+    let lost = tokio::time::timeout(Duration::from_secs(1), guard.lost())
+        .await
+        .expect("the watchdog stops at shutdown and says so");
+    assert!(lost.to_string().contains("shut down"), "{lost}");
+    assert!(
+        !guard.release().await.unwrap(),
+        "already released at shutdown"
     );
 }

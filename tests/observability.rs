@@ -78,6 +78,7 @@ async fn metrics_record_a_scripted_sequence() {
     let locks = LockManager::builder()
         .client_id("test")
         .farm_id("f1")
+        .without_layers() // the bare manager's own metrics
         .observer(OtelMetrics::new(&meter))
         .build()
         .unwrap();

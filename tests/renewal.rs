@@ -47,9 +47,12 @@ fn setup() -> (LockManager, Arc<Flaky>, Arc<Mutex<Vec<&'static str>>>) {
     let store = Arc::new(Flaky::default());
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
+    // The bare manager: renewal is the guard's, not a layer's, and the thief below contends from
+    // the same task.
     let locks = LockManager::builder()
         .client_id("test")
         .farm_id("f1")
+        .without_layers()
         .store(store.clone())
         .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.name()))
         .build()

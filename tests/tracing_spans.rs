@@ -78,6 +78,7 @@ fn spans_carry_key_store_scenario_outcome_and_attempts() {
         let locks = LockManager::builder()
             .client_id("test")
             .farm_id("f1")
+            .without_layers() // the bare manager's own spans
             .scenario("checkout")
             .build()
             .unwrap();

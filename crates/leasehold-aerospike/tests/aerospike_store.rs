@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aerospike::policy::{Expiration, GenerationPolicy};
 use aerospike::{as_bin, Client, ClientPolicy, Key, ResultCode, Value, WritePolicy};
-use leasehold::layers::ReadbackConfig;
+use leasehold::layers::ReadbackLayer;
 use leasehold::{Acquire, ErrorKind, LockEvent, LockKey, LockManager, LockStore, OwnerToken};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::{AerospikeFixture, BinValue, Fault, Target};
@@ -238,7 +238,7 @@ async fn weakness_2_a_landed_write_with_a_lost_reply_is_never_reported_unavailab
         .client_id("orders")
         .farm_id(FARM)
         .store(store.clone())
-        .readback(ReadbackConfig::new())
+        .readback(ReadbackLayer::new())
         .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.clone()))
         .build()
         .unwrap();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use leasehold::layers::{
-    CountingLayer, GracefulShutdownConfig, LocalCompetitionConfig, ReadbackConfig,
+    CountingLayer, GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer,
 };
 use leasehold::{
     Acquire, Capabilities, Error, Holder, Lease, LockInfo, LockKey, LockManager, LockOptions,
@@ -248,7 +248,7 @@ async fn readback(say: &impl Fn(String)) -> Result<Row> {
         .farm_id("local")
         .store(LostFirstReply::default())
         .observer(events.clone())
-        .readback(ReadbackConfig::new())
+        .readback(ReadbackLayer::new())
         .build()?;
     let guard = locks.try_lock("payment-9").await?;
     say(format!(
@@ -280,8 +280,8 @@ async fn graceful_shutdown(say: &impl Fn(String)) -> Result<Row> {
         .farm_id("local")
         .store(store.clone())
         .observer(events.clone())
-        .graceful_shutdown(GracefulShutdownConfig::new())
-        .local_competition(LocalCompetitionConfig::new())
+        .graceful_shutdown(GracefulShutdownLayer::new())
+        .local_competition(LocalCompetitionLayer::new())
         .build()?;
     let mut guards = Vec::new();
     for job in ["job-1", "job-2", "job-3"] {

@@ -10,15 +10,18 @@ use crate::{LockKey, OwnerToken};
 /// Who is asking for a lock, for reentrancy: the same holder taking a key it already holds counts
 /// up instead of deadlocking.
 ///
-/// In async Rust a thread is the wrong identity (a task moves between threads), so a holder is
-/// either an explicit handle the caller creates and passes down (`leasehold::Holder`), or the
-/// current tokio task.
+/// In async Rust a thread is the wrong identity for a task (a task moves between threads), so a
+/// holder is either an explicit handle the caller creates and passes down (`leasehold::Holder`),
+/// the current tokio task, or — for code that runs in no task, such as the body of
+/// `#[tokio::main]` or a `block_on` — the current thread, which that code never leaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HolderId {
     /// An explicit holder handle (see [`HolderId::new_explicit`]).
     Explicit(u64),
     /// A tokio task, as given by `tokio::task::try_id()`.
     Task(tokio::task::Id),
+    /// The future a thread is blocked on (`Runtime::block_on`), outside any task.
+    Thread(std::thread::ThreadId),
 }
 
 impl HolderId {
@@ -31,6 +34,21 @@ impl HolderId {
     /// The current tokio task, if called inside one.
     pub fn current_task() -> Option<Self> {
         tokio::task::try_id().map(HolderId::Task)
+    }
+
+    /// The current tokio task, or outside any task (the future a thread blocks on, such as the
+    /// body of `#[tokio::main]`) the current thread: that future runs on this thread only.
+    ///
+    /// ```
+    /// use leasehold_core::HolderId;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// assert!(matches!(HolderId::current(), HolderId::Thread(_))); // main's body is no task
+    /// let in_task = tokio::spawn(async { HolderId::current() }).await.unwrap();
+    /// assert!(matches!(in_task, HolderId::Task(_)));
+    /// # }
+    /// ```
+    pub fn current() -> Self {
+        HolderId::current_task().unwrap_or_else(|| HolderId::Thread(std::thread::current().id()))
     }
 }
 

@@ -219,7 +219,14 @@ mod tests {
         assert_eq!(LockStore::shutdown(&store).await.unwrap(), 3);
         assert_eq!(
             store.0.seen(),
-            ["try_acquire", "release", "extend", "inspect", "list", "shutdown"]
+            [
+                "try_acquire",
+                "release",
+                "extend",
+                "inspect",
+                "list",
+                "shutdown"
+            ]
         );
     }
 

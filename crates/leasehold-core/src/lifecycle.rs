@@ -3,6 +3,7 @@
 
 use std::future::Future;
 
+use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tokio_util::task::TaskTracker;
@@ -58,19 +59,14 @@ impl Lifecycle {
     }
 
     /// Runs `work` in the background on the current tokio runtime, tracked so that
-    /// [`wait`](Self::wait) waits for it. Returns `false` (and drops `work`) outside a runtime:
-    /// the caller then says what was not done.
-    pub fn spawn<F>(&self, work: F) -> bool
+    /// [`wait`](Self::wait) waits for it. Returns its handle (dropping it detaches the task), or
+    /// `None` (and drops `work`) outside a runtime: the caller then says what was not done.
+    pub fn spawn<F>(&self, work: F) -> Option<JoinHandle<()>>
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                drop(self.tracker.spawn_on(work, &runtime));
-                true
-            }
-            Err(_) => false,
-        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        Some(self.tracker.spawn_on(work, &runtime))
     }
 
     /// Counts a piece of foreground work (an acquisition in flight) as tracked until the returned
@@ -103,13 +99,17 @@ mod tests {
         let lifecycle = Lifecycle::new();
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
-        assert!(lifecycle.spawn(async move {
+        let spawned = lifecycle.spawn(async move {
             tokio::time::sleep(Duration::from_millis(50)).await;
             flag.store(true, Ordering::SeqCst);
-        }));
+        });
+        assert!(spawned.is_some());
         lifecycle.close();
         lifecycle.wait().await;
-        assert!(done.load(Ordering::SeqCst), "nothing runs after wait returns");
+        assert!(
+            done.load(Ordering::SeqCst),
+            "nothing runs after wait returns"
+        );
         assert_eq!(lifecycle.in_flight(), 0);
     }
 
@@ -146,6 +146,6 @@ mod tests {
 
     #[test]
     fn spawn_outside_a_runtime_says_so() {
-        assert!(!Lifecycle::new().spawn(async {}));
+        assert!(Lifecycle::new().spawn(async {}).is_none());
     }
 }

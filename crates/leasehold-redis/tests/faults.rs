@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use leasehold::layers::ReadbackConfig;
+use leasehold::layers::ReadbackLayer;
 use leasehold::{Acquire, ErrorKind, LockEvent, LockKey, LockManager, LockStore, OwnerToken};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::fault_proxy::{FaultProxy, ProxyMode};
@@ -125,7 +125,7 @@ async fn delayed_reply_is_in_doubt_and_readback_finds_it_ours() {
         .client_id("faults")
         .farm_id("f1")
         .store(proxied.clone())
-        .readback(ReadbackConfig::new())
+        .readback(ReadbackLayer::new())
         .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.clone()))
         .build()
         .unwrap();
@@ -190,7 +190,7 @@ async fn reply_lost_after_apply_is_in_doubt_never_a_false_result() {
         .client_id("faults")
         .farm_id("f1")
         .store(proxied.clone())
-        .readback(ReadbackConfig::new())
+        .readback(ReadbackLayer::new())
         .build()
         .unwrap();
     heal(&proxy, &proxied).await;

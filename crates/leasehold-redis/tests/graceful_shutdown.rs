@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use leasehold::layers::GracefulShutdownConfig;
+use leasehold::layers::GracefulShutdownLayer;
 use leasehold::{LockKey, LockManager, LockOptions, LockStore};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::redis::RedisServer;
@@ -27,7 +27,7 @@ async fn holder(url: String) {
         .farm_id("f1")
         .store(store)
         .default_layers()
-        .graceful_shutdown(GracefulShutdownConfig::new().exit_code(0))
+        .graceful_shutdown(GracefulShutdownLayer::new().exit_code(0))
         .build()
         .expect("manager");
     locks.install_signal_handler().expect("signal handler");

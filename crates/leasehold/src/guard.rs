@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::core::{validate_ttl, Error, Lease, LockEvent, LockKey, LockStore, OwnerToken, Result};
-use crate::manager::ManagerInner;
+use crate::core::{validate_ttl, Error, Lease, LockKey, LockStore, OwnerToken, Result};
+use crate::handle::Handle;
 use crate::renewal::{LeaseState, Renewer};
 
 /// A held lock. Release it with [`LockGuard::release`] to learn whether it was still ours; dropping
@@ -29,7 +29,7 @@ use crate::renewal::{LeaseState, Renewer};
 #[must_use = "if unused the lock is released immediately"]
 #[derive(Debug)]
 pub struct LockGuard {
-    manager: Arc<ManagerInner>,
+    handle: Arc<Handle>,
     /// The lease as acquired: key, token and fencing token never change while held.
     acquired: Lease,
     state: Arc<LeaseState>,
@@ -39,15 +39,15 @@ pub struct LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(
-        manager: Arc<ManagerInner>,
+        handle: Arc<Handle>,
         lease: Lease,
         renew_every: Option<Option<Duration>>,
     ) -> Self {
         let state = LeaseState::new(lease.clone());
         let renewer =
-            renew_every.map(|every| Renewer::start(manager.clone(), state.clone(), every));
+            renew_every.and_then(|every| Renewer::start(handle.clone(), state.clone(), every));
         LockGuard {
-            manager,
+            handle,
             acquired: lease,
             state,
             renewer,
@@ -110,11 +110,11 @@ impl LockGuard {
         let span = tracing::info_span!(
             "leasehold.extend",
             key = %lease.key(),
-            store = self.manager.store.name(),
+            store = self.handle.store.name(),
             outcome = tracing::field::Empty,
         );
         let result = self
-            .manager
+            .handle
             .store
             .extend(&lease, ttl)
             .instrument(span.clone())
@@ -149,38 +149,10 @@ impl LockGuard {
         if let Some(renewer) = self.renewer.take() {
             renewer.stop().await;
         }
-        let result = release(&self.manager, &self.state.lease()).await;
+        let result = self.handle.release(&self.state.lease()).await;
         self.released = true;
         result
     }
-}
-
-fn outcome(result: &Result<bool>) -> &'static str {
-    match result {
-        Ok(true) => "released",
-        Ok(false) => "not_held",
-        Err(e) => e.kind().as_str(),
-    }
-}
-
-pub(crate) async fn release(manager: &ManagerInner, lease: &Lease) -> Result<bool> {
-    let span = tracing::info_span!(
-        "leasehold.release",
-        key = %lease.key(),
-        store = manager.store.name(),
-        outcome = tracing::field::Empty,
-    );
-    let result = manager.store.release(lease).instrument(span.clone()).await;
-    span.record("outcome", outcome(&result));
-    manager.waiters.wake(lease.key());
-    if let Ok(was_held) = result {
-        manager.observers.emit(|| LockEvent::Released {
-            key: lease.key().clone(),
-            held_for: lease.acquired_at().elapsed(),
-            was_held,
-        });
-    }
-    result
 }
 
 impl Drop for LockGuard {
@@ -191,23 +163,22 @@ impl Drop for LockGuard {
             return;
         }
         let renewer = self.renewer.take();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let manager = self.manager.clone();
-                let state = self.state.clone();
-                runtime.spawn(async move {
-                    if let Some(renewer) = renewer {
-                        renewer.stop().await;
-                    }
-                    let lease = state.lease();
-                    if let Err(error) = release(&manager, &lease).await {
-                        tracing::warn!(key = %lease.key(), %error,
-                            "releasing a dropped guard failed; the lock expires at its TTL");
-                    }
-                });
+        let handle = self.handle.clone();
+        let state = self.state.clone();
+        // Tracked by the lifecycle: a shutdown waits for this release.
+        let spawned = self.handle.lifecycle.spawn(async move {
+            if let Some(renewer) = renewer {
+                renewer.stop().await;
             }
-            Err(_) => tracing::warn!(key = %self.acquired.key(),
-                "guard dropped outside a tokio runtime; the lock expires at its TTL"),
+            let lease = state.lease();
+            if let Err(error) = handle.release(&lease).await {
+                tracing::warn!(key = %lease.key(), %error,
+                    "releasing a dropped guard failed; the lock expires at its TTL");
+            }
+        });
+        if spawned.is_none() {
+            tracing::warn!(key = %self.acquired.key(),
+                "guard dropped outside a tokio runtime; the lock expires at its TTL");
         }
     }
 }

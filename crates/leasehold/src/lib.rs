@@ -9,13 +9,25 @@
 //! use leasehold::{LockManager, LockOptions};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+//! // The recommended stack by default: every scenario layer, reentrancy per task, and a
+//! // renewal watchdog for guards taken without an explicit TTL.
 //! let locks = LockManager::builder().client_id("billing").farm_id("eu1").build()?;
 //!
-//! // Fail fast if someone holds it...
 //! let guard = locks.try_lock("invoice-7").await?;
-//! // ...or wait up to a deadline.
-//! let waiting = locks.lock_with("invoice-7", LockOptions::new().wait(Duration::from_millis(50))).await;
-//! assert_eq!(waiting.unwrap_err().kind(), leasehold::ErrorKind::Timeout);
+//! let again = locks.try_lock("invoice-7").await?; // same task: reentrant, counts up
+//! drop(again);
+//!
+//! // Another task fails fast if someone holds it...
+//! let other = locks.clone();
+//! let fast = tokio::spawn(async move { other.try_lock("invoice-7").await.map(drop) });
+//! assert!(fast.await.unwrap().unwrap_err().is_unavailable());
+//! // ...or waits up to a deadline.
+//! let other = locks.clone();
+//! let waiting = tokio::spawn(async move {
+//!     let wait = LockOptions::new().wait(Duration::from_millis(50));
+//!     other.lock_with("invoice-7", wait).await.map(drop)
+//! });
+//! assert_eq!(waiting.await.unwrap().unwrap_err().kind(), leasehold::ErrorKind::Timeout);
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```
@@ -25,6 +37,7 @@
 
 mod backoff;
 mod guard;
+mod handle;
 mod holder;
 mod keymap;
 pub mod layers;
@@ -39,17 +52,16 @@ mod waiters;
 pub use leasehold_core as core;
 
 pub use leasehold_core::{
-    Acquire, BoxStore, Capabilities, Error, ErrorKind, HolderId, Identity, Layer, Lease, LockEvent,
-    LockInfo, LockKey, LockLevel, LockStore, Observer, Observers, OwnerToken, Result, SkipReason,
-    Stack,
+    option_layer, Acquire, BoxStore, Capabilities, Either, Error, ErrorKind, HolderId, Identity,
+    Layer, LayeredStore, Lease, Lifecycle, LockEvent, LockInfo, LockKey, LockLevel, LockStore,
+    Observer, Observers, OwnerToken, Result, SkipReason, Stack,
 };
 
 pub use guard::LockGuard;
 pub use holder::Holder;
-pub use manager::ReentrancyToggle;
 pub use manager::{
-    LockManager, LockManagerBuilder, LockOptions, ToLockKey, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF,
-    DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
+    LockManager, LockManagerBuilder, LockOptions, ToLockKey, Toggle, DEFAULT_LOCK_TTL,
+    DEFAULT_MIN_BACKOFF, DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
 };
 pub use memory::MemoryStore;
 

@@ -6,7 +6,8 @@
 //! owner-checked. If an extend says the lock is no longer ours, or the store cannot be reached
 //! before the lease would expire, the guard is marked lost: `is_held()` turns false, `lost()`
 //! resolves, and a [`LockEvent::Lost`] is emitted. The task ends when the guard is released or
-//! dropped; it never outlives its guard.
+//! dropped, or when the manager shuts down (the guard is then marked lost: nothing renews it any
+//! more); it never outlives its guard.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -16,7 +17,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::core::{Error, ErrorKind, Lease, LockEvent, LockStore};
-use crate::manager::ManagerInner;
+use crate::handle::Handle;
 
 /// Shortest pause between two renewal attempts after a failure.
 const MIN_RETRY: Duration = Duration::from_millis(10);
@@ -105,16 +106,25 @@ pub(crate) struct Renewer {
 impl Renewer {
     /// Starts renewing `state`'s lease every `every` (default: a third of its TTL).
     pub(crate) fn start(
-        manager: Arc<ManagerInner>,
+        handle: Arc<Handle>,
         state: Arc<LeaseState>,
         every: Option<Duration>,
-    ) -> Self {
+    ) -> Option<Self> {
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(renew(manager, state, every, stopped));
-        Renewer {
+        let key = state.lease().key().clone();
+        // Tracked by the lifecycle, and ended by it: a shutdown waits for the task to finish.
+        let Some(task) = handle
+            .lifecycle
+            .clone()
+            .spawn(renew(handle, state, every, stopped))
+        else {
+            tracing::warn!(%key, "no tokio runtime to renew on; the lease expires at its TTL");
+            return None;
+        };
+        Some(Renewer {
             stop: Some(stop),
             task,
-        }
+        })
     }
 
     /// Stops the task and waits for it, so the lease state is final (an extend in flight
@@ -137,7 +147,7 @@ impl Drop for Renewer {
 }
 
 async fn renew(
-    manager: Arc<ManagerInner>,
+    handle: Arc<Handle>,
     state: Arc<LeaseState>,
     every: Option<Duration>,
     mut stopped: oneshot::Receiver<()>,
@@ -147,6 +157,12 @@ async fn renew(
         let interval = every.unwrap_or(lease.ttl() / 3);
         tokio::select! {
             _ = &mut stopped => return,
+            _ = handle.lifecycle.closing() => {
+                // The manager shut down (and, with graceful shutdown, released the lock): the
+                // lease is no longer kept alive, so the holder must stop relying on it.
+                lose(&handle, &state, &lease, "the lock manager shut down".to_string());
+                return;
+            }
             _ = tokio::time::sleep(interval) => {}
         }
         // Extend, retrying transient failures until the lease would have expired.
@@ -154,7 +170,7 @@ async fn renew(
             // The extend must answer before the lease runs out; after that the lock may already
             // be someone else's, so waiting longer would keep `is_held()` true on a lost lock.
             let mut extend = Box::pin({
-                let (store, lease) = (manager.store.clone(), lease.clone());
+                let (store, lease) = (handle.store.clone(), lease.clone());
                 async move { store.extend(&lease, lease.ttl()).await }
             });
             let attempt = match tokio::time::timeout_at(lease.expires_at(), extend.as_mut()).await {
@@ -162,8 +178,9 @@ async fn renew(
                 Err(_) => {
                     // Still in flight. If it lands, the lock would live on for a whole TTL under
                     // a guard already reported lost: it is released as soon as it answers.
-                    let store = manager.store.clone();
-                    tokio::spawn(async move {
+                    let store = handle.store.clone();
+                    // Tracked: a shutdown waits for this cleanup.
+                    handle.lifecycle.spawn(async move {
                         if let Ok(renewed) = extend.await {
                             if let Err(error) = store.release(&renewed).await {
                                 tracing::warn!(key = %renewed.key(), %error,
@@ -181,14 +198,14 @@ async fn renew(
             match attempt {
                 Ok(renewed) => {
                     state.set_lease(renewed);
-                    manager.observers.emit(|| LockEvent::Renewed {
+                    handle.observers.emit(|| LockEvent::Renewed {
                         key: lease.key().clone(),
                     });
                     break;
                 }
                 Err(error) if error.kind() == ErrorKind::NotHeld => {
                     lose(
-                        &manager,
+                        &handle,
                         &state,
                         &lease,
                         format!("renewal found it no longer ours ({error})"),
@@ -198,7 +215,7 @@ async fn renew(
                 Err(error) => {
                     if Instant::now() >= lease.expires_at() {
                         lose(
-                            &manager,
+                            &handle,
                             &state,
                             &lease,
                             format!("could not renew before the lease expired ({error})"),
@@ -219,9 +236,9 @@ async fn renew(
     }
 }
 
-fn lose(manager: &ManagerInner, state: &LeaseState, lease: &Lease, reason: String) {
+fn lose(handle: &Handle, state: &LeaseState, lease: &Lease, reason: String) {
     tracing::warn!(key = %lease.key(), %reason, "lock lost");
-    manager.observers.emit(|| LockEvent::Lost {
+    handle.observers.emit(|| LockEvent::Lost {
         key: lease.key().clone(),
         reason: reason.clone(),
     });

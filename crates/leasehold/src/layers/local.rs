@@ -151,7 +151,12 @@ pub struct LocalCompetitionLayer {
 
 impl LocalCompetitionLayer {
     /// A layer with `config` and no observers.
-    pub fn new(config: LocalCompetitionConfig) -> Self {
+    pub fn new() -> Self {
+        LocalCompetitionLayer::default()
+    }
+
+    /// Temporary: replaced by the moka rewrite.
+    pub fn with_config(config: LocalCompetitionConfig) -> Self {
         LocalCompetitionLayer {
             config,
             observers: Observers::default(),
@@ -161,6 +166,29 @@ impl LocalCompetitionLayer {
     /// Reports events to `observers`.
     pub fn with_observers(mut self, observers: Observers) -> Self {
         self.observers = observers;
+        self
+    }
+
+    /// Temporary: replaced by the moka rewrite.
+    pub fn with_lifecycle(self, _lifecycle: crate::core::Lifecycle) -> Self {
+        self
+    }
+
+    /// Temporary: replaced by the moka rewrite.
+    pub fn hand_off(mut self, on: bool) -> Self {
+        self.config.hand_off = on;
+        self
+    }
+
+    /// Temporary: replaced by the moka rewrite.
+    pub fn max_hand_offs(mut self, max: u32) -> Self {
+        self.config.max_hand_offs = max;
+        self
+    }
+
+    /// Temporary: replaced by the moka rewrite.
+    pub fn max_hand_off_hold(mut self, max: Duration) -> Self {
+        self.config.max_hand_off_hold = max;
         self
     }
 }
@@ -307,7 +335,7 @@ impl Shared {
 impl<S: LockStore> LocalCompetition<S> {
     /// Wraps `inner`.
     pub fn new(inner: S, config: LocalCompetitionConfig) -> Self {
-        LocalCompetitionLayer::new(config).layer(inner)
+        LocalCompetitionLayer::with_config(config).layer(inner)
     }
 
     /// Keys with a local entry, including emptied ones not reclaimed yet.

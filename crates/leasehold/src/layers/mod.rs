@@ -1,33 +1,38 @@
 //! The scenario layers: Bond's scenarios as composable middlewares over any [`LockStore`](crate::LockStore).
 //!
-//! Each layer is one module with a config type (`…Config`), a [`Layer`](crate::Layer) (`…Layer`)
-//! and the store it wraps around another (`Readback<S>`, …), and overrides only the operations its
-//! scenario changes. Each reports what it did through the manager's one observer hook
+//! Each layer is one folder, `layers/<name>/`: `mod.rs` holds the module docs (what it guarantees,
+//! where it belongs, what it costs), one type that is both its configuration and its
+//! [`Layer`](crate::Layer) (`<Name>Layer`, as tower's `TimeoutLayer`), and the store it wraps
+//! around another (`<Name><S>`); its tests sit beside it in `tests.rs`. The wrapper implements
+//! [`LayeredStore`](crate::LayeredStore), so it writes only the operations its scenario changes
+//! and forwards the rest. One word names a layer everywhere: module, types, builder method, docs
+//! and events. Each reports what it did through the manager's one observer hook
 //! ([`LockEvent`](crate::LockEvent)), so metrics and tracing attach without touching the layers.
 //!
 //! | layer | Bond | guarantee |
 //! |---|---|---|
 //! | [`reentrancy`] | 3.6 | a holder re-taking its own key counts up instead of deadlocking |
-//! | [`local`] | 3.4 | local contenders meet in memory: fast-fail, local wake-up, optional hand-off |
-//! | [`shutdown`] | 3.5 | every live lock is released at shutdown (and on SIGINT/SIGTERM) |
+//! | [`local_competition`] | 3.4 | local contenders meet in memory: fast-fail, local wake-up, optional hand-off |
+//! | [`graceful_shutdown`] | 3.5 | every live lock is released at shutdown (and on SIGINT/SIGTERM) |
 //! | [`unlock_window`] | 3.2 | a release is sent only while the lease can still be ours |
 //! | [`readback`] | 3.1 | an in-doubt reply is resolved by reading the record back |
 //! | [`counting`] | — | counts the requests that reach the store (benchmarks, tests) |
 //!
 //! # The default stack and its order
-//! [`LockManagerBuilder::default_layers`](crate::LockManagerBuilder::default_layers) enables all
-//! five; each can also be enabled and configured alone with its own builder method. Whatever is
+//! [`LockManager::builder`](crate::LockManager::builder) enables all five by default; each can be
+//! configured or turned off with its own builder method (`.readback(false)`), and
+//! [`without_layers`](crate::LockManagerBuilder::without_layers) turns them all off. Whatever is
 //! enabled is assembled in this order, outer → inner:
 //!
 //! ```text
-//! manager → Reentrancy → LocalCompetition → ShutdownTracking → UnlockWindow → Readback → [custom .layer()s] → store
+//! manager → Reentrancy → LocalCompetition → GracefulShutdown → UnlockWindow → Readback → [custom .layer()s] → store
 //! ```
 //!
 //! - **Reentrancy outermost**: a holder re-taking a key it holds is answered first, so it is never
 //!   fast-failed or made to wait by local competition on its own key, and costs no I/O.
 //! - **Local competition next**: before anything that does I/O, so a local fast-fail or local wait
 //!   costs none, and a local hand-off is invisible below (the layers below see one store lease).
-//! - **Shutdown tracking below local competition**: it sees each real store lease exactly once
+//! - **Graceful shutdown below local competition**: it sees each real store lease exactly once
 //!   (not once per reentrant level or local holder), and its shutdown releases go through the
 //!   unlock window and readback like any other release.
 //! - **Unlock window above readback**: a release outside the window is skipped before any I/O;
@@ -38,24 +43,69 @@
 //!   wrap the store directly, inside readback (a timeout or fault-injection layer belongs there:
 //!   its in-doubt errors are then read back).
 //!
+//! A disabled layer is left out with [`option_layer`](crate::option_layer): no pass-through is
+//! written by hand. The layers that act at shutdown (local competition, graceful shutdown) share
+//! the manager's [`Lifecycle`](crate::Lifecycle): one closing signal and one tracker of
+//! background releases.
+//!
 //! ## What another order would do
 //! - Local competition outside reentrancy: a holder re-taking its key is fast-failed (try-lock)
 //!   or waits for itself until its deadline (blocking lock).
-//! - Shutdown tracking above local competition: hand-offs hide store releases from it; it would
+//! - Graceful shutdown above local competition: hand-offs hide store releases from it; it would
 //!   release leases a local waiter had just received, or miss them.
 //! - Readback above the unlock window: a skipped release is never in doubt, so nothing changes;
-//!   but readback above shutdown tracking would leave an in-doubt acquire untracked.
+//!   but readback above graceful shutdown would leave an in-doubt acquire untracked.
+//!
+//! # Writing a layer
+//! A layer is its configuration, a [`Layer`](crate::Layer) impl, and a wrapper that overrides
+//! only what its scenario changes. This one refuses releases of leases older than a limit:
+//!
+//! ```
+//! use std::time::Duration;
+//! use leasehold::{Error, Layer, LayeredStore, Lease, LockStore, Result};
+//!
+//! /// Refuses to release leases held longer than `max`.
+//! #[derive(Debug, Clone)]
+//! pub struct MaxHoldLayer { max: Duration }
+//!
+//! #[derive(Debug)]
+//! pub struct MaxHold<S> { inner: S, max: Duration }
+//!
+//! impl<S: LockStore> Layer<S> for MaxHoldLayer {
+//!     type Store = MaxHold<S>;
+//!     fn layer(&self, inner: S) -> MaxHold<S> { MaxHold { inner, max: self.max } }
+//! }
+//!
+//! impl<S: LockStore> LayeredStore for MaxHold<S> {
+//!     type Inner = S;
+//!     fn inner(&self) -> &S { &self.inner }
+//!     // try_acquire, extend, inspect, list, shutdown: forwarded.
+//!     async fn release(&self, lease: &Lease) -> Result<bool> {
+//!         if lease.acquired_at().elapsed() > self.max {
+//!             return Err(Error::invalid_argument("held too long"));
+//!         }
+//!         self.inner.release(lease).await
+//!     }
+//! }
+//!
+//! # fn main() -> leasehold::Result<()> {
+//! let locks = leasehold::LockManager::builder()
+//!     .client_id("c").farm_id("f")
+//!     .layer(MaxHoldLayer { max: Duration::from_secs(60) })
+//!     .build()?;
+//! # let _ = locks; Ok(()) }
+//! ```
 //!
 //! # Using a layer alone
 //! Every layer wraps any store, the embedded one included:
 //!
 //! ```
 //! use std::time::Duration;
-//! use leasehold::layers::{ReadbackConfig, ReadbackLayer};
+//! use leasehold::layers::ReadbackLayer;
 //! use leasehold::{Acquire, Layer, LockKey, LockStore, MemoryStore, OwnerToken};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
-//! let store = ReadbackLayer::new(ReadbackConfig::new()).layer(MemoryStore::new());
+//! let store = ReadbackLayer::new().layer(MemoryStore::new());
 //! let req = Acquire::new(LockKey::xdc("c", "e")?, OwnerToken::generate(), Duration::from_secs(2));
 //! let lease = store.try_acquire(&req).await?;
 //! assert!(store.release(&lease).await?);
@@ -63,18 +113,18 @@
 //! ```
 
 pub mod counting;
+pub mod graceful_shutdown;
 pub mod local;
 pub mod readback;
 pub mod reentrancy;
-pub mod shutdown;
 pub mod unlock_window;
 
 pub use counting::{Counting, CountingLayer, RequestCounts};
-pub use local::{LocalCompetition, LocalCompetitionConfig, LocalCompetitionLayer};
-pub use readback::{Readback, ReadbackConfig, ReadbackLayer};
-pub use reentrancy::{ReentrancyConfig, ReentrancyLayer, Reentrant};
-pub use shutdown::{GracefulShutdownConfig, ShutdownLayer, ShutdownTracking};
-pub use unlock_window::{UnlockWindow, UnlockWindowConfig, UnlockWindowLayer};
+pub use graceful_shutdown::{GracefulShutdown, GracefulShutdownLayer};
+pub use local::{LocalCompetition, LocalCompetitionLayer};
+pub use readback::{Readback, ReadbackLayer};
+pub use reentrancy::{Reentrancy, ReentrancyLayer};
+pub use unlock_window::{UnlockWindow, UnlockWindowLayer};
 
 #[cfg(test)]
 pub(crate) mod test_support {
@@ -146,14 +196,14 @@ mod conformance {
     mod readback_alone {
         use super::*;
         leasehold_testkit::conformance_tests!(async {
-            crate::layers::ReadbackLayer::default().layer(MemoryStore::new())
+            crate::layers::ReadbackLayer::new().layer(MemoryStore::new())
         });
     }
 
     mod unlock_window_alone {
         use super::*;
         leasehold_testkit::conformance_tests!(async {
-            crate::layers::UnlockWindowLayer::default().layer(MemoryStore::new())
+            crate::layers::UnlockWindowLayer::new().layer(MemoryStore::new())
         });
     }
 
@@ -167,24 +217,23 @@ mod conformance {
     mod local_with_hand_off_alone {
         use super::*;
         leasehold_testkit::conformance_tests!(async {
-            crate::layers::LocalCompetitionLayer::new(
-                crate::layers::LocalCompetitionConfig::new().hand_off(true),
-            )
-            .layer(MemoryStore::new())
+            crate::layers::LocalCompetitionLayer::new()
+                .hand_off(true)
+                .layer(MemoryStore::new())
         });
     }
 
     mod reentrancy_alone {
         use super::*;
         leasehold_testkit::conformance_tests!(async {
-            crate::layers::ReentrancyLayer::default().layer(MemoryStore::new())
+            crate::layers::ReentrancyLayer::new().layer(MemoryStore::new())
         });
     }
 
-    mod shutdown_tracking_alone {
+    mod graceful_shutdown_alone {
         use super::*;
         leasehold_testkit::conformance_tests!(async {
-            crate::layers::ShutdownLayer::default().layer(MemoryStore::new())
+            crate::layers::GracefulShutdownLayer::new().layer(MemoryStore::new())
         });
     }
 }
@@ -207,6 +256,7 @@ mod stack {
         let mut b = LockManager::builder()
             .client_id("c")
             .farm_id("f")
+            .without_layers()
             .store(MemoryStore::new())
             .layer(counting);
         b = b.observer(move |e: &crate::LockEvent| observers.emit(|| e.clone()));
@@ -269,7 +319,7 @@ mod stack {
 
     #[tokio::test(start_paused = true)]
     async fn late_release_is_skipped_by_the_unlock_window() {
-        let (locks, counts, seen) = manager(|b| b.unlock_window(UnlockWindowConfig::default()));
+        let (locks, counts, seen) = manager(|b| b.unlock_window(UnlockWindowLayer::new()));
         let guard = locks
             .try_lock_with("a", LockOptions::new().ttl(Duration::from_secs(1)))
             .await
@@ -283,7 +333,7 @@ mod stack {
     #[tokio::test]
     async fn hot_key_with_hand_off_needs_few_store_requests() {
         let (locks, counts, _) = manager(|b| {
-            b.local_competition(LocalCompetitionConfig::new().hand_off(true))
+            b.local_competition(LocalCompetitionLayer::new().hand_off(true))
                 .lock_ttl(Duration::from_secs(30))
         });
         let tasks: Vec<_> = (0..8)

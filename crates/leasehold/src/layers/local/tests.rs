@@ -8,7 +8,7 @@ type Local = Arc<LocalCompetition<ScriptedStore>>;
 
 fn local(scripted: &ScriptedStore, config: LocalCompetitionConfig) -> (Local, events::Seen) {
     let (observers, seen) = events::capture();
-    let store = LocalCompetitionLayer::new(config)
+    let store = LocalCompetitionLayer::with_config(config)
         .with_observers(observers)
         .layer(scripted.clone());
     (Arc::new(store), seen)

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::{Acquire, Capabilities, Layer, Lease, LockInfo, LockKey, LockStore, Result};
+use crate::core::{Acquire, Layer, Lease, LockInfo, LockKey, LockStore, Result};
 
 /// Counters of requests that passed through a [`Counting`] store. Shared: read them while the
 /// store is in use.
@@ -138,13 +138,11 @@ fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-impl<S: LockStore> LockStore for Counting<S> {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
+impl<S: LockStore> crate::core::LayeredStore for Counting<S> {
+    type Inner = S;
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+    fn inner(&self) -> &S {
+        &self.inner
     }
 
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
@@ -171,42 +169,7 @@ impl<S: LockStore> LockStore for Counting<S> {
         bump(&self.counts.lists);
         self.inner.list(prefix).await
     }
-
-    async fn shutdown(&self) -> Result<usize> {
-        self.inner.shutdown().await
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::layers::test_support::{key, req};
-    use leasehold_testkit::scripted::ScriptedStore;
-
-    #[tokio::test]
-    async fn counts_each_request_kind() {
-        let scripted = ScriptedStore::new();
-        scripted.grant_acquire().expect_release(Ok(true));
-        scripted.grant_extend().expect_inspect(Ok(None));
-        let layer = CountingLayer::new();
-        let store = layer.layer(scripted.clone());
-        let lease = store.try_acquire(&req("a", 1000)).await.unwrap();
-        let lease = store.extend(&lease, Duration::from_secs(2)).await.unwrap();
-        store.inspect(&key("a")).await.unwrap();
-        store.release(&lease).await.unwrap();
-        let counts = layer.counts();
-        assert_eq!(
-            (
-                counts.acquires(),
-                counts.extends(),
-                counts.inspects(),
-                counts.releases()
-            ),
-            (1, 1, 1, 1)
-        );
-        assert_eq!(counts.total(), 4);
-        counts.reset();
-        assert_eq!(counts.total(), 0);
-        scripted.verify();
-    }
-}
+mod tests;

@@ -1,0 +1,69 @@
+//! What guards and renewal tasks keep of their manager: the layered store, the observers, the
+//! local waiters to wake, and the lifecycle their background work is tracked by.
+//!
+//! A small handle instead of the whole manager, so `guard` and `renewal` depend on this module
+//! only and the manager depends on them, never the other way round.
+
+use tracing::Instrument;
+
+use crate::core::{BoxStore, Lease, Lifecycle, LockEvent, LockStore, Observers, Result};
+use crate::waiters::Waiters;
+
+/// Shared by a manager and every guard and renewal task it hands out.
+#[derive(Debug)]
+pub(crate) struct Handle {
+    pub(crate) store: BoxStore,
+    pub(crate) observers: Observers,
+    pub(crate) waiters: Waiters,
+    pub(crate) lifecycle: Lifecycle,
+}
+
+impl Handle {
+    /// Releases `lease` through the whole stack in a tracing span, wakes this process's waiters
+    /// on its key, and reports the outcome.
+    pub(crate) async fn release(&self, lease: &Lease) -> Result<bool> {
+        let span = tracing::info_span!(
+            "leasehold.release",
+            key = %lease.key(),
+            store = self.store.name(),
+            outcome = tracing::field::Empty,
+        );
+        let result = self.store.release(lease).instrument(span.clone()).await;
+        span.record(
+            "outcome",
+            match &result {
+                Ok(true) => "released",
+                Ok(false) => "not_held",
+                Err(e) => e.kind().as_str(),
+            },
+        );
+        self.waiters.wake(lease.key());
+        if let Ok(was_held) = result {
+            self.observers.emit(|| LockEvent::Released {
+                key: lease.key().clone(),
+                held_for: lease.acquired_at().elapsed(),
+                was_held,
+            });
+        }
+        result
+    }
+
+    /// Sends an owner-checked release of `lease` straight to the store in the background, as a
+    /// task the lifecycle tracks (a shutdown waits for it). `why` says, in the logs, whose lease
+    /// it was. Outside a runtime nothing can be sent: logged, and the lock expires at its TTL.
+    pub(crate) fn release_in_background(&self, lease: Lease, why: &'static str) {
+        let store = self.store.clone();
+        let key = lease.key().clone();
+        let spawned = self.lifecycle.spawn(async move {
+            match store.release(&lease).await {
+                Ok(true) => tracing::debug!(key = %lease.key(), why, "released in the background"),
+                Ok(false) => {}
+                Err(error) => tracing::warn!(key = %lease.key(), %error, why,
+                    "a background release failed; if the lock was taken, it expires at its TTL"),
+            }
+        });
+        if spawned.is_none() {
+            tracing::warn!(%key, why, "no tokio runtime to release on; the lock expires at its TTL");
+        }
+    }
+}

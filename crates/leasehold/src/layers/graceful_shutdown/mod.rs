@@ -1,0 +1,301 @@
+//! Graceful shutdown (Bond 3.5): track every live lock and release them all when the process
+//! stops, so a restart does not leave locks held until their TTL.
+//!
+//! # What it guarantees
+//! Every lease acquired through the layer is tracked (key → lease: token and expiry) until it is
+//! released or expires; a background task purges expired entries every
+//! [`GracefulShutdownLayer::purge_interval`]. [`LockStore::shutdown`] on this layer — which
+//! [`LockManager::shutdown`](crate::LockManager::shutdown) calls after new acquisitions stopped and
+//! in-flight ones finished — releases every still-live tracked lock through the layers below
+//! (unlock window, readback, store), concurrently, within [`GracefulShutdownLayer::deadline`],
+//! emits [`LockEvent::ReleasedAtShutdown`] for each, then shuts the inner store down. It returns
+//! how many locks were released. After shutdown the layer refuses new acquisitions
+//! ([`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown)); an acquisition that was in flight and
+//! lands after the sweep is released at once.
+//!
+//! With the `signal` feature, [`LockManager::install_signal_handler`] runs the same shutdown on
+//! SIGINT/SIGTERM.
+//!
+//! Bond's constraints hold: only this process's own locks are released, synchronously at shutdown;
+//! a guard still alive afterwards finds its lock gone (its release answers `Ok(false)`).
+//! Most useful with TTLs long enough (Bond: over 15 s) that waiting them out after a restart hurts.
+//!
+//! # Where it belongs
+//! Below local competition (so it sees each real store lease exactly once: local hand-offs and
+//! reentrant levels share one store lease), above the unlock window and readback (so a shutdown
+//! release is window-checked and its in-doubt reply read back).
+//!
+//! # Cost
+//! One concurrent-map insert per acquisition and one remove per release; a purge sweep per
+//! interval.
+//!
+//! [`LockManager::install_signal_handler`]: crate::LockManager
+
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
+
+use crate::core::{
+    instant_after, Acquire, Error, Layer, Lease, Lifecycle, LockEvent, LockStore, Observers, Result,
+};
+use crate::sweep::Sweeper;
+use crate::KeyMap;
+
+/// Default time the shutdown sweep may take to release every live lock.
+pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
+/// Default interval of the purge of expired entries.
+pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The graceful-shutdown layer: its configuration, and the [`Layer`] that wraps a store in
+/// [`GracefulShutdown`].
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::layers::GracefulShutdownLayer;
+/// let layer = GracefulShutdownLayer::new().deadline(Duration::from_secs(2));
+/// assert_eq!(layer.deadline, Duration::from_secs(2));
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct GracefulShutdownLayer {
+    /// How long the release sweep may take. Locks not released by then expire at their TTL.
+    /// Default [`DEFAULT_SHUTDOWN_DEADLINE`].
+    pub deadline: Duration,
+    /// How often expired entries are purged. Default [`DEFAULT_PURGE_INTERVAL`].
+    pub purge_interval: Duration,
+    /// Exit status of the process after a signal-triggered shutdown (feature `signal`). Default
+    /// 130 (128 + SIGINT; `ctrlc` does not say whether SIGINT or SIGTERM arrived).
+    pub exit_code: i32,
+    observers: Observers,
+    lifecycle: Option<Lifecycle>,
+}
+
+impl Default for GracefulShutdownLayer {
+    fn default() -> Self {
+        GracefulShutdownLayer {
+            deadline: DEFAULT_SHUTDOWN_DEADLINE,
+            purge_interval: DEFAULT_PURGE_INTERVAL,
+            exit_code: 130,
+            observers: Observers::default(),
+            lifecycle: None,
+        }
+    }
+}
+
+impl GracefulShutdownLayer {
+    /// The default: a 5 s sweep deadline, a purge every second, exit status 130.
+    pub fn new() -> Self {
+        GracefulShutdownLayer::default()
+    }
+
+    /// Sets the sweep deadline.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Sets the purge interval (at least 1 ms).
+    pub fn purge_interval(mut self, interval: Duration) -> Self {
+        self.purge_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets the exit status after a signal-triggered shutdown.
+    pub fn exit_code(mut self, code: i32) -> Self {
+        self.exit_code = code;
+        self
+    }
+
+    /// Reports events to `observers`.
+    pub fn with_observers(mut self, observers: Observers) -> Self {
+        self.observers = observers;
+        self
+    }
+
+    /// Shares `lifecycle` (the manager's): once it is closing, acquisitions are refused and one
+    /// landing late is given back. Default: a lifecycle of the layer's own, closed by its
+    /// [`LockStore::shutdown`].
+    pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
+        self.lifecycle = Some(lifecycle);
+        self
+    }
+}
+
+impl<S: LockStore> Layer<S> for GracefulShutdownLayer {
+    type Store = GracefulShutdown<S>;
+
+    fn layer(&self, inner: S) -> GracefulShutdown<S> {
+        GracefulShutdown {
+            inner,
+            live: Arc::new(Live::default()),
+            deadline: self.deadline,
+            purge_interval: self.purge_interval,
+            observers: self.observers.clone(),
+            purger: Sweeper::default(),
+            lifecycle: self.lifecycle.clone().unwrap_or_default(),
+        }
+    }
+}
+
+type Live = KeyMap<Lease>;
+
+/// A store that tracks live locks and releases them at shutdown (see the [module docs](self)).
+#[derive(Debug)]
+pub struct GracefulShutdown<S> {
+    inner: S,
+    live: Arc<Live>,
+    deadline: Duration,
+    purge_interval: Duration,
+    observers: Observers,
+    purger: Sweeper,
+    lifecycle: Lifecycle,
+}
+
+fn purge(live: &Live, now: Instant) -> usize {
+    let before = live.len();
+    live.retain(|_, lease| now < lease.expires_at());
+    before.saturating_sub(live.len())
+}
+
+impl<S: LockStore> GracefulShutdown<S> {
+    /// Tracked locks, including expired ones not purged yet.
+    pub fn tracked(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Removes expired entries now; returns how many.
+    pub fn purge_expired(&self) -> usize {
+        purge(&self.live, Instant::now())
+    }
+
+    /// The wrapped store.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Stops tracking `lease` (if it is still the tracked one for its key).
+    fn untrack(&self, lease: &Lease) {
+        self.live
+            .remove_if(lease.key(), |_, tracked| tracked.token() == lease.token());
+    }
+
+    /// Releases every live tracked lock within the deadline; returns how many were released.
+    async fn sweep(&self) -> usize {
+        // The lifecycle was closed before this fence; an acquisition that inserts after the scan
+        // below fences before reading it, so it sees the close and gives its lease back itself.
+        fence(Ordering::SeqCst);
+        let now = Instant::now();
+        let leases: Vec<Lease> = self
+            .live
+            .iter()
+            .map(|entry| entry.value().clone())
+            .filter(|lease| now < lease.expires_at())
+            .collect();
+        for lease in &leases {
+            self.untrack(lease);
+        }
+        if leases.is_empty() {
+            return 0;
+        }
+        let deadline = instant_after(now, self.deadline);
+        let mut pending: FuturesUnordered<_> = leases
+            .iter()
+            .map(|lease| async move { (lease, self.inner.release(lease).await) })
+            .collect();
+        let mut released = 0;
+        loop {
+            match tokio::time::timeout_at(deadline, pending.next()).await {
+                Ok(Some((lease, Ok(true)))) => {
+                    released += 1;
+                    self.observers.emit(|| LockEvent::ReleasedAtShutdown {
+                        key: lease.key().clone(),
+                    });
+                }
+                Ok(Some((lease, Ok(false)))) => {
+                    tracing::debug!(key = %lease.key(), "at shutdown the lock was no longer ours")
+                }
+                Ok(Some((lease, Err(error)))) => {
+                    tracing::warn!(key = %lease.key(), %error,
+                        "releasing at shutdown failed; the lock expires at its TTL")
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    tracing::warn!(
+                        unreleased = pending.len(),
+                        "shutdown deadline passed; the remaining locks expire at their TTL"
+                    );
+                    break;
+                }
+            }
+        }
+        released
+    }
+}
+
+impl<S: LockStore> crate::core::LayeredStore for GracefulShutdown<S> {
+    type Inner = S;
+
+    fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        if self.lifecycle.is_closing() {
+            return Err(Error::shut_down().with_key(req.key.as_str()));
+        }
+        self.purger.ensure(&self.live, self.purge_interval, purge);
+        let lease = self.inner.try_acquire(req).await?;
+        // Tracked first, then the lifecycle read (with a fence against the sweep's, see `sweep`):
+        // either the sweep sees this lease or this call sees the shutdown, never neither.
+        self.live.insert(lease.key().clone(), lease.clone());
+        fence(Ordering::SeqCst);
+        if self.lifecycle.is_closing() {
+            // Landed during the shutdown: give it back now (the sweep may too; both are
+            // owner-checked, so the second is a no-op).
+            self.untrack(&lease);
+            if let Err(error) = self.inner.release(&lease).await {
+                tracing::warn!(key = %lease.key(), %error,
+                    "releasing a lock acquired during shutdown failed; it expires at its TTL");
+            }
+            return Err(Error::shut_down().with_key(req.key.as_str()));
+        }
+        Ok(lease)
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        // Untracked only once the store answered: a release that fails (or is cancelled) may
+        // leave the lock in the store, and then the shutdown must still release it.
+        let released = self.inner.release(lease).await;
+        if released.is_ok() {
+            self.untrack(lease);
+        }
+        released
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let renewed = self.inner.extend(lease, ttl).await?;
+        // Tracked again even if the purge dropped the entry while the extend was in flight: the
+        // store holds the lock for the new TTL.
+        self.live
+            .entry(lease.key().clone())
+            .and_modify(|tracked| {
+                if tracked.token() == lease.token() {
+                    *tracked = renewed.clone();
+                }
+            })
+            .or_insert_with(|| renewed.clone());
+        Ok(renewed)
+    }
+
+    async fn shutdown(&self) -> Result<usize> {
+        self.lifecycle.close();
+        let released = self.sweep().await;
+        Ok(released + self.inner.shutdown().await?)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,283 @@
+//! Reentrancy (Bond 3.6): the same holder taking a key it already holds counts up instead of
+//! deadlocking.
+//!
+//! # What it guarantees
+//! For an acquisition that names a holder ([`Acquire::holder`]): if that holder already holds the
+//! key through this layer and the lease has not expired, the hold count goes up and the same lease
+//! is returned at once, with no store I/O ([`LockEvent::Reentered`] with the new depth). Only the
+//! first acquisition goes to the store; only the release that brings the count back to zero is
+//! sent to the store. Releases of the inner levels return `Ok(true)` (the lock is still held by
+//! the outer level). Guards can be released or dropped in any order: they share one lease and are
+//! only counted.
+//!
+//! # Who is a holder
+//! - An explicit [`Holder`](crate::Holder) handle passed with
+//!   [`LockOptions::holder`](crate::LockOptions::holder): create one per logical owner and pass it
+//!   (or a copy) down to the code that re-takes the lock. It works across tasks: every task given
+//!   the same handle is the same holder.
+//! - The current tokio task, when the manager is built with
+//!   [`task_holders(true)`](crate::LockManagerBuilder::task_holders) and no explicit holder is
+//!   given. A task that spawns a subtask is *not* the subtask's holder: the subtask waits for the
+//!   lock like anyone else (and deadlocks if the parent waits for it while holding the lock).
+//!   Conversely, futures run concurrently inside one task (`join!`, `select!`,
+//!   `FuturesUnordered`) are all the same holder and would all enter; give them explicit holders.
+//!   A guard should not outlive the task that took it: tokio only promises a task id is unique
+//!   among running tasks, so after the task ends its id may in principle be given to a new task,
+//!   which would then re-enter the old guard's lock. (Today's tokio counts ids up and does not
+//!   reuse them, but the contract allows it.) Pass an explicit holder when guards move between
+//!   tasks.
+//!
+//! Acquisitions without a holder are never reentrant and pass straight through.
+//!
+//! # Edge cases (Bond's warning)
+//! - **Same key, different logical locks.** Reentrancy is by key: two logically different locks
+//!   that map to the same key (the same entity id in the same client and farm) are one lock here,
+//!   and the inner acquisition protects nothing more than the outer one. Give distinct locks
+//!   distinct entity ids.
+//! - **A different TTL on a reentrant acquisition** does not change the store lease: the returned
+//!   lease is the one already held, with its own TTL and expiry. To get more time, extend a guard:
+//!   the layer keeps one lease per hold, an extend by any level moves it on, later levels get the
+//!   extended lease, and the last release sends that one to the store. (Each guard still reports
+//!   its own copy in `lease()`/`is_held()`; renew or extend through the outermost guard.)
+//! - **An expired hold** is not re-entered: if the held lease's TTL has passed, the acquisition
+//!   goes to the store as a new one.
+//! - The depth is bounded by [`ReentrancyLayer::max_depth`] (runaway recursion is an error, not
+//!   an overflow).
+//!
+//! # Where it belongs
+//! Outermost: before local competition, so a holder is never fast-failed (or made to wait) on a
+//! key it holds itself, and before anything that does I/O.
+//!
+//! # Cost
+//! One atomic load per call when no holder holds anything; otherwise one concurrent-map lookup.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::core::{
+    Acquire, Error, ErrorKind, HolderId, Layer, Lease, LockEvent, LockKey, LockStore, Observers,
+    Result,
+};
+use crate::KeyMap;
+
+/// Default bound of a hold count.
+pub const DEFAULT_MAX_DEPTH: u32 = 1024;
+
+/// The reentrancy layer: its configuration, and the [`Layer`] that wraps a store in
+/// [`Reentrancy`].
+///
+/// ```
+/// use leasehold::layers::ReentrancyLayer;
+/// assert_eq!(ReentrancyLayer::new().max_depth(8).max_depth, 8);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ReentrancyLayer {
+    /// Deepest hold count allowed; a deeper acquisition fails with `InvalidArgument`. Default
+    /// [`DEFAULT_MAX_DEPTH`].
+    pub max_depth: u32,
+    observers: Observers,
+}
+
+impl Default for ReentrancyLayer {
+    fn default() -> Self {
+        ReentrancyLayer {
+            max_depth: DEFAULT_MAX_DEPTH,
+            observers: Observers::default(),
+        }
+    }
+}
+
+impl ReentrancyLayer {
+    /// The default: depth bound [`DEFAULT_MAX_DEPTH`], no observers.
+    pub fn new() -> Self {
+        ReentrancyLayer::default()
+    }
+
+    /// Sets the depth bound (at least 1).
+    pub fn max_depth(mut self, max_depth: u32) -> Self {
+        self.max_depth = max_depth.max(1);
+        self
+    }
+
+    /// Reports events to `observers`.
+    pub fn with_observers(mut self, observers: Observers) -> Self {
+        self.observers = observers;
+        self
+    }
+}
+
+impl<S: LockStore> Layer<S> for ReentrancyLayer {
+    type Store = Reentrancy<S>;
+
+    fn layer(&self, inner: S) -> Reentrancy<S> {
+        Reentrancy {
+            inner,
+            held: KeyMap::default(),
+            count: AtomicUsize::new(0),
+            max_depth: self.max_depth,
+            observers: self.observers.clone(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Held {
+    holder: HolderId,
+    lease: Lease,
+    depth: u32,
+}
+
+/// A store where a holder re-taking a key it holds counts up (see the [module docs](self)).
+#[derive(Debug)]
+pub struct Reentrancy<S> {
+    inner: S,
+    held: KeyMap<Held>,
+    /// Entries in `held`, so calls skip the map when nobody holds anything.
+    count: AtomicUsize,
+    max_depth: u32,
+    observers: Observers,
+}
+
+impl<S: LockStore> Reentrancy<S> {
+    /// The hold count of `key` by `holder` (0: not held by it).
+    pub fn depth(&self, key: &LockKey, holder: HolderId) -> u32 {
+        self.held
+            .get(key)
+            .filter(|held| held.holder == holder && Instant::now() < held.lease.expires_at())
+            .map_or(0, |held| held.depth)
+    }
+
+    /// The wrapped store.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    fn forget(&self, key: &LockKey, token: &crate::core::OwnerToken) {
+        if self
+            .held
+            .remove_if(key, |_, held| held.lease.token() == token)
+            .is_some()
+        {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<S: LockStore> crate::core::LayeredStore for Reentrancy<S> {
+    type Inner = S;
+
+    fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        let Some(holder) = req.holder else {
+            return self.inner.try_acquire(req).await;
+        };
+        if self.count.load(Ordering::Relaxed) > 0 {
+            if let Some(mut held) = self.held.get_mut(&req.key) {
+                if held.holder == holder {
+                    if Instant::now() < held.lease.expires_at() {
+                        if held.depth >= self.max_depth {
+                            return Err(Error::invalid_argument(format!(
+                                "reentrant hold count would exceed {}: runaway recursion?",
+                                self.max_depth
+                            ))
+                            .with_key(req.key.as_str()));
+                        }
+                        held.depth += 1;
+                        let depth = held.depth;
+                        let lease = held.lease.clone();
+                        drop(held);
+                        self.observers.emit(|| LockEvent::Reentered {
+                            key: req.key.clone(),
+                            depth,
+                        });
+                        return Ok(lease);
+                    }
+                    // Our hold expired: forget it, this is a new acquisition.
+                    let token = held.lease.token().clone();
+                    drop(held);
+                    self.forget(&req.key, &token);
+                }
+            }
+        }
+        let lease = self.inner.try_acquire(req).await?;
+        let previous = self.held.insert(
+            req.key.clone(),
+            Held {
+                holder,
+                lease: lease.clone(),
+                depth: 1,
+            },
+        );
+        if previous.is_none() {
+            self.count.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(lease)
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        if self.count.load(Ordering::Relaxed) > 0 {
+            // Count down or remove in one step under the entry's lock: a reentrant acquire by the
+            // same holder on another thread cannot slip in between and be handed a lease that is
+            // about to be released.
+            let mut still_held = None;
+            let removed = self.held.remove_if_mut(lease.key(), |_, held| {
+                if held.lease.token() != lease.token() {
+                    return false;
+                }
+                if held.depth > 1 {
+                    held.depth -= 1;
+                    still_held = Some(Instant::now() < held.lease.expires_at());
+                    return false;
+                }
+                true
+            });
+            if let Some(still_held) = still_held {
+                return Ok(still_held);
+            }
+            if let Some((_, held)) = removed {
+                self.count.fetch_sub(1, Ordering::Relaxed);
+                // The entry's lease, not this level's copy: an extend made through any level
+                // moved it on, and a stale copy would be refused by the unlock window.
+                return self.inner.release(&held.lease).await;
+            }
+        }
+        self.inner.release(lease).await
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let renewed = match self.inner.extend(lease, ttl).await {
+            Ok(renewed) => renewed,
+            Err(error) => {
+                if error.kind() == ErrorKind::NotHeld && self.count.load(Ordering::Relaxed) > 0 {
+                    // Lost: the next acquisition by this holder must go to the store, not count
+                    // up on a lock someone else may hold now.
+                    self.forget(lease.key(), lease.token());
+                }
+                return Err(error);
+            }
+        };
+        if self.count.load(Ordering::Relaxed) > 0 {
+            if let Some(mut held) = self.held.get_mut(lease.key()) {
+                if held.lease.token() == lease.token() {
+                    held.lease = renewed.clone();
+                }
+            }
+        }
+        Ok(renewed)
+    }
+
+    async fn shutdown(&self) -> Result<usize> {
+        self.held.clear();
+        self.count.store(0, Ordering::Relaxed);
+        self.inner.shutdown().await
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,183 @@
+//! One acquisition: a single attempt or the wait loop, in a tracing span, reported to observers;
+//! and the undo of an attempt that may have taken the lock for nobody.
+
+use std::sync::atomic::{fence, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::core::{Acquire, Error, ErrorKind, Lease, LockEvent, LockStore, OwnerToken, Result};
+use crate::guard::LockGuard;
+
+use super::options::Plan;
+use super::LockManager;
+
+impl LockManager {
+    /// One acquisition: a single attempt (`wait: None`) or a wait loop, in a tracing span, with
+    /// the outcome reported to observers.
+    pub(super) async fn acquire(&self, plan: Plan, wait: Option<Duration>) -> Result<LockGuard> {
+        let handle = &self.inner.handle;
+        let span = tracing::info_span!(
+            "leasehold.acquire",
+            key = %plan.key,
+            store = handle.store.name(),
+            scenario = plan.scenario,
+            mode = if wait.is_some() { "wait" } else { "try" },
+            outcome = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+        );
+        // The clock is read only when the time is needed: a wait's deadline, or the `waited` of
+        // an event someone listens to.
+        let started = (wait.is_some() || !handle.observers.is_empty()).then(Instant::now);
+        let mut attempts = 0u32;
+        // Tracked before the lifecycle is read (fenced against the shutdown's close-then-wait):
+        // either the shutdown waits for this acquisition or this acquisition sees the shutdown.
+        let in_flight = handle.lifecycle.track();
+        fence(Ordering::SeqCst);
+        let result = if handle.lifecycle.is_closing() {
+            Err(Error::shut_down().with_key(plan.key.as_str()))
+        } else {
+            self.attempts(&plan, wait, started, &mut attempts)
+                .instrument(span.clone())
+                .await
+        };
+        drop(in_flight);
+        let waited = || started.map_or(Duration::ZERO, |at| at.elapsed());
+        span.record("attempts", attempts);
+        match result {
+            Ok(lease) => {
+                span.record("outcome", "acquired");
+                handle.observers.emit(|| LockEvent::Acquired {
+                    key: lease.key().clone(),
+                    token: lease.token().clone(),
+                    fencing_token: lease.fencing_token(),
+                    waited: waited(),
+                    attempts,
+                });
+                Ok(LockGuard::new(handle.clone(), lease, plan.renew))
+            }
+            Err(error) => {
+                span.record("outcome", error.kind().as_str());
+                handle.observers.emit(|| LockEvent::AcquireFailed {
+                    key: plan.key.clone(),
+                    error: error.kind(),
+                    waited: waited(),
+                    attempts,
+                });
+                Err(error)
+            }
+        }
+    }
+
+    async fn attempts(
+        &self,
+        plan: &Plan,
+        wait: Option<Duration>,
+        started: Option<Instant>,
+        attempts: &mut u32,
+    ) -> Result<Lease> {
+        let handle = &self.inner.handle;
+        let Some(wait) = wait else {
+            *attempts = 1;
+            let req = Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
+                .with_holder(plan.holder);
+            return self.attempt(req).await;
+        };
+        let started = started.unwrap_or_else(Instant::now);
+        let deadline = started + wait;
+        let subscription = handle.waiters.subscribe(&plan.key);
+        loop {
+            // Enable the wake-up before the attempt, so a release between a failed attempt and the
+            // sleep is not missed.
+            let woken = subscription.notify().notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+
+            let req = Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
+                .with_holder(plan.holder)
+                .with_deadline(Some(deadline));
+            *attempts += 1;
+            match self.attempt(req).await {
+                Err(e) if e.is_unavailable() => {}
+                done => return done,
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "still held by another owner after waiting {:?} ({attempts} attempts); \
+                         wait longer or inspect the holder",
+                        now - started
+                    ),
+                )
+                .with_key(plan.key.as_str()));
+            }
+            let pause = self
+                .inner
+                .config
+                .backoff
+                .delay(*attempts)
+                .min(deadline - now);
+            tokio::select! {
+                _ = &mut woken => {}
+                _ = handle.lifecycle.closing() => {
+                    return Err(Error::shut_down().with_key(plan.key.as_str()))
+                }
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    async fn attempt(&self, req: Acquire) -> Result<Lease> {
+        let handle = &self.inner.handle;
+        let mut undo = Undo {
+            manager: self,
+            req: &req,
+            armed: true,
+        };
+        let result = handle.store.try_acquire(&req).await;
+        undo.armed = result.as_ref().is_err_and(Error::is_in_doubt);
+        drop(undo);
+        if let Err(error) = &result {
+            if error.is_unavailable() {
+                handle.observers.emit(|| LockEvent::Contended {
+                    key: req.key.clone(),
+                });
+            }
+        }
+        result
+    }
+}
+
+/// Undoes an acquisition attempt that may have taken the lock for nobody: the caller stopped
+/// waiting midway (its future was dropped, perhaps after the store applied the write), or the
+/// attempt ended in doubt (reply lost, and the readback too). An owner-checked release of the
+/// attempt's own token is sent in the background through the whole stack, as a task the
+/// lifecycle tracks: a no-op if the lock was not taken, and no other holder's lock can be touched
+/// (every token is fresh per attempt). Network stores also undo their own cancelled requests; the
+/// second release then finds nothing.
+struct Undo<'a> {
+    manager: &'a LockManager,
+    req: &'a Acquire,
+    armed: bool,
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let maybe_held = Lease::new(
+            self.req.key.clone(),
+            self.req.token.clone(),
+            self.req.ttl,
+            Instant::now(),
+        );
+        self.manager
+            .inner
+            .handle
+            .release_in_background(maybe_held, "an abandoned or in-doubt acquisition");
+    }
+}

@@ -1,0 +1,423 @@
+//! The builder: the manager's settings, which scenario layers it assembles, and how they stack.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backoff::Backoff;
+use crate::core::{
+    option_layer, validate_ttl, BoxStore, Error, Layer, Lifecycle, LockKey, LockLevel, LockStore,
+    Observer, Observers, Result, MAX_TTL,
+};
+use crate::handle::Handle;
+use crate::layers::{
+    GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer, UnlockWindowLayer,
+};
+use crate::waiters::Waiters;
+use crate::MemoryStore;
+
+use super::options::Renewal;
+use super::{
+    Config, Inner, LockManager, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF, DEFAULT_RETRY_INTERVAL,
+    DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
+};
+
+/// Builds a [`LockManager`]. Obtain one with [`LockManager::builder`].
+///
+/// `LockManager::builder().client_id(..).farm_id(..).build()` gives the recommended setup: the
+/// embedded store, every scenario layer (readback, unlock window, local competition, reentrancy,
+/// graceful shutdown), reentrancy per tokio task, and a renewal watchdog for guards taken without
+/// an explicit TTL. Opting out is explicit: [`without_layers`](Self::without_layers), a layer
+/// method given `false`, [`task_holders(false)`](Self::task_holders),
+/// [`renewal(false)`](Self::renewal). docs/DESIGN.md compares these defaults with the Java lock
+/// manager's.
+#[derive(Debug)]
+pub struct LockManagerBuilder {
+    client_id: Option<String>,
+    farm_id: Option<String>,
+    default_level: LockLevel,
+    store: Option<BoxStore>,
+    lock_ttl: Duration,
+    wait_for_lock: Duration,
+    retry_interval: Duration,
+    min_backoff: Duration,
+    shutdown_timeout: Duration,
+    observers: Observers,
+    task_holders: bool,
+    renewal: Renewal,
+    scenario: &'static str,
+    layers: ScenarioLayers,
+}
+
+/// A scenario layer turned on (with its configuration) or off: what the builder's layer methods
+/// accept, so both `.readback(false)` and `.readback(ReadbackLayer::new().retries(2))` read well.
+///
+/// ```
+/// use leasehold::layers::ReadbackLayer;
+/// use leasehold::LockManager;
+/// let builder = LockManager::builder()
+///     .readback(ReadbackLayer::new().retries(2)) // on, configured
+///     .unlock_window(false)                      // off
+///     .reentrancy(true);                         // on, default configuration
+/// # let _ = builder;
+/// ```
+#[derive(Debug, Clone)]
+pub struct Toggle<L>(Option<L>);
+
+macro_rules! toggles {
+    ($($layer:ty),*) => {$(
+        impl From<bool> for Toggle<$layer> {
+            fn from(on: bool) -> Self {
+                Toggle(on.then(<$layer>::default))
+            }
+        }
+        impl From<$layer> for Toggle<$layer> {
+            fn from(layer: $layer) -> Self {
+                Toggle(Some(layer))
+            }
+        }
+    )*};
+}
+
+toggles!(
+    ReadbackLayer,
+    UnlockWindowLayer,
+    LocalCompetitionLayer,
+    ReentrancyLayer,
+    GracefulShutdownLayer
+);
+
+/// Which scenario layers the builder assembles, and how (see [`crate::layers`]).
+#[derive(Debug, Clone)]
+struct ScenarioLayers {
+    readback: Option<ReadbackLayer>,
+    unlock_window: Option<UnlockWindowLayer>,
+    local_competition: Option<LocalCompetitionLayer>,
+    reentrancy: Option<ReentrancyLayer>,
+    graceful_shutdown: Option<GracefulShutdownLayer>,
+}
+
+impl ScenarioLayers {
+    /// The recommended stack: every layer with its default configuration.
+    fn all() -> Self {
+        ScenarioLayers {
+            readback: Some(ReadbackLayer::default()),
+            unlock_window: Some(UnlockWindowLayer::default()),
+            local_competition: Some(LocalCompetitionLayer::default()),
+            reentrancy: Some(ReentrancyLayer::default()),
+            graceful_shutdown: Some(GracefulShutdownLayer::default()),
+        }
+    }
+
+    fn none() -> Self {
+        ScenarioLayers {
+            readback: None,
+            unlock_window: None,
+            local_competition: None,
+            reentrancy: None,
+            graceful_shutdown: None,
+        }
+    }
+
+    /// Wraps `store` in the enabled layers, inner → outer: readback, unlock window, graceful
+    /// shutdown, local competition, reentrancy (see `crate::layers` for the reasons). Each layer
+    /// gets the manager's observers and the layers that act at shutdown its lifecycle. The stack
+    /// stays generic and is erased (boxed) once, at the end.
+    fn assemble<S: LockStore>(
+        &self,
+        store: S,
+        observers: &Observers,
+        lifecycle: &Lifecycle,
+    ) -> BoxStore {
+        let readback = option_layer(
+            self.readback
+                .clone()
+                .map(|l| l.with_observers(observers.clone())),
+        );
+        let unlock_window = option_layer(
+            self.unlock_window
+                .clone()
+                .map(|l| l.with_observers(observers.clone())),
+        );
+        let graceful_shutdown = option_layer(self.graceful_shutdown.clone().map(|l| {
+            l.with_observers(observers.clone())
+                .with_lifecycle(lifecycle.clone())
+        }));
+        let local_competition = option_layer(self.local_competition.clone().map(|l| {
+            l.with_observers(observers.clone())
+                .with_lifecycle(lifecycle.clone())
+        }));
+        let reentrancy = option_layer(
+            self.reentrancy
+                .clone()
+                .map(|l| l.with_observers(observers.clone())),
+        );
+        let store = readback.layer(store);
+        let store = unlock_window.layer(store);
+        let store = graceful_shutdown.layer(store);
+        let store = local_competition.layer(store);
+        BoxStore::new(reentrancy.layer(store))
+    }
+}
+
+impl LockManagerBuilder {
+    pub(super) fn new() -> Self {
+        LockManagerBuilder {
+            client_id: None,
+            farm_id: None,
+            default_level: LockLevel::Dc,
+            store: None,
+            lock_ttl: DEFAULT_LOCK_TTL,
+            wait_for_lock: DEFAULT_WAIT_FOR_LOCK,
+            retry_interval: DEFAULT_RETRY_INTERVAL,
+            min_backoff: DEFAULT_MIN_BACKOFF,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            observers: Observers::default(),
+            task_holders: true,
+            renewal: Renewal::Watchdog,
+            scenario: "default",
+            layers: ScenarioLayers::all(),
+        }
+    }
+
+    /// The client id: every lock id is `<client_id>#<entity>`. Required.
+    pub fn client_id(mut self, client_id: impl Into<String>) -> Self {
+        self.client_id = Some(client_id.into());
+        self
+    }
+
+    /// The farm (data center) id, required for DC locks (the default level).
+    pub fn farm_id(mut self, farm_id: impl Into<String>) -> Self {
+        self.farm_id = Some(farm_id.into());
+        self
+    }
+
+    /// The level of locks named by an entity id alone. Default [`LockLevel::Dc`].
+    pub fn default_level(mut self, level: LockLevel) -> Self {
+        self.default_level = level;
+        self
+    }
+
+    /// The store. Default: a new [`MemoryStore`].
+    pub fn store(mut self, store: impl LockStore) -> Self {
+        self.store = Some(BoxStore::new(store));
+        self
+    }
+
+    /// Wraps the store (as configured so far) in a layer. The first layer added is the innermost.
+    ///
+    /// Custom layers always sit directly around the store, inside the scenario layers (so, for
+    /// example, the in-doubt errors of a timeout layer are read back by the readback layer); see
+    /// [`crate::layers`].
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: Layer<BoxStore>,
+        L::Store: LockStore,
+    {
+        let store = self
+            .store
+            .take()
+            .unwrap_or_else(|| BoxStore::new(MemoryStore::new()));
+        self.store = Some(BoxStore::new(layer.layer(store)));
+        self
+    }
+
+    /// Default lease TTL, and the watchdog's lease for guards taken without an explicit TTL.
+    /// Default 90 s.
+    pub fn lock_ttl(mut self, ttl: Duration) -> Self {
+        self.lock_ttl = ttl;
+        self
+    }
+
+    /// Default wait of a blocking acquire. Default 90 s.
+    pub fn wait_for_lock(mut self, wait: Duration) -> Self {
+        self.wait_for_lock = wait;
+        self
+    }
+
+    /// Longest sleep between attempts of a blocking acquire. Default 1 s.
+    pub fn retry_interval(mut self, interval: Duration) -> Self {
+        self.retry_interval = interval;
+        self
+    }
+
+    /// First sleep between attempts of a blocking acquire. Default 10 ms.
+    pub fn min_backoff(mut self, backoff: Duration) -> Self {
+        self.min_backoff = backoff;
+        self
+    }
+
+    /// How long [`LockManager::shutdown`] waits for in-flight acquisitions and background
+    /// releases. Default 5 s.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Adds an observer of lock events.
+    pub fn observer(mut self, observer: impl Observer) -> Self {
+        self.observers = self.observers.with(observer);
+        self
+    }
+
+    /// When no explicit [`Holder`](crate::Holder) is given, use the current tokio task as the
+    /// holder identity (outside any task, as in the body of `#[tokio::main]`, the thread the
+    /// future is blocked on), so that a task re-taking a key it holds counts up (with the
+    /// reentrancy layer) instead of waiting for itself. Default **on**, as a Redisson lock is
+    /// reentrant per thread; `false`: an acquisition without a holder is always a new holder.
+    pub fn task_holders(mut self, on: bool) -> Self {
+        self.task_holders = on;
+        self
+    }
+
+    /// Lease renewal for every guard (`true`) or none (`false`, the Java lock manager's
+    /// semantics). Unset, the default is a watchdog (Redisson's): guards taken without an
+    /// explicit [`LockOptions::ttl`](crate::LockOptions::ttl) are renewed every third of the
+    /// manager's TTL while they live and report loss; an explicit TTL is not renewed. A call can
+    /// always say otherwise ([`LockOptions::renew`](crate::LockOptions::renew)).
+    pub fn renewal(mut self, on: bool) -> Self {
+        self.renewal = if on { Renewal::Always } else { Renewal::Never };
+        self
+    }
+
+    /// The default scenario label on tracing spans (see
+    /// [`LockOptions::scenario`](crate::LockOptions::scenario)). Default `"default"`.
+    pub fn scenario(mut self, name: &'static str) -> Self {
+        self.scenario = name;
+        self
+    }
+
+    /// The [readback layer](crate::layers::readback) (Bond 3.1): an in-doubt acquire or release
+    /// is resolved by reading the record back. On by default.
+    pub fn readback(mut self, layer: impl Into<Toggle<ReadbackLayer>>) -> Self {
+        self.layers.readback = layer.into().0;
+        self
+    }
+
+    /// The [unlock window](crate::layers::unlock_window) (Bond 3.2): a release is sent only while
+    /// the lease can still be ours. On by default.
+    pub fn unlock_window(mut self, layer: impl Into<Toggle<UnlockWindowLayer>>) -> Self {
+        self.layers.unlock_window = layer.into().0;
+        self
+    }
+
+    /// [Local competition](crate::layers::local_competition) (Bond 3.4): contenders of this
+    /// process meet in memory first (fast-fail, local wake-up, optional hand-off). On by default.
+    pub fn local_competition(mut self, layer: impl Into<Toggle<LocalCompetitionLayer>>) -> Self {
+        self.layers.local_competition = layer.into().0;
+        self
+    }
+
+    /// The [reentrancy layer](crate::layers::reentrancy) (Bond 3.6): a holder re-taking a key it
+    /// holds counts up. Holders are explicit [`Holder`](crate::Holder)s, or tasks (see
+    /// [`task_holders`](Self::task_holders)). On by default.
+    pub fn reentrancy(mut self, layer: impl Into<Toggle<ReentrancyLayer>>) -> Self {
+        self.layers.reentrancy = layer.into().0;
+        self
+    }
+
+    /// [Graceful shutdown](crate::layers::graceful_shutdown) (Bond 3.5): live locks are tracked
+    /// and [`LockManager::shutdown`] releases them all. On by default.
+    pub fn graceful_shutdown(mut self, layer: impl Into<Toggle<GracefulShutdownLayer>>) -> Self {
+        self.layers.graceful_shutdown = layer.into().0;
+        self
+    }
+
+    /// Turns every scenario layer on with its default configuration (the default; useful after
+    /// [`without_layers`](Self::without_layers)). Layers configured with their own method keep
+    /// that configuration. Outer → inner: reentrancy, local competition, graceful shutdown,
+    /// unlock window, readback; see [`crate::layers`] for why.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+    /// let locks = leasehold::LockManager::builder().client_id("c").farm_id("f").default_layers().build()?;
+    /// let guard = locks.try_lock("k").await?;
+    /// let other = locks.clone();
+    /// let contender = tokio::spawn(async move { other.try_lock("k").await.map(drop) });
+    /// assert!(contender.await.unwrap().unwrap_err().is_unavailable()); // fast-failed locally
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn default_layers(mut self) -> Self {
+        let all = ScenarioLayers::all();
+        let l = &mut self.layers;
+        l.readback = l.readback.take().or(all.readback);
+        l.unlock_window = l.unlock_window.take().or(all.unlock_window);
+        l.local_competition = l.local_competition.take().or(all.local_competition);
+        l.reentrancy = l.reentrancy.take().or(all.reentrancy);
+        l.graceful_shutdown = l.graceful_shutdown.take().or(all.graceful_shutdown);
+        self
+    }
+
+    /// Turns every scenario layer off: the bare manager over the store (plus any custom
+    /// [`layer`](Self::layer)s). Layer methods called afterwards turn single layers back on.
+    pub fn without_layers(mut self) -> Self {
+        self.layers = ScenarioLayers::none();
+        self
+    }
+
+    /// The observers configured so far (for layers added by later issues' builder methods).
+    pub fn observers(&self) -> &Observers {
+        &self.observers
+    }
+
+    /// Validates the configuration and builds the manager. No store I/O.
+    pub fn build(self) -> Result<LockManager> {
+        let client_id = self.client_id.ok_or_else(|| {
+            Error::invalid_argument(
+                "a client id is required: LockManager::builder().client_id(\"orders\")",
+            )
+        })?;
+        // Validate ids now, with a sample entity, so a bad id fails at build, not at first lock.
+        LockKey::new(LockLevel::Xdc, None, &client_id, "probe")?;
+        if let Some(farm) = &self.farm_id {
+            LockKey::dc(farm, &client_id, "probe")?;
+        } else if self.default_level == LockLevel::Dc {
+            return Err(Error::invalid_argument(
+                "DC locks (the default level) need a farm id: .farm_id(\"farm1\"), or \
+                 .default_level(LockLevel::Xdc)",
+            ));
+        }
+        validate_ttl(self.lock_ttl)?;
+        if self.wait_for_lock > MAX_TTL {
+            return Err(Error::invalid_argument(
+                "wait_for_lock is longer than 30 days",
+            ));
+        }
+        if self.retry_interval.is_zero() {
+            return Err(Error::invalid_argument(
+                "retry_interval must be greater than zero (default 1s)",
+            ));
+        }
+        let lifecycle = Lifecycle::new();
+        // The default store stays concrete, so the layer stack over it is erased (boxed) once.
+        let store = match self.store {
+            Some(store) => self.layers.assemble(store, &self.observers, &lifecycle),
+            None => self
+                .layers
+                .assemble(MemoryStore::new(), &self.observers, &lifecycle),
+        };
+        Ok(LockManager {
+            inner: Arc::new(Inner {
+                handle: Arc::new(Handle {
+                    store,
+                    observers: self.observers,
+                    waiters: Waiters::default(),
+                    lifecycle,
+                }),
+                config: Config {
+                    client_id,
+                    farm_id: self.farm_id,
+                    default_level: self.default_level,
+                    lock_ttl: self.lock_ttl,
+                    wait_for_lock: self.wait_for_lock,
+                    backoff: Backoff::new(self.min_backoff, self.retry_interval),
+                    shutdown_timeout: self.shutdown_timeout,
+                    task_holders: self.task_holders,
+                    renewal: self.renewal,
+                    scenario: self.scenario,
+                    graceful: self.layers.graceful_shutdown,
+                },
+            }),
+        })
+    }
+}

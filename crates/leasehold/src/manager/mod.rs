@@ -1,0 +1,174 @@
+//! The lock manager: the public API.
+//!
+//! Split by job: [`options`] (per-call options, defaults, the plan a call resolves to),
+//! [`builder`] (settings and the layer stack), [`acquire`] (one attempt, the wait loop, undoing
+//! an abandoned attempt), [`shutdown`] (the lifecycle's end, and signals). Guards and renewal
+//! tasks hold a [`Handle`](crate::handle::Handle), never the manager.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+
+use crate::backoff::Backoff;
+use crate::core::{BoxStore, Lease, LockInfo, LockKey, LockLevel, LockStore, Result};
+use crate::guard::LockGuard;
+use crate::handle::Handle;
+use crate::layers::GracefulShutdownLayer;
+
+mod acquire;
+mod builder;
+mod options;
+mod shutdown;
+
+pub use builder::{LockManagerBuilder, Toggle};
+pub use options::{
+    LockOptions, ToLockKey, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF, DEFAULT_RETRY_INTERVAL,
+    DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
+};
+
+/// The lock manager: acquire, wait for, release and inspect distributed locks.
+///
+/// Cheap to clone (one `Arc`); share one per process. Built over a store (the embedded
+/// [`MemoryStore`](crate::MemoryStore) by default) wrapped in the scenario layers.
+///
+/// ```
+/// use leasehold::LockManager;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+/// let locks = LockManager::builder().client_id("orders").farm_id("farm1").build()?;
+///
+/// let guard = locks.try_lock("order-42").await?;         // one attempt
+/// let other = locks.clone();                              // another task contends...
+/// let contender = tokio::spawn(async move { other.try_lock("order-42").await.map(drop) });
+/// assert!(contender.await.unwrap().unwrap_err().is_unavailable());
+/// assert!(guard.release().await?);                       // true: it was still ours
+///
+/// let total = locks.with_lock("order-42", |_lease| async { 40 + 2 }).await?;
+/// assert_eq!(total, 42);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct LockManager {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// What guards and renewal tasks share with the manager.
+    handle: Arc<Handle>,
+    config: Config,
+}
+
+/// The settings the builder resolved.
+#[derive(Debug)]
+struct Config {
+    client_id: String,
+    farm_id: Option<String>,
+    default_level: LockLevel,
+    lock_ttl: Duration,
+    wait_for_lock: Duration,
+    backoff: Backoff,
+    shutdown_timeout: Duration,
+    task_holders: bool,
+    renewal: options::Renewal,
+    scenario: &'static str,
+    #[cfg_attr(not(feature = "signal"), allow(dead_code))]
+    graceful: Option<GracefulShutdownLayer>,
+}
+
+impl LockManager {
+    /// Starts building a manager (see [`LockManagerBuilder`] for the defaults).
+    pub fn builder() -> LockManagerBuilder {
+        LockManagerBuilder::new()
+    }
+
+    /// The key of `entity` at the manager's default level (the seed's `getLockInstance`). No I/O.
+    pub fn key(&self, entity: &str) -> Result<LockKey> {
+        self.key_at(entity, self.inner.config.default_level)
+    }
+
+    /// The key of `entity` at `level`. No I/O.
+    pub fn key_at(&self, entity: &str, level: LockLevel) -> Result<LockKey> {
+        let config = &self.inner.config;
+        LockKey::new(level, config.farm_id.as_deref(), &config.client_id, entity)
+    }
+
+    /// The layered store this manager talks to.
+    pub fn store(&self) -> &BoxStore {
+        &self.inner.handle.store
+    }
+
+    /// One attempt to acquire `key` with the default TTL: a guard, or
+    /// [`ErrorKind::LockUnavailable`](crate::ErrorKind::LockUnavailable) at once if another owner
+    /// holds it. No retry.
+    pub async fn try_lock(&self, key: impl ToLockKey) -> Result<LockGuard> {
+        self.try_lock_with(key, LockOptions::new()).await
+    }
+
+    /// [`LockManager::try_lock`] with per-call options.
+    pub async fn try_lock_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
+        let plan = self.plan(&key, &opts)?;
+        self.acquire(plan, None).await
+    }
+
+    /// Acquires `key`, waiting up to the default wait (90 s) while another owner holds it.
+    ///
+    /// A task of this process waiting on a key is woken as soon as a local holder releases it;
+    /// against holders in other processes it retries with jittered exponential backoff (10 ms up to
+    /// the retry interval), never sleeping past the deadline. Errors other than
+    /// [`ErrorKind::LockUnavailable`](crate::ErrorKind::LockUnavailable) end the wait at once. When
+    /// the deadline passes the error is [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the wait: no lock is left held and no waiter registration is
+    /// left behind. Stores' `try_acquire` is cancel safe, and an attempt dropped midway (for
+    /// example during a readback) or ended in doubt is also undone by the manager: an
+    /// owner-checked release of that attempt's token, sent in the background.
+    pub async fn lock(&self, key: impl ToLockKey) -> Result<LockGuard> {
+        self.lock_with(key, LockOptions::new()).await
+    }
+
+    /// [`LockManager::lock`] with per-call options.
+    pub async fn lock_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
+        let plan = self.plan(&key, &opts)?;
+        let wait = opts.wait.unwrap_or(self.inner.config.wait_for_lock);
+        self.acquire(plan, Some(wait)).await
+    }
+
+    /// Runs `work` under the lock (waiting as [`LockManager::lock`] does) and always releases it:
+    /// after success, after an error returned by `work`, and after a panic inside `work` (the panic
+    /// then continues). `work` receives the lease (key, token, fencing token).
+    ///
+    /// If the release itself fails the result of `work` is still returned, and the failure is
+    /// logged at `warn` (the lock then expires at its TTL).
+    pub async fn with_lock<F, Fut, T>(&self, key: impl ToLockKey, work: F) -> Result<T>
+    where
+        F: FnOnce(Lease) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock(key).await?;
+        let outcome = AssertUnwindSafe(work(guard.lease())).catch_unwind().await;
+        let key = guard.key().clone();
+        if let Err(error) = guard.release().await {
+            tracing::warn!(key = %key, %error, "with_lock could not release; the lock expires at its TTL");
+        }
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
+    /// Who holds `key`, and for how long, or `None` if it is free.
+    pub async fn inspect(&self, key: impl ToLockKey) -> Result<Option<LockInfo>> {
+        let key = key.to_lock_key(self)?;
+        self.inner.handle.store.inspect(&key).await
+    }
+
+    /// Held locks whose storage key starts with `prefix`, if the store supports listing.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
+        self.inner.handle.store.list(prefix).await
+    }
+}

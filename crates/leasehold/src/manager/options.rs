@@ -1,0 +1,185 @@
+//! Per-call options, the defaults they fall back to, and how a call is resolved into a plan.
+
+use std::time::Duration;
+
+use crate::core::{validate_ttl, Error, HolderId, LockKey, Result, MAX_TTL};
+use crate::Holder;
+
+use super::LockManager;
+
+/// Default lock TTL, as the seed lock manager: 90 s. Without an explicit per-call TTL it is also
+/// the watchdog's lease, renewed every 30 s while the guard lives.
+pub const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(90);
+/// Default wait of a blocking [`LockManager::lock`], as the seed lock manager: 90 s.
+pub const DEFAULT_WAIT_FOR_LOCK: Duration = Duration::from_secs(90);
+/// Default longest sleep between attempts of a blocking acquire, the seed's 1 s (leasehold starts
+/// at [`DEFAULT_MIN_BACKOFF`] and backs off with jitter up to this).
+pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// Default first sleep between attempts of a blocking acquire.
+pub const DEFAULT_MIN_BACKOFF: Duration = Duration::from_millis(10);
+/// Default time [`LockManager::shutdown`] waits for in-flight acquisitions and background
+/// releases.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Anything that names a lock: an entity id (`&str`, `String`, locked at the manager's default
+/// level with its client and farm ids) or a ready [`LockKey`].
+pub trait ToLockKey {
+    /// Builds the key in the manager's scope.
+    fn to_lock_key(&self, manager: &LockManager) -> Result<LockKey>;
+}
+
+impl ToLockKey for str {
+    fn to_lock_key(&self, manager: &LockManager) -> Result<LockKey> {
+        manager.key(self)
+    }
+}
+
+impl ToLockKey for String {
+    fn to_lock_key(&self, manager: &LockManager) -> Result<LockKey> {
+        manager.key(self)
+    }
+}
+
+impl ToLockKey for LockKey {
+    fn to_lock_key(&self, _: &LockManager) -> Result<LockKey> {
+        Ok(self.clone())
+    }
+}
+
+impl<T: ToLockKey + ?Sized> ToLockKey for &T {
+    fn to_lock_key(&self, manager: &LockManager) -> Result<LockKey> {
+        (**self).to_lock_key(manager)
+    }
+}
+
+/// Per-call overrides of the manager's defaults.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::{Holder, LockOptions};
+/// let opts = LockOptions::new().ttl(Duration::from_secs(2)).wait(Duration::from_millis(500)).holder(Holder::new());
+/// # let _ = opts;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct LockOptions {
+    pub(super) ttl: Option<Duration>,
+    pub(super) wait: Option<Duration>,
+    holder: Option<Holder>,
+    renew: Option<bool>,
+    renew_every: Option<Duration>,
+    scenario: Option<&'static str>,
+}
+
+impl LockOptions {
+    /// The manager's defaults.
+    pub fn new() -> Self {
+        LockOptions::default()
+    }
+
+    /// The lease TTL for this acquisition. An explicit TTL keeps the Java lock manager's
+    /// semantics: the lease is not renewed (unless [`renew`](Self::renew) says so) and simply
+    /// expires if not released.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long a blocking [`LockManager::lock_with`] waits (ignored by `try_lock_with`).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The holder identity, for reentrancy. Default: the current tokio task (see
+    /// [`LockManagerBuilder::task_holders`](crate::LockManagerBuilder::task_holders)).
+    pub fn holder(mut self, holder: Holder) -> Self {
+        self.holder = Some(holder);
+        self
+    }
+
+    /// Keep the lease alive while the guard lives (see [`LockGuard::lost`](crate::LockGuard::lost)),
+    /// or not. Default: the manager's [`renewal`](crate::LockManagerBuilder::renewal) setting,
+    /// which renews (a watchdog) exactly the guards taken without an explicit [`ttl`](Self::ttl).
+    pub fn renew(mut self, on: bool) -> Self {
+        self.renew = Some(on);
+        self
+    }
+
+    /// Renew every `every` instead of every third of the TTL (implies `renew(true)`). Must be
+    /// shorter than the TTL.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew = Some(true);
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// A label for this kind of lock use (`"checkout"`, `"nightly-job"`), recorded on the tracing
+    /// span so lock scenarios can be told apart. Default: the manager's scenario name.
+    pub fn scenario(mut self, name: &'static str) -> Self {
+        self.scenario = Some(name);
+        self
+    }
+}
+
+/// Whether guards renew their lease: the manager-wide setting of
+/// [`LockManagerBuilder::renewal`](crate::LockManagerBuilder::renewal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Renewal {
+    /// A watchdog for guards taken without an explicit TTL (Redisson's default).
+    #[default]
+    Watchdog,
+    /// Every guard.
+    Always,
+    /// No guard (the Java lock manager's semantics).
+    Never,
+}
+
+/// What an acquisition was asked to do, resolved against the manager's defaults.
+#[derive(Debug)]
+pub(super) struct Plan {
+    pub(super) key: LockKey,
+    pub(super) ttl: Duration,
+    pub(super) holder: Option<HolderId>,
+    /// `Some(every)` when the guard renews its lease (`every = None`: a third of the TTL).
+    pub(super) renew: Option<Option<Duration>>,
+    pub(super) scenario: &'static str,
+}
+
+impl LockManager {
+    /// Resolves `key` and `opts` into a plan, rejecting bad input before any store I/O.
+    pub(super) fn plan(&self, key: &impl ToLockKey, opts: &LockOptions) -> Result<Plan> {
+        let config = &self.inner.config;
+        let key = key.to_lock_key(self)?;
+        let ttl = opts.ttl.unwrap_or(config.lock_ttl);
+        validate_ttl(ttl)?;
+        if let Some(wait) = opts.wait {
+            if wait > MAX_TTL {
+                return Err(Error::invalid_argument("wait is longer than 30 days"));
+            }
+        }
+        if let Some(every) = opts.renew_every {
+            if every.is_zero() || every >= ttl {
+                return Err(Error::invalid_argument(format!(
+                    "renew_every ({every:?}) must be greater than zero and shorter than the TTL \
+                     ({ttl:?}); a third of the TTL is the default"
+                )));
+            }
+        }
+        let holder = opts
+            .holder
+            .map(|h| h.id())
+            .or_else(|| config.task_holders.then(HolderId::current));
+        let renew = opts.renew.unwrap_or(match config.renewal {
+            Renewal::Watchdog => opts.ttl.is_none(),
+            Renewal::Always => true,
+            Renewal::Never => false,
+        });
+        Ok(Plan {
+            key,
+            ttl,
+            holder,
+            renew: renew.then_some(opts.renew_every),
+            scenario: opts.scenario.unwrap_or(config.scenario),
+        })
+    }
+}

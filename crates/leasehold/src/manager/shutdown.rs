@@ -1,0 +1,118 @@
+//! The end of a manager's lifecycle, and the signal handler that triggers it.
+
+use std::sync::atomic::{fence, Ordering};
+
+use tokio::time::Instant;
+
+use crate::core::{instant_after, LockStore, Result};
+
+use super::LockManager;
+#[cfg(feature = "signal")]
+use crate::core::Error;
+
+impl LockManager {
+    /// Shuts the manager down, in one lifecycle, all bounded by the shutdown timeout:
+    ///
+    /// 1. **stop new work and wake waiters**: new acquisitions fail with
+    ///    [`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown), waiting `lock()` calls (and local
+    ///    waiters in the local-competition layer) end at once, renewal stops (its guards are
+    ///    marked lost);
+    /// 2. **wait for tracked work**: acquisitions in flight and every background release (dropped
+    ///    guards, undone attempts, returned hand-offs, renewal cleanup);
+    /// 3. **release live locks and shut the store down**: with graceful shutdown (on by default)
+    ///    every live lock is released, within its own deadline;
+    /// 4. wait for background work started meanwhile, so nothing of this manager runs after this
+    ///    returns (bounded by the same timeout).
+    ///
+    /// Returns how many locks were released in step 3. Calling it again is harmless.
+    pub async fn shutdown(&self) -> Result<usize> {
+        let handle = &self.inner.handle;
+        handle.lifecycle.close();
+        fence(Ordering::SeqCst);
+        let deadline = instant_after(Instant::now(), self.inner.config.shutdown_timeout);
+        self.wait_for_tracked_work(deadline).await;
+        let released = handle.store.shutdown().await;
+        self.wait_for_tracked_work(deadline).await;
+        released
+    }
+
+    async fn wait_for_tracked_work(&self, deadline: Instant) {
+        let lifecycle = &self.inner.handle.lifecycle;
+        if tokio::time::timeout_at(deadline, lifecycle.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                in_flight = lifecycle.in_flight(),
+                "shutdown timeout passed with acquisitions or background releases still running"
+            );
+        }
+    }
+
+    /// Whether [`LockManager::shutdown`] was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.handle.lifecycle.is_closing()
+    }
+}
+
+#[cfg(feature = "signal")]
+impl LockManager {
+    /// Runs [`LockManager::shutdown`] when the process receives SIGINT or SIGTERM (Ctrl-C on
+    /// Windows), then exits the process (feature `signal`).
+    ///
+    /// A `ctrlc` handler (with its `termination` feature, so SIGTERM is caught too) sends on a
+    /// channel; a task spawned on the current tokio runtime receives it, runs the shutdown —
+    /// which, with [graceful shutdown](crate::LockManagerBuilder::graceful_shutdown) on (the
+    /// default), releases every live lock — bounded by the graceful-shutdown deadline plus the
+    /// manager's shutdown timeout, and then calls `std::process::exit` with
+    /// [`GracefulShutdownLayer::exit_code`](crate::layers::GracefulShutdownLayer::exit_code)
+    /// (default 130 = 128 + SIGINT; `ctrlc` does not say which of the two signals arrived, so both
+    /// exit with the same status).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Internal`](crate::ErrorKind::Internal) outside a tokio runtime, if a `ctrlc`
+    /// handler is already installed in this process (only one can be), or if SIGINT or SIGTERM
+    /// already has another handler or is ignored: `ctrlc` never overwrites one, and neither does
+    /// this method.
+    pub fn install_signal_handler(&self) -> Result<()> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
+            Error::internal("install_signal_handler must be called inside a tokio runtime")
+                .with_source(e)
+        })?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        ctrlc::try_set_handler(move || {
+            let _ = tx.send(());
+        })
+        .map_err(|e| {
+            let what = match e {
+                ctrlc::Error::MultipleHandlers => {
+                    "could not install the signal handler: SIGINT/SIGTERM already has a handler \
+                     in this process (an earlier install_signal_handler call or another \
+                     library), or SIGINT is ignored (as for a process a non-interactive shell \
+                     started with `&`); handle the signal yourself and call \
+                     LockManager::shutdown"
+                }
+                _ => "could not install the signal handler",
+            };
+            Error::internal(what).with_source(e)
+        })?;
+        let config = self.inner.config.graceful.clone().unwrap_or_default();
+        let budget = config
+            .deadline
+            .saturating_add(self.inner.config.shutdown_timeout);
+        let manager = self.clone();
+        runtime.spawn(async move {
+            if rx.recv().await.is_none() {
+                return;
+            }
+            tracing::info!("signal received: releasing live locks before exiting");
+            match tokio::time::timeout(budget, manager.shutdown()).await {
+                Ok(Ok(released)) => tracing::info!(released, "locks released; exiting"),
+                Ok(Err(error)) => tracing::warn!(%error, "shutdown failed; exiting"),
+                Err(_) => tracing::warn!("shutdown took too long; exiting"),
+            }
+            std::process::exit(config.exit_code);
+        });
+        Ok(())
+    }
+}
