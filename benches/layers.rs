@@ -44,8 +44,20 @@ fn multi_thread() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-fn builder() -> LockManagerBuilder {
-    LockManager::builder()
+/// The bare manager, as every earlier run measured it: no scenario layer, no renewal watchdog.
+/// Layers are turned on explicitly per measurement, so the labels say what runs.
+fn bare() -> LockManagerBuilder {
+    LockManager::bare()
+        .client_id("bench")
+        .farm_id("f1")
+        .lock_ttl(Duration::from_secs(30))
+        .without_layers()
+        .renewal(false)
+}
+
+/// `LockManager::bare().build()` as a user gets it: every layer and the renewal watchdog.
+fn recommended() -> LockManagerBuilder {
+    LockManager::bare()
         .client_id("bench")
         .farm_id("f1")
         .lock_ttl(Duration::from_secs(30))
@@ -101,7 +113,7 @@ fn uncontended(c: &mut Criterion) {
         b.iter_custom(|iters| store_pairs(&rt, &store, iters))
     });
     group.bench_function("store_default_stack", |b| {
-        let locks = builder().default_layers().build().expect("manager");
+        let locks = bare().default_layers().build().expect("manager");
         let store = locks.store().clone();
         b.iter_custom(|iters| store_pairs(&rt, &store, iters))
     });
@@ -117,11 +129,15 @@ fn uncontended(c: &mut Criterion) {
         b.iter_custom(|iters| store_pairs(&rt, &store, iters))
     });
     group.bench_function("manager_bare_memory", |b| {
-        let locks = builder().build().expect("manager");
+        let locks = bare().build().expect("manager");
         b.iter_custom(|iters| manager_pairs(&rt, &locks, iters))
     });
     group.bench_function("manager_default_stack", |b| {
-        let locks = builder().default_layers().build().expect("manager");
+        let locks = bare().default_layers().build().expect("manager");
+        b.iter_custom(|iters| manager_pairs(&rt, &locks, iters))
+    });
+    group.bench_function("manager_recommended_defaults", |b| {
+        let locks = recommended().build().expect("manager");
         b.iter_custom(|iters| manager_pairs(&rt, &locks, iters))
     });
     group.finish();
@@ -242,12 +258,13 @@ struct Remote<S> {
     rtt: Duration,
 }
 
-impl<S: LockStore> LockStore for Remote<S> {
+impl<S: LockStore> leasehold::LayeredStore for Remote<S> {
+    type Inner = S;
+    fn inner(&self) -> &S {
+        &self.inner
+    }
     fn name(&self) -> &'static str {
         "remote"
-    }
-    fn capabilities(&self) -> leasehold::Capabilities {
-        self.inner.capabilities()
     }
     async fn try_acquire(&self, req: &Acquire) -> leasehold::Result<leasehold::Lease> {
         tokio::time::sleep(self.rtt).await;
@@ -336,60 +353,61 @@ fn main() {
     }
 
     let rounds = 2000;
-    hand_off_latency("local competition off", builder(), rounds);
+    hand_off_latency("local competition off", bare(), rounds);
     hand_off_latency(
         "local competition on",
-        builder().local_competition(LocalCompetitionLayer::new()),
+        bare().local_competition(LocalCompetitionLayer::new()),
         rounds,
     );
     hand_off_latency(
         "local competition on, hand-off",
-        builder().local_competition(LocalCompetitionLayer::new().hand_off(true)),
+        bare().local_competition(LocalCompetitionLayer::new().hand_off(true)),
         rounds,
     );
     hand_off_latency(
         "default stack + hand-off",
-        builder()
+        bare()
             .default_layers()
             .local_competition(LocalCompetitionLayer::new().hand_off(true)),
         rounds,
     );
 
     let per_task = 200;
-    hot_key("local competition off", builder(), per_task);
+    hot_key("local competition off", bare(), per_task);
     hot_key(
         "local competition on",
-        builder().local_competition(LocalCompetitionLayer::new()),
+        bare().local_competition(LocalCompetitionLayer::new()),
         per_task,
     );
     hot_key(
         "local competition on, hand-off",
-        builder().local_competition(LocalCompetitionLayer::new().hand_off(true)),
+        bare().local_competition(LocalCompetitionLayer::new().hand_off(true)),
         per_task,
     );
     hot_key(
         "default stack + hand-off",
-        builder()
+        bare()
             .default_layers()
             .local_competition(LocalCompetitionLayer::new().hand_off(true)),
         per_task,
     );
+    hot_key("recommended defaults", recommended(), per_task);
 
     // The same over a store 1 ms away (tokio's timer granularity): where local competition pays.
     let per_task = 5;
     hot_key(
         "1 ms store, local competition off",
-        remote(builder()),
+        remote(bare()),
         per_task,
     );
     hot_key(
         "1 ms store, local competition on",
-        remote(builder()).local_competition(LocalCompetitionLayer::new()),
+        remote(bare()).local_competition(LocalCompetitionLayer::new()),
         per_task,
     );
     hot_key(
         "1 ms store, local competition on, hand-off",
-        remote(builder()).local_competition(LocalCompetitionLayer::new().hand_off(true)),
+        remote(bare()).local_competition(LocalCompetitionLayer::new().hand_off(true)),
         per_task,
     );
 }

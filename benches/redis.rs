@@ -73,12 +73,15 @@ async fn manager(
     configure: impl FnOnce(LockManagerBuilder) -> LockManagerBuilder,
 ) -> LockManager {
     let store = RedisStore::connect(RedisConfig::new(url)).await.unwrap();
+    // The bare manager (no layer, no renewal watchdog); each measurement turns on what it names.
     configure(
         LockManager::builder()
             .client_id("bench")
             .farm_id("f1")
             .store(store)
-            .lock_ttl(Duration::from_secs(30)),
+            .lock_ttl(Duration::from_secs(30))
+            .without_layers()
+            .renewal(false),
     )
     .build()
     .unwrap()

@@ -6,8 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::{
-    Acquire, Capabilities, Error, ErrorKind, Lease, LockEvent, LockInfo, LockKey, LockManager,
-    LockOptions, LockStore, MemoryStore, Result,
+    Error, ErrorKind, Lease, LockEvent, LockManager, LockOptions, LockStore, MemoryStore, Result,
 };
 
 /// The embedded store, with extend calls counted and failing on demand (an unreachable store).
@@ -18,18 +17,10 @@ struct Flaky {
     unreachable: AtomicBool,
 }
 
-impl LockStore for Flaky {
-    fn name(&self) -> &'static str {
-        "flaky"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
-        self.inner.try_acquire(req).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
+impl leasehold::LayeredStore for Flaky {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
     }
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         self.extends.fetch_add(1, Ordering::SeqCst);
@@ -37,9 +28,6 @@ impl LockStore for Flaky {
             return Err(Error::connection("cannot reach 127.0.0.1:1"));
         }
         self.inner.extend(lease, ttl).await
-    }
-    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        self.inner.inspect(key).await
     }
 }
 
@@ -221,18 +209,10 @@ struct SlowExtend {
     applied_first: bool,
 }
 
-impl LockStore for SlowExtend {
-    fn name(&self) -> &'static str {
-        "slow-extend"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
-        self.inner.try_acquire(req).await
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
+impl leasehold::LayeredStore for SlowExtend {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
     }
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         if self.applied_first {
@@ -242,9 +222,6 @@ impl LockStore for SlowExtend {
         }
         tokio::time::sleep(self.delay).await;
         self.inner.extend(lease, ttl).await
-    }
-    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        self.inner.inspect(key).await
     }
 }
 

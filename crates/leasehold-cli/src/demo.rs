@@ -9,8 +9,7 @@ use leasehold::layers::{
     CountingLayer, GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer,
 };
 use leasehold::{
-    Acquire, Capabilities, Error, Holder, Lease, LockInfo, LockKey, LockManager, LockOptions,
-    LockStore, MemoryStore, Result,
+    Acquire, Error, Holder, Lease, LockManager, LockOptions, LockStore, MemoryStore, Result,
 };
 use tokio::time::Instant;
 
@@ -213,12 +212,13 @@ struct LostFirstReply {
     lost: AtomicBool,
 }
 
-impl LockStore for LostFirstReply {
+impl leasehold::LayeredStore for LostFirstReply {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
     fn name(&self) -> &'static str {
         "memory-lossy"
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
     }
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         let lease = self.inner.try_acquire(req).await?;
@@ -227,15 +227,6 @@ impl LockStore for LostFirstReply {
                 .with_key(req.key.as_str()));
         }
         Ok(lease)
-    }
-    async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.inner.release(lease).await
-    }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        self.inner.extend(lease, ttl).await
-    }
-    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        self.inner.inspect(key).await
     }
 }
 
