@@ -47,7 +47,7 @@ fn multi_thread() -> tokio::runtime::Runtime {
 /// The bare manager, as every earlier run measured it: no scenario layer, no renewal watchdog.
 /// Layers are turned on explicitly per measurement, so the labels say what runs.
 fn bare() -> LockManagerBuilder {
-    LockManager::bare()
+    LockManager::builder()
         .client_id("bench")
         .farm_id("f1")
         .lock_ttl(Duration::from_secs(30))
@@ -55,9 +55,9 @@ fn bare() -> LockManagerBuilder {
         .renewal(false)
 }
 
-/// `LockManager::bare().build()` as a user gets it: every layer and the renewal watchdog.
+/// `LockManager::builder().build()` as a user gets it: every layer and the renewal watchdog.
 fn recommended() -> LockManagerBuilder {
-    LockManager::bare()
+    LockManager::builder()
         .client_id("bench")
         .farm_id("f1")
         .lock_ttl(Duration::from_secs(30))

@@ -786,3 +786,58 @@ async fn shutdown_marks_renewed_guards_lost() {
         "already released at shutdown"
     );
 }
+
+/// Two managers (two "instances") sharing one embedded store, polling slowly unless woken.
+fn two_instances(store: &MemoryStore) -> (LockManager, LockManager) {
+    let instance = || {
+        LockManager::builder()
+            .client_id("test")
+            .farm_id("f1")
+            .store(store.clone())
+            .min_backoff(Duration::from_secs(10))
+            .retry_interval(Duration::from_secs(10))
+            .build()
+            .unwrap()
+    };
+    (instance(), instance())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_in_another_manager_is_woken_by_the_release_not_by_polling() {
+    let store = MemoryStore::new();
+    let (a, b) = two_instances(&store);
+    let held = a.try_lock("k").await.unwrap();
+    let start = Instant::now();
+    let waiter = tokio::spawn(async move {
+        let guard = b.lock("k").await.unwrap();
+        let at = start.elapsed();
+        guard.release().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.release().await.unwrap();
+    assert_eq!(
+        waiter.await.unwrap(),
+        Duration::from_millis(100),
+        "woken by the store's notification (polling alone would take 10 s)"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_tries_again_when_the_holders_lease_runs_out() {
+    let store = MemoryStore::new();
+    let (a, b) = two_instances(&store);
+    let abandoned = a
+        .try_lock_with("k", LockOptions::new().ttl(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let guard = b.lock("k").await.unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited <= Duration::from_millis(310),
+        "the holder's TTL left shaped the wait, not the 10 s backoff: {waited:?}"
+    );
+    drop(abandoned);
+    guard.release().await.unwrap();
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::{Acquire, Capabilities, Lease, LockInfo, LockKey, LockStore, Result};
+use crate::{Acquire, Capabilities, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result};
 
 /// Object-safe form of [`LockStore`], implemented for every store.
 trait DynLockStore: Send + Sync + 'static {
@@ -17,6 +17,7 @@ trait DynLockStore: Send + Sync + 'static {
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Lease>>;
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<LockInfo>>>;
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LockInfo>>>;
+    fn watch<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, ReleaseWatch>;
     fn shutdown(&self) -> BoxFuture<'_, Result<usize>>;
 }
 
@@ -41,6 +42,9 @@ impl<S: LockStore> DynLockStore for S {
     }
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LockInfo>>> {
         Box::pin(LockStore::list(self, prefix))
+    }
+    fn watch<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, ReleaseWatch> {
+        Box::pin(LockStore::watch(self, key))
     }
     fn shutdown(&self) -> BoxFuture<'_, Result<usize>> {
         Box::pin(LockStore::shutdown(self))
@@ -113,6 +117,9 @@ impl LockStore for BoxStore {
     }
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
         self.inner.list(prefix).await
+    }
+    async fn watch(&self, key: &LockKey) -> ReleaseWatch {
+        self.inner.watch(key).await
     }
     async fn shutdown(&self) -> Result<usize> {
         self.inner.shutdown().await

@@ -111,6 +111,9 @@ pub struct Error {
     kind: ErrorKind,
     message: String,
     key: Option<String>,
+    /// For [`ErrorKind::LockUnavailable`]: how long the holder's lease has left, where the store
+    /// can tell; a waiter need not ask again before then unless notified.
+    retry_after: Option<std::time::Duration>,
     #[source]
     source: Option<Source>,
 }
@@ -135,6 +138,7 @@ impl Error {
             kind,
             message: message.into(),
             key: None,
+            retry_after: None,
             source: None,
         }
     }
@@ -209,6 +213,28 @@ impl Error {
     /// The storage key concerned, if known.
     pub fn key(&self) -> Option<&str> {
         self.key.as_deref()
+    }
+
+    /// Records, on a [`ErrorKind::LockUnavailable`], how long the holder's lease has left: the
+    /// longest a waiter has to wait before the lock can be free without a release.
+    pub fn with_retry_after(mut self, retry_after: std::time::Duration) -> Self {
+        self.retry_after = Some(retry_after);
+        self
+    }
+
+    /// How long the holder's lease had left when the store refused the lock, where the store
+    /// reported it: a waiter shapes its polling with it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leasehold_core::{Error, LockKey};
+    /// let key = LockKey::xdc("c", "e")?;
+    /// let err = Error::unavailable(&key).with_retry_after(Duration::from_millis(40));
+    /// assert_eq!(err.retry_after(), Some(Duration::from_millis(40)));
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.retry_after
     }
 
     /// The message, without kind or key.

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::{Acquire, Capabilities, Lease, LockInfo, LockKey, LockStore, Result};
+use crate::{Acquire, Capabilities, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result};
 
 /// Wraps a store in another store, adding one behaviour.
 ///
@@ -152,6 +152,12 @@ impl<A: LockStore, B: LockStore> LockStore for Either<A, B> {
         match self {
             Either::Left(a) => a.list(prefix).await,
             Either::Right(b) => b.list(prefix).await,
+        }
+    }
+    async fn watch(&self, key: &LockKey) -> ReleaseWatch {
+        match self {
+            Either::Left(a) => a.watch(key).await,
+            Either::Right(b) => b.watch(key).await,
         }
     }
     async fn shutdown(&self) -> Result<usize> {

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{Acquire, Capabilities, Lease, LockInfo, LockKey, LockStore, Result};
+use crate::{Acquire, Capabilities, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result};
 
 /// A store that wraps another and forwards every operation to it unless it overrides that
 /// operation.
@@ -78,6 +78,11 @@ pub trait LayeredStore: Send + Sync + 'static {
         self.inner().list(prefix)
     }
 
+    /// See [`LockStore::watch`]. Forwards.
+    fn watch(&self, key: &LockKey) -> impl Future<Output = ReleaseWatch> + Send {
+        self.inner().watch(key)
+    }
+
     /// See [`LockStore::shutdown`]. Forwards, so the layers below shut down too.
     fn shutdown(&self) -> impl Future<Output = Result<usize>> + Send {
         self.inner().shutdown()
@@ -105,6 +110,9 @@ impl<L: LayeredStore> LockStore for L {
     }
     fn list(&self, prefix: &str) -> impl Future<Output = Result<Vec<LockInfo>>> + Send {
         LayeredStore::list(self, prefix)
+    }
+    fn watch(&self, key: &LockKey) -> impl Future<Output = ReleaseWatch> + Send {
+        LayeredStore::watch(self, key)
     }
     fn shutdown(&self) -> impl Future<Output = Result<usize>> + Send {
         LayeredStore::shutdown(self)

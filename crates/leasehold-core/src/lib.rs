@@ -30,6 +30,7 @@ mod lease;
 mod lifecycle;
 mod store;
 mod token;
+mod watch;
 
 pub use acquire::{Acquire, HolderId};
 pub use detached::acquire_detached;
@@ -43,6 +44,7 @@ pub use lease::{wall_time_of, Lease, LockInfo};
 pub use lifecycle::Lifecycle;
 pub use store::{Capabilities, LockStore};
 pub use token::OwnerToken;
+pub use watch::ReleaseWatch;
 
 /// Longest TTL any leasehold API accepts (30 days). Longer leases are almost always a unit mistake
 /// (milliseconds passed as seconds), and a lock that outlives a crash for a month is an outage.

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{Acquire, Error, Lease, LockInfo, LockKey, Result};
+use crate::{Acquire, Error, Lease, LockInfo, LockKey, ReleaseWatch, Result};
 
 /// What a store can do beyond the required operations, so layers and tests can ask instead of
 /// guessing.
@@ -16,6 +16,8 @@ pub struct Capabilities {
     pub fencing: bool,
     /// [`LockStore::list`] is implemented.
     pub listing: bool,
+    /// [`LockStore::watch`] delivers release notifications (waiters need not poll).
+    pub notifications: bool,
 }
 
 impl Capabilities {
@@ -23,12 +25,14 @@ impl Capabilities {
     pub const NONE: Capabilities = Capabilities {
         fencing: false,
         listing: false,
+        notifications: false,
     };
 
-    /// Fencing and listing.
+    /// Fencing, listing and notifications.
     pub const ALL: Capabilities = Capabilities {
         fencing: true,
         listing: true,
+        notifications: true,
     };
 
     /// Sets `fencing`.
@@ -40,6 +44,12 @@ impl Capabilities {
     /// Sets `listing`.
     pub const fn with_listing(mut self, listing: bool) -> Self {
         self.listing = listing;
+        self
+    }
+
+    /// Sets `notifications`.
+    pub const fn with_notifications(mut self, notifications: bool) -> Self {
+        self.notifications = notifications;
         self
     }
 }
@@ -121,6 +131,18 @@ pub trait LockStore: Send + Sync + 'static {
         async move { Err(Error::unsupported(name, "listing")) }
     }
 
+    /// Registers this process as waiting for `key`, before the first attempt of a blocking
+    /// acquisition, until the returned watch is dropped (see [`ReleaseWatch`]).
+    ///
+    /// Stores with [`Capabilities::notifications`] fire the watch when the lock may be free for
+    /// this process (a release, or this process's turn in the store's waiter queue). Never fails:
+    /// a store that cannot subscribe returns [`ReleaseWatch::none`] and the waiter polls. The
+    /// default returns [`ReleaseWatch::none`].
+    fn watch(&self, key: &LockKey) -> impl Future<Output = ReleaseWatch> + Send {
+        let _ = key;
+        async { ReleaseWatch::none() }
+    }
+
     /// Stops the store (or layer) gracefully: layers that track live locks release them here.
     /// Returns how many locks were released. The default does nothing and returns 0.
     fn shutdown(&self) -> impl Future<Output = Result<usize>> + Send {
@@ -149,6 +171,9 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     }
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
         (**self).list(prefix).await
+    }
+    async fn watch(&self, key: &LockKey) -> ReleaseWatch {
+        (**self).watch(key).await
     }
     async fn shutdown(&self) -> Result<usize> {
         (**self).shutdown().await

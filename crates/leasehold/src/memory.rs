@@ -1,15 +1,16 @@
 //! The embedded in-memory store: the default, so leasehold runs with no server at all.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::mapref::entry::Entry;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::core::{
     validate_ttl, wall_time_of, Acquire, Capabilities, Error, Lease, LockInfo, LockKey, LockStore,
-    OwnerToken, Result,
+    OwnerToken, ReleaseWatch, Result,
 };
 use crate::sweep::Sweeper;
 use crate::KeyMap;
@@ -20,6 +21,9 @@ const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(1);
 /// A lock store in this process's memory: thread-safe (dashmap), exact TTLs, owner-checked
 /// release and extend, fencing tokens (one store-wide counter, so every key's tokens only grow),
 /// and listing.
+///
+/// Managers sharing one store (clones) are woken at once when a lock they wait on is released
+/// ([`LockStore::watch`]), and a refused acquire says how long the holder's lease has left.
 ///
 /// It holds locks only for the tasks of this process, which makes it the right store for tests,
 /// demos, single-instance services, and the inner store of a benchmark. Clones share the same
@@ -57,6 +61,11 @@ struct Inner {
     fence: AtomicU64,
     purge_interval: Duration,
     purger: Sweeper,
+    /// Keys some manager waits on, and how to wake it: every manager sharing this store is
+    /// notified of a release at once instead of polling.
+    watched: KeyMap<Arc<Notify>>,
+    /// Entries in `watched`, so an unwatched release skips the map.
+    watched_count: AtomicUsize,
 }
 
 #[derive(Debug, Clone)]
@@ -93,6 +102,8 @@ impl MemoryStore {
                 fence: AtomicU64::new(0),
                 purge_interval: interval.max(Duration::from_millis(1)),
                 purger: Sweeper::default(),
+                watched: KeyMap::default(),
+                watched_count: AtomicUsize::new(0),
             }),
         }
     }
@@ -113,6 +124,15 @@ impl Inner {
         let before = self.records.len();
         self.records.retain(|_, record| record.is_live(now));
         before.saturating_sub(self.records.len())
+    }
+
+    /// Wakes the managers waiting on `key`.
+    fn notify_release(&self, key: &LockKey) {
+        if self.watched_count.load(Ordering::Acquire) > 0 {
+            if let Some(notify) = self.watched.get(key) {
+                notify.notify_waiters();
+            }
+        }
     }
 
     fn next_fence(&self) -> u64 {
@@ -136,6 +156,28 @@ impl LockStore for MemoryStore {
         Capabilities::ALL
     }
 
+    async fn watch(&self, key: &LockKey) -> ReleaseWatch {
+        let notify = match self.inner.watched.entry(key.clone()) {
+            Entry::Occupied(watched) => watched.get().clone(),
+            Entry::Vacant(free) => {
+                self.inner.watched_count.fetch_add(1, Ordering::AcqRel);
+                free.insert(Arc::new(Notify::new())).clone()
+            }
+        };
+        let (inner, key) = (self.inner.clone(), key.clone());
+        ReleaseWatch::new(notify, move || {
+            // The map's own reference is the last one once this watch's is dropped (it is
+            // dropped with the watch, just after this hook): nobody else waits on the key.
+            if inner
+                .watched
+                .remove_if(&key, |_, notify| Arc::strong_count(notify) <= 2)
+                .is_some()
+            {
+                inner.watched_count.fetch_sub(1, Ordering::AcqRel);
+            }
+        })
+    }
+
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         validate_ttl(req.ttl)?;
         self.inner
@@ -151,7 +193,8 @@ impl LockStore for MemoryStore {
         let fence = match self.inner.records.entry(req.key.clone()) {
             Entry::Occupied(mut held) => {
                 if held.get().is_live(now) {
-                    return Err(Error::unavailable(&req.key));
+                    let left = held.get().expires_at - now;
+                    return Err(Error::unavailable(&req.key).with_retry_after(left));
                 }
                 let fence = self.inner.next_fence();
                 held.insert(fresh(fence));
@@ -172,9 +215,11 @@ impl LockStore for MemoryStore {
         let removed = self.inner.records.remove_if(lease.key(), |_, record| {
             record.token == *lease.token() || !record.is_live(now)
         });
-        Ok(
-            matches!(removed, Some((_, record)) if record.token == *lease.token() && record.is_live(now)),
-        )
+        let released = matches!(removed, Some((_, record)) if record.token == *lease.token() && record.is_live(now));
+        if released {
+            self.inner.notify_release(lease.key());
+        }
+        Ok(released)
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {

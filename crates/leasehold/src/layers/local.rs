@@ -716,6 +716,10 @@ impl<S: LockStore> LockStore for LocalCompetition<S> {
         self.inner.list(prefix).await
     }
 
+    async fn watch(&self, key: &LockKey) -> crate::core::ReleaseWatch {
+        self.inner.watch(key).await
+    }
+
     async fn shutdown(&self) -> Result<usize> {
         self.shared.close();
         self.inner.shutdown().await

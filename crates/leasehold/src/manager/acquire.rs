@@ -13,6 +13,10 @@ use crate::guard::LockGuard;
 use super::options::Plan;
 use super::LockManager;
 
+/// Added to a holder's remaining TTL before trying again: the store's clock and ours may differ
+/// by a little, and an attempt a hair early only fails again.
+const EXPIRY_SLACK: Duration = Duration::from_millis(2);
+
 impl LockManager {
     /// One acquisition: a single attempt (`wait: None`) or a wait loop, in a tracing span, with
     /// the outcome reported to observers.
@@ -86,22 +90,29 @@ impl LockManager {
         };
         let started = started.unwrap_or_else(Instant::now);
         let deadline = started + wait;
-        let subscription = handle.waiters.subscribe(&plan.key);
+        // Two wake-ups, both registered before the first attempt: a release by a task of this
+        // process, and the store's notification that the lock may be free for this process
+        // (a release elsewhere, or this process's turn in the store's waiter queue).
+        let local = handle.waiters.subscribe(&plan.key);
+        let store = handle.store.watch(&plan.key).await;
         loop {
-            // Enable the wake-up before the attempt, so a release between a failed attempt and the
-            // sleep is not missed.
-            let woken = subscription.notify().notified();
+            // Enabled before the attempt, so a release between a failed attempt and the sleep is
+            // not missed.
+            let woken = local.notify().notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
+            let notified = store.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
 
             let req = Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
                 .with_holder(plan.holder)
                 .with_deadline(Some(deadline));
             *attempts += 1;
-            match self.attempt(req).await {
-                Err(e) if e.is_unavailable() => {}
+            let retry_after = match self.attempt(req).await {
+                Err(e) if e.is_unavailable() => e.retry_after(),
                 done => return done,
-            }
+            };
             let now = Instant::now();
             if now >= deadline {
                 return Err(Error::new(
@@ -114,14 +125,20 @@ impl LockManager {
                 )
                 .with_key(plan.key.as_str()));
             }
-            let pause = self
+            // Backoff bounds how long a lost notification can cost; the holder's remaining TTL
+            // (where the store reports it) bounds the wait for a lock nobody releases.
+            let mut pause = self
                 .inner
                 .config
                 .backoff
                 .delay(*attempts)
                 .min(deadline - now);
+            if let Some(left) = retry_after {
+                pause = pause.min(left + EXPIRY_SLACK);
+            }
             tokio::select! {
                 _ = &mut woken => {}
+                _ = &mut notified => {}
                 _ = handle.lifecycle.closing() => {
                     return Err(Error::shut_down().with_key(plan.key.as_str()))
                 }
