@@ -11,6 +11,9 @@ pub const DEFAULT_PREFIX: &str = "leasehold:";
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default time to wait for a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default time a waiting process keeps its place in a key's waiter queue without asking again
+/// (Redisson's fair lock uses the same 5 s): a crashed waiter holds up the queue at most this long.
+pub const DEFAULT_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How a [`RedisStore`](crate::RedisStore) connects and lays out its keys.
 ///
@@ -22,6 +25,8 @@ pub struct RedisConfig {
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) fencing: bool,
+    pub(crate) fair: bool,
+    pub(crate) waiter_timeout: Duration,
 }
 
 impl RedisConfig {
@@ -34,6 +39,8 @@ impl RedisConfig {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             fencing: true,
+            fair: true,
+            waiter_timeout: DEFAULT_WAITER_TIMEOUT,
         }
     }
 
@@ -61,6 +68,25 @@ impl RedisConfig {
     /// counter (one round trip either way). Off: a plain `SET NX PX`, and leases carry no token.
     pub fn fencing(mut self, on: bool) -> Self {
         self.fencing = on;
+        self
+    }
+
+    /// Fair waiting across processes (default on): a key's waiting processes queue in the store in
+    /// arrival order, only the first in line may take a released lock, a try-lock never passes a
+    /// queued waiter, and a release notifies exactly the next process in line (pub/sub, one
+    /// subscriber connection per store) instead of leaving everyone to poll. Off: the plain
+    /// first-come script, polling only.
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
+    }
+
+    /// How long a waiting process keeps its place in line without asking again (default
+    /// [`DEFAULT_WAITER_TIMEOUT`]). Waiters ask again at least every retry interval of the
+    /// manager (1 s by default), which must stay well below this; a crashed waiter holds the line
+    /// up at most this long after a release.
+    pub fn waiter_timeout(mut self, timeout: Duration) -> Self {
+        self.waiter_timeout = timeout;
         self
     }
 
@@ -98,6 +124,13 @@ impl RedisConfig {
                 self.prefix
             )));
         }
+        if self.waiter_timeout < Duration::from_millis(100) {
+            return Err(Error::invalid_argument(format!(
+                "waiter timeout {:?} is too short for waiters to keep their place (at least 100ms; \
+                 default 5s)",
+                self.waiter_timeout
+            )));
+        }
         if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::invalid_argument(
                 "Redis timeouts must be greater than zero (default 1s)",
@@ -115,6 +148,8 @@ impl fmt::Debug for RedisConfig {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("fencing", &self.fencing)
+            .field("fair", &self.fair)
+            .field("waiter_timeout", &self.waiter_timeout)
             .finish()
     }
 }

@@ -48,6 +48,10 @@ mod config;
 mod error;
 mod scripts;
 mod store;
+mod waiting;
 
-pub use config::{RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT};
+pub use config::{
+    RedisConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_WAITER_TIMEOUT,
+};
 pub use store::RedisStore;

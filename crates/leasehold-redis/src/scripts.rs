@@ -69,3 +69,115 @@ return {token, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 ",
     )
 });
+
+/// Fair acquire: the lock goes to the first process in the key's waiter queue.
+///
+/// `KEYS[1]` lock, `KEYS[2]` fence counter, `KEYS[3]` waiter queue (a list of waiter ids, oldest
+/// first), `KEYS[4]` waiter deadlines (a hash: id → ms since the epoch, server time);
+/// `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` waiter id (empty: a try-lock, never queued),
+/// `ARGV[4]` waiter timeout ms, `ARGV[5]` `1` to fence.
+///
+/// A waiter that stopped asking (crashed) is dropped once its deadline passes, when it reaches the
+/// head. The caller may take the lock if the queue is empty or it is at the head; taking it pops
+/// it. Otherwise a blocking caller joins the back of the queue (or refreshes its deadline).
+///
+/// Returns `{1, fence or false}` when acquired, else `{0, ms}`: how long until the lock can be
+/// free without a release (the holder's TTL left, or the head waiter's deadline), at least 1.
+///
+/// As in `ACQUIRE_FENCED`, the fence counter is checked before anything is written.
+pub(crate) static ACQUIRE_FAIR: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local me = ARGV[3]
+local head = redis.call('LINDEX', KEYS[3], 0)
+local now = nil
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+local head_deadline = nil
+for _ = 1, 64 do
+  if not head or head == me then break end
+  head_deadline = tonumber(redis.call('HGET', KEYS[4], head) or '0')
+  if head_deadline >= clock() then break end
+  redis.call('LPOP', KEYS[3])
+  redis.call('HDEL', KEYS[4], head)
+  head = redis.call('LINDEX', KEYS[3], 0)
+  head_deadline = nil
+end
+if (not head) or head == me then
+  if ARGV[5] == '1' then
+    local fence = redis.call('GET', KEYS[2])
+    if fence and not string.match(fence, '^%d+$') then
+      return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
+    end
+  end
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    if head == me then
+      redis.call('LPOP', KEYS[3])
+    end
+    if ARGV[5] == '1' then
+      return {1, redis.call('INCR', KEYS[2])}
+    end
+    return {1, false}
+  end
+end
+if me ~= '' then
+  if not redis.call('LPOS', KEYS[3], me) then
+    redis.call('RPUSH', KEYS[3], me)
+  end
+  local keep = tonumber(ARGV[4])
+  redis.call('HSET', KEYS[4], me, clock() + keep)
+  redis.call('PEXPIRE', KEYS[3], keep * 2)
+  redis.call('PEXPIRE', KEYS[4], keep * 2)
+end
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 then
+  left = head_deadline and (head_deadline - clock()) or 1
+end
+if left < 1 then left = 1 end
+return {0, left}
+",
+    )
+});
+
+/// Fair release: delete the lock only if it holds our token, and tell the next process in line.
+/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel; `ARGV[1]` token.
+/// Returns 1 if deleted, 0 otherwise.
+pub(crate) static RELEASE_FAIR: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  local next = redis.call('LINDEX', KEYS[2], 0)
+  if next then
+    redis.call('PUBLISH', KEYS[3], next)
+  end
+  return 1
+end
+return 0
+",
+    )
+});
+
+/// Leave a key's waiter queue (the process stopped waiting without the lock); if it was first in
+/// line and the lock is free, tell the next one.
+/// `KEYS[1]` waiter queue, `KEYS[2]` lock, `KEYS[3]` channel; `ARGV[1]` waiter id.
+pub(crate) static LEAVE_QUEUE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local head = redis.call('LINDEX', KEYS[1], 0)
+if redis.call('LREM', KEYS[1], 0, ARGV[1]) > 0 and head == ARGV[1]
+    and redis.call('EXISTS', KEYS[2]) == 0 then
+  local next = redis.call('LINDEX', KEYS[1], 0)
+  if next then
+    redis.call('PUBLISH', KEYS[3], next)
+  end
+end
+return 0
+",
+    )
+});

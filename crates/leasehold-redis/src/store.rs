@@ -6,14 +6,17 @@ use std::time::Duration;
 
 use leasehold_core::{
     acquire_detached, validate_ttl, Acquire, Capabilities, Error, Lease, LockInfo, LockKey,
-    LockStore, OwnerToken, Result,
+    LockStore, OwnerToken, ReleaseWatch, Result,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
 use crate::config::RedisConfig;
 use crate::error::{map, Op};
-use crate::scripts::{ACQUIRE_FENCED, EXTEND, INSPECT, RELEASE};
+use crate::scripts::{
+    ACQUIRE_FAIR, ACQUIRE_FENCED, EXTEND, INSPECT, LEAVE_QUEUE, RELEASE, RELEASE_FAIR,
+};
+use crate::waiting::Waiting;
 
 /// Keys returned by one `SCAN` step.
 const SCAN_COUNT: usize = 500;
@@ -29,6 +32,8 @@ struct Inner {
     config: RedisConfig,
     /// `host:port` or socket path, for messages (never credentials).
     address: String,
+    /// This store's place in waiter queues and its release notifications.
+    waiting: Arc<Waiting>,
 }
 
 impl RedisStore {
@@ -52,6 +57,7 @@ impl RedisStore {
             .set_connection_timeout(Some(config.connect_timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
+        let waiting = Waiting::new(&config.prefix, Some(client.clone()), config.connect_timeout);
         let conn = ConnectionManager::new_with_config(client, manager_config)
             .await
             .map_err(|e| map(Op::Connect, "", &address, e))?;
@@ -60,20 +66,24 @@ impl RedisStore {
                 conn,
                 config,
                 address,
+                waiting: Arc::new(waiting),
             }),
         })
     }
 
     /// Wraps a connection manager you already have (its own timeouts apply). `config` gives the
-    /// prefix and fencing; its URL is only used in messages.
+    /// prefix, fencing and fairness; its URL is only used in messages. Without a client of its
+    /// own the store cannot subscribe: waiters keep their place in line but poll.
     pub fn from_connection_manager(conn: ConnectionManager, config: RedisConfig) -> Result<Self> {
         config.validate()?;
         let address = config.redacted_url();
+        let waiting = Waiting::new(&config.prefix, None, config.connect_timeout);
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 conn,
                 config,
                 address,
+                waiting: Arc::new(waiting),
             }),
         })
     }
@@ -93,6 +103,25 @@ impl RedisStore {
         format!("{}fence:{}", self.inner.config.prefix, key.as_str())
     }
 
+    /// The Redis key of a lock's waiter queue: `<prefix>queue:<lock key>` (a list of waiter ids).
+    pub fn queue_key(&self, key: &LockKey) -> String {
+        format!("{}queue:{}", self.inner.config.prefix, key.as_str())
+    }
+
+    /// The Redis key of a lock's waiter deadlines: `<prefix>queue-deadline:<lock key>` (a hash).
+    pub fn queue_deadline_key(&self, key: &LockKey) -> String {
+        format!(
+            "{}queue-deadline:{}",
+            self.inner.config.prefix,
+            key.as_str()
+        )
+    }
+
+    /// This store's id in waiter queues (one per store instance).
+    pub fn waiter_id(&self) -> &str {
+        self.inner.waiting.id()
+    }
+
     fn conn(&self) -> ConnectionManager {
         self.inner.conn.clone()
     }
@@ -103,6 +132,9 @@ impl RedisStore {
 
     /// The acquire round trip itself (see `try_acquire` for cancel safety).
     async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
+        if self.inner.config.fair {
+            return self.acquire_fair(req).await;
+        }
         let ttl_ms = ttl_millis(req.ttl);
         let lock_key = self.lock_key(&req.key);
         let sent_at = Instant::now();
@@ -140,15 +172,86 @@ impl RedisStore {
         }
     }
 
-    async fn release_once(&self, lease: &Lease) -> Result<bool> {
+    /// The fair acquire script: a blocking attempt (with a deadline) queues this process; a
+    /// try-lock never passes a queued waiter.
+    async fn acquire_fair(&self, req: &Acquire) -> Result<Lease> {
+        let lock_key = self.lock_key(&req.key);
+        let waiter = if req.deadline.is_some() {
+            self.waiter_id()
+        } else {
+            ""
+        };
+        let sent_at = Instant::now();
         let mut conn = self.conn();
-        let deleted: i64 = RELEASE
-            .key(self.lock_key(lease.key()))
-            .arg(lease.token().as_str())
+        let (acquired, value): (i64, Option<u64>) = ACQUIRE_FAIR
+            .key(&lock_key)
+            .key(self.fence_key(&req.key))
+            .key(self.queue_key(&req.key))
+            .key(self.queue_deadline_key(&req.key))
+            .arg(req.token.as_str())
+            .arg(ttl_millis(req.ttl))
+            .arg(waiter)
+            .arg(self.inner.config.waiter_timeout.as_millis() as u64)
+            .arg(if self.inner.config.fencing { "1" } else { "0" })
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| self.err(Op::Release, lease.key(), e))?;
+            .map_err(|e| self.err(Op::Acquire, &req.key, e))?;
+        if !waiter.is_empty() {
+            self.inner.waiting.set_queued(&lock_key, acquired != 1);
+        }
+        if acquired == 1 {
+            return Ok(
+                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
+                    .with_fencing_token(value),
+            );
+        }
+        let left = Duration::from_millis(value.unwrap_or(1));
+        Err(Error::unavailable(&req.key).with_retry_after(left))
+    }
+
+    async fn release_once(&self, lease: &Lease) -> Result<bool> {
+        let mut conn = self.conn();
+        let lock_key = self.lock_key(lease.key());
+        let deleted: i64 = if self.inner.config.fair {
+            RELEASE_FAIR
+                .key(&lock_key)
+                .key(self.queue_key(lease.key()))
+                .key(self.inner.waiting.channel(&lock_key))
+                .arg(lease.token().as_str())
+                .invoke_async(&mut conn)
+                .await
+        } else {
+            RELEASE
+                .key(&lock_key)
+                .arg(lease.token().as_str())
+                .invoke_async(&mut conn)
+                .await
+        }
+        .map_err(|e| self.err(Op::Release, lease.key(), e))?;
         Ok(deleted == 1)
+    }
+
+    /// Gives up this process's place in `key`'s queue, in the background.
+    fn leave_queue(&self, key: LockKey) {
+        let store = self.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the place lapses after the waiter timeout
+        };
+        runtime.spawn(async move {
+            let lock_key = store.lock_key(&key);
+            let mut conn = store.conn();
+            let left: redis::RedisResult<i64> = LEAVE_QUEUE
+                .key(store.queue_key(&key))
+                .key(&lock_key)
+                .key(store.inner.waiting.channel(&lock_key))
+                .arg(store.waiter_id())
+                .invoke_async(&mut conn)
+                .await;
+            if let Err(error) = left {
+                tracing::debug!(%key, %error,
+                    "could not leave the waiter queue; the place lapses after the waiter timeout");
+            }
+        });
     }
 }
 
@@ -176,6 +279,21 @@ impl LockStore for RedisStore {
         Capabilities::NONE
             .with_fencing(self.inner.config.fencing)
             .with_listing(true)
+            .with_notifications(self.inner.config.fair)
+    }
+
+    /// With fair waiting (the default): subscribes this process to the key's release
+    /// announcements (one subscriber connection per store, shared by every key), confirmed
+    /// before it returns. When the last waiter of this process goes away without the lock, the
+    /// process leaves the key's queue.
+    async fn watch(&self, key: &LockKey) -> ReleaseWatch {
+        if !self.inner.config.fair {
+            return ReleaseWatch::none();
+        }
+        let store = self.clone();
+        let owned_key = key.clone();
+        let leave: crate::waiting::Leave = Arc::new(move |_| store.leave_queue(owned_key.clone()));
+        self.inner.waiting.watch(self.lock_key(key), leave).await
     }
 
     /// One round trip. Cancel safe: the request runs on its own task; if the caller stops waiting,
