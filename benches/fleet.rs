@@ -1,0 +1,301 @@
+//! The fleet benchmark: P processes × T tasks contend for one hot key, each holder working H ms
+//! under the lock, for D seconds — what a service on many instances does to a hot key.
+//!
+//! `cargo bench -p leasehold-bench --bench fleet` runs every configuration below; set
+//! `FLEET=redis` (or `aerospike`, `memory`) to run one store only. Each configuration starts its
+//! own server (a private redis-server, or the Aerospike wire fixture in this process), spawns the
+//! processes (this binary again, told its part by environment), and reports:
+//!
+//! - acquisitions per second, and the lock's utilization (share of the run some holder held it);
+//! - the hand-over gap between one release and the next grant (p50, p99), and across processes;
+//! - the worst wait of any request, and the worst wait over the median wait;
+//! - Jain's fairness index over acquisitions per process (1.0 = equal shares);
+//! - store requests per acquisition (requests that reached the store, counted in each process),
+//!   and on Redis the server's own command count per acquisition (scripts' commands included).
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use leasehold::layers::{CountingLayer, LocalCompetitionLayer};
+use leasehold::{LockManager, LockOptions};
+use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
+use leasehold_redis::{RedisConfig, RedisStore};
+use leasehold_testkit::aerospike::AerospikeFixture;
+use leasehold_testkit::redis::RedisServer;
+
+/// One run's shape.
+#[derive(Debug, Clone)]
+struct Shape {
+    label: &'static str,
+    store: &'static str,
+    processes: usize,
+    tasks: usize,
+    hold: Duration,
+    run: Duration,
+    hand_off: bool,
+    /// Redis only: the store-kept fair queue (the default) or the plain first-come script.
+    fair: bool,
+}
+
+/// What one process reports: one line per acquisition, `wait_us start_ns end_ns`, then a line
+/// `REQUESTS n`.
+fn child(shape_env: &str) {
+    let mut parts = shape_env.split(',');
+    let mut next = || parts.next().expect("child shape").to_owned();
+    let (store, address, tasks, hold_us, run_ms, hand_off, fair) =
+        (next(), next(), next(), next(), next(), next(), next());
+    let tasks: usize = tasks.parse().unwrap();
+    let hold = Duration::from_micros(hold_us.parse().unwrap());
+    let run = Duration::from_millis(run_ms.parse().unwrap());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let counting = CountingLayer::new();
+        let counts = counting.counts();
+        let builder = LockManager::builder().client_id("fleet").farm_id("f1");
+        let builder = match store.as_str() {
+            "redis" => builder.store(
+                RedisStore::connect(RedisConfig::new(address).fair(fair == "1"))
+                    .await
+                    .expect("redis"),
+            ),
+            "aerospike" => builder.store(
+                AerospikeStore::connect(AerospikeConfig::new(address, "test", "f1"))
+                    .await
+                    .expect("aerospike"),
+            ),
+            other => panic!("unknown store {other}"),
+        };
+        let locks = builder
+            .layer(counting)
+            .local_competition(LocalCompetitionLayer::new().hand_off(hand_off == "1"))
+            .build()
+            .expect("manager");
+        let until = Instant::now() + run;
+        let tasks: Vec<_> = (0..tasks)
+            .map(|_| {
+                let locks = locks.clone();
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    while Instant::now() < until {
+                        let asked = Instant::now();
+                        let guard = locks
+                            .lock_with("hot", LockOptions::new().wait(Duration::from_secs(60)))
+                            .await
+                            .expect("lock");
+                        let waited = asked.elapsed();
+                        let start = now_ns();
+                        // The critical section: real work that takes `hold`.
+                        tokio::time::sleep(hold).await;
+                        let end = now_ns();
+                        guard.release().await.expect("release");
+                        seen.push((waited.as_micros() as u64, start, end));
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let mut out = std::io::stdout().lock();
+        for task in tasks {
+            for (wait, start, end) in task.await.expect("task") {
+                writeln!(out, "{wait} {start} {end}").unwrap();
+            }
+        }
+        writeln!(out, "REQUESTS {}", counts.total()).unwrap();
+    });
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+struct Hold {
+    process: usize,
+    wait_us: u64,
+    start: u64,
+    end: u64,
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) {
+    let before = commands();
+    let me = std::env::current_exe().unwrap();
+    let env = format!(
+        "{},{},{},{},{},{},{}",
+        shape.store,
+        address,
+        shape.tasks,
+        shape.hold.as_micros(),
+        shape.run.as_millis(),
+        u8::from(shape.hand_off),
+        u8::from(shape.fair)
+    );
+    let children: Vec<_> = (0..shape.processes)
+        .map(|_| {
+            Command::new(&me)
+                .env("LEASEHOLD_FLEET_CHILD", &env)
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a process")
+        })
+        .collect();
+    let mut holds = Vec::new();
+    let mut requests = 0u64;
+    let mut per_process = Vec::new();
+    for (process, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().expect("process");
+        assert!(out.status.success(), "a process failed");
+        let mut count = 0u64;
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some(n) = line.strip_prefix("REQUESTS ") {
+                requests += n.parse::<u64>().unwrap();
+                continue;
+            }
+            let mut f = line.split(' ').map(|x| x.parse::<u64>().unwrap());
+            let (wait_us, start, end) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+            holds.push(Hold {
+                process,
+                wait_us,
+                start,
+                end,
+            });
+            count += 1;
+        }
+        per_process.push(count);
+    }
+    let after = commands();
+    holds.sort_by_key(|h| h.start);
+    let n = holds.len() as u64;
+    let window = holds.last().map_or(0, |h| h.end) - holds.first().map_or(0, |h| h.start);
+    let held: u64 = holds.iter().map(|h| h.end - h.start).sum();
+    let mut gaps = Vec::new();
+    let mut cross = Vec::new();
+    for pair in holds.windows(2) {
+        let gap = pair[1].start.saturating_sub(pair[0].end);
+        gaps.push(gap);
+        if pair[0].process != pair[1].process {
+            cross.push(gap);
+        }
+    }
+    gaps.sort_unstable();
+    cross.sort_unstable();
+    let mut waits: Vec<u64> = holds.iter().map(|h| h.wait_us).collect();
+    waits.sort_unstable();
+    let sum: f64 = per_process.iter().map(|&c| c as f64).sum();
+    let squares: f64 = per_process.iter().map(|&c| (c as f64).powi(2)).sum();
+    let jain = if squares > 0.0 {
+        sum * sum / (per_process.len() as f64 * squares)
+    } else {
+        0.0
+    };
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let median_wait = percentile(&waits, 0.5).max(1);
+    println!(
+        "| {} | {}×{} | {:.0} | {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0} | {:.0}× | {:.3} | {:.2} | {} |",
+        shape.label,
+        shape.processes,
+        shape.tasks,
+        n as f64 / shape.run.as_secs_f64(),
+        held as f64 / window.max(1) as f64,
+        ms(percentile(&gaps, 0.5)),
+        ms(percentile(&gaps, 0.99)),
+        ms(percentile(&cross, 0.5)),
+        ms(percentile(&cross, 0.99)),
+        waits.last().copied().unwrap_or(0) as f64 / 1e3,
+        waits.last().copied().unwrap_or(0) as f64 / median_wait as f64,
+        jain,
+        requests as f64 / n.max(1) as f64,
+        match (before, after) {
+            (Some(b), Some(a)) => format!("{:.1}", (a - b) as f64 / n.max(1) as f64),
+            _ => "—".to_owned(),
+        },
+    );
+    println!("  (acquisitions per process: {per_process:?})");
+}
+
+fn main() {
+    if let Ok(shape) = std::env::var("LEASEHOLD_FLEET_CHILD") {
+        child(&shape);
+        return;
+    }
+    let only = std::env::var("FLEET").ok();
+    let wanted = |store: &str| only.as_deref().is_none_or(|o| o == store);
+    let hold = Duration::from_millis(2);
+    let secs = std::env::var("FLEET_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let fleet = |label, store, hand_off, fair| Shape {
+        label,
+        store,
+        processes: 8,
+        tasks: 4,
+        hold,
+        run: Duration::from_secs(secs),
+        hand_off,
+        fair,
+    };
+    println!(
+        "| configuration | P×T | acq/s | utilization | gap p50 / p99 ms | cross-process gap p50 / p99 ms | worst wait ms | worst / median wait | Jain | store requests / acq | Redis commands / acq |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if wanted("redis") {
+        let server = RedisServer::start().expect("redis-server");
+        let commands = || {
+            server
+                .info_field("stats", "total_commands_processed")
+                .ok()
+                .and_then(|v| v.parse().ok())
+        };
+        for shape in [
+            fleet("redis, default stack (fair)", "redis", false, true),
+            fleet("redis, fair + hand-off", "redis", true, true),
+            fleet(
+                "redis, first-come (fair off, as before)",
+                "redis",
+                false,
+                false,
+            ),
+            Shape {
+                label: "redis, one process, 64 tasks",
+                processes: 1,
+                tasks: 64,
+                ..fleet("", "redis", false, true)
+            },
+        ] {
+            run(&shape, &server.url(), commands);
+            server.command(&["FLUSHALL"]).expect("flush");
+        }
+    }
+    if wanted("aerospike") {
+        let fixture = runtime
+            .block_on(AerospikeFixture::start())
+            .expect("fixture");
+        let _enter = runtime.enter();
+        for shape in [
+            fleet("aerospike fixture, default stack", "aerospike", false, true),
+            fleet("aerospike fixture, hand-off", "aerospike", true, true),
+        ] {
+            run(&shape, &fixture.host_string(), || None);
+            fixture.clear();
+        }
+    }
+}
