@@ -75,7 +75,9 @@ return {token, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 /// `KEYS[1]` lock, `KEYS[2]` fence counter, `KEYS[3]` waiter queue (a list of waiter ids, oldest
 /// first), `KEYS[4]` waiter deadlines (a hash: id → ms since the epoch, server time);
 /// `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` waiter id (empty: a try-lock, never queued),
-/// `ARGV[4]` waiter timeout ms, `ARGV[5]` `1` to fence.
+/// `ARGV[4]` waiter timeout ms, `ARGV[5]` `1` to fence, `ARGV[6]` `1` when other tasks of this
+/// process still wait on the key: taking the lock then puts the process back at the end of the
+/// line, so its next turn comes after every other process's.
 ///
 /// A waiter that stopped asking (crashed) is dropped once its deadline passes, when it reaches the
 /// head. The caller may take the lock if the queue is empty or it is at the head; taking it pops
@@ -118,6 +120,13 @@ if (not head) or head == me then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     if head == me then
       redis.call('LPOP', KEYS[3])
+    end
+    if ARGV[6] == '1' and me ~= '' then
+      local keep = tonumber(ARGV[4])
+      redis.call('RPUSH', KEYS[3], me)
+      redis.call('HSET', KEYS[4], me, clock() + keep)
+      redis.call('PEXPIRE', KEYS[3], keep * 2)
+      redis.call('PEXPIRE', KEYS[4], keep * 2)
     end
     if ARGV[5] == '1' then
       return {1, redis.call('INCR', KEYS[2])}

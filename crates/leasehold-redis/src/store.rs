@@ -181,6 +181,7 @@ impl RedisStore {
         } else {
             ""
         };
+        let requeue = !waiter.is_empty() && self.inner.waiting.others_wait(&lock_key);
         let sent_at = Instant::now();
         let mut conn = self.conn();
         let (acquired, value): (i64, Option<u64>) = ACQUIRE_FAIR
@@ -193,11 +194,14 @@ impl RedisStore {
             .arg(waiter)
             .arg(self.inner.config.waiter_timeout.as_millis() as u64)
             .arg(if self.inner.config.fencing { "1" } else { "0" })
+            .arg(if requeue { "1" } else { "0" })
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.err(Op::Acquire, &req.key, e))?;
         if !waiter.is_empty() {
-            self.inner.waiting.set_queued(&lock_key, acquired != 1);
+            self.inner
+                .waiting
+                .set_queued(&lock_key, acquired != 1 || requeue);
         }
         if acquired == 1 {
             return Ok(

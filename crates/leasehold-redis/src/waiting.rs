@@ -85,6 +85,11 @@ impl Waiting {
         self.watched.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether more than one task of this process waits on `lock_key` (the one asking, and others).
+    pub(crate) fn others_wait(&self, lock_key: &str) -> bool {
+        self.lock().get(lock_key).is_some_and(|w| w.watchers > 1)
+    }
+
     /// Records whether the last attempt on `lock_key` left this process queued.
     pub(crate) fn set_queued(&self, lock_key: &str, queued: bool) {
         if let Some(watched) = self.lock().get_mut(lock_key) {
@@ -205,7 +210,10 @@ impl Waiting {
             return; // another process's turn
         }
         if let Some(watched) = self.lock().get(lock_key) {
-            watched.notify.notify_waiters();
+            // One waiter of this process, the one waiting longest (tokio's `Notify` wakes in
+            // arrival order): the process has one turn, and its other waiters stay asleep
+            // instead of asking the store only to be told to wait again.
+            watched.notify.notify_one();
         }
     }
 }

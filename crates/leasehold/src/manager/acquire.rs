@@ -136,8 +136,11 @@ impl LockManager {
             if let Some(left) = retry_after {
                 pause = pause.min(left + EXPIRY_SLACK);
             }
+            // With store notifications, a local release is not this task's turn: the store names
+            // the next process in line, and its longest waiter is woken.
+            let local_turn = !store.is_live();
             tokio::select! {
-                _ = &mut woken => {}
+                _ = &mut woken, if local_turn => {}
                 _ = &mut notified => {}
                 _ = handle.lifecycle.closing() => {
                     return Err(Error::shut_down().with_key(plan.key.as_str()))
