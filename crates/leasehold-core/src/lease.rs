@@ -34,6 +34,8 @@ pub struct Lease {
     ttl: Duration,
     acquired_at: Instant,
     fencing_token: Option<u64>,
+    /// Other processes were in the store's waiter line when this lease was granted.
+    contended: bool,
 }
 
 impl Lease {
@@ -45,7 +47,22 @@ impl Lease {
             ttl,
             acquired_at,
             fencing_token: None,
+            contended: false,
         }
+    }
+
+    /// Records that other processes were waiting in the store's line when this lease was granted
+    /// (stores with a fair waiter queue report it).
+    pub fn with_contended(mut self, contended: bool) -> Self {
+        self.contended = contended;
+        self
+    }
+
+    /// Whether other processes were waiting in the store's line when this lease was granted: its
+    /// release is their turn, so local competition neither hands it to a local waiter nor sends
+    /// its own waiters to the store ahead of them.
+    pub fn is_contended(&self) -> bool {
+        self.contended
     }
 
     /// Sets the fencing token the store returned.

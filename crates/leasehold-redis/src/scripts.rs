@@ -83,8 +83,9 @@ return {token, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 /// head. The caller may take the lock if the queue is empty or it is at the head; taking it pops
 /// it. Otherwise a blocking caller joins the back of the queue (or refreshes its deadline).
 ///
-/// Returns `{1, fence or false}` when acquired, else `{0, ms}`: how long until the lock can be
-/// free without a release (the holder's TTL left, or the head waiter's deadline), at least 1.
+/// Returns `{1, fence or false, others}` when acquired (`others`: how many other processes are
+/// still in line), else `{0, ms, 0}`: `ms` is how long until the lock can be free without a release (the
+/// holder's TTL left, or the head waiter's deadline), at least 1.
 ///
 /// As in `ACQUIRE_FENCED`, the fence counter is checked before anything is written.
 pub(crate) static ACQUIRE_FAIR: LazyLock<Script> = LazyLock::new(|| {
@@ -128,10 +129,14 @@ if (not head) or head == me then
       redis.call('PEXPIRE', KEYS[3], keep * 2)
       redis.call('PEXPIRE', KEYS[4], keep * 2)
     end
-    if ARGV[5] == '1' then
-      return {1, redis.call('INCR', KEYS[2])}
+    local others = redis.call('LLEN', KEYS[3])
+    if ARGV[6] == '1' and me ~= '' then
+      others = others - 1
     end
-    return {1, false}
+    if ARGV[5] == '1' then
+      return {1, redis.call('INCR', KEYS[2]), others}
+    end
+    return {1, false, others}
   end
 end
 if me ~= '' then
@@ -148,7 +153,7 @@ if left < 0 then
   left = head_deadline and (head_deadline - clock()) or 1
 end
 if left < 1 then left = 1 end
-return {0, left}
+return {0, left, 0}
 ",
     )
 });

@@ -184,7 +184,7 @@ impl RedisStore {
         let requeue = !waiter.is_empty() && self.inner.waiting.others_wait(&lock_key);
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let (acquired, value): (i64, Option<u64>) = ACQUIRE_FAIR
+        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = ACQUIRE_FAIR
             .key(&lock_key)
             .key(self.fence_key(&req.key))
             .key(self.queue_key(&req.key))
@@ -206,7 +206,8 @@ impl RedisStore {
         if acquired == 1 {
             return Ok(
                 Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                    .with_fencing_token(value),
+                    .with_fencing_token(value)
+                    .with_contended(others.unwrap_or(0) > 0),
             );
         }
         let left = Duration::from_millis(value.unwrap_or(1));

@@ -357,6 +357,7 @@ impl<S: LockStore> LocalCompetition<S> {
     /// A handle that wakes every local waiter and makes them fail with
     /// [`ErrorKind::ShutDown`]; the manager calls it when its shutdown starts, so waiters do not
     /// hold the shutdown up.
+    #[allow(dead_code)] // replaced by the lifecycle in the moka rewrite
     pub(crate) fn closer(&self) -> impl Fn() + Send + Sync + 'static {
         let shared = self.shared.clone();
         move || shared.close()
