@@ -159,8 +159,10 @@ async fn renew(
             _ = &mut stopped => return,
             _ = handle.lifecycle.closing() => {
                 // The manager shut down (and, with graceful shutdown, released the lock): the
-                // lease is no longer kept alive, so the holder must stop relying on it.
-                lose(&handle, &state, &lease, "the lock manager shut down".to_string());
+                // lease is no longer kept alive, so the holder must stop relying on it. Expected,
+                // so no `Lost` event and no warning: a deploy is not an incident.
+                tracing::debug!(key = %lease.key(), "renewal stopped: the lock manager shut down");
+                state.mark_lost("the lock manager shut down; the lease is no longer renewed".to_string());
                 return;
             }
             _ = tokio::time::sleep(interval) => {}
