@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use dashmap::DashMap;
 use leasehold::layers::{
-    CountingLayer, LocalCompetitionConfig, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer,
+    CountingLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer,
     ShutdownLayer, UnlockWindowLayer,
 };
 use leasehold::{
@@ -339,19 +339,19 @@ fn main() {
     hand_off_latency("local competition off", builder(), rounds);
     hand_off_latency(
         "local competition on",
-        builder().local_competition(LocalCompetitionConfig::new()),
+        builder().local_competition(LocalCompetitionLayer::new()),
         rounds,
     );
     hand_off_latency(
         "local competition on, hand-off",
-        builder().local_competition(LocalCompetitionConfig::new().hand_off(true)),
+        builder().local_competition(LocalCompetitionLayer::new().hand_off(true)),
         rounds,
     );
     hand_off_latency(
         "default stack + hand-off",
         builder()
             .default_layers()
-            .local_competition(LocalCompetitionConfig::new().hand_off(true)),
+            .local_competition(LocalCompetitionLayer::new().hand_off(true)),
         rounds,
     );
 
@@ -359,19 +359,19 @@ fn main() {
     hot_key("local competition off", builder(), per_task);
     hot_key(
         "local competition on",
-        builder().local_competition(LocalCompetitionConfig::new()),
+        builder().local_competition(LocalCompetitionLayer::new()),
         per_task,
     );
     hot_key(
         "local competition on, hand-off",
-        builder().local_competition(LocalCompetitionConfig::new().hand_off(true)),
+        builder().local_competition(LocalCompetitionLayer::new().hand_off(true)),
         per_task,
     );
     hot_key(
         "default stack + hand-off",
         builder()
             .default_layers()
-            .local_competition(LocalCompetitionConfig::new().hand_off(true)),
+            .local_competition(LocalCompetitionLayer::new().hand_off(true)),
         per_task,
     );
 
@@ -384,12 +384,12 @@ fn main() {
     );
     hot_key(
         "1 ms store, local competition on",
-        remote(builder()).local_competition(LocalCompetitionConfig::new()),
+        remote(builder()).local_competition(LocalCompetitionLayer::new()),
         per_task,
     );
     hot_key(
         "1 ms store, local competition on, hand-off",
-        remote(builder()).local_competition(LocalCompetitionConfig::new().hand_off(true)),
+        remote(builder()).local_competition(LocalCompetitionLayer::new().hand_off(true)),
         per_task,
     );
 }

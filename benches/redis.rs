@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold::layers::{CountingLayer, LocalCompetitionConfig};
+use leasehold::layers::{CountingLayer, LocalCompetitionLayer};
 use leasehold::{LockManager, LockManagerBuilder, LockOptions};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::redis::RedisServer;
@@ -176,7 +176,7 @@ async fn main() {
     hot_key(&server, "local competition", |b| b.default_layers()).await;
     hot_key(&server, "local competition + hand-off", |b| {
         b.default_layers()
-            .local_competition(LocalCompetitionConfig::new().hand_off(true))
+            .local_competition(LocalCompetitionLayer::new().hand_off(true))
     })
     .await;
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::layers::LocalCompetitionConfig;
+use leasehold::layers::LocalCompetitionLayer;
 use leasehold::{
     Acquire, Capabilities, Error, ErrorKind, Lease, LockEvent, LockInfo, LockKey, LockManager,
     LockOptions, LockStore, MemoryStore, Result,
@@ -281,7 +281,7 @@ async fn the_default_stack_keeps_the_counter_exact_with_and_without_hand_off() {
     increment_under_the_lock(builder().build().unwrap()).await;
     increment_under_the_lock(
         builder()
-            .local_competition(LocalCompetitionConfig::new().hand_off(true))
+            .local_competition(LocalCompetitionLayer::new().hand_off(true))
             .build()
             .unwrap(),
     )

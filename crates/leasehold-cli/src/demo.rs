@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use leasehold::layers::{
-    CountingLayer, GracefulShutdownConfig, LocalCompetitionConfig, ReadbackConfig,
+    CountingLayer, GracefulShutdownConfig, LocalCompetitionLayer, ReadbackConfig,
 };
 use leasehold::{
     Acquire, Capabilities, Error, Holder, Lease, LockInfo, LockKey, LockManager, LockOptions,
@@ -281,7 +281,7 @@ async fn graceful_shutdown(say: &impl Fn(String)) -> Result<Row> {
         .store(store.clone())
         .observer(events.clone())
         .graceful_shutdown(GracefulShutdownConfig::new())
-        .local_competition(LocalCompetitionConfig::new())
+        .local_competition(LocalCompetitionLayer::new())
         .build()?;
     let mut guards = Vec::new();
     for job in ["job-1", "job-2", "job-3"] {

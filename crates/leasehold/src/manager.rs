@@ -13,14 +13,13 @@ use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::core::{
-    instant_after, validate_ttl, Acquire, BoxStore, Error, ErrorKind, Layer, Lease, LockEvent,
-    LockInfo, LockKey, LockLevel, LockStore, Observer, Observers, OwnerToken, Result,
+    instant_after, validate_ttl, Acquire, BoxStore, Error, ErrorKind, Layer, Lease, Lifecycle,
+    LockEvent, LockInfo, LockKey, LockLevel, LockStore, Observer, Observers, OwnerToken, Result,
 };
 use crate::guard::LockGuard;
 use crate::layers::{
-    GracefulShutdownConfig, LocalCompetition, LocalCompetitionConfig, LocalCompetitionLayer,
-    ReadbackConfig, ReadbackLayer, ReentrancyConfig, ReentrancyLayer, ShutdownLayer,
-    UnlockWindowConfig, UnlockWindowLayer,
+    GracefulShutdownConfig, LocalCompetition, LocalCompetitionLayer, ReadbackConfig, ReadbackLayer,
+    ReentrancyConfig, ReentrancyLayer, ShutdownLayer, UnlockWindowConfig, UnlockWindowLayer,
 };
 use crate::waiters::Waiters;
 use crate::{Holder, MemoryStore};
@@ -167,7 +166,7 @@ pub struct LockManagerBuilder {
 struct ScenarioLayers {
     readback: Option<ReadbackConfig>,
     unlock_window: Option<UnlockWindowConfig>,
-    local: Option<LocalCompetitionConfig>,
+    local: Option<LocalCompetitionLayer>,
     reentrancy: Option<ReentrancyConfig>,
     shutdown: Option<GracefulShutdownConfig>,
 }
@@ -287,10 +286,10 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Enables [local competition](crate::layers::local) (Bond 3.4): contenders of this process
-    /// meet in memory first (fast-fail, local wake-up, optional hand-off).
-    pub fn local_competition(mut self, config: LocalCompetitionConfig) -> Self {
-        self.scenarios.local = Some(config);
+    /// Enables [local competition](crate::layers::local_competition) (Bond 3.4): contenders of
+    /// this process meet in memory first (fast-fail, local wake-up, optional hand-off).
+    pub fn local_competition(mut self, layer: LocalCompetitionLayer) -> Self {
+        self.scenarios.local = Some(layer);
         self
     }
 
@@ -327,7 +326,7 @@ impl LockManagerBuilder {
         s.readback.get_or_insert_with(ReadbackConfig::default);
         s.unlock_window
             .get_or_insert_with(UnlockWindowConfig::default);
-        s.local.get_or_insert_with(LocalCompetitionConfig::default);
+        s.local.get_or_insert_with(LocalCompetitionLayer::default);
         s.reentrancy.get_or_insert_with(ReentrancyConfig::default);
         s.shutdown
             .get_or_insert_with(GracefulShutdownConfig::default);
@@ -815,14 +814,16 @@ impl std::fmt::Debug for Closers {
 }
 
 impl Closers {
-    /// Applies local competition and keeps its closer (it wakes local waiters at shutdown).
+    /// Applies local competition and keeps a closer for its lifecycle (closing it wakes local
+    /// waiters at shutdown).
     fn local<S: LockStore>(
         &mut self,
         layer: LocalCompetitionLayer,
         inner: S,
     ) -> LocalCompetition<S> {
         let local = layer.layer(inner);
-        self.0.push(Box::new(local.closer()));
+        let lifecycle = local.lifecycle().clone();
+        self.0.push(Box::new(move || lifecycle.close()));
         local
     }
 }
@@ -846,7 +847,14 @@ impl ScenarioLayers {
             .map(|c| ShutdownLayer::new(c).with_observers(observers.clone()));
         let local = self
             .local
-            .map(|c| LocalCompetitionLayer::new(c).with_observers(observers.clone()));
+            .clone()
+            // A lifecycle per manager: layer values cloned into two managers must not close
+            // together (the manager closes it at shutdown, through `Closers::local`).
+            .map(|layer| {
+                layer
+                    .with_observers(observers.clone())
+                    .with_lifecycle(Lifecycle::new())
+            });
         let reentrancy = self
             .reentrancy
             .map(|c| ReentrancyLayer::new(c).with_observers(observers.clone()));

@@ -2,13 +2,13 @@
 //!
 //! Each layer is one module with a config type (`…Config`), a [`Layer`](crate::Layer) (`…Layer`)
 //! and the store it wraps around another (`Readback<S>`, …), and overrides only the operations its
-//! scenario changes. Each reports what it did through the manager's one observer hook
+//! scenario changes. ([`LocalCompetitionLayer`] is both its configuration and its layer.) Each reports what it did through the manager's one observer hook
 //! ([`LockEvent`](crate::LockEvent)), so metrics and tracing attach without touching the layers.
 //!
 //! | layer | Bond | guarantee |
 //! |---|---|---|
 //! | [`reentrancy`] | 3.6 | a holder re-taking its own key counts up instead of deadlocking |
-//! | [`local`] | 3.4 | local contenders meet in memory: fast-fail, local wake-up, optional hand-off |
+//! | [`local_competition`] | 3.4 | local contenders meet in memory: fast-fail, local wake-up, optional hand-off |
 //! | [`shutdown`] | 3.5 | every live lock is released at shutdown (and on SIGINT/SIGTERM) |
 //! | [`unlock_window`] | 3.2 | a release is sent only while the lease can still be ours |
 //! | [`readback`] | 3.1 | an in-doubt reply is resolved by reading the record back |
@@ -63,14 +63,14 @@
 //! ```
 
 pub mod counting;
-pub mod local;
+pub mod local_competition;
 pub mod readback;
 pub mod reentrancy;
 pub mod shutdown;
 pub mod unlock_window;
 
 pub use counting::{Counting, CountingLayer, RequestCounts};
-pub use local::{LocalCompetition, LocalCompetitionConfig, LocalCompetitionLayer};
+pub use local_competition::{LocalCompetition, LocalCompetitionLayer};
 pub use readback::{Readback, ReadbackConfig, ReadbackLayer};
 pub use reentrancy::{ReentrancyConfig, ReentrancyLayer, Reentrant};
 pub use shutdown::{GracefulShutdownConfig, ShutdownLayer, ShutdownTracking};
@@ -167,10 +167,9 @@ mod conformance {
     mod local_with_hand_off_alone {
         use super::*;
         leasehold_testkit::conformance_tests!(async {
-            crate::layers::LocalCompetitionLayer::new(
-                crate::layers::LocalCompetitionConfig::new().hand_off(true),
-            )
-            .layer(MemoryStore::new())
+            crate::layers::LocalCompetitionLayer::new()
+                .hand_off(true)
+                .layer(MemoryStore::new())
         });
     }
 
@@ -283,7 +282,7 @@ mod stack {
     #[tokio::test]
     async fn hot_key_with_hand_off_needs_few_store_requests() {
         let (locks, counts, _) = manager(|b| {
-            b.local_competition(LocalCompetitionConfig::new().hand_off(true))
+            b.local_competition(LocalCompetitionLayer::new().hand_off(true))
                 .lock_ttl(Duration::from_secs(30))
         });
         let tasks: Vec<_> = (0..8)
