@@ -17,8 +17,8 @@ fn blocking(entity: &str, ttl_ms: u64, wait: Duration) -> Acquire {
 }
 
 /// A task waiting (blocking acquire, deadline `wait` from now) for `entity`.
-fn spawn_waiter(
-    store: &Local,
+fn spawn_waiter<S: LockStore>(
+    store: &Arc<LocalCompetition<S>>,
     entity: &'static str,
     ttl_ms: u64,
     wait: Duration,
@@ -637,4 +637,187 @@ async fn an_absurd_ttl_is_rejected_before_any_store_io() {
     let err = store.try_acquire(&req("a", u64::MAX)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(scripted.ops().is_empty());
+}
+
+/// Local competition over the embedded store, with room for `capacity` keys.
+fn bounded(capacity: u64) -> (Arc<LocalCompetition<crate::MemoryStore>>, events::Seen) {
+    let (observers, seen) = events::capture();
+    let store = LocalCompetitionLayer::new()
+        .capacity(capacity)
+        .with_observers(observers)
+        .layer(crate::MemoryStore::new());
+    (Arc::new(store), seen)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_unique_keys_stays_within_capacity() {
+    let (store, _) = bounded(8);
+    for i in 0..1000 {
+        let lease = store
+            .try_acquire(&req(&format!("flood-{i}"), 10_000))
+            .await
+            .unwrap();
+        assert!(store.release(&lease).await.unwrap());
+        assert!(store.local_keys() <= 8, "at most 8 entries, at key {i}");
+    }
+    assert_eq!(
+        store.local_keys(),
+        8,
+        "emptied entries are reused up to capacity"
+    );
+    // Held keys count too, and keys beyond capacity still lock (through the store).
+    let mut held = Vec::new();
+    for i in 0..100 {
+        held.push(
+            store
+                .try_acquire(&req(&format!("held-{i}"), 10_000))
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(store.local_keys(), 8);
+    for (i, _) in held.iter().enumerate() {
+        let err = store
+            .try_acquire(&req(&format!("held-{i}"), 10_000))
+            .await
+            .unwrap_err();
+        assert!(
+            err.is_unavailable(),
+            "held-{i} is held, locally or in the store"
+        );
+    }
+    for lease in &held {
+        assert!(store.release(lease).await.unwrap());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_entry_in_use_survives_a_flood_beyond_capacity() {
+    let (store, seen) = bounded(4);
+    let held = store.try_acquire(&req("held", 60_000)).await.unwrap();
+    let waited = store.try_acquire(&req("waited", 60_000)).await.unwrap();
+    let waiter = spawn_waiter(&store, "waited", 60_000, Duration::from_secs(60));
+    settle().await;
+    // Far more unique keys than there is room for: some held, most released at once.
+    let mut flood = Vec::new();
+    for i in 0..200 {
+        let lease = store
+            .try_acquire(&req(&format!("flood-{i}"), 60_000))
+            .await
+            .unwrap();
+        if i % 50 == 0 {
+            flood.push(lease);
+        } else {
+            assert!(store.release(&lease).await.unwrap());
+        }
+    }
+    assert!(store.local_keys() <= 4);
+    assert_eq!(store.reclaim_idle(), 0, "nothing idle left to reclaim");
+    // The holder still excludes others locally (fast-failed in memory, not by the store).
+    let err = store.try_acquire(&req("held", 60_000)).await.unwrap_err();
+    assert!(err.is_unavailable());
+    assert_eq!(seen.names(), ["fast_failed"]);
+    // The waiter is still woken by the release, at once.
+    let started = Instant::now();
+    assert!(store.release(&waited).await.unwrap());
+    let next = waiter.await.unwrap().unwrap();
+    assert_eq!(started.elapsed(), Duration::ZERO, "woken, not timed out");
+    assert_ne!(next.token(), waited.token());
+    for lease in [held, next].iter().chain(&flood) {
+        assert!(store.release(lease).await.unwrap());
+    }
+}
+
+/// On the real clock, which moka's expiry follows.
+#[tokio::test]
+async fn an_entrys_local_state_does_not_outlive_its_lease() {
+    let (store, _) = bounded(DEFAULT_CAPACITY);
+    // A holder that never releases (its guard was leaked).
+    let leaked = store.try_acquire(&req("leaked", 200)).await.unwrap();
+    let cached = |store: &LocalCompetition<crate::MemoryStore>| {
+        store.shared.cache.contains_key(&key("leaked"))
+    };
+    assert!(cached(&store));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(cached(&store), "kept while the lease runs");
+    assert!(store.try_acquire(&req("leaked", 200)).await.is_err());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        !cached(&store),
+        "expired with the lease, without being asked"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while store.local_keys() > 0 {
+        assert!(Instant::now() < deadline, "the memory is reclaimed too");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let next = store.try_acquire(&req("leaked", 200)).await.unwrap();
+    assert_ne!(next.token(), leaked.token());
+}
+
+#[tokio::test(start_paused = true)]
+async fn closing_the_lifecycle_wakes_waiters_and_tracks_the_returned_hand_off() {
+    let scripted = ScriptedStore::new();
+    let (open, release_gate) = gate();
+    scripted
+        .grant_acquire()
+        .expect_release_after(release_gate, Ok(true));
+    let lifecycle = Lifecycle::new();
+    let (store, _) = local(
+        &scripted,
+        LocalCompetitionLayer::new()
+            .hand_off(true)
+            .with_lifecycle(lifecycle.clone()),
+    );
+    let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
+    settle().await;
+    assert!(store.release(&lease).await.unwrap(), "handed off");
+    // Closed before the woken waiter ran: it ends with ShutDown and the hand-off goes back.
+    lifecycle.close();
+    let err = waiter.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShutDown);
+    let err = store.try_acquire(&req("b", 60_000)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShutDown, "no new acquisition");
+    settle().await;
+    assert_eq!(
+        scripted.ops(),
+        [Op::TryAcquire, Op::Release],
+        "being released"
+    );
+    assert_eq!(
+        lifecycle.in_flight(),
+        1,
+        "the background release is tracked"
+    );
+    let waiting = {
+        let lifecycle = lifecycle.clone();
+        tokio::spawn(async move { lifecycle.wait().await })
+    };
+    settle().await;
+    assert!(!waiting.is_finished(), "wait() waits for the release");
+    open.send(()).unwrap();
+    waiting.await.unwrap();
+    assert_eq!(lifecycle.in_flight(), 0);
+    assert_eq!(scripted.calls()[1].token.as_ref(), Some(lease.token()));
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_layer_used_alone_shuts_down_through_its_own_lifecycle() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
+    assert!(!store.lifecycle().is_closing());
+    let _held = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    store.shutdown().await.unwrap();
+    assert!(store.lifecycle().is_closing());
+    let err = store.try_acquire(&req("b", 60_000)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShutDown);
+    assert_eq!(
+        scripted.count(Op::TryAcquire),
+        1,
+        "refused before any store I/O"
+    );
+    scripted.verify();
 }
