@@ -302,6 +302,7 @@ impl Shared {
                     counted.fetch_sub(1, Ordering::AcqRel);
                 }
                 // Nobody is left waiting on an entry out of the cache: they look again.
+                slot.set_gone();
                 slot.wake.notify_waiters();
             })
             .build_with_hasher(foldhash::fast::RandomState::default());
@@ -383,6 +384,7 @@ impl Shared {
             if st.is_retired() || !st.retire_if_idle(now) {
                 continue;
             }
+            slot.set_gone();
             // Removed under the entry's lock: a contender that finds it retired and looks again
             // finds it gone.
             if self.remove(&key, &slot) {
@@ -425,6 +427,7 @@ impl Shared {
             true
         } else {
             st.retire();
+            slot.set_gone();
             false
         }
     }
@@ -633,7 +636,14 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
             if self.lifecycle.is_closing() {
                 return Err(Error::shut_down().with_key(req.key.as_str()));
             }
-            let Some(slot) = self.shared.slot(&req.key) else {
+            // A waiter looks at the entry it waited on again, unless it left the cache (then
+            // the key is looked up anew). Reusing it is safe: had it expired in the cache, taking
+            // it moves its expiry, and that settle finds it gone.
+            let reuse = ticket
+                .as_ref()
+                .filter(|t| !t.slot.is_gone())
+                .map(|t| t.slot.clone());
+            let Some(slot) = reuse.or_else(|| self.shared.slot(&req.key)) else {
                 drop(ticket);
                 tracing::debug!(key = %req.key,
                     "local competition at capacity with every entry in use: straight to the store");
@@ -673,7 +683,9 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
                         Take::Busy { wake_at } => {
                             let mut registered = true;
                             if ticket.is_none() {
-                                st.wait(req.deadline.unwrap_or(wake_at));
+                                // Kept in the cache until this waiter wakes up and looks again,
+                                // no later than the lease's end: usually covered already.
+                                st.wait(wake_at);
                                 registered = self.shared.settle(&req.key, &slot, &mut st, now);
                                 if registered {
                                     ticket = Some(WaitTicket {

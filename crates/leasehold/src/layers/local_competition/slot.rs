@@ -19,6 +19,7 @@
 //! parent module pins the cache entry that long); once nobody does, no longer than the last
 //! lease and at most [`IDLE_LINGER`] (so a hot key is not re-inserted on every acquisition).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -30,15 +31,35 @@ use crate::core::{Lease, OwnerToken};
 /// How long an emptied entry stays cached for reuse (never past the end of its last lease).
 pub(super) const IDLE_LINGER: Duration = Duration::from_secs(1);
 
+/// How far past its horizon an entry in use is pinned, for a use that lasts `span` from now: an
+/// eighth of it, at most [`IDLE_LINGER`] (a 200 ms lease: 25 ms; 8 s and more: 1 s).
+pub(super) fn pin_slack(span: Duration) -> Duration {
+    (span / 8).min(IDLE_LINGER)
+}
+
 /// One key's entry: its state and the wake-up of its local waiters.
 #[derive(Debug, Default)]
 pub(super) struct Slot {
     state: Mutex<State>,
     /// Wakes local waiters (one at a release, all when the entry leaves the cache).
     pub(super) wake: Notify,
+    /// Set once the entry left the cache (or is about to): a waiter then looks the key up again
+    /// instead of reusing the entry it waited on. Outside the lock, so the cache's removal
+    /// listener can set it from within any cache call.
+    gone: AtomicBool,
 }
 
 impl Slot {
+    /// Marks the entry as out of the cache.
+    pub(super) fn set_gone(&self) {
+        self.gone.store(true, Ordering::Release);
+    }
+
+    /// Whether the entry left the cache (as far as this process has seen).
+    pub(super) fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
     /// Locks the state. A panic elsewhere while holding the lock leaves a consistent state (every
     /// transition is one assignment sequence without a fallible step), so poisoning is ignored.
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
@@ -162,7 +183,7 @@ impl State {
     }
 
     /// The earliest time the cache may drop this entry. In use: the end of the latest lease,
-    /// offer or waiter deadline. Idle: the end of the last lease, and no later than
+    /// offer or waiter wake-up. Idle: the end of the last lease, and no later than
     /// [`IDLE_LINGER`] from `now`.
     pub(super) fn horizon(&self, now: Instant) -> Instant {
         if self.in_use() {
@@ -181,12 +202,20 @@ impl State {
 
     /// The expiry the cache entry needs now, if it differs from the one it has: later while in
     /// use (never evicted from under a holder, an offer or a waiter), earlier once idle (never
-    /// kept past its lease).
+    /// kept past its lease, nor more than [`IDLE_LINGER`]).
+    ///
+    /// In use, the entry is pinned a little past the horizon ([`pin_slack`]): on a hot key every
+    /// new holder's lease ends a little later than the last one's, and without the slack each of
+    /// them would move the expiry (a cache write under the entry's lock). With it, the next
+    /// holders within the slack need no write. The slack is taken back as soon as the entry
+    /// empties; only a leaked holder's entry keeps it, and is dropped that long after its lease.
     pub(super) fn expiry_change(&self, now: Instant) -> Option<Instant> {
         let horizon = self.horizon(now);
+        let in_use = self.in_use();
         match self.pinned_until {
-            Some(pinned) if self.in_use() && pinned >= horizon => None,
-            Some(pinned) if !self.in_use() && pinned <= horizon => None,
+            Some(pinned) if in_use && pinned >= horizon => None,
+            Some(pinned) if !in_use && pinned <= horizon => None,
+            _ if in_use => Some(horizon + pin_slack(horizon.saturating_duration_since(now))),
             _ => Some(horizon),
         }
     }
@@ -654,45 +683,61 @@ mod tests {
     fn the_cache_expiry_covers_every_use_and_no_more_once_idle() {
         let now = Instant::now();
         let mut st = State::default();
-        assert_eq!(st.expiry_change(now), Some(now + IDLE_LINGER));
+        assert_eq!(st.expiry_change(now), Some(now + IDLE_LINGER), "fresh");
         let a = token();
         st.try_take(&a, TTL, None, now);
+        let slack = pin_slack(TTL);
+        assert_eq!(slack, IDLE_LINGER, "an eighth of 10 s, at most the linger");
         assert_eq!(
             st.expiry_change(now),
-            Some(now + TTL),
-            "pinned to the lease"
+            Some(now + TTL + slack),
+            "pinned past the lease"
         );
-        st.pinned(now + TTL);
+        st.pinned(now + TTL + slack);
         assert_eq!(st.expiry_change(now), None, "already pinned");
+        // The key changes hands (a waiter keeps it in use meanwhile) within the slack.
+        st.wait(now);
+        st.vacate(&a);
+        let b = token();
+        let soon = now + slack;
+        st.stop_waiting();
+        st.try_take(&b, TTL, Some(soon + TTL), soon);
+        assert_eq!(
+            st.expiry_change(soon),
+            None,
+            "a new holder within the slack needs no cache write"
+        );
         st.wait(now + Duration::from_secs(60));
         assert_eq!(
             st.expiry_change(now),
-            Some(now + Duration::from_secs(60)),
-            "a waiter keeps the entry until its deadline"
+            Some(now + Duration::from_secs(61)),
+            "a waiter keeps the entry until it wakes up"
         );
-        st.pinned(now + Duration::from_secs(60));
+        st.pinned(now + Duration::from_secs(61));
         st.stop_waiting();
-        st.vacate(&a);
+        st.vacate(&b);
         let later = now + Duration::from_secs(2);
         assert_eq!(
             st.expiry_change(later),
             Some(later + IDLE_LINGER),
-            "idle: brought down to the linger"
+            "emptied: brought down to the linger"
         );
         st.pinned(later + IDLE_LINGER);
         assert_eq!(st.expiry_change(later), None);
-        // An idle entry whose last lease ended stays no longer than that lease.
+        // An emptied entry whose last lease ends sooner stays no longer than that lease.
         let mut st = State::default();
-        let b = token();
-        st.try_take(&b, Duration::from_millis(100), None, now);
-        st.pinned(now + Duration::from_millis(100));
-        st.vacate(&b);
+        let c = token();
+        let short = Duration::from_millis(100);
+        st.try_take(&c, short, None, now);
+        assert_eq!(pin_slack(short), Duration::from_micros(12_500));
+        assert_eq!(st.expiry_change(now), Some(now + short + pin_slack(short)));
+        st.pinned(now + short + pin_slack(short));
+        st.vacate(&c);
         assert_eq!(
             st.expiry_change(now),
-            None,
-            "already no later than its lease"
+            Some(now + short),
+            "emptied: the slack is taken back"
         );
-        assert_eq!(st.horizon(now), now + Duration::from_millis(100));
     }
 
     #[test]
