@@ -114,14 +114,14 @@
 
 pub mod counting;
 pub mod graceful_shutdown;
-pub mod local;
+pub mod local_competition;
 pub mod readback;
 pub mod reentrancy;
 pub mod unlock_window;
 
 pub use counting::{Counting, CountingLayer, RequestCounts};
 pub use graceful_shutdown::{GracefulShutdown, GracefulShutdownLayer};
-pub use local::{LocalCompetition, LocalCompetitionLayer};
+pub use local_competition::{LocalCompetition, LocalCompetitionLayer};
 pub use readback::{Readback, ReadbackLayer};
 pub use reentrancy::{Reentrancy, ReentrancyLayer};
 pub use unlock_window::{UnlockWindow, UnlockWindowLayer};

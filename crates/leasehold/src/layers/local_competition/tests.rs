@@ -6,11 +6,9 @@ use leasehold_testkit::scripted::{Op, ScriptedStore};
 
 type Local = Arc<LocalCompetition<ScriptedStore>>;
 
-fn local(scripted: &ScriptedStore, config: LocalCompetitionConfig) -> (Local, events::Seen) {
+fn local(scripted: &ScriptedStore, layer: LocalCompetitionLayer) -> (Local, events::Seen) {
     let (observers, seen) = events::capture();
-    let store = LocalCompetitionLayer::with_config(config)
-        .with_observers(observers)
-        .layer(scripted.clone());
+    let store = layer.with_observers(observers).layer(scripted.clone());
     (Arc::new(store), seen)
 }
 
@@ -19,8 +17,8 @@ fn blocking(entity: &str, ttl_ms: u64, wait: Duration) -> Acquire {
 }
 
 /// A task waiting (blocking acquire, deadline `wait` from now) for `entity`.
-fn spawn_waiter(
-    store: &Local,
+fn spawn_waiter<S: LockStore>(
+    store: &Arc<LocalCompetition<S>>,
     entity: &'static str,
     ttl_ms: u64,
     wait: Duration,
@@ -40,7 +38,7 @@ async fn settle() {
 async fn try_lock_fast_fails_without_store_io() {
     let scripted = ScriptedStore::new();
     scripted.grant_acquire().expect_release(Ok(true));
-    let (store, seen) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, seen) = local(&scripted, LocalCompetitionLayer::default());
     let lease = store.try_acquire(&req("a", 10_000)).await.unwrap();
     for _ in 0..3 {
         let err = store.try_acquire(&req("a", 10_000)).await.unwrap_err();
@@ -66,7 +64,7 @@ async fn blocking_lock_is_woken_by_the_local_release() {
         .grant_acquire()
         .expect_release(Ok(true))
         .grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let first = store.try_acquire(&req("a", 10_000)).await.unwrap();
     let waiter = spawn_waiter(&store, "a", 10_000, Duration::from_secs(60));
     settle().await;
@@ -95,7 +93,7 @@ async fn blocking_lock_is_woken_by_the_local_release() {
 async fn blocking_lock_times_out_locally() {
     let scripted = ScriptedStore::new();
     scripted.grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let _held = store.try_acquire(&req("a", 60_000)).await.unwrap();
     let err = store
         .try_acquire(&blocking("a", 1000, Duration::from_secs(2)))
@@ -118,7 +116,7 @@ async fn one_store_talker_per_key() {
         |r| Err(Error::unavailable(&r.key)),
     );
     scripted.grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let s = store.clone();
     let slow = tokio::spawn(async move { s.try_acquire(&req("a", 10_000)).await });
     settle().await;
@@ -148,7 +146,7 @@ async fn cancelled_acquire_frees_the_key() {
         Err(Error::unavailable(&r.key))
     });
     scripted.grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let s = store.clone();
     let stuck = tokio::spawn(async move { s.try_acquire(&req("a", 10_000)).await });
     settle().await;
@@ -168,7 +166,7 @@ async fn store_error_frees_the_key() {
     scripted
         .expect_acquire(Err(Error::connection("down")))
         .grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let err = store.try_acquire(&req("a", 10_000)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection);
     store.try_acquire(&req("a", 10_000)).await.unwrap();
@@ -179,7 +177,7 @@ async fn store_error_frees_the_key() {
 async fn entry_never_outlives_its_lease() {
     let scripted = ScriptedStore::new();
     scripted.grant_acquire().grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     // A holder that never releases (its task crashed and the guard was leaked).
     let leaked = store.try_acquire(&req("a", 1000)).await.unwrap();
     tokio::time::advance(Duration::from_millis(999)).await;
@@ -194,7 +192,7 @@ async fn entry_never_outlives_its_lease() {
 async fn waiter_is_woken_when_a_leaked_lease_expires() {
     let scripted = ScriptedStore::new();
     scripted.grant_acquire().grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let _leaked = store.try_acquire(&req("a", 1000)).await.unwrap();
     let started = Instant::now();
     store
@@ -217,7 +215,7 @@ async fn foreign_release_and_extend_go_to_the_store() {
         .expect_release(Ok(false))
         .grant_extend()
         .expect_release(Ok(true));
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let lease = store.try_acquire(&req("a", 10_000)).await.unwrap();
     let impostor = lease.clone().with_token(OwnerToken::generate());
     assert!(!store.release(&impostor).await.unwrap());
@@ -236,9 +234,7 @@ async fn foreign_release_and_extend_go_to_the_store() {
 async fn hand_off_skips_the_store_and_is_bounded() {
     let scripted = ScriptedStore::new();
     scripted.grant_acquire();
-    let config = LocalCompetitionConfig::new()
-        .hand_off(true)
-        .max_hand_offs(2);
+    let config = LocalCompetitionLayer::new().hand_off(true).max_hand_offs(2);
     let (store, seen) = local(&scripted, config);
     let mut lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
     let first = lease.clone();
@@ -308,7 +304,7 @@ async fn hand_off_hold_time_is_bounded() {
         .grant_acquire()
         .expect_release(Ok(true))
         .grant_acquire();
-    let config = LocalCompetitionConfig::new()
+    let config = LocalCompetitionLayer::new()
         .hand_off(true)
         .max_hand_off_hold(Duration::from_millis(100));
     let (store, seen) = local(&scripted, config);
@@ -332,7 +328,7 @@ async fn hand_off_hold_time_is_bounded() {
 async fn hand_off_with_little_time_left(
     scripted: &ScriptedStore,
 ) -> (Local, Lease, tokio::task::JoinHandle<Result<Lease>>) {
-    let config = LocalCompetitionConfig::new()
+    let config = LocalCompetitionLayer::new()
         .hand_off(true)
         .max_hand_off_hold(Duration::from_secs(60));
     let (store, _) = local(scripted, config);
@@ -369,7 +365,7 @@ async fn hand_off_extends_a_short_lease() {
 async fn unclaimed_hand_off_is_released_in_the_store() {
     let scripted = ScriptedStore::new();
     scripted.grant_acquire().expect_release(Ok(true));
-    let (store, _) = local(&scripted, LocalCompetitionConfig::new().hand_off(true));
+    let (store, _) = local(&scripted, LocalCompetitionLayer::new().hand_off(true));
     let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
     let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
     settle().await;
@@ -389,7 +385,7 @@ async fn unclaimed_hand_off_is_released_in_the_store() {
 async fn shutdown_wakes_local_waiters() {
     let scripted = ScriptedStore::new();
     scripted.grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let _held = store.try_acquire(&req("a", 60_000)).await.unwrap();
     let waiter = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
     settle().await;
@@ -406,7 +402,7 @@ async fn idle_entries_are_reclaimed_and_held_ones_kept() {
         .grant_acquire()
         .grant_acquire()
         .expect_release(Ok(true));
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let _held = store.try_acquire(&req("held", 10_000)).await.unwrap();
     let done = store.try_acquire(&req("done", 10_000)).await.unwrap();
     assert!(store.release(&done).await.unwrap());
@@ -424,24 +420,28 @@ async fn idle_entries_are_reclaimed_and_held_ones_kept() {
     scripted.verify();
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_background_sweep_reclaims_and_spares_waited_entries() {
+/// On the real clock: moka expires entries on its own clock, which tokio's paused test clock
+/// does not move.
+#[tokio::test]
+async fn the_cache_reclaims_emptied_entries_by_itself_and_spares_waited_ones() {
     let scripted = ScriptedStore::new();
     scripted
         .grant_acquire()
         .expect_release(Ok(true))
         .grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let held = store.try_acquire(&req("a", 60_000)).await.unwrap();
     let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
     settle().await;
-    // Several sweeps pass while a task waits: its entry (and the holder's) stays.
+    // Longer than an emptied entry lingers, while a task waits: its entry (and the holder's)
+    // stays.
     tokio::time::sleep(Duration::from_millis(3500)).await;
     assert_eq!(store.local_keys(), 1);
     assert!(store.release(&held).await.unwrap());
     let next = waiter.await.unwrap().unwrap();
     assert_ne!(next.token(), held.token());
-    // Emptied by a release through a plain store path: reclaimed by the next sweep.
+    // Emptied by a release through a plain store path: expired by the cache about a second
+    // later (its idle linger).
     scripted.expect_release(Ok(true));
     assert!(store.release(&next).await.unwrap());
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -470,7 +470,7 @@ async fn a_wake_up_arriving_as_the_deadline_passes_is_acted_on_not_lost() {
         .grant_acquire()
         .expect_release(Ok(true))
         .grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let held = store.try_acquire(&req("a", 30_000)).await.unwrap();
     let short = spawn_waiter(&store, "a", 30_000, Duration::from_secs(5));
     settle().await;
@@ -554,7 +554,7 @@ async fn a_handed_lease_whose_release_is_cancelled_is_still_released() {
         .grant_acquire()
         .expect_release_after(release_gate, Ok(true))
         .expect_release(Ok(true));
-    let (store, _) = local(&scripted, LocalCompetitionConfig::new().hand_off(true));
+    let (store, _) = local(&scripted, LocalCompetitionLayer::new().hand_off(true));
     let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
     let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
     settle().await;
@@ -591,7 +591,7 @@ async fn an_extend_that_outlasts_the_handed_lease_gives_it_back() {
         })
         .expect_acquire(Err(Error::unavailable(&key("a"))))
         .expect_release(Ok(true));
-    let config = LocalCompetitionConfig::new()
+    let config = LocalCompetitionLayer::new()
         .hand_off(true)
         .max_hand_off_hold(Duration::from_secs(60));
     let (store, _) = local(&scripted, config);
@@ -633,8 +633,191 @@ async fn an_extend_that_outlasts_the_handed_lease_gives_it_back() {
 #[tokio::test(start_paused = true)]
 async fn an_absurd_ttl_is_rejected_before_any_store_io() {
     let scripted = ScriptedStore::new();
-    let (store, _) = local(&scripted, LocalCompetitionConfig::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let err = store.try_acquire(&req("a", u64::MAX)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(scripted.ops().is_empty());
+}
+
+/// Local competition over the embedded store, with room for `capacity` keys.
+fn bounded(capacity: u64) -> (Arc<LocalCompetition<crate::MemoryStore>>, events::Seen) {
+    let (observers, seen) = events::capture();
+    let store = LocalCompetitionLayer::new()
+        .capacity(capacity)
+        .with_observers(observers)
+        .layer(crate::MemoryStore::new());
+    (Arc::new(store), seen)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_unique_keys_stays_within_capacity() {
+    let (store, _) = bounded(8);
+    for i in 0..1000 {
+        let lease = store
+            .try_acquire(&req(&format!("flood-{i}"), 10_000))
+            .await
+            .unwrap();
+        assert!(store.release(&lease).await.unwrap());
+        assert!(store.local_keys() <= 8, "at most 8 entries, at key {i}");
+    }
+    assert_eq!(
+        store.local_keys(),
+        8,
+        "emptied entries are reused up to capacity"
+    );
+    // Held keys count too, and keys beyond capacity still lock (through the store).
+    let mut held = Vec::new();
+    for i in 0..100 {
+        held.push(
+            store
+                .try_acquire(&req(&format!("held-{i}"), 10_000))
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(store.local_keys(), 8);
+    for (i, _) in held.iter().enumerate() {
+        let err = store
+            .try_acquire(&req(&format!("held-{i}"), 10_000))
+            .await
+            .unwrap_err();
+        assert!(
+            err.is_unavailable(),
+            "held-{i} is held, locally or in the store"
+        );
+    }
+    for lease in &held {
+        assert!(store.release(lease).await.unwrap());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_entry_in_use_survives_a_flood_beyond_capacity() {
+    let (store, seen) = bounded(4);
+    let held = store.try_acquire(&req("held", 60_000)).await.unwrap();
+    let waited = store.try_acquire(&req("waited", 60_000)).await.unwrap();
+    let waiter = spawn_waiter(&store, "waited", 60_000, Duration::from_secs(60));
+    settle().await;
+    // Far more unique keys than there is room for: some held, most released at once.
+    let mut flood = Vec::new();
+    for i in 0..200 {
+        let lease = store
+            .try_acquire(&req(&format!("flood-{i}"), 60_000))
+            .await
+            .unwrap();
+        if i % 50 == 0 {
+            flood.push(lease);
+        } else {
+            assert!(store.release(&lease).await.unwrap());
+        }
+    }
+    assert!(store.local_keys() <= 4);
+    assert_eq!(store.reclaim_idle(), 0, "nothing idle left to reclaim");
+    // The holder still excludes others locally (fast-failed in memory, not by the store).
+    let err = store.try_acquire(&req("held", 60_000)).await.unwrap_err();
+    assert!(err.is_unavailable());
+    assert_eq!(seen.names(), ["fast_failed"]);
+    // The waiter is still woken by the release, at once.
+    let started = Instant::now();
+    assert!(store.release(&waited).await.unwrap());
+    let next = waiter.await.unwrap().unwrap();
+    assert_eq!(started.elapsed(), Duration::ZERO, "woken, not timed out");
+    assert_ne!(next.token(), waited.token());
+    for lease in [held, next].iter().chain(&flood) {
+        assert!(store.release(lease).await.unwrap());
+    }
+}
+
+/// On the real clock, which moka's expiry follows.
+#[tokio::test]
+async fn an_entrys_local_state_does_not_outlive_its_lease() {
+    let (store, _) = bounded(DEFAULT_CAPACITY);
+    // A holder that never releases (its guard was leaked).
+    let leaked = store.try_acquire(&req("leaked", 200)).await.unwrap();
+    let cached = |store: &LocalCompetition<crate::MemoryStore>| {
+        store.shared.cache.contains_key(&key("leaked"))
+    };
+    assert!(cached(&store));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(cached(&store), "kept while the lease runs");
+    assert!(store.try_acquire(&req("leaked", 200)).await.is_err());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        !cached(&store),
+        "expired with the lease, without being asked"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while store.local_keys() > 0 {
+        assert!(Instant::now() < deadline, "the memory is reclaimed too");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let next = store.try_acquire(&req("leaked", 200)).await.unwrap();
+    assert_ne!(next.token(), leaked.token());
+}
+
+#[tokio::test(start_paused = true)]
+async fn closing_the_lifecycle_wakes_waiters_and_tracks_the_returned_hand_off() {
+    let scripted = ScriptedStore::new();
+    let (open, release_gate) = gate();
+    scripted
+        .grant_acquire()
+        .expect_release_after(release_gate, Ok(true));
+    let lifecycle = Lifecycle::new();
+    let (store, _) = local(
+        &scripted,
+        LocalCompetitionLayer::new()
+            .hand_off(true)
+            .with_lifecycle(lifecycle.clone()),
+    );
+    let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
+    settle().await;
+    assert!(store.release(&lease).await.unwrap(), "handed off");
+    // Closed before the woken waiter ran: it ends with ShutDown and the hand-off goes back.
+    lifecycle.close();
+    let err = waiter.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShutDown);
+    let err = store.try_acquire(&req("b", 60_000)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShutDown, "no new acquisition");
+    settle().await;
+    assert_eq!(
+        scripted.ops(),
+        [Op::TryAcquire, Op::Release],
+        "being released"
+    );
+    assert_eq!(
+        lifecycle.in_flight(),
+        1,
+        "the background release is tracked"
+    );
+    let waiting = {
+        let lifecycle = lifecycle.clone();
+        tokio::spawn(async move { lifecycle.wait().await })
+    };
+    settle().await;
+    assert!(!waiting.is_finished(), "wait() waits for the release");
+    open.send(()).unwrap();
+    waiting.await.unwrap();
+    assert_eq!(lifecycle.in_flight(), 0);
+    assert_eq!(scripted.calls()[1].token.as_ref(), Some(lease.token()));
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_layer_used_alone_shuts_down_through_its_own_lifecycle() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
+    assert!(!store.lifecycle().is_closing());
+    let _held = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    store.shutdown().await.unwrap();
+    assert!(store.lifecycle().is_closing());
+    let err = store.try_acquire(&req("b", 60_000)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShutDown);
+    assert_eq!(
+        scripted.count(Op::TryAcquire),
+        1,
+        "refused before any store I/O"
+    );
+    scripted.verify();
 }

@@ -1,0 +1,818 @@
+//! Local competition (Bond 3.4, fast-fail): contenders for one key inside this process meet in
+//! memory first, so only one of them talks to the store at a time.
+//!
+//! # What it guarantees
+//! - **try-lock** ([`Acquire::deadline`] `None`): if another local holder has the key (or is
+//!   acquiring or releasing it), the call fails at once with `LockUnavailable` and no store I/O
+//!   ([`LockEvent::FastFailed`]).
+//! - **blocking lock** (deadline set): the caller waits locally, and is woken as soon as the local
+//!   holder releases (or at its lease's expiry, or at the deadline) — no polling of the store.
+//! - **One store acquirer per key**: the contender that finds the key free locally marks it as
+//!   acquiring before sending; everyone else waits or fails fast in memory. A store-level
+//!   `LockUnavailable` (another process holds it) frees the local entry and wakes one local waiter,
+//!   which then tries the store in turn: at most one acquire per key per process in flight.
+//! - **No local state outlives its lease**: a holder's expiry (the lease's, in `tokio::time`) is
+//!   checked on every access, so a crashed, cancelled or leaked holder never blocks the process
+//!   beyond its lease; drop guards free the entry on error and cancellation.
+//! - **No handed lease left behind**: a store lease received by hand-off is released in the
+//!   background whenever the layer stops knowing it (the taker cancelled or failed during the
+//!   extend, its release cancelled, the waiters gone). Background releases run through the
+//!   layer's [`Lifecycle`], so a shutdown can wait for them.
+//! - **Shutdown**: once the lifecycle is closing ([`LocalCompetitionLayer::with_lifecycle`]; used
+//!   alone, the layer's own [`LockStore::shutdown`] closes it), acquisitions fail with
+//!   [`ErrorKind::ShutDown`] and local waiters wake and end with it.
+//!
+//! # The entries: a moka cache
+//! Each key's state ([`slot`]: a small synchronous state machine) lives in a
+//! [`moka::sync::Cache`] entry whose expiry (moka's per-entry [`moka::Expiry`]) follows the
+//! state: while anyone holds, is offered or waits for the key, the entry expires no earlier than
+//! the end of the longest of those (lease, offer, waiter deadline); once nobody does, no later
+//! than the end of the last lease, and at most one second after it emptied (so a hot key reuses
+//! its entry instead of inserting one per acquisition). Leaked holders are reclaimed by moka at
+//! their lease's end with no sweep task.
+//!
+//! **Never evicted while in use.** moka's size bound cannot be used for that: its eviction (and
+//! TinyLFU admission, which may refuse a new entry outright) picks victims regardless of weight —
+//! a zero-weight entry is evicted like any other (moka 0.12 `evict_lru_entries` / `admit`). So the
+//! cache has no moka size bound and no other eviction than the expiry above, and:
+//! - the expiry is only ever written under the entry's lock, by the task that changed the state
+//!   (a read that only looks the key up leaves it as it is), so a stale, shorter expiry can never
+//!   overwrite a longer one;
+//! - after taking or waiting on an entry, the task checks the entry it changed is still the
+//!   cache's (it could have expired between the look-up and the lock); if not, it backs out and
+//!   looks again. From then on the expiry covers its use.
+//!
+//! **Capacity.** The layer bounds the number of entries itself
+//! ([`capacity`](LocalCompetitionLayer::capacity), default [`DEFAULT_CAPACITY`]): a new key is
+//! admitted only below capacity; at capacity, expired entries are dropped and idle ones reclaimed
+//! (at most every 100 ms), and if every entry is in use the acquisition goes to the store
+//! directly, without local competition for that key (still correct: the store decides; only the
+//! in-memory fast path is skipped). A flood of unique keys therefore never grows memory past
+//! `capacity` entries (≈ 250 bytes each with the key), and never pushes out a key in use.
+//!
+//! # Local hand-off (opt-in: [`LocalCompetitionLayer::hand_off`])
+//! When a local holder releases while other local contenders wait, the store lease is handed
+//! straight to the next local waiter: no store release, no store acquire. The waiter extends the
+//! lease in the store first if less than half of its requested TTL is left. This turns a hot key
+//! from network-bound into memory-bound. To stay fair to other processes, hand-offs are bounded:
+//! after [`max_hand_offs`](LocalCompetitionLayer::max_hand_offs) consecutive hand-offs of one
+//! store lease, or once it has been held (across hand-offs) for
+//! [`max_hand_off_hold`](LocalCompetitionLayer::max_hand_off_hold), the next release is a real
+//! one and every contender, local or remote, competes in the store again.
+//!
+//! **Tokens across a hand-off.** The store record keeps the first holder's owner token and its
+//! fencing token. Each local holder's lease carries its own owner token (the layer maps it to the
+//! store lease for release and extend), but the *fencing token is the same for every local holder
+//! of one store lease*. Local holders never overlap in time (a hand-off happens after the previous
+//! holder released), and fencing still orders this process against every other process; it does
+//! not tell two consecutive local holders apart. If a downstream system must distinguish them
+//! (for example because a released holder may still have writes in flight), leave hand-off off.
+//!
+//! # Where it belongs
+//! Below reentrancy (a holder re-taking its own key must count up, not fail fast on itself) and
+//! above everything that does I/O (shutdown tracking, unlock window, readback), so a local
+//! fast-fail costs no I/O and a hand-off is invisible below: they see one store lease.
+//!
+//! # Cost
+//! Uncontended: one cache read on acquire and one on release, plus one more on each when the
+//! entry's expiry has to move (taking with a new lease, emptying), a clock read and a few short
+//! mutex sections (docs/PERFORMANCE.md has the numbers). Contended: no store I/O at all for
+//! fast-fails and local waits.
+
+mod slot;
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use moka::notification::RemovalCause;
+use moka::ops::compute::{CompResult, Op};
+use moka::sync::Cache;
+use tokio::time::Instant;
+
+use crate::core::{
+    validate_ttl, Acquire, Error, ErrorKind, Layer, LayeredStore, Lease, Lifecycle, LockEvent,
+    LockKey, LockStore, Observers, OwnerToken, Result,
+};
+use slot::{HandOff, Release, Slot, State, Take};
+
+/// Default bound of consecutive local hand-offs of one store lease.
+pub const DEFAULT_MAX_HAND_OFFS: u32 = 8;
+/// Default bound of how long one store lease may be passed around by local hand-offs.
+pub const DEFAULT_MAX_HAND_OFF_HOLD: Duration = Duration::from_millis(500);
+/// Default bound of keys with a local entry: 100 000 entries are ≈ 25 MB, more than the keys
+/// one process holds or waits for at once in any deployment we know of, and small enough to
+/// stay bounded under a flood of unique keys.
+pub const DEFAULT_CAPACITY: u64 = 100_000;
+/// At capacity with every entry in use, how long before idle entries are looked for again (a
+/// look is a pass over the whole cache).
+const RECLAIM_GAP: Duration = Duration::from_millis(100);
+
+/// Local competition: the configuration and the [`Layer`] (like tower's `TimeoutLayer`).
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::layers::LocalCompetitionLayer;
+/// use leasehold::{Layer, MemoryStore};
+/// let layer = LocalCompetitionLayer::new()
+///     .hand_off(true)
+///     .max_hand_offs(16)
+///     .max_hand_off_hold(Duration::from_secs(1))
+///     .capacity(10_000);
+/// let store = layer.layer(MemoryStore::new());
+/// # let _ = store;
+/// ```
+#[derive(Debug, Clone)]
+pub struct LocalCompetitionLayer {
+    hand_off: HandOff,
+    capacity: u64,
+    observers: Observers,
+    lifecycle: Lifecycle,
+}
+
+impl Default for LocalCompetitionLayer {
+    fn default() -> Self {
+        LocalCompetitionLayer {
+            hand_off: HandOff {
+                enabled: false,
+                max_hand_offs: DEFAULT_MAX_HAND_OFFS,
+                max_hold: DEFAULT_MAX_HAND_OFF_HOLD,
+            },
+            capacity: DEFAULT_CAPACITY,
+            observers: Observers::default(),
+            lifecycle: Lifecycle::new(),
+        }
+    }
+}
+
+impl LocalCompetitionLayer {
+    /// The default: fast-fail and local waiting, no hand-off, [`DEFAULT_CAPACITY`] keys, no
+    /// observers, a lifecycle of its own.
+    pub fn new() -> Self {
+        LocalCompetitionLayer::default()
+    }
+
+    /// Turns local hand-off on or off (default off: see the module docs on fencing tokens).
+    pub fn hand_off(mut self, on: bool) -> Self {
+        self.hand_off.enabled = on;
+        self
+    }
+
+    /// Sets the bound of consecutive hand-offs of one store lease (default
+    /// [`DEFAULT_MAX_HAND_OFFS`]).
+    pub fn max_hand_offs(mut self, max: u32) -> Self {
+        self.hand_off.max_hand_offs = max;
+        self
+    }
+
+    /// Sets the bound of hold time of one store lease across hand-offs (default
+    /// [`DEFAULT_MAX_HAND_OFF_HOLD`]).
+    pub fn max_hand_off_hold(mut self, max: Duration) -> Self {
+        self.hand_off.max_hold = max;
+        self
+    }
+
+    /// Sets how many keys may have a local entry at once (default [`DEFAULT_CAPACITY`]; at
+    /// least 1). Beyond it, new keys go to the store without local competition.
+    pub fn capacity(mut self, keys: u64) -> Self {
+        self.capacity = keys.max(1);
+        self
+    }
+
+    /// Reports events to `observers`.
+    pub fn with_observers(mut self, observers: Observers) -> Self {
+        self.observers = observers;
+        self
+    }
+
+    /// Shuts down with `lifecycle` (a manager passes its own): closing it refuses acquisitions
+    /// and wakes local waiters, and its [`wait`](Lifecycle::wait) covers the background
+    /// releases. Every store this layer wraps shares it.
+    pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
+        self.lifecycle = lifecycle;
+        self
+    }
+
+    /// Whether hand-off is on.
+    pub fn is_hand_off(&self) -> bool {
+        self.hand_off.enabled
+    }
+}
+
+impl<S: LockStore> Layer<S> for LocalCompetitionLayer {
+    type Store = LocalCompetition<S>;
+
+    fn layer(&self, inner: S) -> LocalCompetition<S> {
+        LocalCompetition {
+            inner: Arc::new(inner),
+            shared: Arc::new(Shared::new(self.capacity)),
+            hand_off: self.hand_off,
+            observers: self.observers.clone(),
+            lifecycle: self.lifecycle.clone(),
+        }
+    }
+}
+
+/// A store where local contenders meet in memory first (see the [module docs](self)).
+pub struct LocalCompetition<S> {
+    inner: Arc<S>,
+    shared: Arc<Shared>,
+    hand_off: HandOff,
+    observers: Observers,
+    lifecycle: Lifecycle,
+}
+
+impl<S: LockStore> std::fmt::Debug for LocalCompetition<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalCompetition")
+            .field("store", &self.inner.name())
+            .field("keys", &self.shared.entries.load(Ordering::Relaxed))
+            .field("capacity", &self.shared.capacity)
+            .field("hand_off", &self.hand_off)
+            .finish()
+    }
+}
+
+type Entries = Cache<LockKey, Arc<Slot>, foldhash::fast::RandomState>;
+
+struct Shared {
+    cache: Entries,
+    /// Entries in the cache (or being inserted): admission checks it against `capacity`.
+    /// Signed so that a removal counted before its insertion can never wrap around.
+    entries: Arc<AtomicI64>,
+    capacity: u64,
+    /// When a pass over a full cache last found nothing to reclaim.
+    fruitless_reclaim: Mutex<Option<Instant>>,
+}
+
+thread_local! {
+    /// The expiry the next cache read of this thread gives the entry it reads (see
+    /// [`Shared::settle`]); `None`: reads leave expiries as they are.
+    static PIN: Cell<Option<Duration>> = const { Cell::new(None) };
+}
+
+/// Entry expiry for the cache: set at creation (briefly: the creator takes the entry at once and
+/// then settles it), and afterwards only by [`Shared::settle`]'s reads.
+struct LeaseExpiry;
+
+impl moka::Expiry<LockKey, Arc<Slot>> for LeaseExpiry {
+    fn expire_after_create(
+        &self,
+        _: &LockKey,
+        _: &Arc<Slot>,
+        _: std::time::Instant,
+    ) -> Option<Duration> {
+        Some(slot::IDLE_LINGER)
+    }
+
+    fn expire_after_read(
+        &self,
+        _: &LockKey,
+        _: &Arc<Slot>,
+        _: std::time::Instant,
+        current: Option<Duration>,
+        _: std::time::Instant,
+    ) -> Option<Duration> {
+        // Unchanged unless this read is a settle: a look-up must not write an expiry computed
+        // from a state that may already be stale.
+        PIN.with(Cell::get).or(current)
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &LockKey,
+        _: &Arc<Slot>,
+        _: std::time::Instant,
+        current: Option<Duration>,
+    ) -> Option<Duration> {
+        current
+    }
+}
+
+impl Shared {
+    fn new(capacity: u64) -> Self {
+        let entries = Arc::new(AtomicI64::new(0));
+        let counted = entries.clone();
+        let cache = Cache::builder()
+            .expire_after(LeaseExpiry)
+            .eviction_listener(move |_, slot: Arc<Slot>, cause| {
+                // Explicit removals are counted by their caller (`remove`), synchronously.
+                if cause != RemovalCause::Explicit {
+                    counted.fetch_sub(1, Ordering::AcqRel);
+                }
+                // Nobody is left waiting on an entry out of the cache: they look again.
+                slot.set_gone();
+                slot.wake.notify_waiters();
+            })
+            .build_with_hasher(foldhash::fast::RandomState::default());
+        Shared {
+            cache,
+            entries,
+            capacity,
+            fruitless_reclaim: Mutex::new(None),
+        }
+    }
+
+    /// The key's entry, made if there is none and the cache has room; `None`: at capacity with
+    /// every entry in use.
+    fn slot(&self, key: &LockKey) -> Option<Arc<Slot>> {
+        if let Some(slot) = self.cache.get(key) {
+            return Some(slot);
+        }
+        if !self.reserve() {
+            return None;
+        }
+        let entry = self
+            .cache
+            .entry_by_ref(key)
+            .or_insert_with(|| Arc::new(Slot::default()));
+        if !entry.is_fresh() {
+            // Made by another task meanwhile: the reservation is not needed.
+            self.entries.fetch_sub(1, Ordering::AcqRel);
+        }
+        Some(entry.into_value())
+    }
+
+    /// Reserves room for one entry, making room first at capacity.
+    fn reserve(&self) -> bool {
+        let capacity = i64::try_from(self.capacity).unwrap_or(i64::MAX);
+        for attempt in 0..2 {
+            if self.entries.fetch_add(1, Ordering::AcqRel) < capacity {
+                return true;
+            }
+            self.entries.fetch_sub(1, Ordering::AcqRel);
+            if attempt == 0 && !self.make_room(capacity) {
+                return false;
+            }
+        }
+        false
+    }
+
+    /// At capacity: drops expired entries, then reclaims idle ones unless a recent pass found
+    /// none. Returns whether there is room now.
+    fn make_room(&self, capacity: i64) -> bool {
+        self.cache.run_pending_tasks();
+        if self.entries.load(Ordering::Acquire) < capacity {
+            return true;
+        }
+        let now = Instant::now();
+        {
+            let last = self
+                .fruitless_reclaim
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if last.is_some_and(|at| now.saturating_duration_since(at) < RECLAIM_GAP) {
+                return false;
+            }
+        }
+        let reclaimed = self.reclaim(now);
+        if reclaimed == 0 {
+            *self
+                .fruitless_reclaim
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(now);
+        }
+        self.entries.load(Ordering::Acquire) < capacity
+    }
+
+    /// Removes the entries nobody holds, is offered or waits for; returns how many.
+    fn reclaim(&self, now: Instant) -> usize {
+        let mut removed = 0;
+        for (key, slot) in self.cache.iter() {
+            let mut st = slot.lock();
+            if st.is_retired() || !st.retire_if_idle(now) {
+                continue;
+            }
+            slot.set_gone();
+            // Removed under the entry's lock: a contender that finds it retired and looks again
+            // finds it gone.
+            if self.remove(&key, &slot) {
+                removed += 1;
+            }
+            drop(st);
+        }
+        removed
+    }
+
+    /// Removes `slot` from the cache if it is still the key's entry.
+    fn remove(&self, key: &LockKey, slot: &Arc<Slot>) -> bool {
+        let result = self
+            .cache
+            .entry_by_ref(key)
+            .and_compute_with(|current| match current {
+                Some(entry) if Arc::ptr_eq(entry.value(), slot) => Op::Remove,
+                _ => Op::Nop,
+            });
+        let removed = matches!(result, CompResult::Removed(_));
+        if removed {
+            self.entries.fetch_sub(1, Ordering::AcqRel);
+        }
+        removed
+    }
+
+    /// Gives `slot`'s cache entry the expiry its (just changed) state needs, under its lock
+    /// (`st`), so expiries are written in the order of the state changes. Returns `false` if
+    /// `slot` is no longer the key's cache entry (it expired between the caller's look-up and
+    /// its lock): it is then retired, and the caller backs out and looks the key up again.
+    fn settle(&self, key: &LockKey, slot: &Arc<Slot>, st: &mut State, now: Instant) -> bool {
+        let Some(until) = st.expiry_change(now) else {
+            return true;
+        };
+        PIN.with(|pin| pin.set(Some(until.saturating_duration_since(now))));
+        let cached = self.cache.get(key);
+        PIN.with(|pin| pin.set(None));
+        if cached.is_some_and(|cached| Arc::ptr_eq(&cached, slot)) {
+            st.pinned(until);
+            true
+        } else {
+            st.retire();
+            slot.set_gone();
+            false
+        }
+    }
+}
+
+impl<S: LockStore> LocalCompetition<S> {
+    /// Wraps `inner` with the default layer ([`LocalCompetitionLayer::new`]).
+    pub fn new(inner: S) -> Self {
+        LocalCompetitionLayer::new().layer(inner)
+    }
+
+    /// Keys with a local entry, including emptied ones not reclaimed yet (expired ones are
+    /// dropped first).
+    pub fn local_keys(&self) -> usize {
+        self.shared.cache.run_pending_tasks();
+        usize::try_from(self.shared.entries.load(Ordering::Acquire)).unwrap_or(0)
+    }
+
+    /// Reclaims now the entries nobody holds, is offered or waits for (the cache drops them by
+    /// itself at their expiry, and at capacity); returns how many were removed.
+    pub fn reclaim_idle(&self) -> usize {
+        let removed = self.shared.reclaim(Instant::now());
+        self.shared.cache.run_pending_tasks();
+        removed
+    }
+
+    /// The lifecycle this store shuts down with.
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
+    }
+
+    /// The wrapped store.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Frees the slot if `token` still holds it, gives the entry its new expiry, and wakes a
+    /// waiter.
+    fn vacate(&self, key: &LockKey, slot: &Arc<Slot>, token: &OwnerToken) {
+        let wake = {
+            let mut st = slot.lock();
+            let wake = st.vacate(token);
+            self.shared.settle(key, slot, &mut st, Instant::now());
+            wake
+        };
+        if wake {
+            slot.wake.notify_one();
+        }
+    }
+
+    /// Releases a handed-off store lease nobody will use (owner-checked, so harmless if it is
+    /// gone already), tracked by the lifecycle so a shutdown can wait for it.
+    fn release_in_background(&self, lease: Lease) {
+        let inner = self.inner.clone();
+        let key = lease.key().clone();
+        let spawned = self.lifecycle.spawn(async move {
+            if let Err(error) = inner.release(&lease).await {
+                tracing::warn!(key = %lease.key(), %error,
+                    "releasing an unused hand-off failed; the lock expires at its TTL");
+            }
+        });
+        if spawned.is_none() {
+            tracing::warn!(%key, "unused hand-off outside a runtime; the lock expires at its TTL");
+        }
+    }
+
+    /// Asks the store, as the key's one local store talker. The holder entry was set up (with
+    /// an expiry no later than the lease's) before the request, so success needs no second
+    /// update; error and cancellation free the entry.
+    async fn acquire_from_store(&self, slot: &Arc<Slot>, req: &Acquire) -> Result<Lease> {
+        let mut vacate = Vacate::new(self, &req.key, slot, &req.token);
+        let lease = self.inner.try_acquire(req).await?;
+        vacate.armed = false;
+        Ok(lease)
+    }
+
+    /// Takes a store lease handed off by the previous local holder, extending it first if less
+    /// than half of the requested TTL is left.
+    async fn take_hand_off(&self, slot: &Arc<Slot>, req: &Acquire, store: Lease) -> Result<Lease> {
+        if store.remaining() >= req.ttl / 2 {
+            // The holder entry already maps this taker to `store` (set when the slot was taken).
+            return Ok(store.with_token(req.token.clone()));
+        }
+        // Cancelled or failed from here on: the slot is freed and the store lease given back.
+        let mut vacate = Vacate::new(self, &req.key, slot, &req.token);
+        vacate.give_back = Some(store.clone());
+        let renewed = match self.inner.extend(&store, req.ttl).await {
+            Ok(renewed) => renewed,
+            Err(error) if error.kind() == ErrorKind::NotHeld => {
+                // The lease was lost under us: acquire afresh, still as the one store talker.
+                vacate.armed = false;
+                {
+                    let mut st = slot.lock();
+                    let now = Instant::now();
+                    if !st.restart(&req.token, req.ttl, now) {
+                        // Meanwhile the slot went to another contender, who asks the store.
+                        return Err(Error::unavailable(&req.key));
+                    }
+                    self.shared.settle(&req.key, slot, &mut st, now);
+                }
+                return self.acquire_from_store(slot, req).await;
+            }
+            // Unknown whether it still holds, and too short to hand out as asked for.
+            Err(error) => return Err(error),
+        };
+        vacate.give_back = Some(renewed.clone());
+        {
+            let mut st = slot.lock();
+            if !st.took_renewed(&req.token, &renewed) {
+                // The extend outlasted the old lease and the slot went to another contender:
+                // this lease is known to nobody here, so it goes back (by the drop of `vacate`).
+                drop(st);
+                return Err(Error::unavailable(&req.key));
+            }
+            self.shared.settle(&req.key, slot, &mut st, Instant::now());
+        }
+        vacate.armed = false;
+        Ok(renewed.with_token(req.token.clone()))
+    }
+}
+
+/// Frees a slot when dropped while armed: on error and on cancellation. A store lease received
+/// by hand-off (`give_back`) is released in the background then: once the slot is free nobody
+/// else knows it, and it would block the key, here and elsewhere, for its whole TTL.
+struct Vacate<'a, S: LockStore> {
+    layer: &'a LocalCompetition<S>,
+    key: &'a LockKey,
+    slot: &'a Arc<Slot>,
+    token: &'a OwnerToken,
+    give_back: Option<Lease>,
+    armed: bool,
+}
+
+impl<'a, S: LockStore> Vacate<'a, S> {
+    fn new(
+        layer: &'a LocalCompetition<S>,
+        key: &'a LockKey,
+        slot: &'a Arc<Slot>,
+        token: &'a OwnerToken,
+    ) -> Self {
+        Vacate {
+            layer,
+            key,
+            slot,
+            token,
+            give_back: None,
+            armed: true,
+        }
+    }
+}
+
+impl<S: LockStore> Drop for Vacate<'_, S> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.layer.vacate(self.key, self.slot, self.token);
+            if let Some(lease) = self.give_back.take() {
+                self.layer.release_in_background(lease);
+            }
+        }
+    }
+}
+
+/// A registration as a local waiter of one slot; dropping it (timeout, cancellation, shutdown)
+/// unregisters, and the last waiter to leave gives back an unclaimed hand-off.
+struct WaitTicket<'a, S: LockStore> {
+    layer: &'a LocalCompetition<S>,
+    slot: Arc<Slot>,
+    armed: bool,
+}
+
+impl<S: LockStore> Drop for WaitTicket<'_, S> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let orphan = self.slot.lock().leave();
+        if let Some(store) = orphan {
+            self.layer.release_in_background(store);
+        }
+    }
+}
+
+/// One look at the key's entry, decided under its lock.
+enum Step {
+    /// Taken: the store lease if it came by hand-off.
+    Taken(Option<Lease>),
+    /// Wait (registered) until woken or this time.
+    Wait(Instant),
+    /// The entry left the cache: look again.
+    Again,
+}
+
+impl<S: LockStore> LayeredStore for LocalCompetition<S> {
+    type Inner = S;
+
+    fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        // Before `now + ttl` below: used alone, this layer may be the first to see the request.
+        validate_ttl(req.ttl)?;
+        let mut ticket: Option<WaitTicket<'_, S>> = None;
+        // The slot taken, and the store lease if it came by hand-off.
+        let (slot, handed) = loop {
+            if self.lifecycle.is_closing() {
+                return Err(Error::shut_down().with_key(req.key.as_str()));
+            }
+            // A waiter looks at the entry it waited on again, unless it left the cache (then
+            // the key is looked up anew). Reusing it is safe: had it expired in the cache, taking
+            // it moves its expiry, and that settle finds it gone.
+            let reuse = ticket
+                .as_ref()
+                .filter(|t| !t.slot.is_gone())
+                .map(|t| t.slot.clone());
+            let Some(slot) = reuse.or_else(|| self.shared.slot(&req.key)) else {
+                drop(ticket);
+                tracing::debug!(key = %req.key,
+                    "local competition at capacity with every entry in use: straight to the store");
+                return self.inner.try_acquire(req).await;
+            };
+            if ticket
+                .as_ref()
+                .is_some_and(|t| !Arc::ptr_eq(&t.slot, &slot))
+            {
+                // The entry left the cache and was made anew while this task waited.
+                ticket = None;
+            }
+            let taken = 'attempt: {
+                let notified = slot.wake.notified();
+                let mut notified = std::pin::pin!(notified);
+                let now = Instant::now();
+                let step = {
+                    let mut st = slot.lock();
+                    match st.try_take(&req.token, req.ttl, req.deadline, now) {
+                        Take::Taken { handed } => {
+                            if let Some(mut t) = ticket.take() {
+                                t.armed = false;
+                                st.stop_waiting();
+                            }
+                            if self.shared.settle(&req.key, &slot, &mut st, now) {
+                                Step::Taken(handed)
+                            } else {
+                                // Expired between the look-up and the lock: back out.
+                                st.vacate(&req.token);
+                                drop(st);
+                                if let Some(lease) = handed {
+                                    self.release_in_background(lease);
+                                }
+                                Step::Again
+                            }
+                        }
+                        Take::Busy { wake_at } => {
+                            let mut registered = true;
+                            if ticket.is_none() {
+                                // Kept in the cache until this waiter wakes up and looks again,
+                                // no later than the lease's end: usually covered already.
+                                st.wait(wake_at);
+                                registered = self.shared.settle(&req.key, &slot, &mut st, now);
+                                if registered {
+                                    ticket = Some(WaitTicket {
+                                        layer: self,
+                                        slot: slot.clone(),
+                                        armed: true,
+                                    });
+                                } else {
+                                    st.stop_waiting();
+                                }
+                            }
+                            if registered {
+                                // Enabled under the lock: a release after it is not missed.
+                                notified.as_mut().enable();
+                                Step::Wait(wake_at)
+                            } else {
+                                Step::Again
+                            }
+                        }
+                        Take::Retired => Step::Again,
+                        Take::FastFail => {
+                            drop(st);
+                            self.observers.emit(|| LockEvent::FastFailed {
+                                key: req.key.clone(),
+                            });
+                            return Err(Error::unavailable(&req.key));
+                        }
+                        Take::TimedOut => {
+                            drop(st); // before the ticket, whose drop takes the lock
+                            return Err(Error::unavailable(&req.key));
+                        }
+                    }
+                };
+                match step {
+                    Step::Taken(handed) => break 'attempt Some(handed),
+                    Step::Again => {
+                        // Whoever waits on the retired entry looks again too.
+                        slot.wake.notify_waiters();
+                        ticket = None;
+                    }
+                    Step::Wait(wake_at) => {
+                        // Woken or not, the slot is looked at again before giving up at the
+                        // deadline: a wake-up consumed here and not acted on would leave the next
+                        // waiter asleep. A shutdown ends the wait (and the loop, at its top).
+                        tokio::select! {
+                            biased;
+                            () = self.lifecycle.closing() => {}
+                            _ = tokio::time::timeout_at(wake_at, notified) => {}
+                        }
+                    }
+                }
+                None
+            };
+            if let Some(handed) = taken {
+                break (slot, handed);
+            }
+        };
+        // Acted on after the wait registration is gone.
+        drop(ticket);
+        match handed {
+            Some(store) => self.take_hand_off(&slot, req, store).await,
+            None => self.acquire_from_store(&slot, req).await,
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let Some(slot) = self.shared.cache.get(lease.key()) else {
+            return self.inner.release(lease).await;
+        };
+        let decision = {
+            let mut st = slot.lock();
+            let now = Instant::now();
+            let decision = st.release(lease, self.hand_off, now);
+            if matches!(decision, Release::HandedOff { .. }) {
+                self.shared.settle(lease.key(), &slot, &mut st, now);
+            }
+            decision
+        };
+        let store = match decision {
+            // Not the local holder's lease (stale or foreign): the store decides.
+            Release::NotHolder => return self.inner.release(lease).await,
+            Release::HandedOff { consecutive } => {
+                slot.wake.notify_one();
+                self.observers.emit(|| LockEvent::HandedOff {
+                    key: lease.key().clone(),
+                    consecutive,
+                });
+                return Ok(true);
+            }
+            Release::ToStore { store } => store,
+        };
+        // A real release: the holder stays in place (the key is still held in the store) until
+        // the store answered, or this call is cancelled; then a handed store lease is still
+        // released (in the background), as its mapping goes away.
+        let mut vacate = Vacate::new(self, lease.key(), &slot, lease.token());
+        if store.token() != lease.token() {
+            vacate.give_back = Some(store.clone());
+        }
+        let released = self.inner.release(&store).await;
+        vacate.give_back = None;
+        released
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let slot = self.shared.cache.get(lease.key());
+        let store = slot
+            .as_ref()
+            .and_then(|slot| slot.lock().store_lease(lease));
+        let (Some(slot), Some(store)) = (slot, store) else {
+            return self.inner.extend(lease, ttl).await;
+        };
+        let renewed = self.inner.extend(&store, ttl).await?;
+        {
+            let mut st = slot.lock();
+            if st.renewed(lease.token(), &renewed) {
+                self.shared
+                    .settle(lease.key(), &slot, &mut st, Instant::now());
+            }
+        }
+        Ok(renewed.with_token(lease.token().clone()))
+    }
+
+    async fn shutdown(&self) -> Result<usize> {
+        self.lifecycle.close();
+        self.inner.shutdown().await
+    }
+}
+
+#[cfg(test)]
+mod tests;
