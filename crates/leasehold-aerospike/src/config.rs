@@ -45,6 +45,7 @@ pub struct AerospikeConfig {
     pub(crate) retry_delay: Duration,
     pub(crate) fencing: bool,
     pub(crate) max_error_rate: Option<usize>,
+    pub(crate) send_key: bool,
 }
 
 impl AerospikeConfig {
@@ -70,6 +71,7 @@ impl AerospikeConfig {
             retry_delay: DEFAULT_RETRY_DELAY,
             fencing: true,
             max_error_rate: None,
+            send_key: true,
         }
     }
 
@@ -121,7 +123,10 @@ impl AerospikeConfig {
         self
     }
 
-    /// Fencing tokens (default on): a counter record per key, incremented before each acquire.
+    /// Fencing tokens (default on): a counter record per key, incremented while the new holder's
+    /// record exists and written into it, so tokens grow in the order of the holds (3 round
+    /// trips per acquire). `false` is the Java manager's plain cycle: one create-only write to
+    /// acquire, one delete to release, no token.
     pub fn fencing(mut self, on: bool) -> Self {
         self.fencing = on;
         self
@@ -131,6 +136,14 @@ impl AerospikeConfig {
     /// (the client's default when unset; `0` disables it, which fault tests need).
     pub fn max_error_rate(mut self, rate: usize) -> Self {
         self.max_error_rate = Some(rate);
+        self
+    }
+
+    /// Whether lock records store their user key (default on, as leasehold always did). The Java
+    /// manager sends only the digest; with `false` leasehold does the same, and `list` cannot
+    /// name (so leaves out) the records it writes.
+    pub fn send_key(mut self, on: bool) -> Self {
+        self.send_key = on;
         self
     }
 
@@ -178,6 +191,8 @@ impl fmt::Debug for AerospikeConfig {
             .field("retries", &self.retries)
             .field("retry_delay", &self.retry_delay)
             .field("fencing", &self.fencing)
+            .field("max_error_rate", &self.max_error_rate)
+            .field("send_key", &self.send_key)
             .finish()
     }
 }

@@ -207,9 +207,13 @@ async fn weakness_1_a_late_release_never_deletes_the_next_holders_lock() {
 
 #[tokio::test]
 async fn weakness_2_a_landed_write_with_a_lost_reply_is_never_reported_unavailable() {
-    let (fixture, store) = setup().await;
+    let (fixture, fenced) = setup().await;
     // The Java manager re-sends the create after a timeout; if the first one landed, the retry
     // fails and the caller is told LOCK_UNAVAILABLE while holding the lock itself for 90 s.
+    // Unfenced (the Java cycle), the store reports the lost reply as InDoubt.
+    let store = AerospikeStore::connect(config(&fixture).fencing(false))
+        .await
+        .unwrap();
     let req = acquire("landed", Duration::from_secs(90));
     let fault = fixture
         .faults()
@@ -263,6 +267,23 @@ async fn weakness_2_a_landed_write_with_a_lost_reply_is_never_reported_unavailab
         .iter()
         .any(|e| matches!(e, LockEvent::RecoveredByReadback { held: true, .. })));
     assert!(guard.release().await.unwrap());
+
+    // Fenced, the store reads the record back itself (a lease recovered from the record alone
+    // could lack its fencing token): the caller gets the lock, with its token.
+    let req = acquire("landed-3", Duration::from_secs(90));
+    fixture.faults().inject(
+        Fault::DropReply,
+        Target::DigestTimes(lock_digest("landed-3"), 1),
+    );
+    let lease = fenced
+        .try_acquire(&req)
+        .await
+        .expect("resolved by the store");
+    assert_eq!(fixture.faults().pending(), 0, "the create's reply was lost");
+    let info = fenced.inspect(&req.key).await.unwrap().unwrap();
+    assert!(info.is_owned_by(&req.token));
+    assert_eq!(info.fencing_token, lease.fencing_token());
+    assert!(lease.fencing_token().is_some());
 }
 
 #[tokio::test]
@@ -285,7 +306,10 @@ async fn weakness_3_a_sub_second_ttl_is_rounded_up_never_truncated_to_zero() {
 
 #[tokio::test]
 async fn a_delayed_reply_is_in_doubt_not_a_false_result() {
-    let (fixture, store) = setup().await;
+    let (fixture, fenced) = setup().await;
+    let store = AerospikeStore::connect(config(&fixture).fencing(false))
+        .await
+        .unwrap();
     let req = acquire("slow", Duration::from_secs(30));
     let fault = fixture.faults().inject(
         Fault::DelayReply(Duration::from_millis(800)),
@@ -301,6 +325,36 @@ async fn a_delayed_reply_is_in_doubt_not_a_false_result() {
         .unwrap()
         .unwrap()
         .is_owned_by(&req.token));
+
+    // Fenced: the late create is read back by the store and the acquisition completes.
+    let req = acquire("slow-fenced", Duration::from_secs(30));
+    fixture.faults().inject(
+        Fault::DelayReply(Duration::from_millis(800)),
+        Target::DigestTimes(lock_digest("slow-fenced"), 1),
+    );
+    let lease = fenced
+        .try_acquire(&req)
+        .await
+        .expect("read back, then fenced");
+    assert!(lease.fencing_token().is_some());
+
+    // And when the readback fails too, the answer is never InDoubt (a layer could recover a lease
+    // without its token from the record): the record is deleted again, nothing is held.
+    let req = acquire("slow-lost", Duration::from_secs(30));
+    let fault = fixture.faults().inject(
+        Fault::DelayReply(Duration::from_millis(800)),
+        Target::DigestTimes(lock_digest("slow-lost"), 6),
+    );
+    let err = fenced.try_acquire(&req).await.unwrap_err();
+    assert_ne!(err.kind(), ErrorKind::InDoubt, "{err}");
+    assert!(err.is_temporary(), "{err}");
+    fixture.faults().remove(fault);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let info = fenced.inspect(&req.key).await.unwrap();
+    assert!(
+        info.is_none() || err.to_string().contains("blocks the key until its TTL"),
+        "deleted again, or the error says it stays until its TTL: {err} / {info:?}"
+    );
 }
 
 #[tokio::test]
@@ -436,4 +490,110 @@ async fn close_leaves_a_borrowed_client_open() {
         .try_acquire(&acquire("after-close", Duration::from_secs(5)))
         .await
         .is_err());
+}
+
+/// The digest of a lock's fence counter record (set `<lock set>#fence`, same user key).
+fn fence_digest(entity: &str) -> [u8; 20] {
+    Key::new(
+        "test",
+        "DC#farm1#distributed_lock#fence",
+        Value::from(format!("orders#{entity}")),
+    )
+    .unwrap()
+    .digest()
+}
+
+/// Waits (up to 10 s) until `b` acquires `entity`: it is unavailable while a's record lives.
+async fn acquire_when_free(store: &AerospikeStore, entity: &str) -> leasehold::Lease {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match store
+            .try_acquire(&acquire(entity, Duration::from_secs(30)))
+            .await
+        {
+            Ok(lease) => return lease,
+            Err(e) if e.is_unavailable() && tokio::time::Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// Fixture only: it pauses one acquirer between its steps (fault injection). Acquirer A is held
+/// between its create and its fence increment, then between the increment and the fence write;
+/// meanwhile its 1 s record expires and B acquires, holds and releases. A's acquisition must fail
+/// (never a hold with a smaller token than B's), nothing of A's stays, and the tokens of the
+/// successive holders B, C, B', C' strictly grow.
+#[tokio::test]
+async fn fencing_tokens_grow_in_hold_order_when_an_acquirer_pauses_between_its_steps() {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let b = AerospikeStore::connect(config(&fixture)).await.unwrap();
+    // A waits for its held request instead of timing out.
+    let a = AerospikeStore::connect(
+        config(&fixture)
+            .total_timeout(Duration::from_secs(30))
+            .socket_timeout(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let entity = "paused";
+    let mut holders: Vec<(&str, u64)> = Vec::new();
+    for step in ["create -> increment", "increment -> fence write"] {
+        if step == "create -> increment" {
+            // A's first request on the fence counter is its increment.
+            fixture
+                .faults()
+                .inject(Fault::Hold, Target::DigestTimes(fence_digest(entity), 1));
+        } else {
+            // A's first request on the lock record (the create) passes; the second is held.
+            fixture.faults().inject(
+                Fault::PassThrough,
+                Target::DigestTimes(lock_digest(entity), 1),
+            );
+            fixture
+                .faults()
+                .inject(Fault::Hold, Target::DigestTimes(lock_digest(entity), 1));
+        }
+        let req_a = acquire(entity, Duration::from_secs(1));
+        let paused = tokio::spawn({
+            let (a, req_a) = (a.clone(), req_a.clone());
+            async move { a.try_acquire(&req_a).await }
+        });
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+        while fixture.faults().held() == 0 {
+            assert!(tokio::time::Instant::now() < give_up, "A never got held");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let seen = b.inspect(&key(entity)).await.unwrap().expect("A's record");
+        assert!(seen.is_owned_by(&req_a.token), "{step}: A holds the record");
+        assert_eq!(seen.fencing_token, None, "{step}: no token written yet");
+
+        // B takes over once A's record expired, holds, releases.
+        let lease_b = acquire_when_free(&b, entity).await;
+        let token_b = lease_b.fencing_token().expect("fenced");
+        let info = b.inspect(&key(entity)).await.unwrap().unwrap();
+        assert_eq!(info.fencing_token, Some(token_b), "{step}");
+        holders.push(("B", token_b));
+        assert!(b.release(&lease_b).await.unwrap());
+
+        // A resumes: its acquisition fails, and nothing of A's is held.
+        fixture.faults().release_held();
+        let err = paused
+            .await
+            .unwrap()
+            .expect_err("A lost its record while paused");
+        assert_eq!(err.kind(), ErrorKind::LockUnavailable, "{step}: {err}");
+        assert_eq!(b.inspect(&key(entity)).await.unwrap(), None, "{step}");
+        assert_eq!(fixture.faults().pending(), 0, "{step}: every rule was used");
+
+        // The next holder's token is larger than B's.
+        let lease_c = acquire_when_free(&a, entity).await;
+        holders.push(("C", lease_c.fencing_token().expect("fenced")));
+        assert!(a.release(&lease_c).await.unwrap());
+    }
+    assert!(
+        holders.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens of successive holders grow: {holders:?}"
+    );
 }

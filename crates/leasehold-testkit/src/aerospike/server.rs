@@ -144,6 +144,7 @@ async fn data_message(
     let kind = command::classify(msg);
     match fault {
         Some(Fault::DropConnection) => return Ok(false),
+        Some(Fault::Hold) => shared.faults.hold().await,
         Some(Fault::ResultCode(code)) => {
             let mut reply = Reply::code(code);
             if kind == Kind::Scan {
