@@ -52,20 +52,22 @@
 //!
 //! # Guesses
 //!
-//! Where the server's behaviour could not be checked against a server, the fixture does this:
+//! Where the server's behaviour could not be checked against a server, the fixture does this.
+//! The ones marked *checked on a cluster* are exercised by tests that run against a real server
+//! when `AEROSPIKE_HOSTS` is set ([`AerospikeTarget`]; the list is in docs/AEROSPIKE.md):
 //!
 //! - Generation starts at 1 when a record is created and increases by one on every write
 //!   (touch included); it is 16 bits on the wire of a real server and wraps from 65535 to 1,
 //!   never 0.
 //! - A generation check (expect-equal or expect-greater) against an absent record passes: the
-//!   write creates the record. A delete of an absent record is `KEY_NOT_FOUND` (2) whatever
+//!   write creates the record (expect-equal 0: *checked on a cluster*, the Java manager's write). A delete of an absent record is `KEY_NOT_FOUND` (2) whatever
 //!   the generation.
 //! - A filter expression is only evaluated against an existing record; a write that creates a
 //!   record is not filtered.
 //! - Expiration is always enabled (as with `nsup-period` set): a write with a TTL never fails
 //!   because expiry is disabled. Expiration 0 uses the namespace default TTL, which is
 //!   "never" unless [`AerospikeFixtureBuilder::default_ttl`] sets one. A record past its void
-//!   time is invisible to every command at once (a real server may serve it until nsup runs).
+//!   time is invisible to every command at once (*checked on a cluster* for reads and creates).
 //! - A write that leaves a record without bins deletes it.
 //! - A scan resuming a partially scanned partition rescans the whole partition.
 //! - `add` on a bin holding a non-integer answers `BIN_TYPE_ERROR` (12); an `add` with a
@@ -78,6 +80,7 @@ mod info;
 pub mod result_code;
 mod server;
 mod store;
+mod target;
 mod wire;
 
 use std::io;
@@ -90,6 +93,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use faults::{Fault, FaultId, Faults, Target};
+pub use target::{AerospikeTarget, HOSTS_ENV, NAMESPACE_ENV, PASSWORD_ENV, USER_ENV};
 
 use command::NsConfig;
 use info::NodeInfo;
