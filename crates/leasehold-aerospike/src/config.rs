@@ -2,6 +2,7 @@
 //! credentials, timeouts, connection pool, commit level, retries.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aerospike::policy::CommitLevel;
@@ -46,6 +47,24 @@ pub struct AerospikeConfig {
     pub(crate) fencing: bool,
     pub(crate) max_error_rate: Option<usize>,
     pub(crate) send_key: bool,
+    pub(crate) tls: TlsSettings,
+}
+
+/// TLS settings: file paths and a name, never key contents (read at connect time).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TlsSettings {
+    /// TLS name for hosts that do not give their own (`host:tls_name:port`).
+    pub(crate) name: Option<String>,
+    /// CA certificate(s) to trust instead of the web roots.
+    pub(crate) ca: Option<PathBuf>,
+    /// Client certificate and key (mutual TLS).
+    pub(crate) client: Option<(PathBuf, PathBuf)>,
+}
+
+impl TlsSettings {
+    pub(crate) fn enabled(&self) -> bool {
+        *self != TlsSettings::default()
+    }
 }
 
 impl AerospikeConfig {
@@ -72,7 +91,82 @@ impl AerospikeConfig {
             fencing: true,
             max_error_rate: None,
             send_key: true,
+            tls: TlsSettings::default(),
         }
+    }
+
+    /// Connect with TLS, checking that each node's certificate names `name` — for every host of
+    /// the hosts string that gives no TLS name of its own (`"host:tls_name:port"` names one per
+    /// host). Turns TLS on (cargo feature `tls`).
+    pub fn tls_name(mut self, name: impl Into<String>) -> Self {
+        self.tls.name = Some(name.into());
+        self
+    }
+
+    /// Connect with TLS, trusting the CA certificate(s) in this PEM file instead of the built-in
+    /// web roots. Turns TLS on (cargo feature `tls`).
+    pub fn tls_ca_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.tls.ca = Some(path.as_ref().to_owned());
+        self
+    }
+
+    /// Connect with TLS, presenting this client certificate and key (PEM) to nodes that ask for
+    /// one. The key is read at connect time, never kept or shown. Turns TLS on (cargo feature
+    /// `tls`).
+    pub fn tls_client_cert(mut self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Self {
+        self.tls.client = Some((cert.as_ref().to_owned(), key.as_ref().to_owned()));
+        self
+    }
+
+    /// The hosts string the client gets: with TLS, every host carries a TLS name
+    /// (`host:tls_name:port`), its own or [`tls_name`](Self::tls_name)'s.
+    pub(crate) fn client_hosts(&self) -> Result<String> {
+        if !self.tls.enabled() {
+            return Ok(self.hosts.clone());
+        }
+        let mut out = Vec::new();
+        for entry in self
+            .hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+        {
+            // `[v6]` hosts keep their brackets; split the rest on `:`.
+            let (host, rest) = match entry.strip_prefix('[') {
+                Some(v6) => match v6.split_once(']') {
+                    Some((addr, rest)) => (format!("[{addr}]"), rest.trim_start_matches(':')),
+                    None => (entry.to_owned(), ""),
+                },
+                None => match entry.split_once(':') {
+                    Some((host, rest)) => (host.to_owned(), rest),
+                    None => (entry.to_owned(), ""),
+                },
+            };
+            let parts: Vec<&str> = if rest.is_empty() {
+                Vec::new()
+            } else {
+                rest.split(':').collect()
+            };
+            let (name, port) = match parts.as_slice() {
+                [] => (None, "3000"),
+                [port] => (None, *port),
+                [name, port] => (Some((*name).to_owned()), *port),
+                _ => {
+                    return Err(Error::invalid_argument(format!(
+                        "host {entry:?} is not host:port or host:tls_name:port"
+                    )))
+                }
+            };
+            let Some(name) = name.or_else(|| self.tls.name.clone()) else {
+                return Err(Error::invalid_argument(format!(
+                    "TLS needs the name each node's certificate is checked against, and host \
+                     {entry:?} has none: write it as host:tls_name:port, or set tls_name (e.g. \
+                     tls_name(\"aerospike.example\"))"
+                )));
+            };
+            out.push(format!("{host}:{name}:{port}"));
+        }
+        Ok(out.join(","))
     }
 
     /// The set suffix (default `distributed_lock`): sets are `DC#<farmId>#<suffix>` and
@@ -166,6 +260,28 @@ impl AerospikeConfig {
                 self.namespace
             )));
         }
+        if self.tls.enabled() {
+            if !cfg!(feature = "tls") {
+                return Err(Error::invalid_argument(
+                    "Aerospike TLS needs the `tls` cargo feature of leasehold-aerospike (the \
+                     leasehold CLI has it)",
+                ));
+            }
+            let files = self
+                .tls
+                .ca
+                .iter()
+                .chain(self.tls.client.iter().flat_map(|(c, k)| [c, k]));
+            for file in files {
+                if !file.is_file() {
+                    return Err(Error::invalid_argument(format!(
+                        "TLS file {} does not exist or is not a file",
+                        file.display()
+                    )));
+                }
+            }
+            self.client_hosts()?;
+        }
         if self.total_timeout.is_zero() || self.socket_timeout.is_zero() {
             return Err(Error::invalid_argument(
                 "Aerospike timeouts must be greater than zero",
@@ -193,6 +309,46 @@ impl fmt::Debug for AerospikeConfig {
             .field("fencing", &self.fencing)
             .field("max_error_rate", &self.max_error_rate)
             .field("send_key", &self.send_key)
+            .field("tls", &self.tls)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_names_go_to_every_host_without_one() {
+        let config = AerospikeConfig::new("a:3000, b:own.example:4333,[::1]:4333,c", "ns", "f")
+            .tls_name("cluster.example");
+        assert_eq!(
+            config.client_hosts().unwrap(),
+            "a:cluster.example:3000,b:own.example:4333,[::1]:cluster.example:4333,c:cluster.example:3000"
+        );
+        let plain = AerospikeConfig::new("a:3000,b:3000", "ns", "f");
+        assert_eq!(plain.client_hosts().unwrap(), "a:3000,b:3000");
+        let unnamed = AerospikeConfig::new("a:3000", "ns", "f").tls_ca_file("/etc/hostname");
+        let err = unnamed.client_hosts().unwrap_err();
+        assert!(err.to_string().contains("host:tls_name:port"), "{err}");
+    }
+
+    #[test]
+    fn tls_settings_are_checked_before_io_and_debug_shows_no_secret() {
+        let config = AerospikeConfig::new("a:3000", "ns", "f")
+            .tls_name("n")
+            .tls_client_cert("/nonexistent/c.pem", "/nonexistent/c.key")
+            .credentials("app", "hunter2");
+        let err = config.validate().unwrap_err();
+        if cfg!(feature = "tls") {
+            assert!(err.to_string().contains("/nonexistent/c.pem"), "{err}");
+        } else {
+            assert!(err.to_string().contains("`tls` cargo feature"), "{err}");
+        }
+        let debug = format!("{config:?}");
+        assert!(
+            !debug.contains("hunter2") && debug.contains("c.key"),
+            "{debug}"
+        );
     }
 }

@@ -55,7 +55,15 @@ impl AerospikeStore {
             policy.auth_mode =
                 aerospike::policy::AuthMode::Internal(user.clone(), password.clone());
         }
-        let client = Client::new(&policy, &config.hosts).await.map_err(|e| {
+        let hosts = config.client_hosts()?;
+        #[cfg(feature = "tls")]
+        if config.tls.enabled() {
+            policy.tls_policy = Some(crate::tls::policy(&config.tls)?);
+        }
+        let client = Client::new(&policy, &hosts).await.map_err(|e| {
+            if let Some(tls) = crate::error::tls_failure(&config.hosts, &e) {
+                return tls;
+            }
             Error::connection(format!(
                 "cannot connect to the Aerospike cluster at {}",
                 config.hosts

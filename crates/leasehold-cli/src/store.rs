@@ -103,6 +103,8 @@ async fn connect(url: &StoreUrl, farm_id: &str) -> Result<BoxStore, CliError> {
             set_suffix,
             user,
             password,
+            tls_name,
+            tls,
             ..
         } => {
             let hosts = if host.contains(':') {
@@ -121,6 +123,15 @@ async fn connect(url: &StoreUrl, farm_id: &str) -> Result<BoxStore, CliError> {
             }
             if let (Some(user), Some(password)) = (user, password) {
                 config = config.credentials(user.as_str(), password.as_str());
+            }
+            if let Some(name) = tls_name {
+                config = config.tls_name(name.as_str());
+            }
+            if let Some(ca) = &tls.ca {
+                config = config.tls_ca_file(ca);
+            }
+            if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+                config = config.tls_client_cert(cert, key);
             }
             let store = AerospikeStore::connect(config).await.map_err(fail)?;
             Ok(BoxStore::new(store))

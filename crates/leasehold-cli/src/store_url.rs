@@ -27,6 +27,10 @@ pub(crate) enum StoreUrl {
         farm: Option<String>,
         user: Option<String>,
         password: Option<String>,
+        /// The TLS name nodes' certificates must list (`tls_name=`); TLS is on when this or any
+        /// TLS file is given.
+        tls_name: Option<String>,
+        tls: TlsParams,
     },
 }
 
@@ -115,6 +119,8 @@ impl StoreUrl {
                 })
             }
             "aerospike" => {
+                let mut url = url;
+                let tls = TlsParams::take(&mut url).map_err(|p| fail(&p))?;
                 let host = url
                     .host_str()
                     .filter(|h| !h.is_empty())
@@ -133,13 +139,16 @@ impl StoreUrl {
                 }
                 let mut set_suffix = None;
                 let mut farm = None;
+                let mut tls_name = None;
                 for (k, v) in url.query_pairs() {
                     match &*k {
                         "set_suffix" => set_suffix = Some(v.into_owned()),
                         "farm" => farm = Some(v.into_owned()),
+                        "tls_name" => tls_name = Some(v.into_owned()),
                         other => {
                             return Err(fail(&format!(
-                                "unknown aerospike parameter {other:?} (known: set_suffix, farm)"
+                                "unknown aerospike parameter {other:?} (known: set_suffix, farm, \
+                                 tls_name, tls_ca, tls_cert, tls_key)"
                             )))
                         }
                     }
@@ -168,6 +177,8 @@ impl StoreUrl {
                     farm,
                     user,
                     password,
+                    tls_name,
+                    tls,
                 })
             }
             other => Err(fail(&format!(
@@ -276,6 +287,8 @@ mod tests {
                 farm: Some("f1".into()),
                 user: None,
                 password: None,
+                tls_name: None,
+                tls: TlsParams::default(),
             }
         );
         assert_eq!(a.farm(), Some("f1"));
@@ -324,6 +337,20 @@ mod tests {
             let err = StoreUrl::parse(raw).unwrap_err().to_string();
             assert!(err.contains(expect), "{raw}: {err}");
         }
+    }
+
+    #[test]
+    fn aerospike_takes_a_tls_name_and_files() {
+        let url = StoreUrl::parse(
+            "aerospike://h:4333/ns?farm=f1&tls_name=as.example&tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/c.key",
+        )
+        .unwrap();
+        let StoreUrl::Aerospike { tls_name, tls, .. } = &url else {
+            panic!("{url:?}")
+        };
+        assert_eq!(tls_name.as_deref(), Some("as.example"));
+        assert_eq!(tls.ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
+        assert!(tls.cert.is_some() && tls.key.is_some());
     }
 
     #[test]

@@ -22,6 +22,9 @@
 //! The binary `aerospike-fixture --bind 127.0.0.1:3000 --namespace test` serves the same
 //! fixture until SIGINT/SIGTERM and prints `listening on <addr>` once ready.
 //!
+//! With [`AerospikeFixtureBuilder::tls`] it speaks TLS only (tokio-rustls), as a node with a TLS
+//! service does; clients connect with `host:tls_name:port`.
+//!
 //! # Protocol subset
 //!
 //! - Framing: 8-byte proto header (version 2, type, 48-bit length);
@@ -122,6 +125,7 @@ pub struct AerospikeFixtureBuilder {
     cluster_name: String,
     bind: SocketAddr,
     default_ttl: Option<Duration>,
+    tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl Default for AerospikeFixtureBuilder {
@@ -131,6 +135,7 @@ impl Default for AerospikeFixtureBuilder {
             cluster_name: DEFAULT_CLUSTER_NAME.to_owned(),
             bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             default_ttl: None,
+            tls: None,
         }
     }
 }
@@ -163,6 +168,19 @@ impl AerospikeFixtureBuilder {
         self
     }
 
+    /// Speak TLS only, with this server certificate (chain) and private key (PEM files, e.g.
+    /// [`TestPki::server_cert_file`](crate::tls::TestPki::server_cert_file)): every connection,
+    /// info and data alike, starts with a TLS handshake, as on a node with a `tls` service. A
+    /// client must connect with a TLS name the certificate lists (`host:tls_name:port`).
+    pub fn tls(
+        mut self,
+        cert_pem: impl Into<std::path::PathBuf>,
+        key_pem: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.tls = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Binds and starts serving on the current tokio runtime.
     ///
     /// # Errors
@@ -183,6 +201,10 @@ impl AerospikeFixtureBuilder {
                 "cluster name contains a tab or newline",
             ));
         }
+        let tls = match &self.tls {
+            Some((cert, key)) => Some(tls_acceptor(cert, key)?),
+            None => None,
+        };
         let listener = TcpListener::bind(self.bind).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -202,6 +224,7 @@ impl AerospikeFixtureBuilder {
                 port: addr.port(),
             },
             faults: Faults::new(),
+            tls,
         });
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(server::serve(listener, shared.clone(), stop_rx));
@@ -212,6 +235,33 @@ impl AerospikeFixtureBuilder {
             task: Some(task),
         })
     }
+}
+
+/// A TLS acceptor for the certificate chain and key in these PEM files.
+fn tls_acceptor(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> io::Result<tokio_rustls::TlsAcceptor> {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let invalid = |what: &str, e: &dyn std::fmt::Display| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("fixture TLS {what}: {e}"),
+        )
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| invalid("certificate", &e))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| invalid("key", &e))?;
+    let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid("protocol versions", &e))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| invalid("certificate and key", &e))?;
+    Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
 }
 
 /// A stored record, as seen by [`AerospikeFixture::record`].
