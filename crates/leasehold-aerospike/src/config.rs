@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use aerospike::policy::CommitLevel;
+use aerospike::policy::{CommitLevel, Replica};
 use leasehold_core::{Error, Result};
 
 use crate::layout::Layout;
@@ -41,13 +41,35 @@ pub struct AerospikeConfig {
     pub(crate) socket_timeout: Duration,
     pub(crate) total_timeout: Duration,
     pub(crate) max_conns_per_node: usize,
-    pub(crate) commit_level: CommitLevel,
+    pub(crate) commit_levels: CommitLevels,
+    pub(crate) read_replica: Replica,
     pub(crate) retries: u32,
     pub(crate) retry_delay: Duration,
     pub(crate) fencing: bool,
     pub(crate) max_error_rate: Option<usize>,
     pub(crate) send_key: bool,
     pub(crate) tls: TlsSettings,
+}
+
+/// Commit level of each kind of write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CommitLevels {
+    /// The create, the fence increment and the fence write.
+    pub(crate) acquire: CommitLevel,
+    /// The filtered delete.
+    pub(crate) release: CommitLevel,
+    /// The filtered touch.
+    pub(crate) extend: CommitLevel,
+}
+
+impl CommitLevels {
+    fn all(level: CommitLevel) -> Self {
+        CommitLevels {
+            acquire: level,
+            release: level,
+            extend: level,
+        }
+    }
 }
 
 /// TLS settings: file paths and a name, never key contents (read at connect time).
@@ -85,7 +107,8 @@ impl AerospikeConfig {
             socket_timeout: Duration::from_millis(1000),
             total_timeout: Duration::from_millis(2000),
             max_conns_per_node: 256,
-            commit_level: CommitLevel::CommitMaster,
+            commit_levels: CommitLevels::all(CommitLevel::CommitMaster),
+            read_replica: Replica::Sequence,
             retries: DEFAULT_RETRIES,
             retry_delay: DEFAULT_RETRY_DELAY,
             fencing: true,
@@ -202,10 +225,42 @@ impl AerospikeConfig {
         self
     }
 
-    /// Commit level of writes (default commit-master: a lock write needs no replica round trip
-    /// before the reply, as the seed argues; use `CommitAll` for stronger durability on failover).
+    /// Commit level of every write (default commit-master: a lock write needs no replica round
+    /// trip before the reply, as the seed argues; `CommitAll` — the message-queue backend's
+    /// choice — waits for the replicas, so a lock survives a master failover right after it was
+    /// taken, at one more intra-cluster round trip per write). Per operation:
+    /// [`acquire_commit_level`](Self::acquire_commit_level) and the others below.
     pub fn commit_level(mut self, level: CommitLevel) -> Self {
-        self.commit_level = level;
+        self.commit_levels = CommitLevels::all(level);
+        self
+    }
+
+    /// Commit level of an acquisition's writes (the create, the fence increment, the fence write).
+    /// `CommitAll` here keeps a new lock through a failover; the default is commit-master.
+    pub fn acquire_commit_level(mut self, level: CommitLevel) -> Self {
+        self.commit_levels.acquire = level;
+        self
+    }
+
+    /// Commit level of a release (the filtered delete). Commit-master is usually enough: a
+    /// release lost on failover only makes the lock expire with its TTL.
+    pub fn release_commit_level(mut self, level: CommitLevel) -> Self {
+        self.commit_levels.release = level;
+        self
+    }
+
+    /// Commit level of an extension (the filtered touch).
+    pub fn extend_commit_level(mut self, level: CommitLevel) -> Self {
+        self.commit_levels.extend = level;
+        self
+    }
+
+    /// Which node serves `inspect` (default `Sequence`: the master, then a replica if the
+    /// master cannot be reached; `MasterProles` — the message-queue backend's choice — spreads
+    /// reads over master and replicas, which may be a moment behind). Writes always go to the
+    /// master, and the read that resolves a lost acquire reply too.
+    pub fn read_replica(mut self, replica: Replica) -> Self {
+        self.read_replica = replica;
         self
     }
 
@@ -303,7 +358,8 @@ impl fmt::Debug for AerospikeConfig {
             .field("socket_timeout", &self.socket_timeout)
             .field("total_timeout", &self.total_timeout)
             .field("max_conns_per_node", &self.max_conns_per_node)
-            .field("commit_level", &self.commit_level)
+            .field("commit_levels", &self.commit_levels)
+            .field("read_replica", &self.read_replica)
             .field("retries", &self.retries)
             .field("retry_delay", &self.retry_delay)
             .field("fencing", &self.fencing)

@@ -6,10 +6,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aerospike::expressions::{eq, string_bin, string_val};
 use aerospike::operations;
-use aerospike::policy::{AdminPolicy, BasePolicy, Expiration, QueryPolicy, RecordExistsAction};
+use aerospike::policy::{
+    AdminPolicy, BasePolicy, CommitLevel, Expiration, QueryPolicy, RecordExistsAction,
+};
 use aerospike::{
-    as_bin, Bins, Client, ClientPolicy, Key, PartitionFilter, ReadPolicy, Record, ResultCode,
-    Statement, Value, WritePolicy,
+    as_bin, Bins, Client, ClientPolicy, Key, PartitionFilter, ReadPolicy, Record, Replica,
+    ResultCode, Statement, Value, WritePolicy,
 };
 use futures::StreamExt;
 use leasehold_core::{
@@ -162,17 +164,20 @@ impl AerospikeStore {
     }
 
     /// A write policy with no client-side retries: a write is never re-sent blindly (leasehold
-    /// retries only what was surely not applied, see `with_retries`).
-    fn write_policy(&self) -> WritePolicy {
+    /// retries only what was surely not applied, see `with_retries`). Always to the master: a
+    /// lock write never moves to a replica.
+    fn write_policy(&self, commit_level: CommitLevel) -> WritePolicy {
+        let mut base_policy = self.base(0);
+        base_policy.replica = Replica::Master;
         WritePolicy {
-            base_policy: self.base(0),
-            commit_level: self.inner.config.commit_level,
+            base_policy,
+            commit_level,
             ..WritePolicy::default()
         }
     }
 
-    fn owned_by(&self, token: &OwnerToken) -> WritePolicy {
-        let mut policy = self.write_policy();
+    fn owned_by(&self, token: &OwnerToken, commit_level: CommitLevel) -> WritePolicy {
+        let mut policy = self.write_policy(commit_level);
         policy.base_policy.filter_expression = Some(eq(
             string_bin(TOKEN_BIN.to_owned()),
             string_val(token.as_str().to_owned()),
@@ -251,7 +256,7 @@ impl AerospikeStore {
 
     async fn next_fence(&self, key: &LockKey) -> Result<u64> {
         let fence_key = self.fence_key(key)?;
-        let mut policy = self.write_policy();
+        let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
         policy.expiration = Expiration::Never;
         let ops = [
             operations::add(&as_bin!(COUNTER_BIN, 1)),
@@ -280,7 +285,7 @@ impl AerospikeStore {
     /// The lock record's create-only write (owner token, the Java manager's bins, expiration =
     /// TTL), retried only while nothing was sent.
     async fn create(&self, req: &Acquire, record_key: &Key) -> Result<(), aerospike::Error> {
-        let mut policy = self.write_policy();
+        let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
         policy.record_exists_action = RecordExistsAction::CreateOnly;
         policy.expiration = Expiration::Seconds(ttl_seconds(req.ttl));
         policy.send_key = self.inner.config.send_key;
@@ -367,7 +372,7 @@ impl AerospikeStore {
             Err(e) => return Err(self.abandon(req, "fence increment", e).await),
         };
         // Step 3: the token into our record — only if it is still ours.
-        let mut policy = self.owned_by(&req.token);
+        let mut policy = self.owned_by(&req.token, self.inner.config.commit_levels.acquire);
         policy.record_exists_action = RecordExistsAction::UpdateOnly;
         policy.expiration = Expiration::DontUpdate;
         let bins = [as_bin!(FENCE_BIN, fence as i64)];
@@ -412,9 +417,10 @@ impl AerospikeStore {
         record_key: &Key,
         lost: aerospike::Error,
     ) -> Result<()> {
-        let policy = ReadPolicy {
-            base_policy: self.base(0),
-        };
+        // From the master, whatever the read replica policy: a replica may not have the create yet.
+        let mut base_policy = self.base(0);
+        base_policy.replica = Replica::Master;
+        let policy = ReadPolicy { base_policy };
         let bins = Bins::Some(vec![TOKEN_BIN.to_owned()]);
         // A read is harmless to repeat: retried whatever happened to it.
         let read = self
@@ -480,7 +486,7 @@ impl AerospikeStore {
 
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
         let record_key = self.record_key(lease.key())?;
-        let policy = self.owned_by(lease.token());
+        let policy = self.owned_by(lease.token(), self.inner.config.commit_levels.release);
         let result = self
             .with_retries("release", lease.key(), || {
                 self.inner.client.delete(&policy, &record_key)
@@ -558,7 +564,7 @@ impl LockStore for AerospikeStore {
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         validate_ttl(ttl)?;
         let record_key = self.record_key(lease.key())?;
-        let mut policy = self.owned_by(lease.token());
+        let mut policy = self.owned_by(lease.token(), self.inner.config.commit_levels.extend);
         policy.expiration = Expiration::Seconds(ttl_seconds(ttl));
         let sent_at = Instant::now();
         let result = self
@@ -580,12 +586,13 @@ impl LockStore for AerospikeStore {
         }
     }
 
-    /// One round trip: the lock record's bins and TTL.
+    /// One round trip: the lock record's bins and TTL, read from the node the configured read
+    /// replica policy picks (`AerospikeConfig::read_replica`).
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let record_key = self.record_key(key)?;
-        let policy = ReadPolicy {
-            base_policy: self.base(self.inner.config.retries.saturating_sub(1) as usize),
-        };
+        let mut base_policy = self.base(self.inner.config.retries.saturating_sub(1) as usize);
+        base_policy.replica = self.inner.config.read_replica;
+        let policy = ReadPolicy { base_policy };
         match self.inner.client.get(&policy, &record_key, Bins::All).await {
             Ok(record) => Ok(Some(self.info(key.clone(), &record))),
             Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => Ok(None),

@@ -334,3 +334,39 @@ async fn close_leaves_a_borrowed_client_open() {
         .await
         .is_err());
 }
+
+#[tokio::test]
+async fn commit_levels_read_replica_and_send_key_are_configurable() {
+    use aerospike::policy::CommitLevel;
+    use aerospike::Replica;
+    let target = target().await;
+    let config = config(&target)
+        .acquire_commit_level(CommitLevel::CommitAll)
+        .release_commit_level(CommitLevel::CommitMaster)
+        .extend_commit_level(CommitLevel::CommitAll)
+        .read_replica(Replica::MasterProles)
+        .send_key(false);
+    let debug = format!("{config:?}");
+    assert!(
+        debug.contains("acquire: CommitAll") && debug.contains("MasterProles"),
+        "{debug}"
+    );
+    let store = AerospikeStore::connect(config).await.unwrap();
+    let entity = target.unique("digest-only");
+    let req = acquire(&entity, Duration::from_secs(30));
+    let lease = store.try_acquire(&req).await.unwrap();
+    let lease = store.extend(&lease, Duration::from_secs(20)).await.unwrap();
+    let info = store.inspect(&key(&entity)).await.unwrap().expect("held");
+    assert!(info.is_owned_by(&req.token));
+    assert_eq!(info.fencing_token, lease.fencing_token());
+    // Like the Java manager's records: only the digest, so `list` cannot name it.
+    let listed = store.list("DC#farm1#orders#").await.unwrap();
+    assert!(!listed.iter().any(|l| l.key == key(&entity)), "{listed:?}");
+    if let Some(fixture) = target.fixture() {
+        let record = fixture
+            .record_by_key(DC_SET, &format!("orders#{entity}"))
+            .unwrap();
+        assert_eq!(record.user_key, None, "send_key(false)");
+    }
+    assert!(store.release(&lease).await.unwrap());
+}
