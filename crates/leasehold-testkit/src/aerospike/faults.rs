@@ -51,7 +51,8 @@ pub enum Fault {
     /// the hold, or it gives up first); [`Faults::held`] tells when the request has arrived.
     Hold,
     /// No fault: the request goes through. With a count-limited target it lets the first requests
-    /// on a record pass, so that a rule registered after it hits a later one.
+    /// on a record pass, so that a rule registered after it hits a later one. It counts in
+    /// [`Faults::applied`], so a `NextRequests(u32::MAX)` pass-through rule counts data requests.
     PassThrough,
 }
 
