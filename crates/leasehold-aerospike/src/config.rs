@@ -2,9 +2,10 @@
 //! credentials, timeouts, connection pool, commit level, retries.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use aerospike::policy::CommitLevel;
+use aerospike::policy::{CommitLevel, Replica};
 use leasehold_core::{Error, Result};
 
 use crate::layout::Layout;
@@ -40,11 +41,52 @@ pub struct AerospikeConfig {
     pub(crate) socket_timeout: Duration,
     pub(crate) total_timeout: Duration,
     pub(crate) max_conns_per_node: usize,
-    pub(crate) commit_level: CommitLevel,
+    pub(crate) commit_levels: CommitLevels,
+    pub(crate) read_replica: Replica,
     pub(crate) retries: u32,
     pub(crate) retry_delay: Duration,
     pub(crate) fencing: bool,
     pub(crate) max_error_rate: Option<usize>,
+    pub(crate) send_key: bool,
+    pub(crate) tls: TlsSettings,
+}
+
+/// Commit level of each kind of write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CommitLevels {
+    /// The create, the fence increment and the fence write.
+    pub(crate) acquire: CommitLevel,
+    /// The filtered delete.
+    pub(crate) release: CommitLevel,
+    /// The filtered touch.
+    pub(crate) extend: CommitLevel,
+}
+
+impl CommitLevels {
+    fn all(level: CommitLevel) -> Self {
+        CommitLevels {
+            acquire: level,
+            release: level,
+            extend: level,
+        }
+    }
+}
+
+/// TLS settings: file paths and a name, never key contents (read at connect time).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TlsSettings {
+    /// TLS name for hosts that do not give their own (`host:tls_name:port`).
+    pub(crate) name: Option<String>,
+    /// CA certificate(s) to trust instead of the web roots.
+    pub(crate) ca: Option<PathBuf>,
+    /// Client certificate and key (mutual TLS).
+    pub(crate) client: Option<(PathBuf, PathBuf)>,
+}
+
+impl TlsSettings {
+    pub(crate) fn enabled(&self) -> bool {
+        *self != TlsSettings::default()
+    }
 }
 
 impl AerospikeConfig {
@@ -65,12 +107,89 @@ impl AerospikeConfig {
             socket_timeout: Duration::from_millis(1000),
             total_timeout: Duration::from_millis(2000),
             max_conns_per_node: 256,
-            commit_level: CommitLevel::CommitMaster,
+            commit_levels: CommitLevels::all(CommitLevel::CommitMaster),
+            read_replica: Replica::Sequence,
             retries: DEFAULT_RETRIES,
             retry_delay: DEFAULT_RETRY_DELAY,
             fencing: true,
             max_error_rate: None,
+            send_key: true,
+            tls: TlsSettings::default(),
         }
+    }
+
+    /// Connect with TLS, checking that each node's certificate names `name` — for every host of
+    /// the hosts string that gives no TLS name of its own (`"host:tls_name:port"` names one per
+    /// host). Turns TLS on (cargo feature `tls`).
+    pub fn tls_name(mut self, name: impl Into<String>) -> Self {
+        self.tls.name = Some(name.into());
+        self
+    }
+
+    /// Connect with TLS, trusting the CA certificate(s) in this PEM file instead of the built-in
+    /// web roots. Turns TLS on (cargo feature `tls`).
+    pub fn tls_ca_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.tls.ca = Some(path.as_ref().to_owned());
+        self
+    }
+
+    /// Connect with TLS, presenting this client certificate and key (PEM) to nodes that ask for
+    /// one. The key is read at connect time, never kept or shown. Turns TLS on (cargo feature
+    /// `tls`).
+    pub fn tls_client_cert(mut self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Self {
+        self.tls.client = Some((cert.as_ref().to_owned(), key.as_ref().to_owned()));
+        self
+    }
+
+    /// The hosts string the client gets: with TLS, every host carries a TLS name
+    /// (`host:tls_name:port`), its own or [`tls_name`](Self::tls_name)'s.
+    pub(crate) fn client_hosts(&self) -> Result<String> {
+        if !self.tls.enabled() {
+            return Ok(self.hosts.clone());
+        }
+        let mut out = Vec::new();
+        for entry in self
+            .hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+        {
+            // `[v6]` hosts keep their brackets; split the rest on `:`.
+            let (host, rest) = match entry.strip_prefix('[') {
+                Some(v6) => match v6.split_once(']') {
+                    Some((addr, rest)) => (format!("[{addr}]"), rest.trim_start_matches(':')),
+                    None => (entry.to_owned(), ""),
+                },
+                None => match entry.split_once(':') {
+                    Some((host, rest)) => (host.to_owned(), rest),
+                    None => (entry.to_owned(), ""),
+                },
+            };
+            let parts: Vec<&str> = if rest.is_empty() {
+                Vec::new()
+            } else {
+                rest.split(':').collect()
+            };
+            let (name, port) = match parts.as_slice() {
+                [] => (None, "3000"),
+                [port] => (None, *port),
+                [name, port] => (Some((*name).to_owned()), *port),
+                _ => {
+                    return Err(Error::invalid_argument(format!(
+                        "host {entry:?} is not host:port or host:tls_name:port"
+                    )))
+                }
+            };
+            let Some(name) = name.or_else(|| self.tls.name.clone()) else {
+                return Err(Error::invalid_argument(format!(
+                    "TLS needs the name each node's certificate is checked against, and host \
+                     {entry:?} has none: write it as host:tls_name:port, or set tls_name (e.g. \
+                     tls_name(\"aerospike.example\"))"
+                )));
+            };
+            out.push(format!("{host}:{name}:{port}"));
+        }
+        Ok(out.join(","))
     }
 
     /// The set suffix (default `distributed_lock`): sets are `DC#<farmId>#<suffix>` and
@@ -106,10 +225,42 @@ impl AerospikeConfig {
         self
     }
 
-    /// Commit level of writes (default commit-master: a lock write needs no replica round trip
-    /// before the reply, as the seed argues; use `CommitAll` for stronger durability on failover).
+    /// Commit level of every write (default commit-master: a lock write needs no replica round
+    /// trip before the reply, as the seed argues; `CommitAll` — the message-queue backend's
+    /// choice — waits for the replicas, so a lock survives a master failover right after it was
+    /// taken, at one more intra-cluster round trip per write). Per operation:
+    /// [`acquire_commit_level`](Self::acquire_commit_level) and the others below.
     pub fn commit_level(mut self, level: CommitLevel) -> Self {
-        self.commit_level = level;
+        self.commit_levels = CommitLevels::all(level);
+        self
+    }
+
+    /// Commit level of an acquisition's writes (the create, the fence increment, the fence write).
+    /// `CommitAll` here keeps a new lock through a failover; the default is commit-master.
+    pub fn acquire_commit_level(mut self, level: CommitLevel) -> Self {
+        self.commit_levels.acquire = level;
+        self
+    }
+
+    /// Commit level of a release (the filtered delete). Commit-master is usually enough: a
+    /// release lost on failover only makes the lock expire with its TTL.
+    pub fn release_commit_level(mut self, level: CommitLevel) -> Self {
+        self.commit_levels.release = level;
+        self
+    }
+
+    /// Commit level of an extension (the filtered touch).
+    pub fn extend_commit_level(mut self, level: CommitLevel) -> Self {
+        self.commit_levels.extend = level;
+        self
+    }
+
+    /// Which node serves `inspect` (default `Sequence`: the master, then a replica if the
+    /// master cannot be reached; `MasterProles` — the message-queue backend's choice — spreads
+    /// reads over master and replicas, which may be a moment behind). Writes always go to the
+    /// master, and the read that resolves a lost acquire reply too.
+    pub fn read_replica(mut self, replica: Replica) -> Self {
+        self.read_replica = replica;
         self
     }
 
@@ -121,7 +272,10 @@ impl AerospikeConfig {
         self
     }
 
-    /// Fencing tokens (default on): a counter record per key, incremented before each acquire.
+    /// Fencing tokens (default on): a counter record per key, incremented while the new holder's
+    /// record exists and written into it, so tokens grow in the order of the holds (3 round
+    /// trips per acquire). `false` is the Java manager's plain cycle: one create-only write to
+    /// acquire, one delete to release, no token.
     pub fn fencing(mut self, on: bool) -> Self {
         self.fencing = on;
         self
@@ -131,6 +285,14 @@ impl AerospikeConfig {
     /// (the client's default when unset; `0` disables it, which fault tests need).
     pub fn max_error_rate(mut self, rate: usize) -> Self {
         self.max_error_rate = Some(rate);
+        self
+    }
+
+    /// Whether lock records store their user key (default on, as leasehold always did). The Java
+    /// manager sends only the digest; with `false` leasehold does the same, and `list` cannot
+    /// name (so leaves out) the records it writes.
+    pub fn send_key(mut self, on: bool) -> Self {
+        self.send_key = on;
         self
     }
 
@@ -153,6 +315,28 @@ impl AerospikeConfig {
                 self.namespace
             )));
         }
+        if self.tls.enabled() {
+            if !cfg!(feature = "tls") {
+                return Err(Error::invalid_argument(
+                    "Aerospike TLS needs the `tls` cargo feature of leasehold-aerospike (the \
+                     leasehold CLI has it)",
+                ));
+            }
+            let files = self
+                .tls
+                .ca
+                .iter()
+                .chain(self.tls.client.iter().flat_map(|(c, k)| [c, k]));
+            for file in files {
+                if !file.is_file() {
+                    return Err(Error::invalid_argument(format!(
+                        "TLS file {} does not exist or is not a file",
+                        file.display()
+                    )));
+                }
+            }
+            self.client_hosts()?;
+        }
         if self.total_timeout.is_zero() || self.socket_timeout.is_zero() {
             return Err(Error::invalid_argument(
                 "Aerospike timeouts must be greater than zero",
@@ -174,10 +358,53 @@ impl fmt::Debug for AerospikeConfig {
             .field("socket_timeout", &self.socket_timeout)
             .field("total_timeout", &self.total_timeout)
             .field("max_conns_per_node", &self.max_conns_per_node)
-            .field("commit_level", &self.commit_level)
+            .field("commit_levels", &self.commit_levels)
+            .field("read_replica", &self.read_replica)
             .field("retries", &self.retries)
             .field("retry_delay", &self.retry_delay)
             .field("fencing", &self.fencing)
+            .field("max_error_rate", &self.max_error_rate)
+            .field("send_key", &self.send_key)
+            .field("tls", &self.tls)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_names_go_to_every_host_without_one() {
+        let config = AerospikeConfig::new("a:3000, b:own.example:4333,[::1]:4333,c", "ns", "f")
+            .tls_name("cluster.example");
+        assert_eq!(
+            config.client_hosts().unwrap(),
+            "a:cluster.example:3000,b:own.example:4333,[::1]:cluster.example:4333,c:cluster.example:3000"
+        );
+        let plain = AerospikeConfig::new("a:3000,b:3000", "ns", "f");
+        assert_eq!(plain.client_hosts().unwrap(), "a:3000,b:3000");
+        let unnamed = AerospikeConfig::new("a:3000", "ns", "f").tls_ca_file("/etc/hostname");
+        let err = unnamed.client_hosts().unwrap_err();
+        assert!(err.to_string().contains("host:tls_name:port"), "{err}");
+    }
+
+    #[test]
+    fn tls_settings_are_checked_before_io_and_debug_shows_no_secret() {
+        let config = AerospikeConfig::new("a:3000", "ns", "f")
+            .tls_name("n")
+            .tls_client_cert("/nonexistent/c.pem", "/nonexistent/c.key")
+            .credentials("app", "hunter2");
+        let err = config.validate().unwrap_err();
+        if cfg!(feature = "tls") {
+            assert!(err.to_string().contains("/nonexistent/c.pem"), "{err}");
+        } else {
+            assert!(err.to_string().contains("`tls` cargo feature"), "{err}");
+        }
+        let debug = format!("{config:?}");
+        assert!(
+            !debug.contains("hunter2") && debug.contains("c.key"),
+            "{debug}"
+        );
     }
 }

@@ -33,6 +33,8 @@ mod config;
 mod error;
 pub mod layout;
 mod store;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use config::{AerospikeConfig, DEFAULT_RETRIES, DEFAULT_RETRY_DELAY, DEFAULT_SET_SUFFIX};
 pub use store::AerospikeStore;

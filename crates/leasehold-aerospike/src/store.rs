@@ -6,10 +6,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aerospike::expressions::{eq, string_bin, string_val};
 use aerospike::operations;
-use aerospike::policy::{AdminPolicy, BasePolicy, Expiration, QueryPolicy, RecordExistsAction};
+use aerospike::policy::{
+    AdminPolicy, BasePolicy, CommitLevel, Expiration, QueryPolicy, RecordExistsAction,
+};
 use aerospike::{
-    as_bin, Bins, Client, ClientPolicy, Key, PartitionFilter, ReadPolicy, Record, ResultCode,
-    Statement, Value, WritePolicy,
+    as_bin, Bins, Client, ClientPolicy, Key, PartitionFilter, ReadPolicy, Record, Replica,
+    ResultCode, Statement, Value, WritePolicy,
 };
 use futures::StreamExt;
 use leasehold_core::{
@@ -55,7 +57,15 @@ impl AerospikeStore {
             policy.auth_mode =
                 aerospike::policy::AuthMode::Internal(user.clone(), password.clone());
         }
-        let client = Client::new(&policy, &config.hosts).await.map_err(|e| {
+        let hosts = config.client_hosts()?;
+        #[cfg(feature = "tls")]
+        if config.tls.enabled() {
+            policy.tls_policy = Some(crate::tls::policy(&config.tls)?);
+        }
+        let client = Client::new(&policy, &hosts).await.map_err(|e| {
+            if let Some(tls) = crate::error::tls_failure(&config.hosts, &e) {
+                return tls;
+            }
             Error::connection(format!(
                 "cannot connect to the Aerospike cluster at {}",
                 config.hosts
@@ -154,17 +164,20 @@ impl AerospikeStore {
     }
 
     /// A write policy with no client-side retries: a write is never re-sent blindly (leasehold
-    /// retries only what was surely not applied, see `with_retries`).
-    fn write_policy(&self) -> WritePolicy {
+    /// retries only what was surely not applied, see `with_retries`). Always to the master: a
+    /// lock write never moves to a replica.
+    fn write_policy(&self, commit_level: CommitLevel) -> WritePolicy {
+        let mut base_policy = self.base(0);
+        base_policy.replica = Replica::Master;
         WritePolicy {
-            base_policy: self.base(0),
-            commit_level: self.inner.config.commit_level,
+            base_policy,
+            commit_level,
             ..WritePolicy::default()
         }
     }
 
-    fn owned_by(&self, token: &OwnerToken) -> WritePolicy {
-        let mut policy = self.write_policy();
+    fn owned_by(&self, token: &OwnerToken, commit_level: CommitLevel) -> WritePolicy {
+        let mut policy = self.write_policy(commit_level);
         policy.base_policy.filter_expression = Some(eq(
             string_bin(TOKEN_BIN.to_owned()),
             string_val(token.as_str().to_owned()),
@@ -243,7 +256,7 @@ impl AerospikeStore {
 
     async fn next_fence(&self, key: &LockKey) -> Result<u64> {
         let fence_key = self.fence_key(key)?;
-        let mut policy = self.write_policy();
+        let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
         policy.expiration = Expiration::Never;
         let ops = [
             operations::add(&as_bin!(COUNTER_BIN, 1)),
@@ -269,43 +282,43 @@ impl AerospikeStore {
         }
     }
 
-    async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
-        let record_key = self.record_key(&req.key)?;
-        // Fence first: a failed acquisition only leaves a gap in the counter, never a lock
-        // without its fencing token.
-        let fence = if self.inner.config.fencing {
-            Some(self.next_fence(&req.key).await?)
-        } else {
-            None
-        };
-        let mut policy = self.write_policy();
+    /// The lock record's create-only write (owner token, the Java manager's bins, expiration =
+    /// TTL), retried only while nothing was sent.
+    async fn create(&self, req: &Acquire, record_key: &Key) -> Result<(), aerospike::Error> {
+        let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
         policy.record_exists_action = RecordExistsAction::CreateOnly;
         policy.expiration = Expiration::Seconds(ttl_seconds(req.ttl));
-        policy.send_key = true;
+        policy.send_key = self.inner.config.send_key;
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0);
         let layout = &self.inner.layout;
-        let mut bins = vec![
+        let bins = [
             as_bin!(layout.data_bin(), 1),
             as_bin!(layout.uat_bin(), now_ms),
             as_bin!(TOKEN_BIN, req.token.as_str()),
         ];
-        if let Some(fence) = fence {
-            bins.push(as_bin!(FENCE_BIN, fence as i64));
+        self.with_retries("acquire", &req.key, || {
+            self.inner.client.put(&policy, record_key, &bins)
+        })
+        .await
+    }
+
+    async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
+        if self.inner.config.fencing {
+            return self.acquire_fenced(req).await;
         }
+        // Unfenced: the Java manager's cycle, one create-only write.
+        let record_key = self.record_key(&req.key)?;
         let sent_at = Instant::now();
-        let result = self
-            .with_retries("acquire", &req.key, || {
-                self.inner.client.put(&policy, &record_key, &bins)
-            })
-            .await;
-        match result {
-            Ok(()) => Ok(
-                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                    .with_fencing_token(fence),
-            ),
+        match self.create(req, &record_key).await {
+            Ok(()) => Ok(Lease::new(
+                req.key.clone(),
+                req.token.clone(),
+                req.ttl,
+                sent_at,
+            )),
             Err(e) => match classify(&e) {
                 Class::Server(ResultCode::KeyExistsError | ResultCode::GenerationError) => {
                     Err(Error::unavailable(&req.key))
@@ -315,9 +328,165 @@ impl AerospikeStore {
         }
     }
 
+    /// Fencing in hold order: (1) create-only the lock record with the owner token, (2) increment
+    /// the key's fence counter, (3) write the counter's value into the lock record, filtered on the
+    /// owner token and update-only. The increment happens while the record is ours, and the
+    /// filtered write proves it still was afterwards, so a holder's token is taken inside its own
+    /// hold: tokens grow in the order of the holds. An acquisition that loses the record between
+    /// the steps fails and leaves nothing of ours held.
+    ///
+    /// Never reports `InDoubt`: a lost create reply is resolved here by reading the record back,
+    /// because a lease recovered elsewhere from the record alone could lack its fencing token.
+    async fn acquire_fenced(&self, req: &Acquire) -> Result<Lease> {
+        let record_key = self.record_key(&req.key)?;
+        let sent_at = Instant::now();
+        // Step 1: the create. A lost reply is read back; if the record is absent the create did
+        // not apply (or applied and already expired), so sending it again is a fresh attempt.
+        let mut attempt = 1;
+        loop {
+            let Err(e) = self.create(req, &record_key).await else {
+                break;
+            };
+            match classify(&e) {
+                Class::Server(ResultCode::KeyExistsError | ResultCode::GenerationError) => {
+                    return Err(Error::unavailable(&req.key));
+                }
+                Class::InDoubt => match self.resolve_create(req, &record_key, e).await {
+                    Ok(()) => break,
+                    Err(e)
+                        if e.kind() == ErrorKind::Connection
+                            && attempt < self.inner.config.retries =>
+                    {
+                        tracing::debug!(key = %req.key, attempt, error = %e, "create again");
+                        attempt += 1;
+                        tokio::time::sleep(self.inner.config.retry_delay).await;
+                    }
+                    Err(e) => return Err(e),
+                },
+                _ => return Err(self.exhausted_or("acquire", &req.key, e)),
+            }
+        }
+        // Step 2: the increment, while the record is ours.
+        let fence = match self.next_fence(&req.key).await {
+            Ok(fence) => fence,
+            Err(e) => return Err(self.abandon(req, "fence increment", e).await),
+        };
+        // Step 3: the token into our record — only if it is still ours.
+        let mut policy = self.owned_by(&req.token, self.inner.config.commit_levels.acquire);
+        policy.record_exists_action = RecordExistsAction::UpdateOnly;
+        policy.expiration = Expiration::DontUpdate;
+        let bins = [as_bin!(FENCE_BIN, fence as i64)];
+        // Writing the same value twice under the same filter is harmless: retried in doubt too.
+        let written = self
+            .retrying("fence write", &req.key, true, || {
+                self.inner.client.put(&policy, &record_key, &bins)
+            })
+            .await;
+        match written {
+            Ok(()) => Ok(
+                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
+                    .with_fencing_token(Some(fence)),
+            ),
+            Err(e) => match classify(&e) {
+                Class::Server(ResultCode::FilteredOut | ResultCode::KeyNotFoundError) => {
+                    Err(Error::new(
+                        ErrorKind::LockUnavailable,
+                        format!(
+                            "the lock record expired (or was broken) before its fencing token \
+                             could be written, after {} ms: nothing of ours is held; try again, \
+                             with a TTL longer than three round trips",
+                            sent_at.elapsed().as_millis()
+                        ),
+                    )
+                    .with_key(req.key.as_str())
+                    .with_source(e))
+                }
+                _ => {
+                    let error = self.exhausted_or("fence write", &req.key, e);
+                    Err(self.abandon(req, "fence write", error).await)
+                }
+            },
+        }
+    }
+
+    /// The create's reply was lost: read the record back to learn whether it landed. Ours: go on
+    /// (`Ok`). Anyone else's: `LockUnavailable`. Absent: nothing is held, `Connection`.
+    async fn resolve_create(
+        &self,
+        req: &Acquire,
+        record_key: &Key,
+        lost: aerospike::Error,
+    ) -> Result<()> {
+        // From the master, whatever the read replica policy: a replica may not have the create yet.
+        let mut base_policy = self.base(0);
+        base_policy.replica = Replica::Master;
+        let policy = ReadPolicy { base_policy };
+        let bins = Bins::Some(vec![TOKEN_BIN.to_owned()]);
+        // A read is harmless to repeat: retried whatever happened to it.
+        let read = self
+            .retrying("acquire readback", &req.key, true, || {
+                self.inner.client.get(&policy, record_key, bins.clone())
+            })
+            .await;
+        match read {
+            Ok(record) => match record.bins.get(TOKEN_BIN) {
+                Some(Value::String(t)) if t == req.token.as_str() => Ok(()),
+                _ => Err(Error::unavailable(&req.key)),
+            },
+            Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => {
+                Err(Error::connection(format!(
+                    "the acquire reply from Aerospike at {} was lost and the record is absent: \
+                     the create did not apply (or applied and already expired); nothing is held",
+                    self.address()
+                ))
+                .with_key(req.key.as_str())
+                .with_source(lost))
+            }
+            Err(e) => {
+                let error = Error::new(
+                    ErrorKind::RetriesExhausted,
+                    format!(
+                        "the acquire reply from Aerospike at {} was lost and reading the record \
+                         back failed too",
+                        self.address()
+                    ),
+                )
+                .with_key(req.key.as_str())
+                .with_source(e);
+                Err(self.abandon(req, "acquire", error).await)
+            }
+        }
+    }
+
+    /// Gives up an acquisition whose create may have landed: deletes our record (owner-filtered,
+    /// best effort) and returns an error that is never `InDoubt`, so that no layer recovers a
+    /// lease without its fencing token from the record.
+    async fn abandon(&self, req: &Acquire, step: &str, error: Error) -> Error {
+        let lease = Lease::new(req.key.clone(), req.token.clone(), req.ttl, Instant::now());
+        let cleanup = match self.release_once(&lease).await {
+            Ok(_) => "the lock record was deleted again: nothing is held".to_owned(),
+            Err(e) => format!(
+                "deleting the lock record failed too ({e}): it blocks the key until its TTL \
+                 ({} s) runs out, and is never used",
+                ttl_seconds(req.ttl)
+            ),
+        };
+        tracing::warn!(key = %req.key, step, error = %error, "fenced acquisition abandoned");
+        let kind = match error.kind() {
+            ErrorKind::InDoubt => ErrorKind::RetriesExhausted,
+            kind => kind,
+        };
+        Error::new(
+            kind,
+            format!("fenced acquisition abandoned at its {step}; {cleanup}"),
+        )
+        .with_key(req.key.as_str())
+        .with_source(error)
+    }
+
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
         let record_key = self.record_key(lease.key())?;
-        let policy = self.owned_by(lease.token());
+        let policy = self.owned_by(lease.token(), self.inner.config.commit_levels.release);
         let result = self
             .with_retries("release", lease.key(), || {
                 self.inner.client.delete(&policy, &record_key)
@@ -370,8 +539,9 @@ impl LockStore for AerospikeStore {
             .with_listing(true)
     }
 
-    /// Create-only write with expiration = TTL rounded up to whole seconds, after incrementing
-    /// the key's fence counter. Cancel safe: the requests run on their own task, and an
+    /// Create-only write with expiration = TTL rounded up to whole seconds; with fencing, then the
+    /// fence counter's increment and an owner-filtered write of its value into the record (3
+    /// round trips, tokens in hold order). Cancel safe: the requests run on their own task, and an
     /// acquisition nobody receives is released again (owner-checked).
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         validate_ttl(req.ttl)?;
@@ -394,7 +564,7 @@ impl LockStore for AerospikeStore {
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         validate_ttl(ttl)?;
         let record_key = self.record_key(lease.key())?;
-        let mut policy = self.owned_by(lease.token());
+        let mut policy = self.owned_by(lease.token(), self.inner.config.commit_levels.extend);
         policy.expiration = Expiration::Seconds(ttl_seconds(ttl));
         let sent_at = Instant::now();
         let result = self
@@ -416,12 +586,13 @@ impl LockStore for AerospikeStore {
         }
     }
 
-    /// One round trip: the lock record's bins and TTL.
+    /// One round trip: the lock record's bins and TTL, read from the node the configured read
+    /// replica policy picks (`AerospikeConfig::read_replica`).
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let record_key = self.record_key(key)?;
-        let policy = ReadPolicy {
-            base_policy: self.base(self.inner.config.retries.saturating_sub(1) as usize),
-        };
+        let mut base_policy = self.base(self.inner.config.retries.saturating_sub(1) as usize);
+        base_policy.replica = self.inner.config.read_replica;
+        let policy = ReadPolicy { base_policy };
         match self.inner.client.get(&policy, &record_key, Bins::All).await {
             Ok(record) => Ok(Some(self.info(key.clone(), &record))),
             Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => Ok(None),

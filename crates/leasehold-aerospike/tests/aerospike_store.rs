@@ -1,60 +1,92 @@
-//! The Aerospike store through the wire fixture: faults (reply delayed past the timeout,
-//! connection dropped, write applied but reply lost, server paused and resumed), interoperability
-//! with the Java lock manager's records, the Java manager's three known weaknesses (each shown not
-//! to happen here), and setup errors.
+//! The Aerospike store against a real cluster when `AEROSPIKE_HOSTS` is set, the wire fixture
+//! otherwise (`leasehold_testkit::aerospike::AerospikeTarget`; never skipped): the record layout,
+//! interoperability with the Java lock manager's records, the Java manager's weaknesses 1 and 3
+//! (each shown not to happen here), setup errors and `close`. Key names are unique per run, so a
+//! persistent cluster's earlier records never interfere. The tests that need fault injection are
+//! in `aerospike_faults.rs` (fixture only).
+//!
+//! ```sh
+//! AEROSPIKE_HOSTS=10.0.0.5:3000 AEROSPIKE_NAMESPACE=test cargo test -p leasehold-aerospike
+//! ```
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aerospike::policy::{Expiration, GenerationPolicy};
-use aerospike::{as_bin, Client, ClientPolicy, Key, ResultCode, Value, WritePolicy};
-use leasehold::layers::ReadbackLayer;
-use leasehold::{Acquire, ErrorKind, LockEvent, LockKey, LockManager, LockStore, OwnerToken};
+use aerospike::{
+    as_bin, Bins, Client, ClientPolicy, Key, ReadPolicy, Record, ResultCode, Value, WritePolicy,
+};
+use leasehold::{Acquire, ErrorKind, LockKey, LockStore, OwnerToken};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
-use leasehold_testkit::aerospike::{AerospikeFixture, BinValue, Fault, Target};
+use leasehold_testkit::aerospike::AerospikeTarget;
 
 const FARM: &str = "farm1";
 const SUFFIX: &str = "distributed_lock";
+const DC_SET: &str = "DC#farm1#distributed_lock";
 
-fn config(fixture: &AerospikeFixture) -> AerospikeConfig {
-    AerospikeConfig::new(fixture.host_string(), "test", FARM)
-        .max_error_rate(0)
-        .total_timeout(Duration::from_millis(300))
-        .socket_timeout(Duration::from_millis(300))
+async fn target() -> AerospikeTarget {
+    let target = AerospikeTarget::from_env()
+        .await
+        .expect("start the fixture");
+    eprintln!("running against {target}");
+    target
 }
 
-async fn setup() -> (AerospikeFixture, AerospikeStore) {
-    let fixture = AerospikeFixture::start().await.unwrap();
-    let store = AerospikeStore::connect(config(&fixture)).await.unwrap();
-    (fixture, store)
+fn config(target: &AerospikeTarget) -> AerospikeConfig {
+    let mut config = AerospikeConfig::new(target.hosts(), target.namespace(), FARM);
+    if target.fixture().is_some() {
+        config = config
+            .max_error_rate(0)
+            .total_timeout(Duration::from_millis(300))
+            .socket_timeout(Duration::from_millis(300));
+    }
+    if let Some((user, password)) = target.credentials() {
+        config = config.credentials(user, password);
+    }
+    config
+}
+
+async fn setup() -> (AerospikeTarget, AerospikeStore) {
+    let target = target().await;
+    let store = AerospikeStore::connect(config(&target)).await.unwrap();
+    (target, store)
 }
 
 fn key(entity: &str) -> LockKey {
     LockKey::dc(FARM, "orders", entity).unwrap()
 }
 
-/// The digest of a lock record (not its fence counter, which has the same user key in another
-/// set), for faults that must hit the lock write itself.
-fn lock_digest(entity: &str) -> [u8; 20] {
-    Key::new(
-        "test",
-        "DC#farm1#distributed_lock",
-        Value::from(format!("orders#{entity}")),
-    )
-    .unwrap()
-    .digest()
-}
-
 fn acquire(entity: &str, ttl: Duration) -> Acquire {
     Acquire::new(key(entity), OwnerToken::generate(), ttl)
 }
 
-async fn raw_client(fixture: &AerospikeFixture) -> Client {
-    let policy = ClientPolicy {
-        max_error_rate: 0,
-        ..ClientPolicy::default()
-    };
-    Client::new(&policy, &fixture.host_string()).await.unwrap()
+async fn raw_client(target: &AerospikeTarget) -> Client {
+    let mut policy = ClientPolicy::default();
+    if let Some((user, password)) = target.credentials() {
+        policy.auth_mode = aerospike::policy::AuthMode::Internal(user.into(), password.into());
+    }
+    Client::new(&policy, &target.hosts().to_owned())
+        .await
+        .unwrap()
+}
+
+fn record_key(target: &AerospikeTarget, set: &str, user_key: &str) -> Key {
+    Key::new(target.namespace(), set, Value::from(user_key)).unwrap()
+}
+
+/// Reads a record with the plain client: what any Aerospike reader (the Java manager) sees.
+async fn read(
+    client: &Client,
+    target: &AerospikeTarget,
+    set: &str,
+    user_key: &str,
+) -> Option<Record> {
+    let key = record_key(target, set, user_key);
+    match client.get(&ReadPolicy::default(), &key, Bins::All).await {
+        Ok(record) => Some(record),
+        Err(e) if e.server_result_code() == Some(ResultCode::KeyNotFoundError) => None,
+        Err(e) => panic!("read {set}/{user_key}: {e}"),
+    }
 }
 
 /// The Java manager's write: generation 0 with expect-generation-equal, no user key, its two bins.
@@ -78,14 +110,17 @@ fn java_bins() -> Vec<aerospike::Bin> {
 
 #[tokio::test]
 async fn records_use_the_java_managers_layout() {
-    let (fixture, store) = setup().await;
-    let req = acquire("order-42", Duration::from_secs(30));
+    let (target, store) = setup().await;
+    let client = raw_client(&target).await;
+    let entity = target.unique("order-42");
+    let user_key = format!("orders#{entity}");
+    let req = acquire(&entity, Duration::from_secs(30));
     let lease = store.try_acquire(&req).await.unwrap();
-    let record = fixture
-        .record_by_key("DC#farm1#distributed_lock", "orders#order-42")
+    let record = read(&client, &target, DC_SET, &user_key)
+        .await
         .expect("set DC#<farm>#<suffix>, user key <client>#<entity>");
-    assert_eq!(record.bin("farm1##data"), Some(&BinValue::Int(1)));
-    let Some(BinValue::Int(uat)) = record.bin("farm1##uat") else {
+    assert_eq!(record.bins.get("farm1##data"), Some(&Value::Int(1)));
+    let Some(Value::Int(uat)) = record.bins.get("farm1##uat") else {
         panic!("uat bin: {record:?}")
     };
     let now = SystemTime::now()
@@ -94,57 +129,61 @@ async fn records_use_the_java_managers_layout() {
         .as_millis() as i64;
     assert!((now - uat).abs() < 5_000, "acquisition time in epoch ms");
     assert_eq!(
-        record.bin("lh_token"),
-        Some(&BinValue::String(req.token.to_string()))
+        record.bins.get("lh_token"),
+        Some(&Value::String(req.token.to_string()))
     );
-    assert_eq!(record.bin("lh_fence"), Some(&BinValue::Int(1)));
-    let ttl = record.ttl.expect("expires");
-    assert!(ttl <= Duration::from_secs(30) && ttl > Duration::from_secs(28));
-    assert_eq!(
-        fixture.record_count("DC#farm1#distributed_lock#fence"),
-        1,
-        "the fence counter lives in its own set"
-    );
+    assert_eq!(record.bins.get("lh_fence"), Some(&Value::Int(1)));
+    assert_eq!(lease.fencing_token(), Some(1));
+    let ttl = record.time_to_live().expect("expires");
+    assert!(ttl <= Duration::from_secs(30) && ttl >= Duration::from_secs(28));
+    let fence_set = format!("{DC_SET}#fence");
+    let counter = read(&client, &target, &fence_set, &user_key)
+        .await
+        .expect("the fence counter lives in its own set");
+    assert_eq!(counter.bins.get("lh_counter"), Some(&Value::Int(1)));
+    assert_eq!(counter.time_to_live(), None, "and never expires");
+    if let Some(fixture) = target.fixture() {
+        let stored = fixture.record_by_key(DC_SET, &user_key).unwrap();
+        assert!(stored.user_key.is_some(), "send_key: `list` can name it");
+    }
     assert!(store.release(&lease).await.unwrap());
-    assert_eq!(fixture.record_count("DC#farm1#distributed_lock"), 0);
-    assert_eq!(
-        fixture.record_count("DC#farm1#distributed_lock#fence"),
-        1,
-        "and survives the lock record's deletion"
+    assert!(read(&client, &target, DC_SET, &user_key).await.is_none());
+    assert!(
+        read(&client, &target, &fence_set, &user_key)
+            .await
+            .is_some(),
+        "the counter survives the lock record's deletion"
     );
     let xdc = Acquire::new(
-        LockKey::xdc("orders", "order-42").unwrap(),
+        LockKey::xdc("orders", &entity).unwrap(),
         OwnerToken::generate(),
         Duration::from_secs(30),
     );
-    store.try_acquire(&xdc).await.unwrap();
-    assert!(fixture
-        .record_by_key("XDC#distributed_lock", "orders#order-42")
+    let lease = store.try_acquire(&xdc).await.unwrap();
+    assert!(read(&client, &target, "XDC#distributed_lock", &user_key)
+        .await
         .is_some());
+    assert!(store.release(&lease).await.unwrap());
 }
 
 #[tokio::test]
 async fn a_java_lock_blocks_leasehold_and_a_leasehold_lock_blocks_java() {
-    let (fixture, store) = setup().await;
-    let client = raw_client(&fixture).await;
+    let (target, store) = setup().await;
+    let client = raw_client(&target).await;
     // A lock taken by the Java manager.
-    let java_key = Key::new(
-        "test",
-        "DC#farm1#distributed_lock",
-        Value::from("orders#java"),
-    )
-    .unwrap();
+    let java = target.unique("java");
+    let java_key = record_key(&target, DC_SET, &format!("orders#{java}"));
     client
         .put(&java_write_policy(30), &java_key, &java_bins())
         .await
         .unwrap();
     let err = store
-        .try_acquire(&acquire("java", Duration::from_secs(30)))
+        .try_acquire(&acquire(&java, Duration::from_secs(30)))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::LockUnavailable, "{err}");
     let info = store
-        .inspect(&key("java"))
+        .inspect(&key(&java))
         .await
         .unwrap()
         .expect("held by Java");
@@ -152,16 +191,12 @@ async fn a_java_lock_blocks_leasehold_and_a_leasehold_lock_blocks_java() {
     assert!(info.acquired_at.is_some(), "read from the farm1##uat bin");
 
     // A lock taken by leasehold fails the Java manager's existence check (GENERATION_ERROR).
+    let rust = target.unique("rust");
     let lease = store
-        .try_acquire(&acquire("rust", Duration::from_secs(30)))
+        .try_acquire(&acquire(&rust, Duration::from_secs(30)))
         .await
         .unwrap();
-    let rust_key = Key::new(
-        "test",
-        "DC#farm1#distributed_lock",
-        Value::from("orders#rust"),
-    )
-    .unwrap();
+    let rust_key = record_key(&target, DC_SET, &format!("orders#{rust}"));
     let err = client
         .put(&java_write_policy(30), &rust_key, &java_bins())
         .await
@@ -172,21 +207,36 @@ async fn a_java_lock_blocks_leasehold_and_a_leasehold_lock_blocks_java() {
     assert!(!store.release(&impostor).await.unwrap());
     assert!(store.release(&lease).await.unwrap());
     assert!(client.exists(&Default::default(), &java_key).await.unwrap());
+    let java_lease = leasehold::Lease::new(
+        key(&java),
+        OwnerToken::generate(),
+        Duration::from_secs(30),
+        tokio::time::Instant::now(),
+    );
+    assert!(
+        !store.release(&java_lease).await.unwrap(),
+        "leasehold never breaks a Java holder's lock by a release"
+    );
+    client
+        .delete(&WritePolicy::default(), &java_key)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn weakness_1_a_late_release_never_deletes_the_next_holders_lock() {
-    let (_fixture, store) = setup().await;
+    let (target, store) = setup().await;
+    let entity = target.unique("late");
     // The Java manager deletes blindly: after its TTL passed and someone else took the lock, its
     // release deleted the new holder's record. leasehold's delete is filtered on the token.
     let old = store
-        .try_acquire(&acquire("late", Duration::from_secs(1)))
+        .try_acquire(&acquire(&entity, Duration::from_secs(1)))
         .await
         .unwrap();
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
     let new = loop {
         match store
-            .try_acquire(&acquire("late", Duration::from_secs(30)))
+            .try_acquire(&acquire(&entity, Duration::from_secs(30)))
             .await
         {
             Ok(lease) => break lease,
@@ -198,217 +248,61 @@ async fn weakness_1_a_late_release_never_deletes_the_next_holders_lock() {
     };
     assert!(!store.release(&old).await.unwrap(), "not ours any more");
     let info = store
-        .inspect(&key("late"))
+        .inspect(&key(&entity))
         .await
         .unwrap()
         .expect("still held");
     assert!(info.is_owned_by(new.token()));
-}
-
-#[tokio::test]
-async fn weakness_2_a_landed_write_with_a_lost_reply_is_never_reported_unavailable() {
-    let (fixture, store) = setup().await;
-    // The Java manager re-sends the create after a timeout; if the first one landed, the retry
-    // fails and the caller is told LOCK_UNAVAILABLE while holding the lock itself for 90 s.
-    let req = acquire("landed", Duration::from_secs(90));
-    let fault = fixture
-        .faults()
-        .inject(Fault::DropReply, Target::Digest(lock_digest("landed")));
-    let err = store.try_acquire(&req).await.unwrap_err();
-    fixture.faults().remove(fault);
-    assert_eq!(
-        err.kind(),
-        ErrorKind::InDoubt,
-        "never LockUnavailable: {err}"
-    );
     assert!(
-        store
-            .inspect(&req.key)
-            .await
-            .unwrap()
-            .unwrap()
-            .is_owned_by(&req.token),
-        "the write landed: we hold it"
+        new.fencing_token() > old.fencing_token(),
+        "the next holder's token is larger"
     );
-
-    // With the readback layer the caller simply gets the lock.
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let sink = events.clone();
-    let locks = LockManager::builder()
-        .client_id("orders")
-        .farm_id(FARM)
-        .store(store.clone())
-        .readback(ReadbackLayer::new())
-        .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.clone()))
-        .build()
-        .unwrap();
-    // The first write to the lock record loses its reply; the readback (a read) goes through.
-    let applied_before = fixture.faults().applied();
-    let fault = fixture
-        .faults()
-        .inject(Fault::DropReply, Target::Digest(lock_digest("landed-2")));
-    let attempt = tokio::spawn({
-        let locks = locks.clone();
-        async move { locks.try_lock("landed-2").await }
-    });
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
-    while fixture.faults().applied() == applied_before && tokio::time::Instant::now() < give_up {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    fixture.faults().remove(fault);
-    let guard = attempt.await.unwrap().expect("held after readback");
-    assert!(events
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|e| matches!(e, LockEvent::RecoveredByReadback { held: true, .. })));
-    assert!(guard.release().await.unwrap());
+    assert!(store.release(&new).await.unwrap());
 }
 
 #[tokio::test]
 async fn weakness_3_a_sub_second_ttl_is_rounded_up_never_truncated_to_zero() {
-    let (fixture, store) = setup().await;
+    let (target, store) = setup().await;
+    let entity = target.unique("short");
     // The Java manager truncates the TTL to seconds: 900 ms became 0, "namespace default".
     store
-        .try_acquire(&acquire("short", Duration::from_millis(900)))
+        .try_acquire(&acquire(&entity, Duration::from_millis(900)))
         .await
         .unwrap();
-    let record = fixture
-        .record_by_key("DC#farm1#distributed_lock", "orders#short")
-        .unwrap();
-    let ttl = record.ttl.expect("expires, not namespace default");
-    assert!(
-        ttl > Duration::from_millis(900) && ttl <= Duration::from_secs(1),
-        "rounded up to 1 s: {record:?}"
-    );
-}
-
-#[tokio::test]
-async fn a_delayed_reply_is_in_doubt_not_a_false_result() {
-    let (fixture, store) = setup().await;
-    let req = acquire("slow", Duration::from_secs(30));
-    let fault = fixture.faults().inject(
-        Fault::DelayReply(Duration::from_millis(800)),
-        Target::Digest(lock_digest("slow")),
-    );
-    let err = store.try_acquire(&req).await.unwrap_err();
-    fixture.faults().remove(fault);
-    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
-    tokio::time::sleep(Duration::from_millis(900)).await;
-    assert!(store
-        .inspect(&req.key)
-        .await
-        .unwrap()
-        .unwrap()
-        .is_owned_by(&req.token));
-}
-
-#[tokio::test]
-async fn a_busy_server_answer_is_retried_by_the_client_and_ends_temporary() {
-    let (fixture, store) = setup().await;
-    let lease = store
-        .try_acquire(&acquire("overloaded", Duration::from_secs(30)))
-        .await
-        .unwrap();
-    // DEVICE_OVERLOAD (18), like KEY_BUSY (14), is one the client retries itself; once its time
-    // is up it reports the write in doubt (it was sent), which is temporary and which the
-    // readback layer resolves, never a permanent failure.
-    fixture.faults().inject(
-        Fault::ResultCode(18),
-        Target::Digest(lock_digest("overloaded")),
-    );
-    let err = store.release(&lease).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
-    assert!(err.is_temporary());
-    assert!(
-        format!("{err:#}").contains("Device overload"),
-        "cause kept: {err:#}"
-    );
-    fixture.faults().clear();
-    assert!(store.release(&lease).await.unwrap(), "still ours, released");
-}
-
-#[tokio::test]
-async fn a_dropped_connection_before_applying_is_retried_then_succeeds() {
-    let (fixture, store) = setup().await;
-    // The next data request (the fence increment) loses its connection before anything is
-    // applied: nothing is in doubt, so the store retries (the seed's 5 × 80 ms) and succeeds.
-    fixture
-        .faults()
-        .inject(Fault::DropConnection, Target::NextRequests(1));
-    let lease = store
-        .try_acquire(&acquire("dropped", Duration::from_secs(30)))
-        .await
-        .unwrap();
-    assert!(fixture.faults().applied() >= 1);
-    assert!(store.release(&lease).await.unwrap());
-
-    // When every attempt fails: retries exhausted, nothing held.
-    fixture
-        .faults()
-        .inject(Fault::DropConnection, Target::NextRequests(20));
-    let err = store
-        .try_acquire(&acquire("dropped-2", Duration::from_secs(30)))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            err.kind(),
-            ErrorKind::RetriesExhausted | ErrorKind::Connection
-        ),
-        "{err}"
-    );
-    fixture.faults().clear();
-    assert_eq!(store.inspect(&key("dropped-2")).await.unwrap(), None);
-}
-
-#[tokio::test]
-async fn a_paused_server_times_out_in_doubt_and_the_write_lands_on_resume() {
-    let (fixture, store) = setup().await;
-    let warm = store
-        .try_acquire(&acquire("warm", Duration::from_secs(30)))
-        .await
-        .unwrap();
-    store.release(&warm).await.unwrap();
-    let store = AerospikeStore::connect(config(&fixture).fencing(false))
-        .await
-        .unwrap();
-    fixture.pause();
-    let req = acquire("paused", Duration::from_secs(30));
-    let err = store.try_acquire(&req).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
-    fixture.resume();
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        match store.inspect(&req.key).await {
-            Ok(Some(info)) => {
-                assert!(info.is_owned_by(&req.token), "the held request was applied");
-                break;
-            }
-            _ if tokio::time::Instant::now() < give_up => {
-                tokio::time::sleep(Duration::from_millis(50)).await
-            }
-            other => panic!("not applied after resume: {other:?}"),
-        }
+    let info = store.inspect(&key(&entity)).await.unwrap().expect("held");
+    let ttl = info.ttl_remaining.expect("expires, not namespace default");
+    assert!(ttl <= Duration::from_secs(1), "rounded up to 1 s: {info:?}");
+    if let Some(fixture) = target.fixture() {
+        let record = fixture
+            .record_by_key(DC_SET, &format!("orders#{entity}"))
+            .unwrap();
+        let ttl = record.ttl.expect("expires");
+        assert!(ttl > Duration::from_millis(900), "1 s, not 0: {record:?}");
+    }
+    // And it does expire.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store.inspect(&key(&entity)).await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < give_up, "never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 #[tokio::test]
 async fn setup_errors_are_clear_and_found_before_use() {
-    let fixture = AerospikeFixture::start().await.unwrap();
-    let err = AerospikeStore::connect(
-        AerospikeConfig::new(fixture.host_string(), "nope", FARM).max_error_rate(0),
-    )
-    .await
-    .unwrap_err();
+    let target = target().await;
+    let mut missing = AerospikeConfig::new(target.hosts(), "nope", FARM).max_error_rate(0);
+    if let Some((user, password)) = target.credentials() {
+        missing = missing.credentials(user, password);
+    }
+    let err = AerospikeStore::connect(missing).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::StoreSetup, "{err}");
     assert!(err.to_string().contains("\"nope\" does not exist"), "{err}");
 
     for config in [
-        AerospikeConfig::new(fixture.host_string(), "test", "farm123456"),
-        AerospikeConfig::new(fixture.host_string(), "test", FARM).set_suffix("x".repeat(60)),
+        AerospikeConfig::new(target.hosts(), "test", "farm123456"),
+        AerospikeConfig::new(target.hosts(), "test", FARM).set_suffix("x".repeat(60)),
         AerospikeConfig::new("", "test", FARM),
-        AerospikeConfig::new(fixture.host_string(), "", FARM),
+        AerospikeConfig::new(target.hosts(), "", FARM),
     ] {
         let err = AerospikeStore::connect(config).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
@@ -423,17 +317,56 @@ async fn setup_errors_are_clear_and_found_before_use() {
 
 #[tokio::test]
 async fn close_leaves_a_borrowed_client_open() {
-    let fixture = AerospikeFixture::start().await.unwrap();
-    let client = Arc::new(raw_client(&fixture).await);
-    let store = AerospikeStore::with_client(client.clone(), config(&fixture))
+    let target = target().await;
+    let client = Arc::new(raw_client(&target).await);
+    let store = AerospikeStore::with_client(client.clone(), config(&target))
         .await
         .unwrap();
     store.close(false).await.unwrap();
     assert!(client.is_connected(), "not ours to close");
-    let owned = AerospikeStore::connect(config(&fixture)).await.unwrap();
+    let owned = AerospikeStore::connect(config(&target)).await.unwrap();
     owned.close(false).await.unwrap();
     assert!(owned
-        .try_acquire(&acquire("after-close", Duration::from_secs(5)))
+        .try_acquire(&acquire(
+            &target.unique("after-close"),
+            Duration::from_secs(5)
+        ))
         .await
         .is_err());
+}
+
+#[tokio::test]
+async fn commit_levels_read_replica_and_send_key_are_configurable() {
+    use aerospike::policy::CommitLevel;
+    use aerospike::Replica;
+    let target = target().await;
+    let config = config(&target)
+        .acquire_commit_level(CommitLevel::CommitAll)
+        .release_commit_level(CommitLevel::CommitMaster)
+        .extend_commit_level(CommitLevel::CommitAll)
+        .read_replica(Replica::MasterProles)
+        .send_key(false);
+    let debug = format!("{config:?}");
+    assert!(
+        debug.contains("acquire: CommitAll") && debug.contains("MasterProles"),
+        "{debug}"
+    );
+    let store = AerospikeStore::connect(config).await.unwrap();
+    let entity = target.unique("digest-only");
+    let req = acquire(&entity, Duration::from_secs(30));
+    let lease = store.try_acquire(&req).await.unwrap();
+    let lease = store.extend(&lease, Duration::from_secs(20)).await.unwrap();
+    let info = store.inspect(&key(&entity)).await.unwrap().expect("held");
+    assert!(info.is_owned_by(&req.token));
+    assert_eq!(info.fencing_token, lease.fencing_token());
+    // Like the Java manager's records: only the digest, so `list` cannot name it.
+    let listed = store.list("DC#farm1#orders#").await.unwrap();
+    assert!(!listed.iter().any(|l| l.key == key(&entity)), "{listed:?}");
+    if let Some(fixture) = target.fixture() {
+        let record = fixture
+            .record_by_key(DC_SET, &format!("orders#{entity}"))
+            .unwrap();
+        assert_eq!(record.user_key, None, "send_key(false)");
+    }
+    assert!(store.release(&lease).await.unwrap());
 }

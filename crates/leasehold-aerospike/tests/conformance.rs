@@ -3,26 +3,21 @@
 //! leasehold-aerospike --test conformance`). Never skipped: one or the other always runs.
 
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
-use leasehold_testkit::aerospike::AerospikeFixture;
+use leasehold_testkit::aerospike::AerospikeTarget;
 
-/// The fixture when no real cluster is configured (kept alive next to the store).
-async fn store(fencing: bool) -> (AerospikeStore, Option<AerospikeFixture>) {
-    let (hosts, namespace, fixture) = match std::env::var("AEROSPIKE_HOSTS") {
-        Ok(hosts) => (
-            hosts,
-            std::env::var("AEROSPIKE_NAMESPACE").unwrap_or_else(|_| "test".to_owned()),
-            None,
-        ),
-        Err(_) => {
-            let fixture = AerospikeFixture::start().await.expect("start the fixture");
-            (fixture.host_string(), "test".to_owned(), Some(fixture))
-        }
-    };
-    let config = AerospikeConfig::new(hosts, namespace, "conf")
+/// The cluster in `AEROSPIKE_HOSTS`, or a fixture (kept alive next to the store).
+async fn store(fencing: bool) -> (AerospikeStore, AerospikeTarget) {
+    let target = AerospikeTarget::from_env()
+        .await
+        .expect("start the fixture");
+    let mut config = AerospikeConfig::new(target.hosts(), target.namespace(), "conf")
         .fencing(fencing)
         .max_error_rate(0);
+    if let Some((user, password)) = target.credentials() {
+        config = config.credentials(user, password);
+    }
     let store = AerospikeStore::connect(config).await.expect("connect");
-    (store, fixture)
+    (store, target)
 }
 
 mod fenced {

@@ -85,10 +85,15 @@ async fn connect(url: &StoreUrl, farm_id: &str) -> Result<BoxStore, CliError> {
     let fail = |e: leasehold::Error| CliError::from_lock(e, &address);
     match url {
         StoreUrl::Memory => Ok(BoxStore::new(MemoryStore::new())),
-        StoreUrl::Redis { url } => {
-            let store = RedisStore::connect(RedisConfig::new(url.as_str()))
-                .await
-                .map_err(fail)?;
+        StoreUrl::Redis { url, tls } => {
+            let mut config = RedisConfig::new(url.as_str());
+            if let Some(ca) = &tls.ca {
+                config = config.tls_ca_file(ca);
+            }
+            if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+                config = config.tls_client_cert(cert, key);
+            }
+            let store = RedisStore::connect(config).await.map_err(fail)?;
             Ok(BoxStore::new(store))
         }
         StoreUrl::Aerospike {
@@ -98,6 +103,8 @@ async fn connect(url: &StoreUrl, farm_id: &str) -> Result<BoxStore, CliError> {
             set_suffix,
             user,
             password,
+            tls_name,
+            tls,
             ..
         } => {
             let hosts = if host.contains(':') {
@@ -116,6 +123,15 @@ async fn connect(url: &StoreUrl, farm_id: &str) -> Result<BoxStore, CliError> {
             }
             if let (Some(user), Some(password)) = (user, password) {
                 config = config.credentials(user.as_str(), password.as_str());
+            }
+            if let Some(name) = tls_name {
+                config = config.tls_name(name.as_str());
+            }
+            if let Some(ca) = &tls.ca {
+                config = config.tls_ca_file(ca);
+            }
+            if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+                config = config.tls_client_cert(cert, key);
             }
             let store = AerospikeStore::connect(config).await.map_err(fail)?;
             Ok(BoxStore::new(store))

@@ -1,12 +1,13 @@
 //! `--store` URLs: which store to use, parsed and checked before any I/O.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use url::Url;
 
 /// Examples printed with every URL error, so a wrong value comes with a right one.
 pub(crate) const EXAMPLES: &str = "memory://, redis://127.0.0.1:6379, \
-     rediss://user:password@redis.example:6380/0, \
+     rediss://user:password@redis.example:6380/0?tls_ca=/etc/ssl/ca.pem, \
      aerospike://127.0.0.1:3000/test?set_suffix=locks&farm=farm1";
 
 /// A parsed `--store` URL.
@@ -14,8 +15,9 @@ pub(crate) const EXAMPLES: &str = "memory://, redis://127.0.0.1:6379, \
 pub(crate) enum StoreUrl {
     /// The embedded store (this process only).
     Memory,
-    /// A Redis server: the URL is handed to the Redis store as given.
-    Redis { url: Url },
+    /// A Redis server: the URL (without leasehold's `tls_*` parameters) is handed to the Redis
+    /// store.
+    Redis { url: Url, tls: TlsParams },
     /// An Aerospike cluster, seeded by one host.
     Aerospike {
         host: String,
@@ -25,7 +27,54 @@ pub(crate) enum StoreUrl {
         farm: Option<String>,
         user: Option<String>,
         password: Option<String>,
+        /// The TLS name nodes' certificates must list (`tls_name=`); TLS is on when this or any
+        /// TLS file is given.
+        tls_name: Option<String>,
+        tls: TlsParams,
     },
+}
+
+/// TLS files from the URL's query (`tls_ca`, `tls_cert`, `tls_key`): paths, never contents.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TlsParams {
+    /// CA certificate(s) to trust (PEM).
+    pub(crate) ca: Option<PathBuf>,
+    /// Client certificate (PEM), with `key`.
+    pub(crate) cert: Option<PathBuf>,
+    /// Client private key (PEM), with `cert`.
+    pub(crate) key: Option<PathBuf>,
+}
+
+impl TlsParams {
+    /// Takes `tls_ca`, `tls_cert`, `tls_key` out of `url`'s query (the other pairs stay).
+    fn take(url: &mut Url) -> Result<Self, String> {
+        let mut tls = TlsParams::default();
+        let mut rest = Vec::new();
+        for (k, v) in url.query_pairs() {
+            let path = || Some(PathBuf::from(v.as_ref()));
+            match &*k {
+                "tls_ca" => tls.ca = path(),
+                "tls_cert" => tls.cert = path(),
+                "tls_key" => tls.key = path(),
+                _ => rest.push((k.into_owned(), v.into_owned())),
+            }
+        }
+        if tls.cert.is_some() != tls.key.is_some() {
+            return Err(
+                "tls_cert and tls_key go together (the client certificate and its key)".into(),
+            );
+        }
+        if rest.is_empty() {
+            url.set_query(None);
+        } else {
+            url.query_pairs_mut().clear().extend_pairs(rest);
+        }
+        Ok(tls)
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == TlsParams::default()
+    }
 }
 
 /// A `--store` value that cannot be used.
@@ -53,15 +102,25 @@ impl StoreUrl {
                 if url.host_str().is_none_or(str::is_empty) {
                     return Err(fail("a redis URL needs a host"));
                 }
-                Ok(StoreUrl::Redis { url })
+                let mut url = url;
+                let tls = TlsParams::take(&mut url).map_err(|p| fail(&p))?;
+                if url.scheme() == "redis" && !tls.is_empty() {
+                    return Err(fail("tls_ca, tls_cert and tls_key need TLS: use rediss://"));
+                }
+                Ok(StoreUrl::Redis { url, tls })
             }
             "redis+unix" | "unix" => {
                 if url.path().is_empty() || url.path() == "/" {
                     return Err(fail("a unix socket URL needs a socket path"));
                 }
-                Ok(StoreUrl::Redis { url })
+                Ok(StoreUrl::Redis {
+                    url,
+                    tls: TlsParams::default(),
+                })
             }
             "aerospike" => {
+                let mut url = url;
+                let tls = TlsParams::take(&mut url).map_err(|p| fail(&p))?;
                 let host = url
                     .host_str()
                     .filter(|h| !h.is_empty())
@@ -80,13 +139,16 @@ impl StoreUrl {
                 }
                 let mut set_suffix = None;
                 let mut farm = None;
+                let mut tls_name = None;
                 for (k, v) in url.query_pairs() {
                     match &*k {
                         "set_suffix" => set_suffix = Some(v.into_owned()),
                         "farm" => farm = Some(v.into_owned()),
+                        "tls_name" => tls_name = Some(v.into_owned()),
                         other => {
                             return Err(fail(&format!(
-                                "unknown aerospike parameter {other:?} (known: set_suffix, farm)"
+                                "unknown aerospike parameter {other:?} (known: set_suffix, farm, \
+                                 tls_name, tls_ca, tls_cert, tls_key)"
                             )))
                         }
                     }
@@ -115,6 +177,8 @@ impl StoreUrl {
                     farm,
                     user,
                     password,
+                    tls_name,
+                    tls,
                 })
             }
             other => Err(fail(&format!(
@@ -135,7 +199,7 @@ impl StoreUrl {
     pub(crate) fn address(&self) -> String {
         match self {
             StoreUrl::Memory => "memory (this process)".to_owned(),
-            StoreUrl::Redis { url } => match (url.host_str(), url.port_or_known_default()) {
+            StoreUrl::Redis { url, .. } => match (url.host_str(), url.port_or_known_default()) {
                 (Some(h), Some(p)) if !h.is_empty() => format!("{h}:{p}"),
                 _ => url.path().to_owned(),
             },
@@ -171,7 +235,7 @@ impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreUrl::Memory => f.write_str("memory://"),
-            StoreUrl::Redis { url } => f.write_str(&redact(url)),
+            StoreUrl::Redis { url, .. } => f.write_str(&redact(url)),
             StoreUrl::Aerospike {
                 host,
                 port,
@@ -223,6 +287,8 @@ mod tests {
                 farm: Some("f1".into()),
                 user: None,
                 password: None,
+                tls_name: None,
+                tls: TlsParams::default(),
             }
         );
         assert_eq!(a.farm(), Some("f1"));
@@ -245,6 +311,46 @@ mod tests {
             assert!(err.contains(expect), "{raw}: {err}");
             assert!(err.contains("examples: memory://"), "{err}");
         }
+    }
+
+    #[test]
+    fn rediss_takes_its_tls_files_from_the_query() {
+        let url = StoreUrl::parse(
+            "rediss://u:p@h:6380/2?tls_ca=/etc/ca.pem&tls_cert=/c.pem&tls_key=/c.key&protocol=resp3",
+        )
+        .unwrap();
+        let StoreUrl::Redis { url: redis, tls } = &url else {
+            panic!("{url:?}")
+        };
+        assert_eq!(tls.ca.as_deref(), Some(std::path::Path::new("/etc/ca.pem")));
+        assert_eq!(tls.cert.as_deref(), Some(std::path::Path::new("/c.pem")));
+        assert_eq!(tls.key.as_deref(), Some(std::path::Path::new("/c.key")));
+        assert_eq!(
+            redis.as_str(),
+            "rediss://u:p@h:6380/2?protocol=resp3",
+            "the rest stays"
+        );
+        for (raw, expect) in [
+            ("redis://h:1?tls_ca=/ca.pem", "use rediss://"),
+            ("rediss://h:1?tls_cert=/c.pem", "go together"),
+        ] {
+            let err = StoreUrl::parse(raw).unwrap_err().to_string();
+            assert!(err.contains(expect), "{raw}: {err}");
+        }
+    }
+
+    #[test]
+    fn aerospike_takes_a_tls_name_and_files() {
+        let url = StoreUrl::parse(
+            "aerospike://h:4333/ns?farm=f1&tls_name=as.example&tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/c.key",
+        )
+        .unwrap();
+        let StoreUrl::Aerospike { tls_name, tls, .. } = &url else {
+            panic!("{url:?}")
+        };
+        assert_eq!(tls_name.as_deref(), Some("as.example"));
+        assert_eq!(tls.ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
+        assert!(tls.cert.is_some() && tls.key.is_some());
     }
 
     #[test]

@@ -1,10 +1,13 @@
-//! The `leasehold` binary against the Aerospike wire fixture: `run`, `inspect`, `list` and
-//! `release --force`, a missing namespace, and credentials kept out of the output.
+//! The `leasehold` binary against Aerospike: `run`, `inspect`, `list` and `release --force`, a
+//! missing namespace, and credentials kept out of the output. Against the cluster in
+//! `AEROSPIKE_HOSTS` when it is set (its first host; `AEROSPIKE_NAMESPACE`, `AEROSPIKE_USER`,
+//! `AEROSPIKE_PASSWORD`), the wire fixture otherwise (`AerospikeTarget`); key names are unique per
+//! run.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 
-use leasehold_testkit::aerospike::AerospikeFixture;
+use leasehold_testkit::aerospike::{AerospikeFixture, AerospikeTarget};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -45,65 +48,87 @@ fn holder(store: &str, global: &[&str], key: &str) -> Child {
     run
 }
 
+/// `aerospike://[user:password@]host:port/<namespace>?<query>` for the target (its first host).
+fn url(target: &AerospikeTarget, namespace: &str, query: &str) -> String {
+    let host = target.hosts().split(',').next().unwrap_or_default().trim();
+    let credentials = match target.credentials() {
+        Some((user, password)) => {
+            let enc = |s: &str| {
+                percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC)
+                    .to_string()
+            };
+            format!("{}:{}@", enc(user), enc(password))
+        }
+        None => String::new(),
+    };
+    format!("aerospike://{credentials}{host}/{namespace}?{query}")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_inspect_list_release_against_the_fixture() {
-    let fixture = AerospikeFixture::start().await.unwrap();
-    let url = format!(
-        "aerospike://{}/test?set_suffix=dlm&farm=farm1",
-        fixture.host_string()
-    );
-    let mut run = holder(&url, &[], "nightly");
-    assert!(
-        fixture
-            .record_by_key("DC#farm1#dlm", "cli#nightly")
-            .is_some(),
-        "the Java manager's layout"
-    );
+async fn run_inspect_list_release() {
+    let target = AerospikeTarget::from_env().await.unwrap();
+    eprintln!("running against {target}");
+    let url = url(&target, target.namespace(), "set_suffix=dlm&farm=farm1");
+    let name = target.unique("nightly");
+    let full = format!("DC#farm1#cli#{name}");
+    let mut run = holder(&url, &[], &name);
+    if let Some(fixture) = target.fixture() {
+        assert!(
+            fixture
+                .record_by_key("DC#farm1#dlm", &format!("cli#{name}"))
+                .is_some(),
+            "the Java manager's layout"
+        );
+    }
 
     let out = tokio::task::spawn_blocking({
-        let url = url.clone();
-        move || leasehold(&url, &["inspect", "nightly", "--json"])
+        let (url, name) = (url.clone(), name.clone());
+        move || leasehold(&url, &["inspect", &name, "--json"])
     })
     .await
     .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(json["key"], "DC#farm1#cli#nightly");
+    assert_eq!(json["key"], full.as_str());
     assert_eq!(json["fencing_token"], 1);
 
     let out = leasehold(&url, &["list"]);
-    assert!(
-        text(&out.stdout).contains("DC#farm1#cli#nightly"),
-        "{}",
-        text(&out.stdout)
-    );
+    assert!(text(&out.stdout).contains(&full), "{}", text(&out.stdout));
 
-    let out = leasehold(&url, &["run", "nightly", "--", "true"]);
+    let out = leasehold(&url, &["run", &name, "--", "true"]);
     assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
 
-    let out = leasehold(&url, &["release", "nightly", "--force"]);
+    let out = leasehold(&url, &["release", &name, "--force"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).starts_with("released: DC#farm1#cli#nightly"));
-    assert_eq!(
-        leasehold(&url, &["inspect", "nightly"]).status.code(),
-        Some(1)
-    );
+    assert!(text(&out.stdout).starts_with(&format!("released: {full}")));
+    assert_eq!(leasehold(&url, &["inspect", &name]).status.code(), Some(1));
     let _ = kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM);
     run.wait().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_namespace_and_bad_urls_are_reported() {
-    let fixture = AerospikeFixture::start().await.unwrap();
-    let url = format!("aerospike://{}/nope?farm=farm1", fixture.host_string());
-    let out = tokio::task::spawn_blocking(move || leasehold(&url, &["inspect", "k"]))
+    let target = AerospikeTarget::from_env().await.unwrap();
+    let missing = url(&target, "nope", "farm=farm1");
+    let out = tokio::task::spawn_blocking(move || leasehold(&missing, &["inspect", "k"]))
         .await
         .unwrap();
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(70), "{err}");
     assert!(err.contains("\"nope\" does not exist"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    let out = leasehold(
+        &url(&target, target.namespace(), "farm=farm123456"),
+        &["inspect", "k"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("1-9 bytes"));
+}
 
+/// Fixture only: it relies on a server without login, where any credentials fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_never_appear_in_a_connection_error() {
+    let fixture = AerospikeFixture::start().await.unwrap();
     // The fixture has no login: a URL with credentials cannot connect, and says so without them.
     let url = format!(
         "aerospike://app:s3cret@{}/test?farm=farm1",
@@ -119,29 +144,33 @@ async fn a_missing_namespace_and_bad_urls_are_reported() {
         "names the address: {err}"
     );
     assert!(!err.contains("s3cret"), "{err}");
-    let out = leasehold(
-        &format!("aerospike://{}/test?farm=farm123456", fixture.host_string()),
-        &["inspect", "k"],
-    );
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("1-9 bytes"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn farm_id_names_the_set_and_the_bins_alike() {
-    let fixture = AerospikeFixture::start().await.unwrap();
-    let url = format!("aerospike://{}/test?set_suffix=dlm", fixture.host_string());
+    let target = AerospikeTarget::from_env().await.unwrap();
+    let url = url(&target, target.namespace(), "set_suffix=dlm");
+    let name = target.unique("job");
     // While held, the record uses the Java manager's bins for the same farm as its set.
-    let mut run = holder(&url, &["--farm-id", "eu1"], "job");
-    let record = fixture
-        .record_by_key("DC#eu1#dlm", "cli#job")
-        .expect("set DC#eu1#dlm");
-    assert!(record.bin("eu1##data").is_some(), "{record:?}");
+    let mut run = holder(&url, &["--farm-id", "eu1"], &name);
+    if let Some(fixture) = target.fixture() {
+        let record = fixture
+            .record_by_key("DC#eu1#dlm", &format!("cli#{name}"))
+            .expect("set DC#eu1#dlm");
+        assert!(record.bin("eu1##data").is_some(), "{record:?}");
+    }
     let list = leasehold(&url, &["--farm-id", "eu1", "list"]);
     assert!(
-        text(&list.stdout).contains("DC#eu1#cli#job"),
+        text(&list.stdout).contains(&format!("DC#eu1#cli#{name}")),
         "{}",
         text(&list.stdout)
+    );
+    let inspect = leasehold(&url, &["--farm-id", "eu1", "inspect", &name, "--json"]);
+    assert_eq!(inspect.status.code(), Some(0), "{}", text(&inspect.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert!(
+        json["acquired_at_ms"].is_number(),
+        "from the eu1##uat bin: {json}"
     );
     let _ = kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM);
     run.wait().unwrap();

@@ -1,6 +1,7 @@
 //! Configuration: the URL, key prefix, timeouts and fencing, validated before any I/O.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use leasehold_core::{Error, Result};
@@ -27,6 +28,17 @@ pub struct RedisConfig {
     pub(crate) fencing: bool,
     pub(crate) fair: bool,
     pub(crate) waiter_timeout: Duration,
+    pub(crate) tls: TlsFiles,
+}
+
+/// Certificate files for a `rediss://` connection (all PEM). Paths only: the contents (the
+/// client's private key) are read at connect time and never kept, shown or logged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TlsFiles {
+    /// CA certificate(s) to trust instead of the built-in web roots.
+    pub(crate) ca: Option<PathBuf>,
+    /// Client certificate and key, for servers that ask for one (mutual TLS).
+    pub(crate) client: Option<(PathBuf, PathBuf)>,
 }
 
 impl RedisConfig {
@@ -41,7 +53,24 @@ impl RedisConfig {
             fencing: true,
             fair: true,
             waiter_timeout: DEFAULT_WAITER_TIMEOUT,
+            tls: TlsFiles::default(),
         }
+    }
+
+    /// For `rediss://`: trust the CA certificate(s) in this PEM file instead of the built-in web
+    /// roots (a private CA, or a self-signed server certificate). The server's certificate must
+    /// still name the URL's host.
+    pub fn tls_ca_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.tls.ca = Some(path.as_ref().to_owned());
+        self
+    }
+
+    /// For `rediss://`: present this client certificate, with its private key (both PEM), to a
+    /// server that asks for one (`tls-auth-clients`). The key is read at connect time and never
+    /// shown.
+    pub fn tls_client_cert(mut self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Self {
+        self.tls.client = Some((cert.as_ref().to_owned(), key.as_ref().to_owned()));
+        self
     }
 
     /// The prefix of every key leasehold writes (default `leasehold:`). Use one per application
@@ -112,6 +141,26 @@ impl RedisConfig {
                 "rediss:// (TLS) needs the `tls` cargo feature of leasehold-redis",
             ));
         }
+        if scheme != "rediss" && self.tls != TlsFiles::default() {
+            return Err(Error::invalid_argument(format!(
+                "TLS certificate files were given for {:?}, which does not use TLS: use a \
+                 rediss:// URL (e.g. rediss://redis.example:6380)",
+                self.redacted_url()
+            )));
+        }
+        let files = self
+            .tls
+            .ca
+            .iter()
+            .chain(self.tls.client.iter().flat_map(|(cert, key)| [cert, key]));
+        for file in files {
+            if !file.is_file() {
+                return Err(Error::invalid_argument(format!(
+                    "TLS file {} does not exist or is not a file",
+                    file.display()
+                )));
+            }
+        }
         if self.prefix.is_empty()
             || self.prefix.len() > 64
             || self
@@ -150,6 +199,9 @@ impl fmt::Debug for RedisConfig {
             .field("fencing", &self.fencing)
             .field("fair", &self.fair)
             .field("waiter_timeout", &self.waiter_timeout)
+            .field("tls_ca_file", &self.tls.ca)
+            .field("tls_client_cert", &self.tls.client.as_ref().map(|(c, _)| c))
+            .field("tls_client_key", &self.tls.client.as_ref().map(|(_, k)| k))
             .finish()
     }
 }
@@ -212,5 +264,17 @@ mod tests {
         assert!(RedisConfig::new("redis+unix:///tmp/r.sock")
             .validate()
             .is_ok());
+        let err = RedisConfig::new("redis://h:1")
+            .tls_ca_file("/etc/hostname")
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("use a rediss:// URL"), "{err}");
+        if cfg!(feature = "tls") {
+            let err = RedisConfig::new("rediss://h:1")
+                .tls_client_cert("/nonexistent/c.pem", "/nonexistent/c.key")
+                .validate()
+                .unwrap_err();
+            assert!(err.to_string().contains("/nonexistent/c.pem"), "{err}");
+        }
     }
 }

@@ -44,13 +44,7 @@ impl RedisStore {
     /// the address.
     pub async fn connect(config: RedisConfig) -> Result<Self> {
         config.validate()?;
-        let client = redis::Client::open(config.url.as_str()).map_err(|e| {
-            Error::invalid_argument(format!(
-                "{:?} is not a usable Redis URL (e.g. redis://127.0.0.1:6379)",
-                config.redacted_url()
-            ))
-            .with_source(e)
-        })?;
+        let client = client(&config)?;
         let address = address_of(&client);
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(config.response_timeout))
@@ -60,7 +54,9 @@ impl RedisStore {
         let waiting = Waiting::new(&config.prefix, Some(client.clone()), config.connect_timeout);
         let conn = ConnectionManager::new_with_config(client, manager_config)
             .await
-            .map_err(|e| map(Op::Connect, "", &address, e))?;
+            .map_err(|e| {
+                tls_error(&address, &e).unwrap_or_else(|| map(Op::Connect, "", &address, e))
+            })?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 conn,
@@ -264,6 +260,88 @@ impl RedisStore {
 /// the client's lease says it does (and a sub-millisecond TTL never becomes zero).
 fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// The client for `config`: with the configured CA and client certificate when any is set.
+fn client(config: &RedisConfig) -> Result<redis::Client> {
+    let bad_url = |e: redis::RedisError| {
+        Error::invalid_argument(format!(
+            "{:?} is not a usable Redis URL (e.g. redis://127.0.0.1:6379)",
+            config.redacted_url()
+        ))
+        .with_source(e)
+    };
+    #[cfg(feature = "tls")]
+    if config.tls != crate::config::TlsFiles::default() {
+        let read = |path: &std::path::Path, what: &str| {
+            std::fs::read(path).map_err(|e| {
+                Error::invalid_argument(format!("cannot read the TLS {what} {}", path.display()))
+                    .with_source(e)
+            })
+        };
+        let root_cert = match &config.tls.ca {
+            Some(path) => Some(read(path, "CA file")?),
+            None => None,
+        };
+        let client_tls = match &config.tls.client {
+            Some((cert, key)) => Some(redis::ClientTlsConfig {
+                client_cert: read(cert, "client certificate")?,
+                client_key: read(key, "client key")?,
+            }),
+            None => None,
+        };
+        return redis::Client::build_with_tls(
+            config.url.as_str(),
+            redis::TlsCertificates {
+                client_tls,
+                root_cert,
+            },
+        )
+        // The redis crate's own message can quote the PEM it failed on: keep only ours.
+        .map_err(|e| {
+            Error::invalid_argument(format!(
+                "the TLS files for {} cannot be used ({:?}): check they are PEM \
+                 certificates (CA, client) and a PEM private key",
+                config.redacted_url(),
+                e.kind()
+            ))
+        });
+    }
+    redis::Client::open(config.url.as_str()).map_err(bad_url)
+}
+
+/// A failed TLS handshake, said plainly: an untrusted certificate or a wrong host name is a setup
+/// problem, not an unreachable server.
+fn tls_error(address: &str, error: &redis::RedisError) -> Option<Error> {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(&format!(": {s_text}"));
+        }
+        source = s.source();
+    }
+    let lower = text.to_lowercase();
+    let hint = if lower.contains("unknownissuer")
+        || lower.contains("unknown issuer")
+        || lower.contains("badsignature")
+    {
+        "the server's certificate is not signed by a trusted CA: give the CA that signed it \
+         (tls_ca_file / ?tls_ca=)"
+    } else if lower.contains("notvalidforname") || lower.contains("not valid for name") {
+        "the server's certificate does not name the host in the URL: connect by a name the \
+         certificate lists"
+    } else if lower.contains("certificate") || lower.contains("handshake") || lower.contains("tls")
+    {
+        "the TLS handshake failed: check the CA, the client certificate and the host name"
+    } else {
+        return None;
+    };
+    Some(Error::new(
+        leasehold_core::ErrorKind::StoreSetup,
+        format!("TLS with Redis at {address} failed: {hint} ({text})"),
+    ))
 }
 
 fn address_of(client: &redis::Client) -> String {

@@ -7,9 +7,11 @@
 //! - [`conformance`]: the store contract as a test suite; every store runs it
 //!   ([`conformance_tests!`]).
 //! - [`scripted`]: a scripted store, the test double layers are tested against.
+//! - [`tls`]: a private CA with server and client certificates, for TLS tests.
 
 pub mod aerospike;
 pub mod conformance;
 pub mod fault_proxy;
 pub mod redis;
 pub mod scripted;
+pub mod tls;

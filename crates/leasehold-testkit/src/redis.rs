@@ -28,6 +28,16 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    tls: Option<TlsFiles>,
+}
+
+/// The files a TLS server is started with.
+#[derive(Debug, Clone)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    require_client_cert: bool,
 }
 
 impl RedisServer {
@@ -36,11 +46,33 @@ impl RedisServer {
     /// Fails with [`io::ErrorKind::NotFound`] and a message naming the `redis-server` package to
     /// install when the binary is missing.
     pub fn start() -> io::Result<Self> {
+        Self::start_with(None)
+    }
+
+    /// Starts a server that speaks TLS only (`--port 0 --tls-port <free port>`), with the server
+    /// certificate of `pki`, trusting its CA for client certificates; with
+    /// `require_client_cert` a client without a certificate signed by that CA is refused
+    /// (`--tls-auth-clients yes`), otherwise a client certificate is optional. Ready once the
+    /// server logged that it accepts connections.
+    ///
+    /// Fails with a message saying so when this `redis-server` was built without TLS. The plain
+    /// RESP helpers ([`command`](Self::command), [`info_field`](Self::info_field)) do not speak
+    /// TLS and fail on such a server.
+    pub fn start_tls(pki: &crate::tls::TestPki, require_client_cert: bool) -> io::Result<Self> {
+        Self::start_with(Some(TlsFiles {
+            cert: pki.server_cert_file(),
+            key: pki.server_key_file(),
+            ca: pki.ca_file(),
+            require_client_cert,
+        }))
+    }
+
+    fn start_with(tls: Option<TlsFiles>) -> io::Result<Self> {
         // A port free a moment ago can be taken by a server another test starts at the same
         // time; then ours cannot bind, and a new port is tried.
         let mut attempts = 0;
         loop {
-            match Self::start_on(free_port()?) {
+            match Self::start_on(free_port()?, tls.clone()) {
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse && attempts < 5 => attempts += 1,
                 result => return result,
             }
@@ -48,7 +80,7 @@ impl RedisServer {
     }
 
     /// Starts a server on `port`; [`io::ErrorKind::AddrInUse`] if something else listens there.
-    fn start_on(port: u16) -> io::Result<Self> {
+    fn start_on(port: u16, tls: Option<TlsFiles>) -> io::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("leasehold-redis-")
             .tempdir()?;
@@ -56,9 +88,15 @@ impl RedisServer {
             child: None,
             port,
             dir,
+            tls,
         };
         server.spawn()?;
         Ok(server)
+    }
+
+    /// Whether the server speaks TLS only ([`start_tls`](Self::start_tls)).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// The port it listens on.
@@ -71,9 +109,13 @@ impl RedisServer {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`, or for a TLS server `rediss://localhost:<port>` (the name a
+    /// test certificate is made for).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match self.tls {
+            Some(_) => format!("rediss://localhost:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
     }
 
     /// The server's process id, while it runs.
@@ -151,8 +193,32 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> io::Result<()> {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
+        let mut command = Command::new("redis-server");
+        match &self.tls {
+            None => {
+                command.args(["--port", &self.port.to_string()]);
+            }
+            Some(tls) => {
+                command
+                    .args(["--port", "0"])
+                    .args(["--tls-port", &self.port.to_string()])
+                    .arg("--tls-cert-file")
+                    .arg(&tls.cert)
+                    .arg("--tls-key-file")
+                    .arg(&tls.key)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&tls.ca)
+                    .args([
+                        "--tls-auth-clients",
+                        if tls.require_client_cert {
+                            "yes"
+                        } else {
+                            "optional"
+                        },
+                    ]);
+            }
+        }
+        let child = command
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
@@ -179,6 +245,9 @@ impl RedisServer {
         self.child = Some(child);
         let started = Instant::now();
         let pid = self.pid().map(|pid| pid.to_string());
+        if self.tls.is_some() {
+            return self.wait_tls_ready(started);
+        }
         loop {
             // Ready once *our* server answers: a PONG from the port alone could come from
             // another test's server that took the port first.
@@ -225,6 +294,55 @@ impl RedisServer {
     }
 }
 
+impl RedisServer {
+    /// A TLS server is ready once its own log (ours alone) says it accepts connections; the
+    /// plain `INFO` probe cannot speak TLS.
+    fn wait_tls_ready(&mut self, started: Instant) -> io::Result<()> {
+        loop {
+            let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_none() && log.contains("Ready to accept connections") {
+                return Ok(());
+            }
+            if exited.is_some() || started.elapsed() > STARTUP_TIMEOUT {
+                self.stop();
+                if log.contains("already in use") {
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("port {} is taken: {log}", self.port),
+                    ));
+                }
+                if log.contains("TLS")
+                    && (log.contains("not supported") || log.contains("Bad directive"))
+                    || log.contains("Bad directive or wrong number of arguments")
+                {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        format!(
+                            "this redis-server was built without TLS support, so the TLS tests \
+                             cannot run: install a build with TLS (Debian's `redis-server` \
+                             package has it); its log:\n{log}"
+                        ),
+                    ));
+                }
+                return Err(io::Error::other(format!(
+                    "TLS redis-server on port {} did not come up ({}); its log:\n{log}",
+                    self.port,
+                    if exited.is_some() {
+                        "it exited"
+                    } else {
+                        "timeout"
+                    }
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
@@ -245,7 +363,7 @@ mod tests {
     #[test]
     fn a_port_held_by_another_redis_server_is_not_mistaken_for_ours() {
         let first = RedisServer::start().unwrap();
-        let err = RedisServer::start_on(first.port()).unwrap_err();
+        let err = RedisServer::start_on(first.port(), None).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
         assert!(err.to_string().contains("another redis-server"), "{err}");
         assert_eq!(
@@ -259,8 +377,26 @@ mod tests {
     fn a_port_held_by_anything_else_is_reported_as_in_use() {
         let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let port = taken.local_addr().unwrap().port();
-        let err = RedisServer::start_on(port).unwrap_err();
+        let err = RedisServer::start_on(port, None).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AddrInUse, "{err}");
+    }
+
+    #[test]
+    fn a_tls_server_listens_on_its_tls_port_only() {
+        let pki = crate::tls::TestPki::generate(&["localhost"]).unwrap();
+        let server = RedisServer::start_tls(&pki, false).unwrap();
+        assert!(server.is_tls());
+        assert_eq!(
+            server.url(),
+            format!("rediss://localhost:{}", server.port())
+        );
+        let log = std::fs::read_to_string(server.log_path()).unwrap();
+        assert!(log.contains("Ready to accept connections"), "{log}");
+        assert!(log.contains(&format!("port={}", server.port())), "{log}");
+        // The plain probe cannot speak TLS: a TLS-only server never answers it.
+        assert!(server
+            .info_field_within("server", "process_id", Duration::from_millis(300))
+            .is_err());
     }
 
     #[test]

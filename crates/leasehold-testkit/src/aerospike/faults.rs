@@ -46,6 +46,14 @@ pub enum Fault {
     /// Do not apply the request; answer it with this result code (see
     /// [`result_code`](super::result_code) for the usual ones).
     ResultCode(u8),
+    /// Hold the request before applying it until [`Faults::release_held`]; the other connections
+    /// go on. Pauses one client between two of its steps (give that client a timeout longer than
+    /// the hold, or it gives up first); [`Faults::held`] tells when the request has arrived.
+    Hold,
+    /// No fault: the request goes through. With a count-limited target it lets the first requests
+    /// on a record pass, so that a rule registered after it hits a later one. It counts in
+    /// [`Faults::applied`], so a `NextRequests(u32::MAX)` pass-through rule counts data requests.
+    PassThrough,
 }
 
 /// Which data requests a fault applies to.
@@ -62,6 +70,8 @@ pub enum Target {
     Digest([u8; 20]),
     /// The next `n` requests on the record whose user key is this string (see [`Target::Key`]).
     KeyTimes(String, u32),
+    /// The next `n` requests on the record with this digest.
+    DigestTimes([u8; 20], u32),
 }
 
 /// Identifies one registered fault rule, for [`Faults::remove`].
@@ -88,6 +98,9 @@ struct State {
 pub struct Faults {
     state: Arc<Mutex<State>>,
     paused: Arc<watch::Sender<bool>>,
+    /// Bumped by `release_held`; a held request waits for it to change.
+    releases: Arc<watch::Sender<u64>>,
+    held: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// What a data request is about, as far as fault matching is concerned.
@@ -106,9 +119,12 @@ impl Default for Faults {
 impl Faults {
     pub(crate) fn new() -> Self {
         let (paused, _) = watch::channel(false);
+        let (releases, _) = watch::channel(0);
         Faults {
             state: Arc::new(Mutex::new(State::default())),
             paused: Arc::new(paused),
+            releases: Arc::new(releases),
+            held: Arc::default(),
         }
     }
 
@@ -165,6 +181,26 @@ impl Faults {
         *self.paused.borrow()
     }
 
+    /// Lets every request held by [`Fault::Hold`] go on (to be applied and answered).
+    pub fn release_held(&self) {
+        self.releases.send_modify(|n| *n += 1);
+    }
+
+    /// Number of requests currently held by [`Fault::Hold`].
+    pub fn held(&self) -> usize {
+        self.held.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Holds the calling request until the next [`Faults::release_held`].
+    pub(crate) async fn hold(&self) {
+        let mut rx = self.releases.subscribe();
+        rx.mark_unchanged();
+        self.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // The sender lives in `self`: `changed` only fails if it was dropped, then go on.
+        let _ = rx.changed().await;
+        self.held.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Waits until the fixture is not paused.
     pub(crate) async fn wait_resumed(&self) {
         let mut rx = self.paused.subscribe();
@@ -182,6 +218,7 @@ impl Faults {
                 Target::Key(user_key) => (key_matches(user_key, key), None),
                 Target::Digest(d) => (key.digest == Some(&d[..]), None),
                 Target::KeyTimes(user_key, n) => (*n > 0 && key_matches(user_key, key), Some(n)),
+                Target::DigestTimes(d, n) => (*n > 0 && key.digest == Some(&d[..]), Some(n)),
             };
             if matches {
                 let used_up = match remaining {

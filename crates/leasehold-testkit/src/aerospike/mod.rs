@@ -22,6 +22,9 @@
 //! The binary `aerospike-fixture --bind 127.0.0.1:3000 --namespace test` serves the same
 //! fixture until SIGINT/SIGTERM and prints `listening on <addr>` once ready.
 //!
+//! With [`AerospikeFixtureBuilder::tls`] it speaks TLS only (tokio-rustls), as a node with a TLS
+//! service does; clients connect with `host:tls_name:port`.
+//!
 //! # Protocol subset
 //!
 //! - Framing: 8-byte proto header (version 2, type, 48-bit length);
@@ -52,20 +55,22 @@
 //!
 //! # Guesses
 //!
-//! Where the server's behaviour could not be checked against a server, the fixture does this:
+//! Where the server's behaviour could not be checked against a server, the fixture does this.
+//! The ones marked *checked on a cluster* are exercised by tests that run against a real server
+//! when `AEROSPIKE_HOSTS` is set ([`AerospikeTarget`]; the list is in docs/AEROSPIKE.md):
 //!
 //! - Generation starts at 1 when a record is created and increases by one on every write
 //!   (touch included); it is 16 bits on the wire of a real server and wraps from 65535 to 1,
 //!   never 0.
 //! - A generation check (expect-equal or expect-greater) against an absent record passes: the
-//!   write creates the record. A delete of an absent record is `KEY_NOT_FOUND` (2) whatever
+//!   write creates the record (expect-equal 0: *checked on a cluster*, the Java manager's write). A delete of an absent record is `KEY_NOT_FOUND` (2) whatever
 //!   the generation.
 //! - A filter expression is only evaluated against an existing record; a write that creates a
 //!   record is not filtered.
 //! - Expiration is always enabled (as with `nsup-period` set): a write with a TTL never fails
 //!   because expiry is disabled. Expiration 0 uses the namespace default TTL, which is
 //!   "never" unless [`AerospikeFixtureBuilder::default_ttl`] sets one. A record past its void
-//!   time is invisible to every command at once (a real server may serve it until nsup runs).
+//!   time is invisible to every command at once (*checked on a cluster* for reads and creates).
 //! - A write that leaves a record without bins deletes it.
 //! - A scan resuming a partially scanned partition rescans the whole partition.
 //! - `add` on a bin holding a non-integer answers `BIN_TYPE_ERROR` (12); an `add` with a
@@ -78,6 +83,7 @@ mod info;
 pub mod result_code;
 mod server;
 mod store;
+mod target;
 mod wire;
 
 use std::io;
@@ -90,6 +96,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use faults::{Fault, FaultId, Faults, Target};
+pub use target::{AerospikeTarget, HOSTS_ENV, NAMESPACE_ENV, PASSWORD_ENV, USER_ENV};
 
 use command::NsConfig;
 use info::NodeInfo;
@@ -118,6 +125,7 @@ pub struct AerospikeFixtureBuilder {
     cluster_name: String,
     bind: SocketAddr,
     default_ttl: Option<Duration>,
+    tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl Default for AerospikeFixtureBuilder {
@@ -127,6 +135,7 @@ impl Default for AerospikeFixtureBuilder {
             cluster_name: DEFAULT_CLUSTER_NAME.to_owned(),
             bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             default_ttl: None,
+            tls: None,
         }
     }
 }
@@ -159,6 +168,19 @@ impl AerospikeFixtureBuilder {
         self
     }
 
+    /// Speak TLS only, with this server certificate (chain) and private key (PEM files, e.g.
+    /// [`TestPki::server_cert_file`](crate::tls::TestPki::server_cert_file)): every connection,
+    /// info and data alike, starts with a TLS handshake, as on a node with a `tls` service. A
+    /// client must connect with a TLS name the certificate lists (`host:tls_name:port`).
+    pub fn tls(
+        mut self,
+        cert_pem: impl Into<std::path::PathBuf>,
+        key_pem: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.tls = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Binds and starts serving on the current tokio runtime.
     ///
     /// # Errors
@@ -179,6 +201,10 @@ impl AerospikeFixtureBuilder {
                 "cluster name contains a tab or newline",
             ));
         }
+        let tls = match &self.tls {
+            Some((cert, key)) => Some(tls_acceptor(cert, key)?),
+            None => None,
+        };
         let listener = TcpListener::bind(self.bind).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -198,6 +224,7 @@ impl AerospikeFixtureBuilder {
                 port: addr.port(),
             },
             faults: Faults::new(),
+            tls,
         });
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(server::serve(listener, shared.clone(), stop_rx));
@@ -208,6 +235,33 @@ impl AerospikeFixtureBuilder {
             task: Some(task),
         })
     }
+}
+
+/// A TLS acceptor for the certificate chain and key in these PEM files.
+fn tls_acceptor(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> io::Result<tokio_rustls::TlsAcceptor> {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let invalid = |what: &str, e: &dyn std::fmt::Display| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("fixture TLS {what}: {e}"),
+        )
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| invalid("certificate", &e))?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| invalid("key", &e))?;
+    let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid("protocol versions", &e))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| invalid("certificate and key", &e))?;
+    Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
 }
 
 /// A stored record, as seen by [`AerospikeFixture::record`].

@@ -9,10 +9,11 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
 use super::command::{self, Kind, NsConfig};
 use super::faults::{Fault, Faults, RequestKey};
@@ -22,12 +23,24 @@ use super::store::Store;
 use super::wire::{self, Message, Reply, WireError};
 
 /// State shared by the server task and the fixture handle.
-#[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) store: Mutex<Store>,
     pub(crate) ns: NsConfig,
     pub(crate) info: NodeInfo,
     pub(crate) faults: Faults,
+    /// Set when the fixture speaks TLS: every connection is a TLS one.
+    pub(crate) tls: Option<TlsAcceptor>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("ns", &self.ns)
+            .field("info", &self.info)
+            .field("faults", &self.faults)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Shared {
@@ -65,7 +78,19 @@ pub(crate) async fn serve(
                     tracing::debug!("aerospike fixture: connection from {peer}");
                     let shared = shared.clone();
                     connections.spawn(async move {
-                        if let Err(e) = connection(stream, &shared).await {
+                        // Replies are written whole; no need to wait for more.
+                        let _ = stream.set_nodelay(true);
+                        let served = match shared.tls.clone() {
+                            None => connection(stream, &shared).await,
+                            Some(acceptor) => match acceptor.accept(stream).await {
+                                Ok(tls) => connection(tls, &shared).await,
+                                Err(e) => {
+                                    tracing::info!("aerospike fixture: TLS handshake with {peer} failed: {e}");
+                                    Ok(())
+                                }
+                            },
+                        };
+                        if let Err(e) = served {
                             tracing::warn!("aerospike fixture: closing connection from {peer}: {e}");
                         }
                     });
@@ -96,9 +121,10 @@ enum ConnError {
     Wire(#[from] WireError),
 }
 
-async fn connection(mut stream: TcpStream, shared: &Shared) -> Result<(), ConnError> {
-    // Replies are written whole; no need to wait for more.
-    let _ = stream.set_nodelay(true);
+async fn connection<S>(mut stream: S, shared: &Shared) -> Result<(), ConnError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     loop {
         let mut header = [0u8; 8];
         match stream.read_exact(&mut header).await {
@@ -120,6 +146,8 @@ async fn connection(mut stream: TcpStream, shared: &Shared) -> Result<(), ConnEr
             stream
                 .write_all(&wire::frame(wire::TYPE_INFO, &answer))
                 .await?;
+            // A TLS stream sends what it buffered only on flush (a no-op on plain TCP).
+            stream.flush().await?;
             continue;
         }
         let msg = Message::parse(&body)?;
@@ -130,11 +158,10 @@ async fn connection(mut stream: TcpStream, shared: &Shared) -> Result<(), ConnEr
 }
 
 /// Serves one data message; returns whether the connection stays open.
-async fn data_message(
-    stream: &mut TcpStream,
-    shared: &Shared,
-    msg: &Message,
-) -> Result<bool, ConnError> {
+async fn data_message<S>(stream: &mut S, shared: &Shared, msg: &Message) -> Result<bool, ConnError>
+where
+    S: AsyncWrite + Unpin,
+{
     shared.faults.wait_resumed().await;
     let digest = command::digest_of(msg);
     let fault = shared.faults.take(RequestKey {
@@ -144,12 +171,14 @@ async fn data_message(
     let kind = command::classify(msg);
     match fault {
         Some(Fault::DropConnection) => return Ok(false),
+        Some(Fault::Hold) => shared.faults.hold().await,
         Some(Fault::ResultCode(code)) => {
             let mut reply = Reply::code(code);
             if kind == Kind::Scan {
                 reply.info3 = wire::INFO3_LAST;
             }
             stream.write_all(&reply.to_frame()).await?;
+            stream.flush().await?;
             return Ok(true);
         }
         _ => {}
@@ -180,5 +209,6 @@ async fn data_message(
     for frame in frames {
         stream.write_all(&frame).await?;
     }
+    stream.flush().await?;
     Ok(true)
 }

@@ -1,0 +1,379 @@
+//! The Aerospike store under injected faults, on the wire fixture only: every test here needs
+//! fault injection (a reply delayed past the timeout, a dropped connection, a write applied but
+//! its reply lost, a busy server, a paused server, an acquirer held between its steps), which a
+//! real cluster cannot do on demand. The tests that make sense against a real server are in
+//! `aerospike_store.rs` and run against `AEROSPIKE_HOSTS` when it is set.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aerospike::{Key, Value};
+use leasehold::layers::ReadbackLayer;
+use leasehold::{Acquire, ErrorKind, LockEvent, LockKey, LockManager, LockStore, OwnerToken};
+use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
+use leasehold_testkit::aerospike::{AerospikeFixture, Fault, Target};
+
+const FARM: &str = "farm1";
+
+fn config(fixture: &AerospikeFixture) -> AerospikeConfig {
+    AerospikeConfig::new(fixture.host_string(), "test", FARM)
+        .max_error_rate(0)
+        .total_timeout(Duration::from_millis(300))
+        .socket_timeout(Duration::from_millis(300))
+}
+
+async fn setup() -> (AerospikeFixture, AerospikeStore) {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let store = AerospikeStore::connect(config(&fixture)).await.unwrap();
+    (fixture, store)
+}
+
+fn key(entity: &str) -> LockKey {
+    LockKey::dc(FARM, "orders", entity).unwrap()
+}
+
+/// The digest of a lock record (not its fence counter, which has the same user key in another
+/// set), for faults that must hit the lock write itself.
+fn lock_digest(entity: &str) -> [u8; 20] {
+    Key::new(
+        "test",
+        "DC#farm1#distributed_lock",
+        Value::from(format!("orders#{entity}")),
+    )
+    .unwrap()
+    .digest()
+}
+
+fn acquire(entity: &str, ttl: Duration) -> Acquire {
+    Acquire::new(key(entity), OwnerToken::generate(), ttl)
+}
+
+#[tokio::test]
+async fn weakness_2_a_landed_write_with_a_lost_reply_is_never_reported_unavailable() {
+    let (fixture, fenced) = setup().await;
+    // The Java manager re-sends the create after a timeout; if the first one landed, the retry
+    // fails and the caller is told LOCK_UNAVAILABLE while holding the lock itself for 90 s.
+    // Unfenced (the Java cycle), the store reports the lost reply as InDoubt.
+    let store = AerospikeStore::connect(config(&fixture).fencing(false))
+        .await
+        .unwrap();
+    let req = acquire("landed", Duration::from_secs(90));
+    let fault = fixture
+        .faults()
+        .inject(Fault::DropReply, Target::Digest(lock_digest("landed")));
+    let err = store.try_acquire(&req).await.unwrap_err();
+    fixture.faults().remove(fault);
+    assert_eq!(
+        err.kind(),
+        ErrorKind::InDoubt,
+        "never LockUnavailable: {err}"
+    );
+    assert!(
+        store
+            .inspect(&req.key)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_owned_by(&req.token),
+        "the write landed: we hold it"
+    );
+
+    // With the readback layer the caller simply gets the lock.
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let locks = LockManager::builder()
+        .client_id("orders")
+        .farm_id(FARM)
+        .store(store.clone())
+        .readback(ReadbackLayer::new())
+        .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.clone()))
+        .build()
+        .unwrap();
+    // The first write to the lock record loses its reply; the readback (a read) goes through.
+    let applied_before = fixture.faults().applied();
+    let fault = fixture
+        .faults()
+        .inject(Fault::DropReply, Target::Digest(lock_digest("landed-2")));
+    let attempt = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.try_lock("landed-2").await }
+    });
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    while fixture.faults().applied() == applied_before && tokio::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    fixture.faults().remove(fault);
+    let guard = attempt.await.unwrap().expect("held after readback");
+    assert!(events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, LockEvent::RecoveredByReadback { held: true, .. })));
+    assert!(guard.release().await.unwrap());
+
+    // Fenced, the store reads the record back itself (a lease recovered from the record alone
+    // could lack its fencing token): the caller gets the lock, with its token.
+    let req = acquire("landed-3", Duration::from_secs(90));
+    fixture.faults().inject(
+        Fault::DropReply,
+        Target::DigestTimes(lock_digest("landed-3"), 1),
+    );
+    let lease = fenced
+        .try_acquire(&req)
+        .await
+        .expect("resolved by the store");
+    assert_eq!(fixture.faults().pending(), 0, "the create's reply was lost");
+    let info = fenced.inspect(&req.key).await.unwrap().unwrap();
+    assert!(info.is_owned_by(&req.token));
+    assert_eq!(info.fencing_token, lease.fencing_token());
+    assert!(lease.fencing_token().is_some());
+}
+
+#[tokio::test]
+async fn a_delayed_reply_is_in_doubt_not_a_false_result() {
+    let (fixture, fenced) = setup().await;
+    let store = AerospikeStore::connect(config(&fixture).fencing(false))
+        .await
+        .unwrap();
+    let req = acquire("slow", Duration::from_secs(30));
+    let fault = fixture.faults().inject(
+        Fault::DelayReply(Duration::from_millis(800)),
+        Target::Digest(lock_digest("slow")),
+    );
+    let err = store.try_acquire(&req).await.unwrap_err();
+    fixture.faults().remove(fault);
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(store
+        .inspect(&req.key)
+        .await
+        .unwrap()
+        .unwrap()
+        .is_owned_by(&req.token));
+
+    // Fenced: the late create is read back by the store and the acquisition completes.
+    let req = acquire("slow-fenced", Duration::from_secs(30));
+    fixture.faults().inject(
+        Fault::DelayReply(Duration::from_millis(800)),
+        Target::DigestTimes(lock_digest("slow-fenced"), 1),
+    );
+    let lease = fenced
+        .try_acquire(&req)
+        .await
+        .expect("read back, then fenced");
+    assert!(lease.fencing_token().is_some());
+
+    // And when the readback fails too, the answer is never InDoubt (a layer could recover a lease
+    // without its token from the record): the record is deleted again, nothing is held.
+    let req = acquire("slow-lost", Duration::from_secs(30));
+    let fault = fixture.faults().inject(
+        Fault::DelayReply(Duration::from_millis(800)),
+        Target::DigestTimes(lock_digest("slow-lost"), 6),
+    );
+    let err = fenced.try_acquire(&req).await.unwrap_err();
+    assert_ne!(err.kind(), ErrorKind::InDoubt, "{err}");
+    assert!(err.is_temporary(), "{err}");
+    fixture.faults().remove(fault);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let info = fenced.inspect(&req.key).await.unwrap();
+    assert!(
+        info.is_none() || err.to_string().contains("blocks the key until its TTL"),
+        "deleted again, or the error says it stays until its TTL: {err} / {info:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_busy_server_answer_is_retried_by_the_client_and_ends_temporary() {
+    let (fixture, store) = setup().await;
+    let lease = store
+        .try_acquire(&acquire("overloaded", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    // DEVICE_OVERLOAD (18), like KEY_BUSY (14), is one the client retries itself; once its time
+    // is up it reports the write in doubt (it was sent), which is temporary and which the
+    // readback layer resolves, never a permanent failure.
+    fixture.faults().inject(
+        Fault::ResultCode(18),
+        Target::Digest(lock_digest("overloaded")),
+    );
+    let err = store.release(&lease).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    assert!(err.is_temporary());
+    assert!(
+        format!("{err:#}").contains("Device overload"),
+        "cause kept: {err:#}"
+    );
+    fixture.faults().clear();
+    assert!(store.release(&lease).await.unwrap(), "still ours, released");
+}
+
+#[tokio::test]
+async fn a_dropped_connection_before_applying_is_retried_then_succeeds() {
+    let (fixture, store) = setup().await;
+    // The next data request (the fence increment) loses its connection before anything is
+    // applied: nothing is in doubt, so the store retries (the seed's 5 × 80 ms) and succeeds.
+    fixture
+        .faults()
+        .inject(Fault::DropConnection, Target::NextRequests(1));
+    let lease = store
+        .try_acquire(&acquire("dropped", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(fixture.faults().applied() >= 1);
+    assert!(store.release(&lease).await.unwrap());
+
+    // When every attempt fails: retries exhausted, nothing held.
+    fixture
+        .faults()
+        .inject(Fault::DropConnection, Target::NextRequests(20));
+    let err = store
+        .try_acquire(&acquire("dropped-2", Duration::from_secs(30)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::RetriesExhausted | ErrorKind::Connection
+        ),
+        "{err}"
+    );
+    fixture.faults().clear();
+    assert_eq!(store.inspect(&key("dropped-2")).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_paused_server_times_out_in_doubt_and_the_write_lands_on_resume() {
+    let (fixture, store) = setup().await;
+    let warm = store
+        .try_acquire(&acquire("warm", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    store.release(&warm).await.unwrap();
+    let store = AerospikeStore::connect(config(&fixture).fencing(false))
+        .await
+        .unwrap();
+    fixture.pause();
+    let req = acquire("paused", Duration::from_secs(30));
+    let err = store.try_acquire(&req).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    fixture.resume();
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match store.inspect(&req.key).await {
+            Ok(Some(info)) => {
+                assert!(info.is_owned_by(&req.token), "the held request was applied");
+                break;
+            }
+            _ if tokio::time::Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            other => panic!("not applied after resume: {other:?}"),
+        }
+    }
+}
+
+/// The digest of a lock's fence counter record (set `<lock set>#fence`, same user key).
+fn fence_digest(entity: &str) -> [u8; 20] {
+    Key::new(
+        "test",
+        "DC#farm1#distributed_lock#fence",
+        Value::from(format!("orders#{entity}")),
+    )
+    .unwrap()
+    .digest()
+}
+
+/// Waits (up to 10 s) until `b` acquires `entity`: it is unavailable while a's record lives.
+async fn acquire_when_free(store: &AerospikeStore, entity: &str) -> leasehold::Lease {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match store
+            .try_acquire(&acquire(entity, Duration::from_secs(30)))
+            .await
+        {
+            Ok(lease) => return lease,
+            Err(e) if e.is_unavailable() && tokio::time::Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// Fixture only: it pauses one acquirer between its steps (fault injection). Acquirer A is held
+/// between its create and its fence increment, then between the increment and the fence write;
+/// meanwhile its 1 s record expires and B acquires, holds and releases. A's acquisition must fail
+/// (never a hold with a smaller token than B's), nothing of A's stays, and the tokens of the
+/// successive holders B, C, B', C' strictly grow.
+#[tokio::test]
+async fn fencing_tokens_grow_in_hold_order_when_an_acquirer_pauses_between_its_steps() {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let b = AerospikeStore::connect(config(&fixture)).await.unwrap();
+    // A waits for its held request instead of timing out.
+    let a = AerospikeStore::connect(
+        config(&fixture)
+            .total_timeout(Duration::from_secs(30))
+            .socket_timeout(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let entity = "paused";
+    let mut holders: Vec<(&str, u64)> = Vec::new();
+    for step in ["create -> increment", "increment -> fence write"] {
+        if step == "create -> increment" {
+            // A's first request on the fence counter is its increment.
+            fixture
+                .faults()
+                .inject(Fault::Hold, Target::DigestTimes(fence_digest(entity), 1));
+        } else {
+            // A's first request on the lock record (the create) passes; the second is held.
+            fixture.faults().inject(
+                Fault::PassThrough,
+                Target::DigestTimes(lock_digest(entity), 1),
+            );
+            fixture
+                .faults()
+                .inject(Fault::Hold, Target::DigestTimes(lock_digest(entity), 1));
+        }
+        let req_a = acquire(entity, Duration::from_secs(1));
+        let paused = tokio::spawn({
+            let (a, req_a) = (a.clone(), req_a.clone());
+            async move { a.try_acquire(&req_a).await }
+        });
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+        while fixture.faults().held() == 0 {
+            assert!(tokio::time::Instant::now() < give_up, "A never got held");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let seen = b.inspect(&key(entity)).await.unwrap().expect("A's record");
+        assert!(seen.is_owned_by(&req_a.token), "{step}: A holds the record");
+        assert_eq!(seen.fencing_token, None, "{step}: no token written yet");
+
+        // B takes over once A's record expired, holds, releases.
+        let lease_b = acquire_when_free(&b, entity).await;
+        let token_b = lease_b.fencing_token().expect("fenced");
+        let info = b.inspect(&key(entity)).await.unwrap().unwrap();
+        assert_eq!(info.fencing_token, Some(token_b), "{step}");
+        holders.push(("B", token_b));
+        assert!(b.release(&lease_b).await.unwrap());
+
+        // A resumes: its acquisition fails, and nothing of A's is held.
+        fixture.faults().release_held();
+        let err = paused
+            .await
+            .unwrap()
+            .expect_err("A lost its record while paused");
+        assert_eq!(err.kind(), ErrorKind::LockUnavailable, "{step}: {err}");
+        assert_eq!(b.inspect(&key(entity)).await.unwrap(), None, "{step}");
+        assert_eq!(fixture.faults().pending(), 0, "{step}: every rule was used");
+
+        // The next holder's token is larger than B's.
+        let lease_c = acquire_when_free(&a, entity).await;
+        holders.push(("C", lease_c.fencing_token().expect("fenced")));
+        assert!(a.release(&lease_c).await.unwrap());
+    }
+    assert!(
+        holders.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens of successive holders grow: {holders:?}"
+    );
+}
