@@ -23,7 +23,7 @@
 //!   [`ErrorKind::ShutDown`] and local waiters wake and end with it.
 //!
 //! # The entries: a moka cache
-//! Each key's state ([`slot`]: a small synchronous state machine) lives in a
+//! Each key's state (`slot.rs`: a small synchronous state machine) lives in a
 //! [`moka::sync::Cache`] entry whose expiry (moka's per-entry [`moka::Expiry`]) follows the
 //! state: while anyone holds, is offered or waits for the key, the entry expires no earlier than
 //! the end of the longest of those (lease, offer, waiter deadline); once nobody does, no later
