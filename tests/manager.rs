@@ -606,17 +606,24 @@ async fn a_cancelled_release_is_still_sent_in_the_background() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn shutdown_waits_for_a_background_release_started_just_before_it() {
+/// A manager over a store whose releases take 10 s, without graceful shutdown (its own release
+/// at shutdown would overlap the one under test).
+fn slow_release_manager(shutdown_timeout: Duration) -> (Arc<SlowRelease>, LockManager) {
     let store = Arc::new(SlowRelease::default());
     let locks = LockManager::builder()
         .client_id("test")
         .farm_id("f1")
         .graceful_shutdown(false)
-        .shutdown_timeout(Duration::from_secs(30))
+        .shutdown_timeout(shutdown_timeout)
         .store(store.clone())
         .build()
         .unwrap();
+    (store, locks)
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_a_background_release_started_just_before_it() {
+    let (store, locks) = slow_release_manager(Duration::from_secs(30));
     let guard = locks.try_lock("k").await.unwrap();
     drop(guard); // released in the background: 10 s
     let started = Instant::now();
@@ -641,15 +648,7 @@ async fn shutdown_waits_for_a_background_release_started_just_before_it() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_is_bounded_by_its_timeout_when_a_release_hangs() {
-    let store = Arc::new(SlowRelease::default());
-    let locks = LockManager::builder()
-        .client_id("test")
-        .farm_id("f1")
-        .graceful_shutdown(false)
-        .shutdown_timeout(Duration::from_secs(2))
-        .store(store.clone())
-        .build()
-        .unwrap();
+    let (_store, locks) = slow_release_manager(Duration::from_secs(2));
     drop(locks.try_lock("k").await.unwrap());
     let started = Instant::now();
     locks.shutdown().await.unwrap();

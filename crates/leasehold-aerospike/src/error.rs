@@ -76,29 +76,19 @@ pub(crate) fn map(op: &str, key: &str, address: &str, error: aerospike::Error) -
 /// A failed TLS handshake, said plainly: an untrusted certificate or a wrong TLS name is a setup
 /// problem, not an unreachable cluster. `None` when the error is not about TLS.
 pub(crate) fn tls_failure(address: &str, error: &aerospike::Error) -> Option<Error> {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(&format!(": {s_text}"));
+    let (failure, text) = leasehold_core::TlsFailure::classify(error)?;
+    let hint = match failure {
+        leasehold_core::TlsFailure::UntrustedCa => {
+            "the node's certificate is not signed by a trusted CA: give the CA that signed it \
+             (tls_ca_file / ?tls_ca=)"
         }
-        source = s.source();
-    }
-    let lower = text.to_lowercase();
-    let hint = if lower.contains("unknownissuer")
-        || lower.contains("unknown issuer")
-        || lower.contains("badsignature")
-    {
-        "the node's certificate is not signed by a trusted CA: give the CA that signed it \
-         (tls_ca_file / ?tls_ca=)"
-    } else if lower.contains("notvalidforname") || lower.contains("not valid for name") {
-        "the node's certificate does not list the TLS name: use the name the certificate lists \
-         (host:tls_name:port, tls_name / ?tls_name=)"
-    } else if lower.contains("certificate") || lower.contains("handshake") {
-        "the TLS handshake failed: check the CA, the client certificate and the TLS name"
-    } else {
-        return None;
+        leasehold_core::TlsFailure::WrongName => {
+            "the node's certificate does not list the TLS name: use the name the certificate \
+             lists (host:tls_name:port, tls_name / ?tls_name=)"
+        }
+        leasehold_core::TlsFailure::Handshake => {
+            "the TLS handshake failed: check the CA, the client certificate and the TLS name"
+        }
     };
     Some(Error::new(
         ErrorKind::StoreSetup,

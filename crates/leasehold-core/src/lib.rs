@@ -29,6 +29,7 @@ mod layered;
 mod lease;
 mod lifecycle;
 mod store;
+mod tls;
 mod token;
 mod watch;
 
@@ -43,6 +44,7 @@ pub use layered::LayeredStore;
 pub use lease::{wall_time_of, Lease, LockInfo};
 pub use lifecycle::Lifecycle;
 pub use store::{Capabilities, LockStore};
+pub use tls::TlsFailure;
 pub use token::OwnerToken;
 pub use watch::ReleaseWatch;
 

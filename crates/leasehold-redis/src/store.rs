@@ -313,30 +313,19 @@ fn client(config: &RedisConfig) -> Result<redis::Client> {
 /// A failed TLS handshake, said plainly: an untrusted certificate or a wrong host name is a setup
 /// problem, not an unreachable server.
 fn tls_error(address: &str, error: &redis::RedisError) -> Option<Error> {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(&format!(": {s_text}"));
+    let (failure, text) = leasehold_core::TlsFailure::classify(error)?;
+    let hint = match failure {
+        leasehold_core::TlsFailure::UntrustedCa => {
+            "the server's certificate is not signed by a trusted CA: give the CA that signed it \
+             (tls_ca_file / ?tls_ca=)"
         }
-        source = s.source();
-    }
-    let lower = text.to_lowercase();
-    let hint = if lower.contains("unknownissuer")
-        || lower.contains("unknown issuer")
-        || lower.contains("badsignature")
-    {
-        "the server's certificate is not signed by a trusted CA: give the CA that signed it \
-         (tls_ca_file / ?tls_ca=)"
-    } else if lower.contains("notvalidforname") || lower.contains("not valid for name") {
-        "the server's certificate does not name the host in the URL: connect by a name the \
-         certificate lists"
-    } else if lower.contains("certificate") || lower.contains("handshake") || lower.contains("tls")
-    {
-        "the TLS handshake failed: check the CA, the client certificate and the host name"
-    } else {
-        return None;
+        leasehold_core::TlsFailure::WrongName => {
+            "the server's certificate does not name the host in the URL: connect by a name the \
+             certificate lists"
+        }
+        leasehold_core::TlsFailure::Handshake => {
+            "the TLS handshake failed: check the CA, the client certificate and the host name"
+        }
     };
     Some(Error::new(
         leasehold_core::ErrorKind::StoreSetup,

@@ -71,6 +71,19 @@ async fn queue_and_hang(url: String) {
         .await;
 }
 
+/// A manager (a process) whose waiters poll after `first`, backing off up to `most`.
+async fn polling_every(url: &str, first: Duration, most: Duration) -> LockManager {
+    let store = RedisStore::connect(RedisConfig::new(url)).await.unwrap();
+    LockManager::builder()
+        .client_id("fair")
+        .farm_id("f1")
+        .store(store)
+        .min_backoff(first)
+        .retry_interval(most)
+        .build()
+        .unwrap()
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -190,21 +203,11 @@ fn a_release_wakes_the_next_process_and_a_lost_notification_costs_a_poll() {
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
     runtime().block_on(async {
-        let slow_polling = |url: &str| {
-            let url = url.to_owned();
-            async move {
-                let store = RedisStore::connect(RedisConfig::new(url)).await.unwrap();
-                LockManager::builder()
-                    .client_id("fair")
-                    .farm_id("f1")
-                    .store(store)
-                    .min_backoff(Duration::from_secs(30))
-                    .retry_interval(Duration::from_secs(30))
-                    .build()
-                    .unwrap()
-            }
-        };
-        let (a, b) = (slow_polling(&url).await, slow_polling(&url).await);
+        let slow = Duration::from_secs(30);
+        let (a, b) = (
+            polling_every(&url, slow, slow).await,
+            polling_every(&url, slow, slow).await,
+        );
 
         // Notified: B would poll again only after 30 s (and A's lease has 90 s left).
         let held = a.try_lock("k").await.unwrap();
@@ -230,21 +233,11 @@ fn a_release_wakes_the_next_process_and_a_lost_notification_costs_a_poll() {
         );
 
         // The subscriber connection is cut: waiting falls back to polling, never to a missed lock.
-        let polling = |url: &str| {
-            let url = url.to_owned();
-            async move {
-                let store = RedisStore::connect(RedisConfig::new(url)).await.unwrap();
-                LockManager::builder()
-                    .client_id("fair")
-                    .farm_id("f1")
-                    .store(store)
-                    .min_backoff(Duration::from_millis(100))
-                    .retry_interval(Duration::from_millis(300))
-                    .build()
-                    .unwrap()
-            }
-        };
-        let (a, b) = (polling(&url).await, polling(&url).await);
+        let (first, most) = (Duration::from_millis(100), Duration::from_millis(300));
+        let (a, b) = (
+            polling_every(&url, first, most).await,
+            polling_every(&url, first, most).await,
+        );
         let held = a.try_lock("cut").await.unwrap();
         let waiting = tokio::spawn(async move {
             b.lock_with("cut", LockOptions::new().wait(Duration::from_secs(30)))

@@ -1,0 +1,56 @@
+//! Telling a failed TLS handshake apart from an unreachable server, for every network store.
+
+/// Why a TLS handshake failed, read from an error chain (rustls' wording), so a store can say
+/// plainly what to fix: a wrong or missing CA and a wrong name are setup problems, not an outage.
+///
+/// ```
+/// use leasehold_core::TlsFailure;
+/// let io = std::io::Error::other("invalid peer certificate: UnknownIssuer");
+/// let (why, text) = TlsFailure::classify(&io).unwrap();
+/// assert_eq!(why, TlsFailure::UntrustedCa);
+/// assert!(text.contains("UnknownIssuer"));
+/// assert!(TlsFailure::classify(&std::io::Error::other("connection refused")).is_none());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsFailure {
+    /// The peer's certificate is not signed by a CA the client trusts.
+    UntrustedCa,
+    /// The peer's certificate does not name the host (or TLS name) the client asked for.
+    WrongName,
+    /// Another certificate or handshake failure.
+    Handshake,
+}
+
+impl TlsFailure {
+    /// Classifies `error` (its whole `source()` chain), returning the failure and the chain as
+    /// one line of text; `None` when the error is not about TLS.
+    pub fn classify(error: &(dyn std::error::Error + 'static)) -> Option<(TlsFailure, String)> {
+        let mut text = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            if !text.contains(&cause_text) {
+                text.push_str(": ");
+                text.push_str(&cause_text);
+            }
+            source = cause.source();
+        }
+        let lower = text.to_lowercase();
+        let failure = if ["unknownissuer", "unknown issuer", "badsignature"]
+            .iter()
+            .any(|s| lower.contains(s))
+        {
+            TlsFailure::UntrustedCa
+        } else if lower.contains("notvalidforname") || lower.contains("not valid for name") {
+            TlsFailure::WrongName
+        } else if ["certificate", "handshake", "tls"]
+            .iter()
+            .any(|s| lower.contains(s))
+        {
+            TlsFailure::Handshake
+        } else {
+            return None;
+        };
+        Some((failure, text))
+    }
+}
