@@ -23,13 +23,15 @@
 //!   [`ErrorKind::ShutDown`] and local waiters wake and end with it.
 //!
 //! # The entries: a moka cache
-//! Each key's state ([`slot`]: a small synchronous state machine) lives in a
+//! Each key's state (`slot.rs`: a small synchronous state machine) lives in a
 //! [`moka::sync::Cache`] entry whose expiry (moka's per-entry [`moka::Expiry`]) follows the
 //! state: while anyone holds, is offered or waits for the key, the entry expires no earlier than
-//! the end of the longest of those (lease, offer, waiter deadline); once nobody does, no later
-//! than the end of the last lease, and at most one second after it emptied (so a hot key reuses
-//! its entry instead of inserting one per acquisition). Leaked holders are reclaimed by moka at
-//! their lease's end with no sweep task.
+//! the end of the longest of those (lease, offer, waiter wake-up), plus a slack of an eighth of
+//! the lease, at most one second, so that on a hot key the next holders need no cache write; once
+//! nobody does, no later than the end of the last lease, and at most one second after it emptied
+//! (so a hot key reuses its entry instead of inserting one per acquisition). A leaked holder's
+//! entry is dropped by moka at its lease's end plus that slack, with no sweep task; its local
+//! state is void at the lease's end exactly (checked on every access).
 //!
 //! **Never evicted while in use.** moka's size bound cannot be used for that: its eviction (and
 //! TinyLFU admission, which may refuse a new entry outright) picks victims regardless of weight —
@@ -76,8 +78,10 @@
 //! # Cost
 //! Uncontended: one cache read on acquire and one on release, plus one more on each when the
 //! entry's expiry has to move (taking with a new lease, emptying), a clock read and a few short
-//! mutex sections (docs/PERFORMANCE.md has the numbers). Contended: no store I/O at all for
-//! fast-fails and local waits.
+//! mutex sections: ≈ 1 µs for the layer alone against ≈ 0.35 µs for the hand-written map it
+//! replaces (docs/PERFORMANCE.md has the numbers; moka records every read for its policies).
+//! Contended: a woken waiter looks at the entry it waited on without a cache read, and no store
+//! I/O at all for fast-fails and local waits.
 
 mod slot;
 
