@@ -50,7 +50,8 @@
 //! (at most every 100 ms), and if every entry is in use the acquisition goes to the store
 //! directly, without local competition for that key (still correct: the store decides; only the
 //! in-memory fast path is skipped). A flood of unique keys therefore never grows memory past
-//! `capacity` entries (≈ 250 bytes each with the key), and never pushes out a key in use.
+//! `capacity` entries (≈ 600 bytes each: the 344-byte entry, the key and moka's bookkeeping), and
+//! never pushes out a key in use.
 //!
 //! # Local hand-off (opt-in: [`LocalCompetitionLayer::hand_off`])
 //! When a local holder releases while other local contenders wait, the store lease is handed
@@ -105,7 +106,7 @@ use slot::{HandOff, Release, Slot, State, Take};
 pub const DEFAULT_MAX_HAND_OFFS: u32 = 8;
 /// Default bound of how long one store lease may be passed around by local hand-offs.
 pub const DEFAULT_MAX_HAND_OFF_HOLD: Duration = Duration::from_millis(500);
-/// Default bound of keys with a local entry: 100 000 entries are ≈ 25 MB, more than the keys
+/// Default bound of keys with a local entry: 100 000 entries are ≈ 60 MB, more than the keys
 /// one process holds or waits for at once in any deployment we know of, and small enough to
 /// stay bounded under a flood of unique keys.
 pub const DEFAULT_CAPACITY: u64 = 100_000;
@@ -196,11 +197,6 @@ impl LocalCompetitionLayer {
     pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
         self.lifecycle = lifecycle;
         self
-    }
-
-    /// Whether hand-off is on.
-    pub fn is_hand_off(&self) -> bool {
-        self.hand_off.enabled
     }
 }
 
