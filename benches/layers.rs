@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use dashmap::DashMap;
 use leasehold::layers::{
-    CountingLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer,
-    ShutdownLayer, UnlockWindowLayer,
+    CountingLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer, ShutdownLayer,
+    UnlockWindowLayer,
 };
 use leasehold::{
     Acquire, Layer, LockKey, LockManager, LockManagerBuilder, LockStore, MemoryStore, OwnerToken,
