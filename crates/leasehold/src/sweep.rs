@@ -1,5 +1,6 @@
-//! Background sweeps: the embedded store, shutdown tracking and local competition each reclaim
-//! expired or unused entries every so often, without anyone having to touch the key again.
+//! Background sweeps: the embedded store and shutdown tracking each reclaim expired or unused
+//! entries every so often, without anyone having to touch the key again. (Local competition
+//! needs none: its moka cache expires entries by itself.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};

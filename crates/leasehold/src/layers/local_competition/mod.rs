@@ -26,10 +26,12 @@
 //! Each key's state (`slot.rs`: a small synchronous state machine) lives in a
 //! [`moka::sync::Cache`] entry whose expiry (moka's per-entry [`moka::Expiry`]) follows the
 //! state: while anyone holds, is offered or waits for the key, the entry expires no earlier than
-//! the end of the longest of those (lease, offer, waiter deadline); once nobody does, no later
-//! than the end of the last lease, and at most one second after it emptied (so a hot key reuses
-//! its entry instead of inserting one per acquisition). Leaked holders are reclaimed by moka at
-//! their lease's end with no sweep task.
+//! the end of the longest of those (lease, offer, waiter wake-up), plus a slack of an eighth of
+//! the lease, at most one second, so that on a hot key the next holders need no cache write; once
+//! nobody does, no later than the end of the last lease, and at most one second after it emptied
+//! (so a hot key reuses its entry instead of inserting one per acquisition). A leaked holder's
+//! entry is dropped by moka at its lease's end plus that slack, with no sweep task; its local
+//! state is void at the lease's end exactly (checked on every access).
 //!
 //! **Never evicted while in use.** moka's size bound cannot be used for that: its eviction (and
 //! TinyLFU admission, which may refuse a new entry outright) picks victims regardless of weight —
@@ -48,7 +50,8 @@
 //! (at most every 100 ms), and if every entry is in use the acquisition goes to the store
 //! directly, without local competition for that key (still correct: the store decides; only the
 //! in-memory fast path is skipped). A flood of unique keys therefore never grows memory past
-//! `capacity` entries (≈ 250 bytes each with the key), and never pushes out a key in use.
+//! `capacity` entries (≈ 600 bytes each: the 344-byte entry, the key and moka's bookkeeping), and
+//! never pushes out a key in use.
 //!
 //! # Local hand-off (opt-in: [`LocalCompetitionLayer::hand_off`])
 //! When a local holder releases while other local contenders wait, the store lease is handed
@@ -76,8 +79,10 @@
 //! # Cost
 //! Uncontended: one cache read on acquire and one on release, plus one more on each when the
 //! entry's expiry has to move (taking with a new lease, emptying), a clock read and a few short
-//! mutex sections (docs/PERFORMANCE.md has the numbers). Contended: no store I/O at all for
-//! fast-fails and local waits.
+//! mutex sections: ≈ 1 µs for the layer alone against ≈ 0.35 µs for the hand-written map it
+//! replaces (docs/PERFORMANCE.md has the numbers; moka records every read for its policies).
+//! Contended: a woken waiter looks at the entry it waited on without a cache read, and no store
+//! I/O at all for fast-fails and local waits.
 
 mod entries;
 mod slot;
@@ -99,7 +104,7 @@ use slot::{HandOff, Release, Slot, Take};
 pub const DEFAULT_MAX_HAND_OFFS: u32 = 8;
 /// Default bound of how long one store lease may be passed around by local hand-offs.
 pub const DEFAULT_MAX_HAND_OFF_HOLD: Duration = Duration::from_millis(500);
-/// Default bound of keys with a local entry: 100 000 entries are ≈ 25 MB, more than the keys
+/// Default bound of keys with a local entry: 100 000 entries are ≈ 60 MB, more than the keys
 /// one process holds or waits for at once in any deployment we know of, and small enough to
 /// stay bounded under a flood of unique keys.
 pub const DEFAULT_CAPACITY: u64 = 100_000;
@@ -190,11 +195,6 @@ impl LocalCompetitionLayer {
     pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
         self.lifecycle = lifecycle;
         self
-    }
-
-    /// Whether hand-off is on.
-    pub fn is_hand_off(&self) -> bool {
-        self.hand_off.enabled
     }
 }
 
