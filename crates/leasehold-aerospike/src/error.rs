@@ -52,6 +52,20 @@ pub(crate) fn map(op: &str, key: &str, address: &str, error: aerospike::Error) -
             ErrorKind::Connection,
             format!("{op} could not reach Aerospike at {address}"),
         ),
+        Class::Server(ResultCode::NotAuthenticated | ResultCode::InvalidCredential) => (
+            ErrorKind::StoreSetup,
+            format!(
+                "Aerospike at {address} refused the {op}: not authenticated (a secured cluster \
+                 needs a user and password)"
+            ),
+        ),
+        Class::Server(ResultCode::RoleViolation) => (
+            ErrorKind::StoreSetup,
+            format!(
+                "Aerospike at {address} refused the {op}: the user's roles do not allow it \
+                 (it needs read-write on the lock sets)"
+            ),
+        ),
         Class::Server(ResultCode::InvalidNamespace) => (
             ErrorKind::StoreSetup,
             format!("Aerospike at {address}: the namespace does not exist"),
@@ -93,5 +107,37 @@ pub(crate) fn tls_failure(address: &str, error: &aerospike::Error) -> Option<Err
     Some(Error::new(
         ErrorKind::StoreSetup,
         format!("TLS with the Aerospike cluster at {address} failed: {hint} ({text})"),
+    ))
+}
+
+/// A refused login, said plainly (it is a setup problem, not an unreachable cluster). The message
+/// names the user, never the password. `None` when the error is not about authentication.
+pub(crate) fn auth_failure(
+    address: &str,
+    user: Option<&str>,
+    error: &aerospike::Error,
+) -> Option<Error> {
+    let lower = error.to_string().to_lowercase();
+    let refused = [
+        "invalid credential",
+        "invalid password",
+        "invalid user",
+        "not authenticated",
+    ]
+    .iter()
+    .any(|what| lower.contains(what));
+    if !refused {
+        return None;
+    }
+    let who = match user {
+        Some(user) => format!("user {user:?}"),
+        None => "no user given".to_owned(),
+    };
+    Some(Error::new(
+        ErrorKind::StoreSetup,
+        format!(
+            "authentication failed at the Aerospike cluster at {address} ({who}): check the user \
+             and password (a secured cluster needs both)"
+        ),
     ))
 }

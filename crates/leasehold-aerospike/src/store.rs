@@ -66,6 +66,11 @@ impl AerospikeStore {
             if let Some(tls) = crate::error::tls_failure(&config.hosts, &e) {
                 return tls;
             }
+            if let Some(auth) =
+                crate::error::auth_failure(&config.hosts, config.user.as_deref(), &e)
+            {
+                return auth;
+            }
             Error::connection(format!(
                 "cannot connect to the Aerospike cluster at {}",
                 config.hosts

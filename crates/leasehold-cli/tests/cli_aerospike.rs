@@ -125,25 +125,51 @@ async fn a_missing_namespace_and_bad_urls_are_reported() {
     assert!(text(&out.stderr).contains("1-9 bytes"));
 }
 
-/// Fixture only: it relies on a server without login, where any credentials fail.
+/// Fixture only: it needs a node whose user and password the test sets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn credentials_never_appear_in_a_connection_error() {
-    let fixture = AerospikeFixture::start().await.unwrap();
-    // The fixture has no login: a URL with credentials cannot connect, and says so without them.
-    let url = format!(
-        "aerospike://app:s3cret@{}/test?farm=farm1",
-        fixture.host_string()
-    );
-    let out = tokio::task::spawn_blocking(move || leasehold(&url, &["inspect", "k"]))
+async fn user_and_password_log_in_and_never_show() {
+    let fixture = AerospikeFixture::builder()
+        .credentials("app", "s3cret-pw")
+        .start()
         .await
         .unwrap();
+    let hosts = fixture.host_string();
+    let run = |url: String, args: &'static [&'static str]| async move {
+        tokio::task::spawn_blocking(move || leasehold(&url, args))
+            .await
+            .unwrap()
+    };
+    let out = run(
+        format!("aerospike://app:s3cret-pw@{hosts}/test?farm=farm1"),
+        &["run", "secured", "--", "true"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // A wrong password: refused, said so, and neither password shows.
+    let out = run(
+        format!("aerospike://app:wr0ng-pw@{hosts}/test?farm=farm1"),
+        &["inspect", "k"],
+    )
+    .await;
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert_eq!(out.status.code(), Some(70), "{err}");
+    assert!(err.contains("authentication failed"), "{err}");
+    assert!(err.contains(&hosts), "names the address: {err}");
     assert!(
-        err.contains(&fixture.host_string()),
-        "names the address: {err}"
+        !err.contains("wr0ng-pw") && !err.contains("s3cret-pw"),
+        "{err}"
     );
-    assert!(!err.contains("s3cret"), "{err}");
+
+    // No credentials for a secured cluster: refused too, never a false "not held".
+    let out = run(
+        format!("aerospike://{hosts}/test?farm=farm1"),
+        &["inspect", "k"],
+    )
+    .await;
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{err}");
+    assert!(err.contains("not authenticated"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! The shipped `leasehold` binary against the Aerospike wire fixture speaking TLS only (a
 //! certificate this test generates): TLS name, CA file and client certificate from the URL
-//! (`tls_name`, `tls_ca`, `tls_cert`, `tls_key`); an untrusted certificate and a wrong TLS name fail
+//! (`tls_name`, `tls_ca`, `tls_cert`, `tls_key`), with a user and password over TLS; an untrusted certificate and a wrong TLS name fail
 //! with errors that say so. Fixture only: a real cluster's TLS setup (its CA, its names) is not
 //! something a test can generate.
 
@@ -30,11 +30,16 @@ async fn tls_fixture(pki: &TestPki) -> AerospikeFixture {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_with_a_name_and_a_private_ca_runs_a_command_under_the_lock() {
+async fn tls_with_a_name_a_private_ca_and_a_login_runs_a_command_under_the_lock() {
     let pki = TestPki::generate(&["localhost"]).unwrap();
-    let fixture = tls_fixture(&pki).await;
+    let fixture = AerospikeFixture::builder()
+        .tls(pki.server_cert_file(), pki.server_key_file())
+        .credentials("app", "s3cret-pw")
+        .start()
+        .await
+        .unwrap();
     let url = format!(
-        "aerospike://{}/test?farm=farm1&tls_name=localhost&tls_ca={}&tls_cert={}&tls_key={}",
+        "aerospike://app:s3cret-pw@{}/test?farm=farm1&tls_name=localhost&tls_ca={}&tls_cert={}&tls_key={}",
         fixture.host_string(),
         pki.ca_file().display(),
         pki.client_cert_file().display(),

@@ -1018,3 +1018,55 @@ async fn binary_serves_and_exits_on_sigterm() {
     };
     assert!(exit.success(), "{exit:?}");
 }
+
+#[tokio::test]
+async fn a_fixture_with_a_user_needs_a_login() {
+    let fixture = AerospikeFixture::builder()
+        .credentials("app", "s3cret")
+        .start()
+        .await
+        .unwrap();
+    assert!(!format!("{fixture:?}").contains("s3cret"));
+    let secured = |user: &str, password: &str| ClientPolicy {
+        max_error_rate: 0,
+        auth_mode: aerospike::policy::AuthMode::Internal(user.into(), password.into()),
+        ..ClientPolicy::default()
+    };
+    let key = Key::new("test", "s", Value::from("k")).unwrap();
+    // The right user and password: logged in (also the tend's connections), data goes through.
+    let logged_in = Client::new(&secured("app", "s3cret"), &fixture.host_string())
+        .await
+        .unwrap();
+    logged_in
+        .put(&write_policy(), &key, &[as_bin!("b", 1)])
+        .await
+        .unwrap();
+    // A wrong password or user: the login is refused.
+    for (user, password) in [("app", "wrong"), ("nobody", "s3cret")] {
+        let Err(err) = Client::new(&secured(user, password), &fixture.host_string()).await else {
+            panic!("{user}/{password}: logged in")
+        };
+        assert!(err.to_string().contains("Invalid credential"), "{err}");
+    }
+    // No login at all: data messages are refused.
+    let anonymous = client(&fixture).await;
+    let err = anonymous
+        .get(&ReadPolicy::default(), &key, Bins::All)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        server_code(&err),
+        Some(ResultCode::NotAuthenticated),
+        "{err}"
+    );
+
+    // A fixture without a user answers a login with SECURITY_NOT_ENABLED: the client goes on.
+    let open = AerospikeFixture::start().await.unwrap();
+    let unsecured = Client::new(&secured("app", "any"), &open.host_string())
+        .await
+        .unwrap();
+    unsecured
+        .put(&write_policy(), &key, &[as_bin!("b", 1)])
+        .await
+        .unwrap();
+}

@@ -48,8 +48,11 @@
 //! - Scans: the client's partition scan (`query` with a statement without index filter) of a
 //!   set, or of the whole namespace; every live record of the requested partitions, with
 //!   digest, set, user key (if stored), bins, generation and void time, then a last message.
+//! - Security messages (frame type 2), with [`AerospikeFixtureBuilder::credentials`]: `LOGIN`
+//!   with user and bcrypt credential (answers a session token and TTL) and `AUTHENTICATE` with a
+//!   token; without a user, a login answers `SECURITY_NOT_ENABLED`.
 //! - Not served (answered `PARAMETER_ERROR`): batch, UDF, secondary-index queries, background
-//!   queries, CDT/bit/HLL/expression operations.
+//!   queries, CDT/bit/HLL/expression operations, user and role administration.
 //!
 //! Result codes are the server's ([`result_code`]).
 //!
@@ -75,7 +78,11 @@
 //! - A scan resuming a partially scanned partition rescans the whole partition.
 //! - `add` on a bin holding a non-integer answers `BIN_TYPE_ERROR` (12); an `add` with a
 //!   non-integer value answers `PARAMETER_ERROR` (4).
+//! - With a user: a wrong user or password answers `INVALID_CREDENTIAL` (65) to the login; info
+//!   requests are answered before a login, data messages answer `NOT_AUTHENTICATED` (80) until
+//!   the connection logged in or authenticated with a token.
 
+mod admin;
 mod command;
 mod exp;
 mod faults;
@@ -126,6 +133,22 @@ pub struct AerospikeFixtureBuilder {
     bind: SocketAddr,
     default_ttl: Option<Duration>,
     tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    credentials: Option<FixtureUser>,
+}
+
+/// The fixture's user; `Debug` shows the name only.
+#[derive(Clone)]
+struct FixtureUser {
+    user: String,
+    password: String,
+}
+
+impl std::fmt::Debug for FixtureUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FixtureUser")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for AerospikeFixtureBuilder {
@@ -136,6 +159,7 @@ impl Default for AerospikeFixtureBuilder {
             bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             default_ttl: None,
             tls: None,
+            credentials: None,
         }
     }
 }
@@ -181,6 +205,19 @@ impl AerospikeFixtureBuilder {
         self
     }
 
+    /// Require a login as this user (internal authentication, the password hashed with bcrypt as
+    /// every client does): data messages on a connection that has not logged in (or
+    /// authenticated with a session token from a login) answer `NOT_AUTHENTICATED`; a wrong user
+    /// or password answers `INVALID_CREDENTIAL`. Without it, a login answers
+    /// `SECURITY_NOT_ENABLED`, as a server without security does, and the client goes on.
+    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some(FixtureUser {
+            user: user.into(),
+            password: password.into(),
+        });
+        self
+    }
+
     /// Binds and starts serving on the current tokio runtime.
     ///
     /// # Errors
@@ -205,6 +242,10 @@ impl AerospikeFixtureBuilder {
             Some((cert, key)) => Some(tls_acceptor(cert, key)?),
             None => None,
         };
+        let security = match &self.credentials {
+            Some(u) => Some(admin::Security::new(&u.user, &u.password)?),
+            None => None,
+        };
         let listener = TcpListener::bind(self.bind).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -225,6 +266,7 @@ impl AerospikeFixtureBuilder {
             },
             faults: Faults::new(),
             tls,
+            security,
         });
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(server::serve(listener, shared.clone(), stop_rx));

@@ -27,3 +27,9 @@ pub const KEY_BUSY: u8 = 14;
 pub const NAMESPACE_NOT_FOUND: u8 = 20;
 /// The filter expression of the request did not match the record.
 pub const FILTERED_OUT: u8 = 27;
+/// Login was attempted on a server without security (the client then goes on without it).
+pub const SECURITY_NOT_ENABLED: u8 = 52;
+/// The user or its password is wrong (login).
+pub const INVALID_CREDENTIAL: u8 = 65;
+/// The connection has not authenticated, or its session token is unknown.
+pub const NOT_AUTHENTICATED: u8 = 80;

@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     pub(crate) faults: Faults,
     /// Set when the fixture speaks TLS: every connection is a TLS one.
     pub(crate) tls: Option<TlsAcceptor>,
+    /// Set when the fixture has a user: data messages need a login first.
+    pub(crate) security: Option<super::admin::Security>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -39,6 +41,7 @@ impl std::fmt::Debug for Shared {
             .field("info", &self.info)
             .field("faults", &self.faults)
             .field("tls", &self.tls.is_some())
+            .field("security", &self.security)
             .finish_non_exhaustive()
     }
 }
@@ -125,6 +128,7 @@ async fn connection<S>(mut stream: S, shared: &Shared) -> Result<(), ConnError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let mut authenticated = false;
     loop {
         let mut header = [0u8; 8];
         match stream.read_exact(&mut header).await {
@@ -150,7 +154,23 @@ where
             stream.flush().await?;
             continue;
         }
+        if proto.frame_type == wire::TYPE_ADMIN {
+            let answer = super::admin::answer(shared.security.as_ref(), &body, &mut authenticated);
+            stream.write_all(&answer).await?;
+            stream.flush().await?;
+            continue;
+        }
         let msg = Message::parse(&body)?;
+        if shared.security.is_some() && !authenticated {
+            // Guess: a secured node refuses data messages before a login on the connection.
+            let mut reply = Reply::code(rc::NOT_AUTHENTICATED);
+            if command::classify(&msg) == Kind::Scan {
+                reply.info3 = wire::INFO3_LAST;
+            }
+            stream.write_all(&reply.to_frame()).await?;
+            stream.flush().await?;
+            continue;
+        }
         if !data_message(&mut stream, shared, &msg).await? {
             return Ok(());
         }

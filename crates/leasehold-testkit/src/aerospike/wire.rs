@@ -13,6 +13,8 @@ use thiserror::Error;
 pub(crate) const PROTO_VERSION: u8 = 2;
 /// Frame type of an info request/response.
 pub(crate) const TYPE_INFO: u8 = 1;
+/// Frame type of security (admin) messages: login, authenticate.
+pub(crate) const TYPE_ADMIN: u8 = 2;
 /// Frame type of a data message.
 pub(crate) const TYPE_MESSAGE: u8 = 3;
 /// Frame type of a zlib-compressed data message (not supported by the fixture).
@@ -97,7 +99,7 @@ pub(crate) fn parse_proto(bytes: [u8; 8]) -> Result<ProtoHeader, WireError> {
         return Err(WireError::Version(bytes[0]));
     }
     let frame_type = bytes[1];
-    if frame_type != TYPE_INFO && frame_type != TYPE_MESSAGE {
+    if frame_type != TYPE_INFO && frame_type != TYPE_MESSAGE && frame_type != TYPE_ADMIN {
         return Err(WireError::FrameType(frame_type));
     }
     let mut len_bytes = [0u8; 8];
