@@ -5,23 +5,14 @@
 //! run.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use leasehold_testkit::aerospike::{AerospikeFixture, AerospikeTarget};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-fn leasehold(store: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env("LEASEHOLD_STORE", store)
-        .args(args)
-        .output()
-        .expect("the leasehold binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+mod common;
+use common::{leasehold, text};
 
 /// Starts `leasehold [global…] run KEY -- sh -c 'echo ready; exec sleep 30'` and waits for `ready`.
 fn holder(store: &str, global: &[&str], key: &str) -> Child {

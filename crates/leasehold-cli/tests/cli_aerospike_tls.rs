@@ -4,22 +4,11 @@
 //! with errors that say so. Fixture only: a real cluster's TLS setup (its CA, its names) is not
 //! something a test can generate.
 
-use std::process::{Command, Output};
-
 use leasehold_testkit::aerospike::AerospikeFixture;
 use leasehold_testkit::tls::TestPki;
 
-fn leasehold(store: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env("LEASEHOLD_STORE", store)
-        .args(args)
-        .output()
-        .expect("the leasehold binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+mod common;
+use common::{leasehold, text};
 
 async fn tls_fixture(pki: &TestPki) -> AerospikeFixture {
     AerospikeFixture::builder()

@@ -6,22 +6,12 @@
 //! saying so (never skipped).
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use leasehold_testkit::redis::RedisServer;
 use leasehold_testkit::tls::TestPki;
 
-fn leasehold(store: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .env("LEASEHOLD_STORE", store)
-        .args(args)
-        .output()
-        .expect("the leasehold binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+mod common;
+use common::{leasehold, text};
 
 fn tls_server(pki: &TestPki, require_client_cert: bool) -> RedisServer {
     RedisServer::start_tls(pki, require_client_cert).unwrap_or_else(|e| {

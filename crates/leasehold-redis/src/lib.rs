@@ -5,8 +5,8 @@
 //!
 //! | operation | Redis |
 //! |---|---|
-//! | acquire | `SET key token NX PX ttl`; with fencing (default) a script that does that and `INCR`s the key's fence counter in the same step |
-//! | release | a script: `DEL` only if the value is our token |
+//! | acquire | fair (default): a script that lets only the first process in the key's waiter queue take it (`SET NX PX`, `INCR` of the fence counter), else queues this process and returns the holder's TTL left; `fair(false)`: `SET key token NX PX ttl`, with fencing in a script that also `INCR`s the fence counter |
+//! | release | a script: `DEL` only if the value is our token; fair: then `PUBLISH` the next waiter's id |
 //! | extend | a script: `PEXPIRE` only if the value is our token |
 //! | inspect | a script: token, `PTTL` and fence counter |
 //! | list | `SCAN MATCH <prefix><filter>*` (never `KEYS`), then one pipeline of `GET`/`PTTL` per batch |
@@ -14,10 +14,13 @@
 //! ## Key layout
 //! - lock: `<prefix><lock key>`, e.g. `leasehold:DC#farm1#orders#order-42`, value = owner token,
 //!   expiry = the lease TTL (milliseconds);
-//! - fence counter: `<prefix>fence:<lock key>`, an integer without TTL that only grows.
+//! - fence counter: `<prefix>fence:<lock key>`, an integer without TTL that only grows;
+//! - fair waiting: the waiter queue `<prefix>queue:<lock key>` (a list), waiter deadlines
+//!   `<prefix>queue-deadline:<lock key>` (a hash), and the channel `<prefix>released:<lock key>`
+//!   (one subscriber connection per store; see docs/REDIS.md).
 //!
 //! The prefix defaults to `leasehold:`. Lock keys always start with `DC#` or `XDC#`, so they can
-//! never collide with the `fence:` namespace.
+//! never collide with the `fence:`, `queue:`, `queue-deadline:` or `released:` namespaces.
 //!
 //! ## Connections and failures
 //! One multiplexed connection managed by `redis::aio::ConnectionManager`, which reconnects by

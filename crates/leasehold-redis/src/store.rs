@@ -364,7 +364,7 @@ impl LockStore for RedisStore {
         }
         let store = self.clone();
         let owned_key = key.clone();
-        let leave: crate::waiting::Leave = Arc::new(move |_| store.leave_queue(owned_key.clone()));
+        let leave: crate::waiting::Leave = Arc::new(move || store.leave_queue(owned_key.clone()));
         self.inner.waiting.watch(self.lock_key(key), leave).await
     }
 

@@ -25,9 +25,9 @@ struct Watched {
     queued: bool,
 }
 
-/// Where a waiter that stopped waiting leaves the queue: called with the Redis lock key when the
-/// last watcher of a queued key goes away.
-pub(crate) type Leave = Arc<dyn Fn(String) + Send + Sync>;
+/// How this process gives up its place in a key's queue: called when the last watcher of a
+/// queued key goes away.
+pub(crate) type Leave = Arc<dyn Fn() + Send + Sync>;
 
 /// This store's waiting state: its waiter id and its subscriptions.
 pub(crate) struct Waiting {
@@ -135,7 +135,7 @@ impl Waiting {
         // The last waiter of this process is gone: stop listening, and give up the place in line
         // (if the last attempt left one) so the next process need not wait out its timeout.
         if queued {
-            leave(lock_key.clone());
+            leave();
         }
         let waiting = self.clone();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

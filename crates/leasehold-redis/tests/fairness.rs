@@ -145,10 +145,13 @@ fn every_process_gets_a_hot_key_none_starves() {
         let count: u64 = result.split_whitespace().next().unwrap().parse().unwrap();
         counts.push(count);
     }
-    // Before fair waiting, one process took ~80 % of the acquisitions and others none at all.
+    // Before fair waiting, one process took most of the acquisitions and the least-served got a
+    // hundredth of that (first-come: [5, 494, 41, 4, 445, 494, 13, 32] in the fleet benchmark).
+    // In line, each process gets one turn per round; a late start costs a few rounds at most.
+    let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
     assert!(
-        counts.iter().all(|&c| c > 0),
-        "every process got the lock: {counts:?}"
+        min > 0 && min * 4 >= max,
+        "every process got a fair share of the lock: {counts:?}"
     );
 }
 

@@ -90,17 +90,19 @@ impl LockManager {
         };
         let started = started.unwrap_or_else(Instant::now);
         let deadline = started + wait;
-        // Two wake-ups, both registered before the first attempt: a release by a task of this
-        // process, and the store's notification that the lock may be free for this process
-        // (a release elsewhere, or this process's turn in the store's waiter queue).
-        let local = handle.waiters.subscribe(&plan.key);
+        // Registered before the first attempt: the store's notification that the lock may be
+        // free for this process (a release elsewhere, or this process's turn in the store's
+        // waiter queue). A store that cannot notify leaves local releases as the wake-up: a task
+        // of this process releasing the key.
         let store = handle.store.watch(&plan.key).await;
+        let local = (!store.is_live()).then(|| handle.waiters.subscribe(&plan.key));
         loop {
             // Enabled before the attempt, so a release between a failed attempt and the sleep is
             // not missed.
-            let woken = local.notify().notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
+            let mut woken = std::pin::pin!(local.as_ref().map(|l| l.notify().notified()));
+            if let Some(woken) = woken.as_mut().as_pin_mut() {
+                woken.enable();
+            }
             let notified = store.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
@@ -136,11 +138,11 @@ impl LockManager {
             if let Some(left) = retry_after {
                 pause = pause.min(left + EXPIRY_SLACK);
             }
-            // With store notifications, a local release is not this task's turn: the store names
-            // the next process in line, and its longest waiter is woken.
-            let local_turn = !store.is_live();
+            // With store notifications a local release is not this task's turn (the store names
+            // the next process in line, and wakes its longest waiter), so there is no local
+            // subscription to wait on.
             tokio::select! {
-                _ = &mut woken, if local_turn => {}
+                _ = async { if let Some(woken) = woken.as_mut().as_pin_mut() { woken.await } }, if local.is_some() => {}
                 _ = &mut notified => {}
                 _ = handle.lifecycle.closing() => {
                     return Err(Error::shut_down().with_key(plan.key.as_str()))
