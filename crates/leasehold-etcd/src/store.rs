@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, GetOptions, KvClient, LeaseClient, PutOptions, Txn, TxnOp,
-    TxnOpResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, KvClient, LeaseClient, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 use leasehold_core::{
     acquire_detached, validate_ttl, Acquire, Capabilities, Error, ErrorKind, Lease, LockInfo,
@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::config::{lease_seconds, EtcdConfig};
 use crate::error::{map, unexpected, Op};
-use crate::waiting::Waiting;
+use crate::waiting::{Place, Waiting};
 
 /// A lock store on an etcd v3 cluster. Cheap to clone.
 #[derive(Clone)]
@@ -138,16 +138,35 @@ impl EtcdStore {
         });
     }
 
-    /// The acquire itself (see `try_acquire` for cancel safety): a lease, then one transaction.
+    /// The acquire itself (see `try_acquire` for cancel safety): a lease, then one transaction;
+    /// a blocking attempt that already has a place in line first reads whether it is its turn.
     async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
         let lock_key = self.lock_key(&req.key);
+        let waiting = &self.inner.waiting;
         let fair = self.inner.config.fair;
-        // A blocking attempt of a process that watches the key has a place in its line (made on
-        // its first attempt); a try-lock has none and never passes a waiter.
-        let place = if fair && req.deadline.is_some() {
-            self.inner.waiting.place(&lock_key).await
+        // A blocking attempt of a process that watches the key waits in line: its first attempt
+        // is a plain try (free and nobody waiting), and joins the line if that fails.
+        let blocking = fair && req.deadline.is_some() && waiting.is_watched(&lock_key);
+        let place = if blocking {
+            waiting.current_place(&lock_key)
         } else {
             None
+        };
+        if let Some(place) = &place {
+            if !self.is_my_turn(&req.key, &lock_key, place).await? {
+                return Err(Error::unavailable(&req.key));
+            }
+        }
+        let join = match (&place, blocking) {
+            (None, true) => match waiting.session().await {
+                Ok(session) => Some((Waiting::waiter_key(&lock_key, session), session)),
+                Err(error) => {
+                    tracing::debug!(key = %req.key, %error,
+                        "could not grant the waiter lease; waiting without a place in line");
+                    None
+                }
+            },
+            _ => None,
         };
         let sent_at = Instant::now();
         let lease_id = self.grant(&req.key, req.ttl).await?;
@@ -180,10 +199,6 @@ impl EtcdStore {
                     .with_prefix(),
                 );
                 then.push(TxnOp::delete(place.key.as_str(), None));
-                otherwise.push(TxnOp::get(
-                    place.key.as_str(),
-                    Some(GetOptions::new().with_count_only()),
-                ));
             }
             None if fair => {
                 // No waiter key at all (an empty range compares as create revision 0).
@@ -192,6 +207,13 @@ impl EtcdStore {
                 );
             }
             None => {}
+        }
+        if let Some((key, session)) = &join {
+            otherwise.push(TxnOp::put(
+                key.as_str(),
+                waiting.id(),
+                Some(PutOptions::new().with_lease(*session).with_prev_key()),
+            ));
         }
         then.push(TxnOp::get(
             waiters.as_str(),
@@ -210,38 +232,91 @@ impl EtcdStore {
                 return Err(error);
             }
         };
+        let revision = response.header().map(|h| h.revision()).unwrap_or(0);
         let responses = response.op_responses();
         if !response.succeeded() {
             self.revoke_later(lease_id);
-            if let Some(place) = &place {
-                let still_queued =
-                    matches!(responses.first(), Some(TxnOpResponse::Get(g)) if g.count() > 0);
-                if !still_queued {
-                    // The waiter lease lapsed (or the key was removed): queue again next time.
-                    self.inner.waiting.forget(&lock_key, place);
-                }
+            if let (Some((key, _)), Some(TxnOpResponse::Put(put))) = (join, responses.first()) {
+                // Joined the line: a key that existed keeps its create revision.
+                let created = put.prev_key().map_or(revision, |p| p.create_revision());
+                waiting.set_place(
+                    &lock_key,
+                    Place {
+                        key,
+                        revision: created,
+                    },
+                );
             }
+            // With a place: the turn was lost between the read and the transaction; the next
+            // attempt reads again (and rejoins if the waiter lease lapsed).
             return Err(Error::unavailable(&req.key));
         }
         if let Some(place) = &place {
-            self.inner.waiting.forget(&lock_key, place);
+            waiting.forget(&lock_key, place);
         }
-        let fence = response
-            .header()
-            .map(|h| h.revision())
-            .filter(|r| *r > 0)
-            .ok_or_else(|| {
-                unexpected(Op::Acquire, req.key.as_str(), "no revision in its header")
-            })?;
+        if revision <= 0 {
+            return Err(unexpected(
+                Op::Acquire,
+                req.key.as_str(),
+                "no revision in its header",
+            ));
+        }
         let others = match responses.last() {
             Some(TxnOpResponse::Get(g)) => g.count(),
             _ => 0,
         };
         Ok(
             Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                .with_fencing_token(u64::try_from(fence).ok())
+                .with_fencing_token(u64::try_from(revision).ok())
                 .with_contended(others > 0),
         )
+    }
+
+    /// One read-only transaction (served by etcd without a Raft write): is the record absent and
+    /// our waiter key first in line? A place whose key is gone (the waiter lease lapsed) is
+    /// forgotten, so the next attempt joins the line again.
+    async fn is_my_turn(&self, key: &LockKey, lock_key: &str, place: &Place) -> Result<bool> {
+        let read = Txn::new().and_then([
+            TxnOp::get(lock_key, Some(GetOptions::new().with_count_only())),
+            TxnOp::get(
+                waiter_prefix(lock_key),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend)
+                        .with_limit(1)
+                        .with_keys_only(),
+                ),
+            ),
+            TxnOp::get(
+                place.key.as_str(),
+                Some(GetOptions::new().with_count_only()),
+            ),
+        ]);
+        let response = self
+            .kv()
+            .txn(read)
+            .await
+            .map_err(|e| self.err(Op::Inspect, key, e))?;
+        let responses = response.op_responses();
+        let (
+            Some(TxnOpResponse::Get(record)),
+            Some(TxnOpResponse::Get(head)),
+            Some(TxnOpResponse::Get(mine)),
+        ) = (responses.first(), responses.get(1), responses.get(2))
+        else {
+            return Err(unexpected(
+                Op::Acquire,
+                key.as_str(),
+                "a read without its three ranges",
+            ));
+        };
+        if mine.count() == 0 {
+            self.inner.waiting.forget(lock_key, place);
+            return Ok(false);
+        }
+        let first = head.kvs().first().map(|kv| kv.key());
+        Ok(record.count() == 0 && first == Some(place.key.as_bytes()))
     }
 
     async fn release_once(&self, lease: &Lease) -> Result<bool> {

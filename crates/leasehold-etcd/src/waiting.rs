@@ -1,11 +1,12 @@
 //! Waiting across processes, the etcd way: a waiter key per process in each lock's line, and one
 //! watch stream per watched lock.
 //!
-//! A process that waits for a lock puts `<lock key>#waiter#<lease id>` on its waiter lease (one
-//! lease per store, kept alive in the background): the key's create revision is its place in
-//! line, as in etcd's own `concurrency.Mutex`. A blocking attempt takes the lock only if the
-//! record is absent and no waiter key in the line is older than its own (one transaction with a
-//! range compare). A watch on the lock's key prefix (delete events only) wakes one waiter of the
+//! A process whose blocking attempt failed puts `<lock key>#waiter#<lease id>` on its waiter
+//! lease (one lease per store, kept alive in the background), in the failed transaction itself:
+//! the key's create revision is its place in line, as in etcd's own `concurrency.Mutex`. Its next
+//! attempts first read (no write) whether the record is gone and it is first in line; only then
+//! do they grant a lease and send the transaction, which takes the lock only if the record is
+//! still absent and no waiter key in the line is older than its own (a range compare). A watch on the lock's key prefix (delete events only) wakes one waiter of the
 //! process when the record goes (release or lease expiry) or a waiter ahead leaves. A wake-up is a
 //! hint: the waiter always asks etcd again, and a lost one costs a poll interval.
 
@@ -14,9 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use etcd_client::{
-    EventType, KvClient, LeaseClient, PutOptions, WatchClient, WatchFilterType, WatchOptions,
-};
+use etcd_client::{EventType, KvClient, LeaseClient, WatchClient, WatchFilterType, WatchOptions};
 use leasehold_core::{OwnerToken, ReleaseWatch};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -173,55 +172,36 @@ impl Waiting {
         });
     }
 
-    /// This process's place in `lock_key`'s line, put there now if it has none. `None` when no
-    /// task of this process watches the key (a blocking attempt without a watch keeps no place:
-    /// nobody would take it out of the line again) or the waiter key could not be written.
-    pub(crate) async fn place(&self, lock_key: &str) -> Option<Place> {
-        match self.lock().get(lock_key) {
-            None => return None,
-            Some(Watched {
-                place: Some(place), ..
-            }) => return Some(place.clone()),
-            Some(_) => {}
-        }
-        let session = match self.session().await {
-            Ok(id) => id,
-            Err(error) => {
-                tracing::debug!(key = %lock_key, %error, "could not grant the waiter lease");
-                return None;
-            }
-        };
-        let key = format!("{}{session:x}", waiter_prefix(lock_key));
-        let mut kv = self.kv.clone();
-        let put = kv
-            .put(
-                key.as_str(),
-                self.id.as_str(),
-                Some(PutOptions::new().with_lease(session).with_prev_key()),
-            )
-            .await;
-        let revision = match put {
-            // An existing key keeps its create revision (another task of ours put it first).
-            Ok(put) => match put.prev_key() {
-                Some(prev) => prev.create_revision(),
-                None => put.header().map(|h| h.revision()).unwrap_or(0),
-            },
-            Err(error) => {
-                tracing::debug!(key = %lock_key, %error, "could not join the waiter line");
-                return None;
-            }
-        };
-        let place = Place { key, revision };
+    /// Whether a task of this process watches `lock_key` (only then may a blocking attempt join
+    /// the line: the last watch to go takes the process out of it again).
+    pub(crate) fn is_watched(&self, lock_key: &str) -> bool {
+        self.lock().contains_key(lock_key)
+    }
+
+    /// This process's place in `lock_key`'s line, if it has one.
+    pub(crate) fn current_place(&self, lock_key: &str) -> Option<Place> {
+        self.lock().get(lock_key).and_then(|w| w.place.clone())
+    }
+
+    /// The waiter key this store puts in `lock_key`'s line on waiter lease `session`.
+    pub(crate) fn waiter_key(lock_key: &str, session: i64) -> String {
+        format!("{}{session:x}", waiter_prefix(lock_key))
+    }
+
+    /// The value of this store's waiter keys.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Records the place a failed attempt took in `lock_key`'s line; if nobody of this process
+    /// waits any more, takes the key out of the line again.
+    pub(crate) fn set_place(&self, lock_key: &str, place: Place) {
         let mut watched = self.lock();
         match watched.get_mut(lock_key) {
-            Some(entry) if revision > 0 => {
-                entry.place = Some(place.clone());
-                Some(place)
-            }
-            _ => {
+            Some(entry) => entry.place = Some(place),
+            None => {
                 drop(watched);
                 self.remove_key_later(place.key);
-                None
             }
         }
     }
@@ -245,7 +225,7 @@ impl Waiting {
 
     /// The waiter lease, granted (and kept alive in the background) when first needed or after it
     /// was lost.
-    async fn session(&self) -> Result<i64, etcd_client::Error> {
+    pub(crate) async fn session(&self) -> Result<i64, etcd_client::Error> {
         let mut session = self.session.lock().await;
         if let Some(current) = &*session {
             if current.alive.load(Ordering::SeqCst) {
