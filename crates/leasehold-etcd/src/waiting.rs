@@ -318,35 +318,32 @@ async fn watch_loop(
             .with_prefix()
             .with_filters([WatchFilterType::NoPut]);
         match client.watch(lock_key.as_str(), Some(options)).await {
-            Ok(mut stream) => loop {
-                match stream.message().await {
-                    Ok(Some(response)) => {
-                        if response.created() {
-                            if let Some(created) = created.take() {
-                                let _ = created.send(());
-                            }
-                        }
-                        if response.canceled() {
-                            break;
-                        }
-                        let Some(waiting) = waiting.upgrade() else {
-                            return;
-                        };
-                        let wake = response.events().iter().any(|event| {
-                            event.event_type() == EventType::Delete
-                                && event
-                                    .kv()
-                                    .is_some_and(|kv| !waiting.is_own(&lock_key, kv.key()))
-                        });
-                        if wake {
-                            // One waiter of this process, the one waiting longest: the process
-                            // has one place in line.
-                            notify.notify_one();
+            Ok(mut stream) => {
+                while let Ok(Some(response)) = stream.message().await {
+                    if response.created() {
+                        if let Some(created) = created.take() {
+                            let _ = created.send(());
                         }
                     }
-                    Ok(None) | Err(_) => break,
+                    if response.canceled() {
+                        break;
+                    }
+                    let Some(waiting) = waiting.upgrade() else {
+                        return;
+                    };
+                    let wake = response.events().iter().any(|event| {
+                        event.event_type() == EventType::Delete
+                            && event
+                                .kv()
+                                .is_some_and(|kv| !waiting.is_own(&lock_key, kv.key()))
+                    });
+                    if wake {
+                        // One waiter of this process, the one waiting longest: the process has
+                        // one place in line.
+                        notify.notify_one();
+                    }
                 }
-            },
+            }
             Err(error) => {
                 tracing::debug!(key = %lock_key, %error, "could not watch; retrying");
             }
