@@ -73,7 +73,9 @@ impl EtcdStore {
             Some(GetOptions::new().with_count_only().with_prefix()),
         )
         .await
-        .map_err(|e| setup_or(map(Op::Connect, "", &address, e)))?;
+        .map_err(|e| {
+            tls_error(&address, &e).unwrap_or_else(|| setup_or(map(Op::Connect, "", &address, e)))
+        })?;
         let waiting = Waiting::new(&config, &client);
         Ok(EtcdStore {
             inner: Arc::new(Inner {
@@ -388,6 +390,29 @@ fn seconds(ttl: Duration) -> Result<i64> {
             "lock TTL {ttl:?} cannot be an etcd lease (whole seconds up to i64::MAX)"
         ))
     })
+}
+
+/// A failed TLS handshake, said plainly: an untrusted certificate or a wrong host name is a setup
+/// problem, not an unreachable cluster.
+fn tls_error(address: &str, error: &etcd_client::Error) -> Option<Error> {
+    let (failure, text) = leasehold_core::TlsFailure::classify(error)?;
+    let hint = match failure {
+        leasehold_core::TlsFailure::UntrustedCa => {
+            "the server's certificate is not signed by a trusted CA: give the CA that signed it \
+             (tls_ca_file / ?tls_ca=)"
+        }
+        leasehold_core::TlsFailure::WrongName => {
+            "the server's certificate does not name the host in the URL: connect by a name the \
+             certificate lists"
+        }
+        leasehold_core::TlsFailure::Handshake => {
+            "the TLS handshake failed: check the CA, the client certificate and the host name"
+        }
+    };
+    Some(Error::new(
+        ErrorKind::StoreSetup,
+        format!("TLS with etcd at {address} failed: {hint} ({text})"),
+    ))
 }
 
 /// A failed connect whose cause says the credentials are wrong is a setup problem.

@@ -32,6 +32,16 @@ pub struct EtcdServer {
     client_port: u16,
     peer_port: u16,
     dir: tempfile::TempDir,
+    tls: Option<TlsFiles>,
+}
+
+/// The files a TLS server is started with.
+#[derive(Debug, Clone)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    require_client_cert: bool,
 }
 
 impl EtcdServer {
@@ -40,18 +50,35 @@ impl EtcdServer {
     /// Fails with [`io::ErrorKind::NotFound`] and a message naming Debian's `etcd-server` package
     /// when the `etcd` binary is missing.
     pub fn start() -> io::Result<Self> {
+        Self::start_with(None)
+    }
+
+    /// Starts a member whose client port speaks TLS only, with the server certificate of `pki`
+    /// (made for `localhost`); with `require_client_cert` a client without a certificate signed by
+    /// `pki`'s CA is refused (`--client-cert-auth`, `--trusted-ca-file`), otherwise no client
+    /// certificate is asked for. Ready once its own log says it serves.
+    pub fn start_tls(pki: &crate::tls::TestPki, require_client_cert: bool) -> io::Result<Self> {
+        Self::start_with(Some(TlsFiles {
+            cert: pki.server_cert_file(),
+            key: pki.server_key_file(),
+            ca: pki.ca_file(),
+            require_client_cert,
+        }))
+    }
+
+    fn start_with(tls: Option<TlsFiles>) -> io::Result<Self> {
         // A port free a moment ago can be taken by a server another test starts at the same
         // time; then ours cannot bind, and new ports are tried.
         let mut attempts = 0;
         loop {
-            match Self::start_on(free_port()?, free_port()?) {
+            match Self::start_on(free_port()?, free_port()?, tls.clone()) {
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse && attempts < 5 => attempts += 1,
                 result => return result,
             }
         }
     }
 
-    fn start_on(client_port: u16, peer_port: u16) -> io::Result<Self> {
+    fn start_on(client_port: u16, peer_port: u16, tls: Option<TlsFiles>) -> io::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("leasehold-etcd-")
             .tempdir()?;
@@ -60,6 +87,7 @@ impl EtcdServer {
             client_port,
             peer_port,
             dir,
+            tls,
         };
         server.spawn()?;
         Ok(server)
@@ -75,12 +103,16 @@ impl EtcdServer {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.client_port))
     }
 
-    /// `etcd://127.0.0.1:<client port>`, the store URL.
+    /// `etcd://127.0.0.1:<client port>`, the store URL; for a TLS member
+    /// `etcds://localhost:<client port>` (the name its certificate is made for).
     pub fn url(&self) -> String {
-        format!("etcd://127.0.0.1:{}", self.client_port)
+        match self.tls {
+            Some(_) => format!("etcds://localhost:{}", self.client_port),
+            None => format!("etcd://127.0.0.1:{}", self.client_port),
+        }
     }
 
-    /// `127.0.0.1:<client port>`, for `etcd-client` and `EtcdConfig::new`.
+    /// `127.0.0.1:<client port>`, for `etcd-client` and `EtcdConfig::new` (plain members).
     pub fn endpoint(&self) -> String {
         format!("127.0.0.1:{}", self.client_port)
     }
@@ -110,13 +142,31 @@ impl EtcdServer {
     }
 
     fn spawn(&mut self) -> io::Result<()> {
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log_path())?;
-        let child = Command::new("etcd")
+        // After a restart the log holds the last run too: only what this run writes counts.
+        let since = usize::try_from(log.metadata()?.len()).unwrap_or(0);
+        let mut command = Command::new("etcd");
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key);
+            // etcd turns client certificate authentication on whenever a trusted CA is given.
+            if tls.require_client_cert {
+                command
+                    .arg("--trusted-ca-file")
+                    .arg(&tls.ca)
+                    .arg("--client-cert-auth=true");
+            }
+        }
+        let child = command
             .args(["--name", "leasehold-test"])
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
@@ -150,8 +200,11 @@ impl EtcdServer {
                 .and_then(|c| c.try_wait().ok().flatten());
             let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
             // Ready once *our* server says so in its own log and answers on the port (a port
-            // answering alone could be another test's server that took it first).
-            if exited.is_none() && log.contains("ready to serve client requests") && self.healthy()
+            // answering alone could be another test's server that took it first). A TLS member
+            // cannot be probed with plain HTTP: its own log must do.
+            if exited.is_none()
+                && log.get(since..).unwrap_or_default().contains("client requests on")
+                && (self.tls.is_some() || self.healthy())
             {
                 return Ok(());
             }
