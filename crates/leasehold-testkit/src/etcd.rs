@@ -203,7 +203,10 @@ impl EtcdServer {
             // answering alone could be another test's server that took it first). A TLS member
             // cannot be probed with plain HTTP: its own log must do.
             if exited.is_none()
-                && log.get(since..).unwrap_or_default().contains("client requests on")
+                && log
+                    .get(since..)
+                    .unwrap_or_default()
+                    .contains("client requests on")
                 && (self.tls.is_some() || self.healthy())
             {
                 return Ok(());
