@@ -297,6 +297,12 @@ fn main() {
             fleet("etcd, default stack (fair)", "etcd", false, true),
             fleet("etcd, fair + hand-off", "etcd", true, true),
             fleet("etcd, first-come (fair off)", "etcd", false, false),
+            // The same line with one waiter per process: how the worst wait scales with waiters.
+            Shape {
+                label: "etcd, fair, 8 processes × 1 task",
+                tasks: 1,
+                ..fleet("", "etcd", false, true)
+            },
         ] {
             // A fresh one-member cluster per configuration (on the machine's disk, fsync on).
             let server = EtcdServer::start().expect("etcd (install the etcd-server package)");
