@@ -244,6 +244,70 @@ async fn reply_lost_after_apply_is_in_doubt_never_a_false_result() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readback_resolves_an_acquire_whose_transaction_got_no_reply() {
+    // Through a manager with the readback layer: etcd is paused (SIGSTOP) between the acquire's
+    // lease grant and its transaction, so the transaction times out (in doubt); etcd is resumed
+    // well after that timeout and well before the readback's own, which then finds the record
+    // ours (etcd applied it on resume) or absent (it did not, and the acquire is sent again with
+    // the same token). Either way the caller holds the lock, and never a false result.
+    let server = EtcdServer::start().unwrap();
+    let direct = connect(server.endpoint()).await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let proxied = EtcdStore::connect(
+        EtcdConfig::new([proxy.addr().to_string()])
+            .response_timeout(Duration::from_secs(2))
+            .connect_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let locks = LockManager::builder()
+        .client_id("faults")
+        .farm_id("f1")
+        .store(proxied.clone())
+        .readback(ReadbackLayer::new())
+        .observer(move |e: &leasehold::LockEvent| sink.lock().unwrap().push(e.clone()))
+        .build()
+        .unwrap();
+    let mut raw = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    let before = raw.leases().await.unwrap().leases().len();
+    proxy.set_mode(ProxyMode::DelayReplies(Duration::from_millis(200)));
+    let attempt = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.try_lock("readback").await }
+    });
+    while raw.leases().await.unwrap().leases().len() == before {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let etcd = Pid::from_raw(server.pid().unwrap() as i32);
+    kill(etcd, Signal::SIGSTOP).unwrap();
+    // The grant's reply arrives by +0.4 s, the transaction times out by +2.4 s, the readback's
+    // inspect (sent then) would time out by +4.4 s: resume in the middle.
+    tokio::time::sleep(Duration::from_millis(3300)).await;
+    proxy.set_mode(ProxyMode::Pass);
+    kill(etcd, Signal::SIGCONT).unwrap();
+    let guard = attempt
+        .await
+        .unwrap()
+        .expect("readback resolves the lost reply: the caller holds the lock");
+    let recovered = events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, leasehold::LockEvent::RecoveredByReadback { .. }));
+    assert!(
+        recovered,
+        "the readback layer resolved the in-doubt acquire"
+    );
+    let info = direct.inspect(guard.key()).await.unwrap().expect("held");
+    assert!(info.is_owned_by(guard.token()));
+    assert!(guard.release().await.unwrap());
+}
+
 #[tokio::test]
 async fn unreachable_cluster_is_a_connection_error_naming_the_address() {
     let port = free_port().unwrap();
