@@ -163,9 +163,10 @@ async fn reply_lost_after_apply_is_in_doubt_never_a_false_result() {
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let proxied = connect(proxy.addr().to_string()).await;
 
-    // Release is one transaction: its lost reply is in doubt, and it was applied.
+    // Release is one transaction. Its reply held back past the timeout (requests always pass):
+    // in doubt, and it was applied.
     let lease = direct.try_acquire(&acquire("lost-release")).await.unwrap();
-    proxy.set_mode(ProxyMode::DropReplies);
+    proxy.set_mode(ProxyMode::DelayReplies(Duration::from_millis(1500)));
     let err = proxied.release(&lease).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
     assert_eq!(
@@ -173,6 +174,20 @@ async fn reply_lost_after_apply_is_in_doubt_never_a_false_result() {
         None,
         "applied although the reply was lost"
     );
+    // The connection closed at the first reply byte: in doubt too. On HTTP/2 that byte may be a
+    // control frame that came before etcd read the request, so applied or not, never a false
+    // result: the record is gone or still ours.
+    let lease = direct
+        .try_acquire(&acquire("dropped-release"))
+        .await
+        .unwrap();
+    heal(&proxy, &proxied).await;
+    proxy.set_mode(ProxyMode::DropReplies);
+    let err = proxied.release(&lease).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    if let Some(info) = direct.inspect(lease.key()).await.unwrap() {
+        assert!(info.is_owned_by(lease.token()));
+    }
 
     // Acquire is a lease grant, then the transaction. With every reply lost, the grant's is the
     // first: the acquire fails as a connection error and nothing is held — never a false result.
@@ -188,20 +203,28 @@ async fn reply_lost_after_apply_is_in_doubt_never_a_false_result() {
         assert_eq!(direct.inspect(&req.key).await.unwrap(), None);
     }
 
-    // The transaction's reply lost: every reply is delayed 200 ms (the grant's still arrives
-    // inside the 500 ms timeout); as soon as etcd has granted the lease, etcd is paused (SIGSTOP
-    // by pid), so the transaction that follows is sent and gets no reply. Resumed, etcd may still
+    // The transaction's reply lost: every reply is delayed 500 ms (a store with a 2 s timeout
+    // still gets the grant's); as soon as etcd has granted the lease, etcd is paused (SIGSTOP by
+    // pid), so the transaction that follows is sent and gets no reply. Resumed, etcd may still
     // apply it: the outcome is truly unknown to the caller.
     heal(&proxy, &proxied).await;
+    let patient = EtcdStore::connect(
+        EtcdConfig::new([proxy.addr().to_string()])
+            .response_timeout(Duration::from_secs(2))
+            .connect_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
+    heal(&proxy, &patient).await;
     let mut raw = etcd_client::Client::connect([server.endpoint()], None)
         .await
         .unwrap();
     let before = raw.leases().await.unwrap().leases().len();
-    proxy.set_mode(ProxyMode::DelayReplies(Duration::from_millis(200)));
+    proxy.set_mode(ProxyMode::DelayReplies(Duration::from_millis(500)));
     let req = acquire("lost-txn");
     let attempt = tokio::spawn({
-        let (proxied, req) = (proxied.clone(), req.clone());
-        async move { proxied.try_acquire(&req).await }
+        let (patient, req) = (patient.clone(), req.clone());
+        async move { patient.try_acquire(&req).await }
     });
     while raw.leases().await.unwrap().leases().len() == before {
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -275,7 +298,7 @@ async fn readback_resolves_an_acquire_whose_transaction_got_no_reply() {
         .await
         .unwrap();
     let before = raw.leases().await.unwrap().leases().len();
-    proxy.set_mode(ProxyMode::DelayReplies(Duration::from_millis(200)));
+    proxy.set_mode(ProxyMode::DelayReplies(Duration::from_millis(500)));
     let attempt = tokio::spawn({
         let locks = locks.clone();
         async move { locks.try_lock("readback").await }
@@ -285,9 +308,10 @@ async fn readback_resolves_an_acquire_whose_transaction_got_no_reply() {
     }
     let etcd = Pid::from_raw(server.pid().unwrap() as i32);
     kill(etcd, Signal::SIGSTOP).unwrap();
-    // The grant's reply arrives by +0.4 s, the transaction times out by +2.4 s, the readback's
-    // inspect (sent then) would time out by +4.4 s: resume in the middle.
-    tokio::time::sleep(Duration::from_millis(3300)).await;
+    // The grant's reply arrives within +0.5–1.0 s (one or two delayed chunks), so the
+    // transaction times out within +2.5–3.0 s and the readback's inspect (sent then) would time
+    // out within +4.5–5.0 s: resume in the middle, with 0.75 s to spare on either side.
+    tokio::time::sleep(Duration::from_millis(3750)).await;
     proxy.set_mode(ProxyMode::Pass);
     kill(etcd, Signal::SIGCONT).unwrap();
     let guard = attempt
