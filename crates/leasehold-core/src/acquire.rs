@@ -82,6 +82,11 @@ pub struct Acquire {
     /// (local competition) may wait until `t` for a local holder to let go. Stores ignore it: they
     /// always make one attempt, and the manager's retry loop does the rest.
     pub deadline: Option<Instant>,
+    /// The kind of hold: exclusive (the default, also a read-write lock's write side), shared
+    /// (a reader) or a semaphore permit. A blocking exclusive request (`deadline` set) on a key
+    /// held by readers also marks a writer as waiting, which keeps new readers out until it is
+    /// served or its marker expires.
+    pub mode: crate::LockMode,
 }
 
 impl Acquire {
@@ -93,7 +98,14 @@ impl Acquire {
             ttl,
             holder: None,
             deadline: None,
+            mode: crate::LockMode::Exclusive,
         }
+    }
+
+    /// Sets the lock mode.
+    pub fn with_mode(mut self, mode: crate::LockMode) -> Self {
+        self.mode = mode;
+        self
     }
 
     /// Sets the holder identity.

@@ -5,6 +5,7 @@
 //!
 //! - [`LockKey`] and [`LockLevel`]: validated storage keys (`DC#<farmId>#<lockId>`, `XDC#<lockId>`).
 //! - [`OwnerToken`]: unique per acquisition, readable by a human looking at the store.
+//! - [`LockMode`]: exclusive (the write side), shared (readers) or one of N semaphore permits.
 //! - [`Lease`]: what an acquisition returns; [`LockInfo`]: what an inspection reads back.
 //! - [`LockStore`]: the store trait (try-acquire, release, extend, inspect, list), its object-safe
 //!   twin [`BoxStore`], and [`Capabilities`].
@@ -28,6 +29,7 @@ mod layer;
 mod layered;
 mod lease;
 mod lifecycle;
+mod mode;
 mod store;
 mod tls;
 mod token;
@@ -41,8 +43,9 @@ pub use event::{LockEvent, Observer, Observers, SkipReason};
 pub use key::{LockKey, LockLevel, MAX_KEY_LEN, MAX_PART_LEN};
 pub use layer::{option_layer, Either, Identity, Layer, Stack};
 pub use layered::LayeredStore;
-pub use lease::{wall_time_of, Lease, LockInfo};
+pub use lease::{wall_time_of, HolderInfo, Lease, LockInfo};
 pub use lifecycle::Lifecycle;
+pub use mode::{LockMode, MAX_PERMITS};
 pub use store::{Capabilities, LockStore};
 pub use tls::TlsFailure;
 pub use token::OwnerToken;

@@ -18,6 +18,10 @@ pub struct Capabilities {
     pub listing: bool,
     /// [`LockStore::watch`] delivers release notifications (waiters need not poll).
     pub notifications: bool,
+    /// [`LockMode::Shared`](crate::LockMode::Shared) and
+    /// [`LockMode::Semaphore`](crate::LockMode::Semaphore) holds are supported; without it a
+    /// store answers them with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    pub shared_modes: bool,
 }
 
 impl Capabilities {
@@ -26,13 +30,15 @@ impl Capabilities {
         fencing: false,
         listing: false,
         notifications: false,
+        shared_modes: false,
     };
 
-    /// Fencing, listing and notifications.
+    /// Fencing, listing, notifications and shared modes.
     pub const ALL: Capabilities = Capabilities {
         fencing: true,
         listing: true,
         notifications: true,
+        shared_modes: true,
     };
 
     /// Sets `fencing`.
@@ -44,6 +50,12 @@ impl Capabilities {
     /// Sets `listing`.
     pub const fn with_listing(mut self, listing: bool) -> Self {
         self.listing = listing;
+        self
+    }
+
+    /// Sets `shared_modes`.
+    pub const fn with_shared_modes(mut self, shared_modes: bool) -> Self {
+        self.shared_modes = shared_modes;
         self
     }
 

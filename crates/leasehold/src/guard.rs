@@ -55,6 +55,11 @@ impl LockGuard {
         }
     }
 
+    /// How this guard holds its key: exclusive (or write), shared (read), or a semaphore permit.
+    pub fn mode(&self) -> crate::core::LockMode {
+        self.acquired.mode()
+    }
+
     /// The lock key.
     pub fn key(&self) -> &LockKey {
         self.acquired.key()

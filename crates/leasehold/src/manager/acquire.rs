@@ -28,6 +28,7 @@ impl LockManager {
             store = handle.store.name(),
             scenario = plan.scenario,
             mode = if wait.is_some() { "wait" } else { "try" },
+            lock_mode = plan.mode.as_str(),
             outcome = tracing::field::Empty,
             attempts = tracing::field::Empty,
         );
@@ -85,7 +86,8 @@ impl LockManager {
         let Some(wait) = wait else {
             *attempts = 1;
             let req = Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
-                .with_holder(plan.holder);
+                .with_holder(plan.holder)
+                .with_mode(plan.mode);
             return self.attempt(req).await;
         };
         let started = started.unwrap_or_else(Instant::now);
@@ -109,7 +111,8 @@ impl LockManager {
 
             let req = Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
                 .with_holder(plan.holder)
-                .with_deadline(Some(deadline));
+                .with_deadline(Some(deadline))
+                .with_mode(plan.mode);
             *attempts += 1;
             let retry_after = match self.attempt(req).await {
                 Err(e) if e.is_unavailable() => e.retry_after(),
@@ -196,7 +199,8 @@ impl Drop for Undo<'_> {
             self.req.token.clone(),
             self.req.ttl,
             Instant::now(),
-        );
+        )
+        .with_mode(self.req.mode);
         self.manager
             .inner
             .handle

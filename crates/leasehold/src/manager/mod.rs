@@ -6,11 +6,8 @@
 //! tasks hold a [`Handle`](crate::handle::Handle), never the manager.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
-
-use futures::FutureExt;
 
 use crate::backoff::Backoff;
 use crate::core::{BoxStore, Lease, LockInfo, LockKey, LockLevel, LockStore, Result};
@@ -20,6 +17,7 @@ use crate::layers::GracefulShutdownLayer;
 
 mod acquire;
 mod builder;
+mod kinds;
 mod options;
 mod shutdown;
 
@@ -150,15 +148,7 @@ impl LockManager {
         Fut: Future<Output = T>,
     {
         let guard = self.lock(key).await?;
-        let outcome = AssertUnwindSafe(work(guard.lease())).catch_unwind().await;
-        let key = guard.key().clone();
-        if let Err(error) = guard.release().await {
-            tracing::warn!(key = %key, %error, "with_lock could not release; the lock expires at its TTL");
-        }
-        match outcome {
-            Ok(value) => Ok(value),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        kinds::run_and_release(guard, work).await
     }
 
     /// Who holds `key`, and for how long, or `None` if it is free.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::core::{validate_ttl, Error, HolderId, LockKey, Result, MAX_TTL};
+use crate::core::{validate_ttl, Error, HolderId, LockKey, LockMode, Result, MAX_TTL};
 use crate::Holder;
 
 use super::LockManager;
@@ -68,6 +68,7 @@ pub struct LockOptions {
     renew: Option<bool>,
     renew_every: Option<Duration>,
     scenario: Option<&'static str>,
+    pub(super) mode: Option<LockMode>,
 }
 
 impl LockOptions {
@@ -119,6 +120,15 @@ impl LockOptions {
         self.scenario = Some(name);
         self
     }
+
+    /// The kind of hold: [`LockMode::Exclusive`] (the default; a read-write lock's write side),
+    /// [`LockMode::Shared`] (a reader) or a semaphore permit. The manager's
+    /// [`read`](crate::LockManager::read) and [`semaphore`](crate::LockManager::semaphore) set it
+    /// for you.
+    pub fn mode(mut self, mode: LockMode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
 }
 
 /// Whether guards renew their lease: the manager-wide setting of
@@ -143,6 +153,7 @@ pub(super) struct Plan {
     /// `Some(every)` when the guard renews its lease (`every = None`: a third of the TTL).
     pub(super) renew: Option<Option<Duration>>,
     pub(super) scenario: &'static str,
+    pub(super) mode: LockMode,
 }
 
 impl LockManager {
@@ -165,6 +176,8 @@ impl LockManager {
                 )));
             }
         }
+        let mode = opts.mode.unwrap_or_default();
+        mode.validate()?;
         let holder = opts
             .holder
             .map(|h| h.id())
@@ -180,6 +193,7 @@ impl LockManager {
             holder,
             renew: renew.then_some(opts.renew_every),
             scenario: opts.scenario.unwrap_or(config.scenario),
+            mode,
         })
     }
 }
