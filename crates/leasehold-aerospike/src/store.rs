@@ -550,6 +550,11 @@ impl LockStore for AerospikeStore {
     /// acquisition nobody receives is released again (owner-checked).
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         validate_ttl(req.ttl)?;
+        req.mode.validate()?;
+        if req.mode.is_shared_record() {
+            return Err(Error::unsupported("aerospike", "read-write locks and semaphores")
+                .with_key(req.key.as_str()));
+        }
         self.record_key(&req.key)?;
         let (acquirer, releaser) = (self.clone(), self.clone());
         acquire_detached(
