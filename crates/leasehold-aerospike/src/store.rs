@@ -552,8 +552,10 @@ impl LockStore for AerospikeStore {
         validate_ttl(req.ttl)?;
         req.mode.validate()?;
         if req.mode.is_shared_record() {
-            return Err(Error::unsupported("aerospike", "read-write locks and semaphores")
-                .with_key(req.key.as_str()));
+            return Err(
+                Error::unsupported("aerospike", "read-write locks and semaphores")
+                    .with_key(req.key.as_str()),
+            );
         }
         self.record_key(&req.key)?;
         let (acquirer, releaser) = (self.clone(), self.clone());

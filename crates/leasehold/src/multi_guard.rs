@@ -9,7 +9,7 @@ use crate::guard::LockGuard;
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
-/// let locks = leasehold::LockManager::builder().client_id("bank").build()?;
+/// let locks = leasehold::LockManager::builder().client_id("bank").farm_id("f1").build()?;
 /// let pair = locks.try_lock_all(["acct-9", "acct-3"]).await?;
 /// let keys: Vec<_> = pair.keys().map(|k| k.entity_id().to_owned()).collect();
 /// assert_eq!(keys, ["acct-3", "acct-9"]); // canonical order

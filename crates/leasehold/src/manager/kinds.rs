@@ -27,7 +27,7 @@ impl LockManager {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
     /// use leasehold::{Holder, LockOptions};
-    /// let locks = leasehold::LockManager::builder().client_id("docs").build()?;
+    /// let locks = leasehold::LockManager::builder().client_id("docs").farm_id("f1").build()?;
     /// let first = locks.read("catalog").await?;
     /// let second = locks.read_with("catalog", LockOptions::new().holder(Holder::new())).await?;
     /// assert!(locks.try_write("catalog").await.unwrap_err().is_unavailable());
@@ -75,7 +75,7 @@ impl LockManager {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
-    /// let locks = leasehold::LockManager::builder().client_id("docs").build()?;
+    /// let locks = leasehold::LockManager::builder().client_id("docs").farm_id("f1").build()?;
     /// let a = locks.try_semaphore("encoders", 2).await?;
     /// let b = locks.try_semaphore("encoders", 2).await?;
     /// assert!(locks.try_semaphore("encoders", 2).await.unwrap_err().is_unavailable());
@@ -133,7 +133,7 @@ impl LockManager {
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
-    /// let locks = leasehold::LockManager::builder().client_id("bank").build()?;
+    /// let locks = leasehold::LockManager::builder().client_id("bank").farm_id("f1").build()?;
     /// let both = locks.lock_all(["acct-2", "acct-1"]).await?;
     /// assert_eq!(both.len(), 2);
     /// assert!(locks.try_lock("acct-1").await.unwrap_err().is_unavailable());
