@@ -158,6 +158,14 @@ pub(crate) struct RunArgs {
     /// status (its work was not all protected by the lock).
     #[arg(long, default_value_t = crate::exit::DEFAULT_LOST)]
     pub(crate) lost_exit_code: u8,
+    /// Take the read side of the key's read-write lock: runs alongside other `--shared` runs of
+    /// the key, never alongside a plain `run` of it (the write side).
+    #[arg(long, conflicts_with = "permits")]
+    pub(crate) shared: bool,
+    /// Take one of N permits of the key's semaphore: at most N copies of the command run at once
+    /// (every run of the key must name the same N).
+    #[arg(long, value_name = "N")]
+    pub(crate) permits: Option<u32>,
     /// The command and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
     pub(crate) command: Vec<String>,

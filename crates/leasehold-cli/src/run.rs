@@ -2,7 +2,7 @@
 
 use std::os::unix::process::ExitStatusExt;
 
-use leasehold::{ErrorKind, LockOptions, LockStore};
+use leasehold::{ErrorKind, LockMode, LockOptions, LockStore};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
@@ -16,7 +16,18 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
     let target = Target::connect(global).await?;
     let key = target.key(&args.key)?;
     let manager = target.manager()?;
-    let opts = LockOptions::new().ttl(args.ttl).wait(args.wait).renew(true);
+    let mode = match (args.shared, args.permits) {
+        (true, _) => LockMode::Shared,
+        (false, Some(permits)) => {
+            LockMode::semaphore(permits).map_err(|e| CliError::usage(e.to_string()))?
+        }
+        (false, None) => LockMode::Exclusive,
+    };
+    let opts = LockOptions::new()
+        .ttl(args.ttl)
+        .wait(args.wait)
+        .renew(true)
+        .mode(mode);
     let acquired = if args.wait.is_zero() {
         manager.try_lock_with(&key, opts).await
     } else {
