@@ -253,6 +253,21 @@ async fn multi_locks_in_opposite_orders_never_deadlock() {
             .expect("multi-locks finished")
             .unwrap();
     }
+    let fences = locks
+        .with_all(["acct-b", "acct-a"], |leases| async move {
+            leases
+                .iter()
+                .map(|l| l.key().entity_id().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+    assert_eq!(fences, ["acct-a", "acct-b"]);
+    assert_eq!(
+        locks.inspect("acct-a").await.unwrap(),
+        None,
+        "released after the work"
+    );
 }
 
 #[tokio::test]

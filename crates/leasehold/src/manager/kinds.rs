@@ -123,6 +123,30 @@ impl LockManager {
         run_and_release(guard, work).await
     }
 
+    /// Runs `work` holding every key of `keys` (as [`LockManager::lock_all`]) and always releases
+    /// them all.
+    pub async fn with_all<K, F, Fut, T>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+        work: F,
+    ) -> Result<T>
+    where
+        K: ToLockKey,
+        F: FnOnce(Vec<Lease>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let all = self.lock_all(keys).await?;
+        let leases = all.guards().iter().map(LockGuard::lease).collect();
+        let outcome = AssertUnwindSafe(work(leases)).catch_unwind().await;
+        if let Err(error) = all.release().await {
+            tracing::warn!(%error, "could not release a multi-lock after the work; its keys expire at their TTL");
+        }
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+
     /// Takes every key of `keys` exclusively, all or nothing, waiting up to the default wait in
     /// all.
     ///
