@@ -30,7 +30,10 @@ impl LockManager {
     /// let locks = leasehold::LockManager::builder().client_id("docs").farm_id("f1").build()?;
     /// let first = locks.read("catalog").await?;
     /// let second = locks.read_with("catalog", LockOptions::new().holder(Holder::new())).await?;
-    /// assert!(locks.try_write("catalog").await.unwrap_err().is_unavailable());
+    /// // Another holder's write waits for both readers (this task's own write would be refused
+    /// // as a ModeConflict: a write under its own read could only deadlock).
+    /// let writer = LockOptions::new().holder(Holder::new());
+    /// assert!(locks.try_lock_with("catalog", writer).await.unwrap_err().is_unavailable());
     /// assert_eq!(locks.inspect("catalog").await?.unwrap().holders.len(), 2);
     /// first.release().await?;
     /// second.release().await?;
@@ -160,7 +163,8 @@ impl LockManager {
     /// let locks = leasehold::LockManager::builder().client_id("bank").farm_id("f1").build()?;
     /// let both = locks.lock_all(["acct-2", "acct-1"]).await?;
     /// assert_eq!(both.len(), 2);
-    /// assert!(locks.try_lock("acct-1").await.unwrap_err().is_unavailable());
+    /// let other = leasehold::LockOptions::new().holder(leasehold::Holder::new());
+    /// assert!(locks.try_lock_with("acct-1", other).await.unwrap_err().is_unavailable());
     /// assert!(both.release().await?);
     /// assert!(locks.try_lock_all(["acct-1", "acct-2"]).await.is_ok());
     /// # Ok(()) }
