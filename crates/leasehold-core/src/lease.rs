@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::{LockKey, OwnerToken};
+use crate::{LockKey, OwnerToken, TraceConfig};
 
 /// A held lock: key, owner token, when it was taken, for how long, and its fencing token.
 ///
@@ -36,6 +36,8 @@ pub struct Lease {
     fencing_token: Option<u64>,
     /// Other processes were in the store's waiter line when this lease was granted.
     contended: bool,
+    /// The lock-history setting of the acquisition, carried to its release and renewals.
+    trace: Option<TraceConfig>,
 }
 
 impl Lease {
@@ -48,7 +50,20 @@ impl Lease {
             acquired_at,
             fencing_token: None,
             contended: false,
+            trace: None,
         }
+    }
+
+    /// Sets the lock-history setting stores apply to this lease's release and renewals (stores
+    /// copy it from [`Acquire::trace`](crate::Acquire::trace)).
+    pub fn with_trace(mut self, trace: Option<TraceConfig>) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// The lock-history setting, if this lease is traced.
+    pub fn trace(&self) -> Option<&TraceConfig> {
+        self.trace.as_ref()
     }
 
     /// Records that other processes were waiting in the store's line when this lease was granted

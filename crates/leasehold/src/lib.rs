@@ -45,6 +45,7 @@ mod manager;
 mod memory;
 pub mod observe;
 mod renewal;
+pub mod scenario;
 mod sweep;
 mod waiters;
 
