@@ -15,9 +15,7 @@ use redis::Script;
 /// Redis does not roll back a script that fails halfway, so the counter is checked before the
 /// lock is set: a fence key that is not an integer (written by someone else) is an error with
 /// nothing applied, never a lock taken without a token.
-pub(crate) static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const ACQUIRE_FENCED_LUA: &str = r"
 local fence = redis.call('GET', KEYS[2])
 if fence and not string.match(fence, '^%d+$') then
   return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
@@ -26,35 +24,29 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return redis.call('INCR', KEYS[2])
 end
 return false
-",
-    )
-});
+";
+pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ACQUIRE_FENCED_LUA));
 
 /// Release: delete the lock only if it still holds our token.
 /// `KEYS[1]` lock key; `ARGV[1]` token. Returns 1 if deleted, 0 otherwise.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const RELEASE_LUA: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
-",
-    )
-});
+";
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 
 /// Extend: reset the TTL only if the lock still holds our token.
 /// `KEYS[1]` lock key; `ARGV[1]` token, `ARGV[2]` TTL ms. Returns 1 if extended, 0 otherwise.
-pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const EXTEND_LUA: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
-",
-    )
-});
+";
+pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_LUA));
 
 /// Inspect: token, remaining TTL in ms and fencing token, read atomically.
 /// `KEYS[1]` lock key, `KEYS[2]` fence key. Returns nil if free, else `{token, pttl, fence}`.
@@ -88,9 +80,7 @@ return {token, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 /// holder's TTL left, or the head waiter's deadline), at least 1.
 ///
 /// As in `ACQUIRE_FENCED`, the fence counter is checked before anything is written.
-pub(crate) static ACQUIRE_FAIR: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const ACQUIRE_FAIR_LUA: &str = r"
 local me = ARGV[3]
 local head = redis.call('LINDEX', KEYS[3], 0)
 local now = nil
@@ -154,16 +144,13 @@ if left < 0 then
 end
 if left < 1 then left = 1 end
 return {0, left, 0}
-",
-    )
-});
+";
+pub(crate) static ACQUIRE_FAIR: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_FAIR_LUA));
 
 /// Fair release: delete the lock only if it holds our token, and tell the next process in line.
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel; `ARGV[1]` token.
 /// Returns 1 if deleted, 0 otherwise.
-pub(crate) static RELEASE_FAIR: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const RELEASE_FAIR_LUA: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   local next = redis.call('LINDEX', KEYS[2], 0)
@@ -173,9 +160,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return 1
 end
 return 0
-",
-    )
-});
+";
+pub(crate) static RELEASE_FAIR: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_FAIR_LUA));
 
 /// Leave a key's waiter queue (the process stopped waiting without the lock); if it was first in
 /// line and the lock is free, tell the next one.
@@ -195,3 +181,68 @@ return 0
 ",
     )
 });
+
+/// A script that also writes the key's lock history (leasehold's lock trace) in the same atomic
+/// step: `body` runs unchanged (its `KEYS` and `ARGV` keep their indexes), then, unless it
+/// answered an error, `ok` (a Lua expression on `result`) chooses the entry to push.
+///
+/// Trailing arguments: the last `KEYS` is the history list (`<prefix>trace:<lock key>`); the last
+/// four `ARGV` are the entry if `ok`, the entry otherwise (empty: write nothing), the number of
+/// entries kept, and the list's TTL in ms. `LPUSH` + `LTRIM` + `PEXPIRE`: newest first, bounded,
+/// expiring after its last write.
+fn traced(body: &str, ok: &str) -> Script {
+    Script::new(&format!(
+        r"
+local function body()
+{body}
+end
+local result = body()
+if type(result) == 'table' and result.err then
+  return result
+end
+local n = #ARGV
+local entry = ARGV[n - 3]
+if not ({ok}) then
+  entry = ARGV[n - 2]
+end
+if entry ~= '' then
+  local trace = KEYS[#KEYS]
+  redis.call('LPUSH', trace, entry)
+  redis.call('LTRIM', trace, 0, tonumber(ARGV[n - 1]) - 1)
+  redis.call('PEXPIRE', trace, ARGV[n])
+end
+return result
+"
+    ))
+}
+
+/// Plain acquire (no fencing, no queue): `SET NX PX`, as a script so the trace can join it.
+/// `KEYS[1]` lock key; `ARGV[1]` token, `ARGV[2]` TTL ms. Returns 1 if taken, 0 otherwise.
+const ACQUIRE_PLAIN_LUA: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+return 0
+";
+
+/// [`ACQUIRE_PLAIN_LUA`] with the lock trace.
+pub(crate) static ACQUIRE_PLAIN_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(ACQUIRE_PLAIN_LUA, "result == 1"));
+/// [`ACQUIRE_FENCED`] with the lock trace.
+pub(crate) static ACQUIRE_FENCED_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(ACQUIRE_FENCED_LUA, "result"));
+/// [`ACQUIRE_FAIR`] with the lock trace.
+pub(crate) static ACQUIRE_FAIR_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(ACQUIRE_FAIR_LUA, "result[1] == 1"));
+/// [`RELEASE`] with the lock trace.
+pub(crate) static RELEASE_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(RELEASE_LUA, "result == 1"));
+/// [`RELEASE_FAIR`] with the lock trace.
+pub(crate) static RELEASE_FAIR_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(RELEASE_FAIR_LUA, "result == 1"));
+/// [`EXTEND`] with the lock trace.
+pub(crate) static EXTEND_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(EXTEND_LUA, "result == 1"));
+/// Appends one entry on its own (what happens without a store operation, such as a release the
+/// unlock window skipped): the traced wrapper around a body that does nothing.
+pub(crate) static APPEND_TRACE: LazyLock<Script> = LazyLock::new(|| traced("return 1", "true"));

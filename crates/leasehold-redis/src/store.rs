@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{
-    acquire_detached, validate_ttl, Acquire, Capabilities, Error, Lease, LockInfo, LockKey,
-    LockStore, OwnerToken, ReleaseWatch, Result,
+    acquire_detached, validate_ttl, Acquire, Capabilities, Error, HistoryEntry, HistoryEvent,
+    Lease, LockInfo, LockKey, LockStore, OwnerToken, ReleaseWatch, Result, TraceConfig,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
@@ -14,7 +14,9 @@ use tokio::time::Instant;
 use crate::config::RedisConfig;
 use crate::error::{map, Op};
 use crate::scripts::{
-    ACQUIRE_FAIR, ACQUIRE_FENCED, EXTEND, INSPECT, LEAVE_QUEUE, RELEASE, RELEASE_FAIR,
+    ACQUIRE_FAIR, ACQUIRE_FAIR_TRACED, ACQUIRE_FENCED, ACQUIRE_FENCED_TRACED, ACQUIRE_PLAIN_TRACED,
+    APPEND_TRACE, EXTEND, EXTEND_TRACED, INSPECT, LEAVE_QUEUE, RELEASE, RELEASE_FAIR,
+    RELEASE_FAIR_TRACED, RELEASE_TRACED,
 };
 use crate::waiting::Waiting;
 
@@ -99,6 +101,29 @@ impl RedisStore {
         format!("{}fence:{}", self.inner.config.prefix, key.as_str())
     }
 
+    /// The Redis key of a lock's history (the lock trace): `<prefix>trace:<lock key>`, a list,
+    /// newest entry first.
+    pub fn trace_key(&self, key: &LockKey) -> String {
+        format!("{}trace:{}", self.inner.config.prefix, key.as_str())
+    }
+
+    /// Appends the lock-trace key and arguments a traced script expects (see `scripts::traced`).
+    fn trace_args(
+        &self,
+        invocation: &mut redis::ScriptInvocation<'_>,
+        key: &LockKey,
+        trace: &TraceConfig,
+        ok: Option<HistoryEntry>,
+        otherwise: Option<HistoryEntry>,
+    ) {
+        invocation
+            .key(self.trace_key(key))
+            .arg(ok.map(|e| e.encode()).unwrap_or_default())
+            .arg(otherwise.map(|e| e.encode()).unwrap_or_default())
+            .arg(trace.max_entries())
+            .arg(trace.ttl().as_millis() as u64);
+    }
+
     /// The Redis key of a lock's waiter queue: `<prefix>queue:<lock key>` (a list of waiter ids).
     pub fn queue_key(&self, key: &LockKey) -> String {
         format!("{}queue:{}", self.inner.config.prefix, key.as_str())
@@ -135,7 +160,32 @@ impl RedisStore {
         let lock_key = self.lock_key(&req.key);
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let fence: Option<Option<u64>> = if self.inner.config.fencing {
+        let fence: Option<Option<u64>> = if let Some(trace) = &req.trace {
+            // The same round trip as without the trace, as a script that also writes it.
+            let fencing = self.inner.config.fencing;
+            let script = if fencing {
+                &*ACQUIRE_FENCED_TRACED
+            } else {
+                &*ACQUIRE_PLAIN_TRACED
+            };
+            let mut invocation = script.prepare_invoke();
+            invocation.key(&lock_key);
+            if fencing {
+                invocation.key(self.fence_key(&req.key));
+            }
+            invocation.arg(req.token.as_str()).arg(ttl_ms);
+            let (ok, refused) = acquire_entries(req);
+            self.trace_args(&mut invocation, &req.key, trace, Some(ok), Some(refused));
+            let value: Option<u64> = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| self.err(Op::Acquire, &req.key, e))?;
+            match value {
+                Some(fence) if fencing => Some(Some(fence)),
+                Some(1) => Some(None),
+                _ => None,
+            }
+        } else if self.inner.config.fencing {
             let fence: Option<u64> = ACQUIRE_FENCED
                 .key(&lock_key)
                 .key(self.fence_key(&req.key))
@@ -161,7 +211,8 @@ impl RedisStore {
             Some(fencing_token) => {
                 Ok(
                     Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                        .with_fencing_token(fencing_token),
+                        .with_fencing_token(fencing_token)
+                        .with_trace(req.trace),
                 )
             }
             None => Err(Error::unavailable(&req.key)),
@@ -180,7 +231,13 @@ impl RedisStore {
         let requeue = !waiter.is_empty() && self.inner.waiting.others_wait(&lock_key);
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = ACQUIRE_FAIR
+        let script = if req.trace.is_some() {
+            &*ACQUIRE_FAIR_TRACED
+        } else {
+            &*ACQUIRE_FAIR
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation
             .key(&lock_key)
             .key(self.fence_key(&req.key))
             .key(self.queue_key(&req.key))
@@ -190,7 +247,12 @@ impl RedisStore {
             .arg(waiter)
             .arg(self.inner.config.waiter_timeout.as_millis() as u64)
             .arg(if self.inner.config.fencing { "1" } else { "0" })
-            .arg(if requeue { "1" } else { "0" })
+            .arg(if requeue { "1" } else { "0" });
+        if let Some(trace) = &req.trace {
+            let (ok, refused) = acquire_entries(req);
+            self.trace_args(&mut invocation, &req.key, trace, Some(ok), Some(refused));
+        }
+        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.err(Op::Acquire, &req.key, e))?;
@@ -203,7 +265,8 @@ impl RedisStore {
             return Ok(
                 Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
                     .with_fencing_token(value)
-                    .with_contended(others.unwrap_or(0) > 0),
+                    .with_contended(others.unwrap_or(0) > 0)
+                    .with_trace(req.trace),
             );
         }
         let left = Duration::from_millis(value.unwrap_or(1));
@@ -213,22 +276,37 @@ impl RedisStore {
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
         let mut conn = self.conn();
         let lock_key = self.lock_key(lease.key());
-        let deleted: i64 = if self.inner.config.fair {
-            RELEASE_FAIR
-                .key(&lock_key)
+        let fair = self.inner.config.fair;
+        let script = match (fair, lease.trace().is_some()) {
+            (true, false) => &*RELEASE_FAIR,
+            (true, true) => &*RELEASE_FAIR_TRACED,
+            (false, false) => &*RELEASE,
+            (false, true) => &*RELEASE_TRACED,
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation.key(&lock_key);
+        if fair {
+            invocation
                 .key(self.queue_key(lease.key()))
-                .key(self.inner.waiting.channel(&lock_key))
-                .arg(lease.token().as_str())
-                .invoke_async(&mut conn)
-                .await
-        } else {
-            RELEASE
-                .key(&lock_key)
-                .arg(lease.token().as_str())
-                .invoke_async(&mut conn)
-                .await
+                .key(self.inner.waiting.channel(&lock_key));
         }
-        .map_err(|e| self.err(Op::Release, lease.key(), e))?;
+        invocation.arg(lease.token().as_str());
+        if let Some(trace) = lease.trace() {
+            let entry = |event| HistoryEntry::new(event, lease.token(), "");
+            let released = entry(HistoryEvent::Released);
+            let not_held = entry(HistoryEvent::NotHeld);
+            self.trace_args(
+                &mut invocation,
+                lease.key(),
+                trace,
+                Some(released),
+                Some(not_held),
+            );
+        }
+        let deleted: i64 = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err(Op::Release, lease.key(), e))?;
         Ok(deleted == 1)
     }
 
@@ -352,6 +430,37 @@ impl LockStore for RedisStore {
             .with_fencing(self.inner.config.fencing)
             .with_listing(true)
             .with_notifications(self.inner.config.fair)
+            .with_history(true)
+    }
+
+    /// One round trip: `LRANGE` of the key's history list, newest first.
+    async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
+        let mut conn = self.conn();
+        let stored: Vec<String> = redis::cmd("LRANGE")
+            .arg(self.trace_key(key))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err(Op::Inspect, key, e))?;
+        stored.iter().map(|s| HistoryEntry::decode(s)).collect()
+    }
+
+    /// One round trip: the traced script around a body that does nothing.
+    async fn append_history(
+        &self,
+        key: &LockKey,
+        trace: &TraceConfig,
+        entry: &HistoryEntry,
+    ) -> Result<()> {
+        let mut conn = self.conn();
+        let mut invocation = APPEND_TRACE.prepare_invoke();
+        self.trace_args(&mut invocation, key, trace, Some(entry.clone()), None);
+        let _: i64 = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err(Op::Inspect, key, e))?;
+        Ok(())
     }
 
     /// With fair waiting (the default): subscribes this process to the key's release
@@ -390,10 +499,26 @@ impl LockStore for RedisStore {
         validate_ttl(ttl)?;
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let extended: i64 = EXTEND
+        let script = if lease.trace().is_some() {
+            &*EXTEND_TRACED
+        } else {
+            &*EXTEND
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation
             .key(self.lock_key(lease.key()))
             .arg(lease.token().as_str())
-            .arg(ttl_millis(ttl))
+            .arg(ttl_millis(ttl));
+        if let Some(trace) = lease.trace() {
+            // A renewal is not news; finding the lock gone is.
+            let lost = HistoryEntry::new(
+                HistoryEvent::Lost,
+                lease.token(),
+                "expired or taken by another owner before it could be extended",
+            );
+            self.trace_args(&mut invocation, lease.key(), trace, None, Some(lost));
+        }
+        let extended: i64 = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.err(Op::Extend, lease.key(), e))?;
@@ -525,4 +650,23 @@ mod tests {
         );
         assert_eq!(ttl_millis(Duration::from_nanos(1_500_000_001)), 1501);
     }
+}
+
+/// The history entries of an acquisition: taken, or refused (a try-lock) / waited (an attempt of
+/// a blocking acquisition).
+fn acquire_entries(req: &Acquire) -> (HistoryEntry, HistoryEntry) {
+    let ok = HistoryEntry::new(
+        HistoryEvent::Acquired,
+        &req.token,
+        format!("ttl {}ms", ttl_millis(req.ttl)),
+    );
+    let failed = if req.deadline.is_some() {
+        HistoryEvent::Waited
+    } else {
+        HistoryEvent::Refused
+    };
+    (
+        ok,
+        HistoryEntry::new(failed, &req.token, "held by another owner"),
+    )
 }
