@@ -629,6 +629,25 @@ impl fmt::Debug for RedisStore {
     }
 }
 
+/// The history entries of an acquisition: taken, or refused (a try-lock) / waited (an attempt of
+/// a blocking acquisition).
+fn acquire_entries(req: &Acquire) -> (HistoryEntry, HistoryEntry) {
+    let ok = HistoryEntry::new(
+        HistoryEvent::Acquired,
+        &req.token,
+        format!("ttl {}ms", ttl_millis(req.ttl)),
+    );
+    let failed = if req.deadline.is_some() {
+        HistoryEvent::Waited
+    } else {
+        HistoryEvent::Refused
+    };
+    (
+        ok,
+        HistoryEntry::new(failed, &req.token, "held by another owner"),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -650,23 +669,4 @@ mod tests {
         );
         assert_eq!(ttl_millis(Duration::from_nanos(1_500_000_001)), 1501);
     }
-}
-
-/// The history entries of an acquisition: taken, or refused (a try-lock) / waited (an attempt of
-/// a blocking acquisition).
-fn acquire_entries(req: &Acquire) -> (HistoryEntry, HistoryEntry) {
-    let ok = HistoryEntry::new(
-        HistoryEvent::Acquired,
-        &req.token,
-        format!("ttl {}ms", ttl_millis(req.ttl)),
-    );
-    let failed = if req.deadline.is_some() {
-        HistoryEvent::Waited
-    } else {
-        HistoryEvent::Refused
-    };
-    (
-        ok,
-        HistoryEntry::new(failed, &req.token, "held by another owner"),
-    )
 }

@@ -34,7 +34,7 @@ pub enum ScenarioError {
         message: String,
         /// The parser's error.
         #[source]
-        source: Option<toml::de::Error>,
+        source: Option<Box<toml::de::Error>>,
     },
     /// A scenario's setting is invalid (a bad duration, a TTL out of range, a duplicate name...).
     #[error("{origin}{}: scenario `{scenario}`, field `{field}`: {message}",

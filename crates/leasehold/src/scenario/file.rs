@@ -101,7 +101,7 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, Scenar
             column,
             field,
             message,
-            source: Some(error),
+            source: Some(Box::new(error)),
         }
     })?;
     let mut registry = ScenarioRegistry::new().strict(raw.strict);
