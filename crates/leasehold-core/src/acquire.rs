@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{LockKey, OwnerToken};
+use crate::{LockKey, OwnerToken, TraceConfig};
 
 /// Who is asking for a lock, for reentrancy: the same holder taking a key it already holds counts
 /// up instead of deadlocking.
@@ -87,6 +87,10 @@ pub struct Acquire {
     /// held by readers also marks a writer as waiting, which keeps new readers out until it is
     /// served or its marker expires.
     pub mode: crate::LockMode,
+    /// `Some`: record this acquisition (and, through the lease, its release and renewals) in the
+    /// key's lock history in the store (see [`TraceConfig`]). Stores without
+    /// [`Capabilities::history`](crate::Capabilities::history) ignore it.
+    pub trace: Option<TraceConfig>,
 }
 
 impl Acquire {
@@ -99,6 +103,7 @@ impl Acquire {
             holder: None,
             deadline: None,
             mode: crate::LockMode::Exclusive,
+            trace: None,
         }
     }
 
@@ -111,6 +116,12 @@ impl Acquire {
     /// Sets the holder identity.
     pub fn with_holder(mut self, holder: Option<HolderId>) -> Self {
         self.holder = holder;
+        self
+    }
+
+    /// Sets the lock-history setting (`None`: not traced).
+    pub fn with_trace(mut self, trace: Option<TraceConfig>) -> Self {
+        self.trace = trace;
         self
     }
 

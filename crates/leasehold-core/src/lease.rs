@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::{LockKey, LockMode, OwnerToken};
+use crate::{LockKey, LockMode, OwnerToken, TraceConfig};
 
 /// A held lock: key, owner token, when it was taken, for how long, and its fencing token.
 ///
@@ -37,6 +37,8 @@ pub struct Lease {
     /// Other processes were in the store's waiter line when this lease was granted.
     contended: bool,
     mode: LockMode,
+    /// The lock-history setting of the acquisition, carried to its release and renewals.
+    trace: Option<TraceConfig>,
 }
 
 impl Lease {
@@ -50,7 +52,20 @@ impl Lease {
             fencing_token: None,
             contended: false,
             mode: LockMode::Exclusive,
+            trace: None,
         }
+    }
+
+    /// Sets the lock-history setting stores apply to this lease's release and renewals (stores
+    /// copy it from [`Acquire::trace`](crate::Acquire::trace)).
+    pub fn with_trace(mut self, trace: Option<TraceConfig>) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// The lock-history setting, if this lease is traced.
+    pub fn trace(&self) -> Option<&TraceConfig> {
+        self.trace.as_ref()
     }
 
     /// Sets the mode this lease was taken in (stores copy it from the request).

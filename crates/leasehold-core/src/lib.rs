@@ -15,6 +15,7 @@
 //!   layers.
 //! - [`Error`] and [`ErrorKind`]: one error type for every store and layer.
 //! - [`LockEvent`] and [`Observer`]: the one hook through which layers report what they did.
+//! - [`TraceConfig`] and [`HistoryEntry`]: the opt-in per-key lock history kept in the store.
 //!
 //! Users normally depend on the `leasehold` facade crate, which re-exports all of this.
 #![forbid(unsafe_code)]
@@ -24,6 +25,7 @@ mod detached;
 mod dyn_store;
 mod error;
 mod event;
+mod history;
 mod key;
 mod layer;
 mod layered;
@@ -40,6 +42,7 @@ pub use detached::acquire_detached;
 pub use dyn_store::BoxStore;
 pub use error::{Error, ErrorKind, Result};
 pub use event::{LockEvent, Observer, Observers, SkipReason};
+pub use history::{HistoryEntry, HistoryEvent, TraceConfig};
 pub use key::{LockKey, LockLevel, MAX_KEY_LEN, MAX_PART_LEN};
 pub use layer::{option_layer, Either, Identity, Layer, Stack};
 pub use layered::LayeredStore;

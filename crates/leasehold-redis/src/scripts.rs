@@ -73,8 +73,13 @@ local function writer_on_shared(key, wait_ms)
 end
 ";
 
-fn with_prelude(body: &str) -> Script {
-    Script::new(&format!("{PRELUDE}{body}"))
+/// A script's full text: its body, after the shared functions when it uses them.
+fn script_text(body: &str, prelude: bool) -> String {
+    if prelude {
+        format!("{PRELUDE}{body}")
+    } else {
+        body.to_owned()
+    }
 }
 
 /// Exclusive acquire (first-come mode): set the lock only if absent, with a TTL in
@@ -87,9 +92,7 @@ fn with_prelude(body: &str) -> Script {
 /// Redis does not roll back a script that fails halfway, so the counter is checked before the
 /// lock is set: a fence key that is not an integer (written by someone else) is an error with
 /// nothing applied, never a lock taken without a token.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    with_prelude(
-        r"
+const ACQUIRE_LUA: &str = r"
 if ARGV[3] == '1' then
   local fence = redis.call('GET', KEYS[2])
   if fence and not string.match(fence, '^%d+$') then
@@ -105,42 +108,36 @@ if ARGV[3] == '1' then
   return {1, redis.call('INCR', KEYS[2])}
 end
 return {1, false}
-",
-    )
-});
+";
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(ACQUIRE_LUA, true)));
 
 /// Release: delete the lock only if it still holds our token.
 /// `KEYS[1]` lock key; `ARGV[1]` token. Returns 1 if deleted, 0 otherwise.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const RELEASE_LUA: &str = r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
-",
-    )
-});
+";
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(RELEASE_LUA, false)));
 
 /// Extend: reset the TTL only if the lock still holds our token.
 /// `KEYS[1]` lock key; `ARGV[1]` token, `ARGV[2]` TTL ms. Returns 1 if extended, 0 otherwise.
-pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const EXTEND_LUA: &str = r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
-",
-    )
-});
+";
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(EXTEND_LUA, false)));
 
 /// Inspect, read-only and atomic. `KEYS[1]` lock key, `KEYS[2]` fence key.
 /// Returns nil if free; `{'x', token, pttl, fence}` for an exclusive hold; for a shared record
 /// `{'s', mode, marker ms, token1, ms1, token2, ms2, ...}` (live holders only).
-pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
-    with_prelude(
-        r"
+const INSPECT_LUA: &str = r"
 local t = redis.call('TYPE', KEYS[1]).ok
 if t == 'string' then
   return {'x', redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
@@ -164,9 +161,9 @@ for i = 1, #fields, 2 do
   end
 end
 return out
-",
-    )
-});
+";
+pub(crate) static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(INSPECT_LUA, true)));
 
 /// Fair acquire: the lock goes to the first process in the key's waiter queue.
 ///
@@ -187,9 +184,7 @@ return out
 /// holder's TTL left, or the head waiter's deadline), at least 1.
 ///
 /// As in `ACQUIRE_FENCED`, the fence counter is checked before anything is written.
-pub(crate) static ACQUIRE_FAIR: LazyLock<Script> = LazyLock::new(|| {
-    with_prelude(
-        r"
+const ACQUIRE_FAIR_LUA: &str = r"
 local me = ARGV[3]
 local head = redis.call('LINDEX', KEYS[3], 0)
 local now = nil
@@ -261,16 +256,14 @@ if left < 0 then
 end
 if left < 1 then left = 1 end
 return {0, left, 0}
-",
-    )
-});
+";
+pub(crate) static ACQUIRE_FAIR: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(ACQUIRE_FAIR_LUA, true)));
 
 /// Fair release: delete the lock only if it holds our token, and tell the next process in line.
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel; `ARGV[1]` token.
 /// Returns 1 if deleted, 0 otherwise.
-pub(crate) static RELEASE_FAIR: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const RELEASE_FAIR_LUA: &str = r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   local next = redis.call('LINDEX', KEYS[2], 0)
@@ -280,16 +273,14 @@ if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return 1
 end
 return 0
-",
-    )
-});
+";
+pub(crate) static RELEASE_FAIR: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(RELEASE_FAIR_LUA, false)));
 
 /// Leave a key's waiter queue (the process stopped waiting without the lock); if it was first in
 /// line and the lock is free, tell the next one.
 /// `KEYS[1]` waiter queue, `KEYS[2]` lock, `KEYS[3]` channel; `ARGV[1]` waiter id.
-pub(crate) static LEAVE_QUEUE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const LEAVE_QUEUE_LUA: &str = r"
 local head = redis.call('LINDEX', KEYS[1], 0)
 if redis.call('LREM', KEYS[1], 0, ARGV[1]) > 0 and head == ARGV[1]
     and redis.call('EXISTS', KEYS[2]) == 0 then
@@ -299,9 +290,9 @@ if redis.call('LREM', KEYS[1], 0, ARGV[1]) > 0 and head == ARGV[1]
   end
 end
 return 0
-",
-    )
-});
+";
+pub(crate) static LEAVE_QUEUE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(LEAVE_QUEUE_LUA, false)));
 
 /// Shared acquire: a reader of a read-write lock (`ARGV[4]` = 0) or one permit of a semaphore
 /// (`ARGV[4]` = N), as a `h:<token>` field of the key's hash with its own expiry.
@@ -319,9 +310,7 @@ return 0
 /// Returns `{1, 0}` when granted, `{0, ms}` when refused (`ms`: until room can appear without a
 /// release, at least 1), or the error reply `MODECONFLICT <mode>` when the key is held as another
 /// kind of lock.
-pub(crate) static ACQUIRE_SHARED: LazyLock<Script> = LazyLock::new(|| {
-    with_prelude(
-        r"
+const ACQUIRE_SHARED_LUA: &str = r"
 local me = ARGV[5]
 local fair = ARGV[8] == '1'
 local permits = tonumber(ARGV[4])
@@ -402,17 +391,15 @@ if fair and (permits == 0 or live < permits) then
   end
 end
 return {1, 0}
-",
-    )
-});
+";
+pub(crate) static ACQUIRE_SHARED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(ACQUIRE_SHARED_LUA, true)));
 
 /// Shared release: remove our holder field if it is live; the record goes with its last entry
 /// (a waiting writer's marker keeps it until the writer comes). Tells the next process in line.
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel; `ARGV[1]` token.
 /// Returns 1 if our hold was live and is gone, 0 otherwise.
-pub(crate) static RELEASE_SHARED: LazyLock<Script> = LazyLock::new(|| {
-    with_prelude(
-        r"
+const RELEASE_SHARED_LUA: &str = r"
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
   return 0
 end
@@ -437,15 +424,13 @@ if next then
   redis.call('PUBLISH', KEYS[3], next)
 end
 return 1
-",
-    )
-});
+";
+pub(crate) static RELEASE_SHARED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(RELEASE_SHARED_LUA, true)));
 
 /// Shared extend: move our holder field's expiry if it is live, and the record's TTL with it.
 /// `KEYS[1]` lock; `ARGV[1]` token, `ARGV[2]` TTL ms. Returns 1 if extended, 0 otherwise.
-pub(crate) static EXTEND_SHARED: LazyLock<Script> = LazyLock::new(|| {
-    with_prelude(
-        r"
+const EXTEND_SHARED_LUA: &str = r"
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
   return 0
 end
@@ -458,6 +443,70 @@ redis.call('HSET', KEYS[1], field, now + tonumber(ARGV[2]))
 local mode, live, longest, soonest, marker = sweep(KEYS[1], now)
 redis.call('PEXPIRE', KEYS[1], math.max(longest, marker))
 return 1
-",
-    )
-});
+";
+pub(crate) static EXTEND_SHARED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(EXTEND_SHARED_LUA, true)));
+
+/// A script that also writes the key's lock history (leasehold's lock trace) in the same atomic
+/// step: `body` runs unchanged (its `KEYS` and `ARGV` keep their indexes), then, unless it
+/// answered an error, `ok` (a Lua expression on `result`) chooses the entry to push.
+///
+/// Trailing arguments: the last `KEYS` is the history list (`<prefix>trace:<lock key>`); the last
+/// four `ARGV` are the entry if `ok`, the entry otherwise (empty: write nothing), the number of
+/// entries kept, and the list's TTL in ms. `LPUSH` + `LTRIM` + `PEXPIRE`: newest first, bounded,
+/// expiring after its last write.
+fn traced(body: &str, prelude: bool, ok: &str) -> Script {
+    let body = script_text(body, prelude);
+    Script::new(&format!(
+        r"
+local function body()
+{body}
+end
+local result = body()
+if type(result) == 'table' and result.err then
+  return result
+end
+local n = #ARGV
+local entry = ARGV[n - 3]
+if not ({ok}) then
+  entry = ARGV[n - 2]
+end
+if entry ~= '' then
+  local trace = KEYS[#KEYS]
+  redis.call('LPUSH', trace, entry)
+  redis.call('LTRIM', trace, 0, tonumber(ARGV[n - 1]) - 1)
+  redis.call('PEXPIRE', trace, ARGV[n])
+end
+return result
+"
+    ))
+}
+
+/// [`ACQUIRE`] with the lock trace.
+pub(crate) static ACQUIRE_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(ACQUIRE_LUA, true, "result[1] == 1"));
+/// [`ACQUIRE_FAIR`] with the lock trace.
+pub(crate) static ACQUIRE_FAIR_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(ACQUIRE_FAIR_LUA, true, "result[1] == 1"));
+/// [`ACQUIRE_SHARED`] with the lock trace.
+pub(crate) static ACQUIRE_SHARED_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(ACQUIRE_SHARED_LUA, true, "result[1] == 1"));
+/// [`RELEASE`] with the lock trace.
+pub(crate) static RELEASE_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(RELEASE_LUA, false, "result == 1"));
+/// [`RELEASE_FAIR`] with the lock trace.
+pub(crate) static RELEASE_FAIR_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(RELEASE_FAIR_LUA, false, "result == 1"));
+/// [`RELEASE_SHARED`] with the lock trace.
+pub(crate) static RELEASE_SHARED_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(RELEASE_SHARED_LUA, true, "result == 1"));
+/// [`EXTEND`] with the lock trace.
+pub(crate) static EXTEND_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(EXTEND_LUA, false, "result == 1"));
+/// [`EXTEND_SHARED`] with the lock trace.
+pub(crate) static EXTEND_SHARED_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(EXTEND_SHARED_LUA, true, "result == 1"));
+/// Appends one entry on its own (what happens without a store operation, such as a release the
+/// unlock window skipped): the traced wrapper around a body that does nothing.
+pub(crate) static APPEND_TRACE: LazyLock<Script> =
+    LazyLock::new(|| traced("return 1", false, "true"));

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{
-    acquire_detached, validate_ttl, Acquire, Capabilities, Error, HolderInfo, Lease, LockInfo,
-    LockKey, LockMode, LockStore, OwnerToken, ReleaseWatch, Result,
+    acquire_detached, validate_ttl, Acquire, Capabilities, Error, HistoryEntry, HistoryEvent,
+    HolderInfo, Lease, LockInfo, LockKey, LockMode, LockStore, OwnerToken, ReleaseWatch, Result,
+    TraceConfig,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
@@ -14,8 +15,10 @@ use tokio::time::Instant;
 use crate::config::RedisConfig;
 use crate::error::{map, Op};
 use crate::scripts::{
-    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_SHARED, EXTEND, EXTEND_SHARED, INSPECT, LEAVE_QUEUE, RELEASE,
-    RELEASE_FAIR, RELEASE_SHARED,
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_TRACED, ACQUIRE_SHARED, ACQUIRE_SHARED_TRACED,
+    ACQUIRE_TRACED, APPEND_TRACE, EXTEND, EXTEND_SHARED, EXTEND_SHARED_TRACED, EXTEND_TRACED,
+    INSPECT, LEAVE_QUEUE, RELEASE, RELEASE_FAIR, RELEASE_FAIR_TRACED, RELEASE_SHARED,
+    RELEASE_SHARED_TRACED, RELEASE_TRACED,
 };
 use crate::waiting::Waiting;
 
@@ -100,6 +103,29 @@ impl RedisStore {
         format!("{}fence:{}", self.inner.config.prefix, key.as_str())
     }
 
+    /// The Redis key of a lock's history (the lock trace): `<prefix>trace:<lock key>`, a list,
+    /// newest entry first.
+    pub fn trace_key(&self, key: &LockKey) -> String {
+        format!("{}trace:{}", self.inner.config.prefix, key.as_str())
+    }
+
+    /// Appends the lock-trace key and arguments a traced script expects (see `scripts::traced`).
+    fn trace_args(
+        &self,
+        invocation: &mut redis::ScriptInvocation<'_>,
+        key: &LockKey,
+        trace: &TraceConfig,
+        ok: Option<HistoryEntry>,
+        otherwise: Option<HistoryEntry>,
+    ) {
+        invocation
+            .key(self.trace_key(key))
+            .arg(ok.map(|e| e.encode()).unwrap_or_default())
+            .arg(otherwise.map(|e| e.encode()).unwrap_or_default())
+            .arg(trace.max_entries())
+            .arg(trace.ttl().as_millis() as u64);
+    }
+
     /// The Redis key of a lock's waiter queue: `<prefix>queue:<lock key>` (a list of waiter ids).
     pub fn queue_key(&self, key: &LockKey) -> String {
         format!("{}queue:{}", self.inner.config.prefix, key.as_str())
@@ -137,20 +163,29 @@ impl RedisStore {
         }
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let (acquired, value): (i64, Option<u64>) = ACQUIRE
+        let script = if req.trace.is_some() {
+            &*ACQUIRE_TRACED
+        } else {
+            &*ACQUIRE
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation
             .key(self.lock_key(&req.key))
             .key(self.fence_key(&req.key))
             .arg(req.token.as_str())
             .arg(ttl_millis(req.ttl))
             .arg(if self.inner.config.fencing { "1" } else { "0" })
-            .arg(writer_wait_millis(req, sent_at))
+            .arg(writer_wait_millis(req, sent_at));
+        self.trace_acquire(&mut invocation, req);
+        let (acquired, value): (i64, Option<u64>) = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
         if acquired == 1 {
             return Ok(
                 Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                    .with_fencing_token(value),
+                    .with_fencing_token(value)
+                    .with_trace(req.trace),
             );
         }
         let left = Duration::from_millis(value.unwrap_or(1));
@@ -169,7 +204,13 @@ impl RedisStore {
         let requeue = !waiter.is_empty() && self.inner.waiting.others_wait(&lock_key);
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let (acquired, left): (i64, u64) = ACQUIRE_SHARED
+        let script = if req.trace.is_some() {
+            &*ACQUIRE_SHARED_TRACED
+        } else {
+            &*ACQUIRE_SHARED
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation
             .key(&lock_key)
             .key(self.queue_key(&req.key))
             .key(self.queue_deadline_key(&req.key))
@@ -181,7 +222,9 @@ impl RedisStore {
             .arg(waiter)
             .arg(self.inner.config.waiter_timeout.as_millis() as u64)
             .arg(if requeue { "1" } else { "0" })
-            .arg(if fair { "1" } else { "0" })
+            .arg(if fair { "1" } else { "0" });
+        self.trace_acquire(&mut invocation, req);
+        let (acquired, left): (i64, u64) = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
@@ -193,7 +236,8 @@ impl RedisStore {
         if acquired == 1 {
             return Ok(
                 Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                    .with_mode(req.mode),
+                    .with_mode(req.mode)
+                    .with_trace(req.trace),
             );
         }
         Err(Error::unavailable(&req.key).with_retry_after(Duration::from_millis(left.max(1))))
@@ -222,7 +266,13 @@ impl RedisStore {
         let requeue = !waiter.is_empty() && self.inner.waiting.others_wait(&lock_key);
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = ACQUIRE_FAIR
+        let script = if req.trace.is_some() {
+            &*ACQUIRE_FAIR_TRACED
+        } else {
+            &*ACQUIRE_FAIR
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation
             .key(&lock_key)
             .key(self.fence_key(&req.key))
             .key(self.queue_key(&req.key))
@@ -233,7 +283,9 @@ impl RedisStore {
             .arg(self.inner.config.waiter_timeout.as_millis() as u64)
             .arg(if self.inner.config.fencing { "1" } else { "0" })
             .arg(if requeue { "1" } else { "0" })
-            .arg(writer_wait_millis(req, sent_at))
+            .arg(writer_wait_millis(req, sent_at));
+        self.trace_acquire(&mut invocation, req);
+        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
@@ -246,7 +298,8 @@ impl RedisStore {
             return Ok(
                 Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
                     .with_fencing_token(value)
-                    .with_contended(others.unwrap_or(0) > 0),
+                    .with_contended(others.unwrap_or(0) > 0)
+                    .with_trace(req.trace),
             );
         }
         let left = Duration::from_millis(value.unwrap_or(1));
@@ -256,31 +309,50 @@ impl RedisStore {
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
         let mut conn = self.conn();
         let lock_key = self.lock_key(lease.key());
-        let deleted: i64 = if lease.mode().is_shared_record() {
-            RELEASE_SHARED
-                .key(&lock_key)
+        let traced = lease.trace().is_some();
+        let shared = lease.mode().is_shared_record();
+        let fair = self.inner.config.fair;
+        let script = match (shared, fair, traced) {
+            (true, _, false) => &*RELEASE_SHARED,
+            (true, _, true) => &*RELEASE_SHARED_TRACED,
+            (false, true, false) => &*RELEASE_FAIR,
+            (false, true, true) => &*RELEASE_FAIR_TRACED,
+            (false, false, false) => &*RELEASE,
+            (false, false, true) => &*RELEASE_TRACED,
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation.key(&lock_key);
+        if shared || fair {
+            invocation
                 .key(self.queue_key(lease.key()))
-                .key(self.inner.waiting.channel(&lock_key))
-                .arg(lease.token().as_str())
-                .invoke_async(&mut conn)
-                .await
-        } else if self.inner.config.fair {
-            RELEASE_FAIR
-                .key(&lock_key)
-                .key(self.queue_key(lease.key()))
-                .key(self.inner.waiting.channel(&lock_key))
-                .arg(lease.token().as_str())
-                .invoke_async(&mut conn)
-                .await
-        } else {
-            RELEASE
-                .key(&lock_key)
-                .arg(lease.token().as_str())
-                .invoke_async(&mut conn)
-                .await
+                .key(self.inner.waiting.channel(&lock_key));
         }
-        .map_err(|e| self.err(Op::Release, lease.key(), e))?;
+        invocation.arg(lease.token().as_str());
+        if let Some(trace) = lease.trace() {
+            let entry = |event| HistoryEntry::new(event, lease.token(), "");
+            let (released, not_held) =
+                (entry(HistoryEvent::Released), entry(HistoryEvent::NotHeld));
+            self.trace_args(
+                &mut invocation,
+                lease.key(),
+                trace,
+                Some(released),
+                Some(not_held),
+            );
+        }
+        let deleted: i64 = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err(Op::Release, lease.key(), e))?;
         Ok(deleted == 1)
+    }
+
+    /// Adds the lock trace's arguments to an acquire script's invocation, if `req` is traced.
+    fn trace_acquire(&self, invocation: &mut redis::ScriptInvocation<'_>, req: &Acquire) {
+        if let Some(trace) = &req.trace {
+            let (ok, refused) = acquire_entries(req);
+            self.trace_args(invocation, &req.key, trace, Some(ok), Some(refused));
+        }
     }
 
     /// Gives up this process's place in `key`'s queue, in the background.
@@ -404,6 +476,37 @@ impl LockStore for RedisStore {
             .with_listing(true)
             .with_notifications(self.inner.config.fair)
             .with_shared_modes(true)
+            .with_history(true)
+    }
+
+    /// One round trip: `LRANGE` of the key's history list, newest first.
+    async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
+        let mut conn = self.conn();
+        let stored: Vec<String> = redis::cmd("LRANGE")
+            .arg(self.trace_key(key))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err(Op::Inspect, key, e))?;
+        stored.iter().map(|s| HistoryEntry::decode(s)).collect()
+    }
+
+    /// One round trip: the traced script around a body that does nothing.
+    async fn append_history(
+        &self,
+        key: &LockKey,
+        trace: &TraceConfig,
+        entry: &HistoryEntry,
+    ) -> Result<()> {
+        let mut conn = self.conn();
+        let mut invocation = APPEND_TRACE.prepare_invoke();
+        self.trace_args(&mut invocation, key, trace, Some(entry.clone()), None);
+        let _: i64 = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err(Op::Inspect, key, e))?;
+        Ok(())
     }
 
     /// With fair waiting (the default): subscribes this process to the key's release
@@ -443,15 +546,27 @@ impl LockStore for RedisStore {
         validate_ttl(ttl)?;
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let script = if lease.mode().is_shared_record() {
-            &*EXTEND_SHARED
-        } else {
-            &*EXTEND
+        let script = match (lease.mode().is_shared_record(), lease.trace().is_some()) {
+            (true, false) => &*EXTEND_SHARED,
+            (true, true) => &*EXTEND_SHARED_TRACED,
+            (false, false) => &*EXTEND,
+            (false, true) => &*EXTEND_TRACED,
         };
-        let extended: i64 = script
+        let mut invocation = script.prepare_invoke();
+        invocation
             .key(self.lock_key(lease.key()))
             .arg(lease.token().as_str())
-            .arg(ttl_millis(ttl))
+            .arg(ttl_millis(ttl));
+        if let Some(trace) = lease.trace() {
+            // A renewal is not news; finding the lock gone is.
+            let lost = HistoryEntry::new(
+                HistoryEvent::Lost,
+                lease.token(),
+                "expired or taken by another owner before it could be extended",
+            );
+            self.trace_args(&mut invocation, lease.key(), trace, None, Some(lost));
+        }
+        let extended: i64 = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.err(Op::Extend, lease.key(), e))?;
@@ -514,6 +629,24 @@ impl LockStore for RedisStore {
         locks.dedup_by(|a, b| a.key == b.key);
         Ok(locks)
     }
+}
+
+/// The history entries an acquire writes: acquired, or refused / waited.
+fn acquire_entries(req: &Acquire) -> (HistoryEntry, HistoryEntry) {
+    let ok = HistoryEntry::new(
+        HistoryEvent::Acquired,
+        &req.token,
+        format!("{} ttl {}ms", req.mode, ttl_millis(req.ttl)),
+    );
+    let failed = if req.deadline.is_some() {
+        HistoryEvent::Waited
+    } else {
+        HistoryEvent::Refused
+    };
+    (
+        ok,
+        HistoryEntry::new(failed, &req.token, "held by another owner"),
+    )
 }
 
 /// The `mode` field of a shared record: `shared`, or `semaphore:N`.

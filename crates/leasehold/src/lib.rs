@@ -46,6 +46,7 @@ mod memory;
 mod multi_guard;
 pub mod observe;
 mod renewal;
+pub mod scenario;
 mod sweep;
 mod waiters;
 

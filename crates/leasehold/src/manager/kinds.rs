@@ -226,7 +226,7 @@ impl LockManager {
         let mut held = Vec::with_capacity(plans.len());
         for plan in plans {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            match self.acquire(plan, left).await {
+            match self.execute(plan, left).await {
                 Ok(guard) => held.push(guard),
                 Err(error) => {
                     let taken = held.len();

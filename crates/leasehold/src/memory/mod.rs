@@ -1,5 +1,6 @@
 //! The embedded in-memory store: the default, so leasehold runs with no server at all.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,8 +10,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::core::{
-    instant_after, validate_ttl, Acquire, Capabilities, Error, Lease, LockInfo, LockKey, LockMode,
-    LockStore, ReleaseWatch, Result,
+    instant_after, validate_ttl, Acquire, Capabilities, Error, HistoryEntry, HistoryEvent, Lease,
+    LockInfo, LockKey, LockMode, LockStore, ReleaseWatch, Result, TraceConfig,
 };
 use crate::sweep::Sweeper;
 use crate::KeyMap;
@@ -70,6 +71,15 @@ struct Inner {
     watched: KeyMap<Arc<Notify>>,
     /// Entries in `watched`, so an unwatched release skips the map.
     watched_count: AtomicUsize,
+    /// Lock histories of traced keys: an in-process ring per key, newest first.
+    histories: KeyMap<History>,
+}
+
+/// One key's lock history: bounded, and gone `ttl` after its last write.
+#[derive(Debug)]
+struct History {
+    entries: VecDeque<HistoryEntry>,
+    expires_at: Instant,
 }
 
 impl Default for MemoryStore {
@@ -94,6 +104,7 @@ impl MemoryStore {
                 purger: Sweeper::default(),
                 watched: KeyMap::default(),
                 watched_count: AtomicUsize::new(0),
+                histories: KeyMap::default(),
             }),
         }
     }
@@ -113,7 +124,27 @@ impl Inner {
     fn purge(&self, now: Instant) -> usize {
         let before = self.records.len();
         self.records.retain(|_, record| record.is_live(now));
+        self.histories.retain(|_, history| history.expires_at > now);
         before.saturating_sub(self.records.len())
+    }
+
+    /// Pushes `entry` on `key`'s history (newest first), trims it to the bound and restarts its
+    /// lifetime.
+    fn record(&self, key: &LockKey, trace: &TraceConfig, entry: HistoryEntry) {
+        let now = Instant::now();
+        let mut history = self
+            .histories
+            .entry(key.clone())
+            .or_insert_with(|| History {
+                entries: VecDeque::new(),
+                expires_at: now,
+            });
+        if history.expires_at <= now {
+            history.entries.clear();
+        }
+        history.entries.push_front(entry);
+        history.entries.truncate(trace.max_entries() as usize);
+        history.expires_at = now + trace.ttl();
     }
 
     /// Wakes the managers waiting on `key`.
@@ -137,6 +168,27 @@ impl LockStore for MemoryStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::ALL
+    }
+
+    async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
+        let now = Instant::now();
+        Ok(self
+            .inner
+            .histories
+            .get(key)
+            .filter(|h| h.expires_at > now)
+            .map(|h| h.entries.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn append_history(
+        &self,
+        key: &LockKey,
+        trace: &TraceConfig,
+        entry: &HistoryEntry,
+    ) -> Result<()> {
+        self.inner.record(key, trace, entry.clone());
+        Ok(())
     }
 
     async fn watch(&self, key: &LockKey) -> ReleaseWatch {
@@ -178,24 +230,46 @@ impl LockStore for MemoryStore {
                 0
             }
         };
-        let fence = match self.inner.records.entry(req.key.clone()) {
-            Entry::Occupied(mut held) => match held.get_mut().admit(req, now)? {
-                Admit::Replace => {
+        let admitted = match self.inner.records.entry(req.key.clone()) {
+            Entry::Occupied(mut held) => match held.get_mut().admit(req, now) {
+                Ok(Admit::Replace) => {
                     let fence = fence();
                     held.insert(Record::fresh(req, now, fence));
-                    fence
+                    Ok(fence)
                 }
-                Admit::Joined => 0,
+                Ok(Admit::Joined) => Ok(0),
+                Err(refused) => Err(refused),
             },
             Entry::Vacant(free) => {
                 let fence = fence();
                 free.insert(Record::fresh(req, now, fence));
-                fence
+                Ok(fence)
             }
         };
+        let fence = match admitted {
+            Ok(fence) => fence,
+            Err(refused) => {
+                if let (Some(trace), true) = (&req.trace, refused.is_unavailable()) {
+                    let event = if req.deadline.is_some() {
+                        HistoryEvent::Waited
+                    } else {
+                        HistoryEvent::Refused
+                    };
+                    let entry = HistoryEntry::new(event, &req.token, "held by another owner");
+                    self.inner.record(&req.key, trace, entry);
+                }
+                return Err(refused);
+            }
+        };
+        if let Some(trace) = &req.trace {
+            let detail = format!("{} ttl {:?}", req.mode, req.ttl);
+            let entry = HistoryEntry::new(HistoryEvent::Acquired, &req.token, detail);
+            self.inner.record(&req.key, trace, entry);
+        }
         Ok(Lease::new(req.key.clone(), req.token.clone(), req.ttl, now)
             .with_mode(req.mode)
-            .with_fencing_token(exclusive.then_some(fence)))
+            .with_fencing_token(exclusive.then_some(fence))
+            .with_trace(req.trace))
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -223,6 +297,15 @@ impl LockStore for MemoryStore {
         if released {
             self.inner.notify_release(lease.key());
         }
+        if let Some(trace) = lease.trace() {
+            let event = if released {
+                HistoryEvent::Released
+            } else {
+                HistoryEvent::NotHeld
+            };
+            let entry = HistoryEntry::new(event, lease.token(), "");
+            self.inner.record(lease.key(), trace, entry);
+        }
         Ok(released)
     }
 
@@ -236,6 +319,14 @@ impl LockStore for MemoryStore {
         if extended {
             Ok(lease.renewed(ttl, now))
         } else {
+            if let Some(trace) = lease.trace() {
+                let entry = HistoryEntry::new(
+                    HistoryEvent::Lost,
+                    lease.token(),
+                    "expired or taken by another owner before it could be extended",
+                );
+                self.inner.record(lease.key(), trace, entry);
+            }
             Err(Error::not_held(
                 "the lease expired or was taken by another owner before it could be extended",
             )
