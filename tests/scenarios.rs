@@ -131,6 +131,27 @@ fn bad_files_name_the_file_line_and_field() {
             4,
             "readbak",
         ),
+        // a semaphore without its permit count
+        (
+            "[[scenario]]\nname = \"a\"\nlock = \"semaphore\"\n",
+            "semaphore",
+            3,
+            "permits",
+        ),
+        // permits on a lock that is not a semaphore
+        (
+            "[[scenario]]\nname = \"a\"\nlock = \"read\"\npermits = 3\n",
+            "permits",
+            4,
+            "permits",
+        ),
+        // a permit count out of range
+        (
+            "[[scenario]]\nname = \"a\"\nlock = \"semaphore\"\npermits = 0\n",
+            "zero permits",
+            4,
+            "permits",
+        ),
         // a trace bound out of range
         (
             "[[scenario]]\nname = \"a\"\ntrace_len = 0\n",
@@ -320,4 +341,35 @@ async fn a_scenario_can_turn_layers_off() {
     assert!(!seen.contains(&"fast_failed"), "{seen:?}");
     assert!(seen.contains(&"contended"), "{seen:?}");
     assert_eq!(locks.shutdown().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_scenario_fixes_the_lock_kind() {
+    let registry = ScenarioRegistry::from_toml_str(
+        "[[scenario]]\nname = \"encode\"\nkeys = \"video-*\"\nlock = \"semaphore\"\npermits = 2\nmode = \"try\"\n\n[[scenario]]\nname = \"catalog\"\nkeys = \"catalog-*\"\nlock = \"read\"\n",
+        "kinds.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        registry.get("encode").unwrap().lock_kind(),
+        leasehold::LockMode::semaphore(2).unwrap()
+    );
+    let locks = manager(registry);
+    let a = locks.acquire("video-1").await.unwrap();
+    let b = locks.acquire("video-1").await.unwrap();
+    assert_eq!(a.mode(), leasehold::LockMode::Semaphore { permits: 2 });
+    assert!(
+        locks.acquire("video-1").await.unwrap_err().is_unavailable(),
+        "two permits only"
+    );
+    let r1 = locks.acquire("catalog-1").await.unwrap();
+    assert_eq!(r1.mode(), leasehold::LockMode::Shared);
+    // A call's own kind wins over the scenario's: the write side of the read lock.
+    let other = leasehold::LockOptions::new().holder(leasehold::Holder::new());
+    let err = locks
+        .try_lock_with("catalog-1", other.mode(leasehold::LockMode::Exclusive))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    drop((a, b, r1));
 }

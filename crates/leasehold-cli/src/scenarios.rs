@@ -21,11 +21,12 @@ fn duration(d: Option<Duration>) -> String {
     )
 }
 
-fn row(s: &Scenario) -> [String; 9] {
+fn row(s: &Scenario) -> [String; 10] {
     [
         s.name().to_owned(),
         s.key_pattern().map_or("-".to_owned(), |k| k.to_string()),
         s.acquire_mode().to_string(),
+        s.lock_kind().to_string(),
         duration(s.lock_ttl()),
         duration(s.wait_for_lock()),
         s.renewal()
@@ -48,6 +49,7 @@ pub(crate) fn scenarios(args: ScenariosArgs) -> Result<u8, CliError> {
         "NAME",
         "KEYS",
         "MODE",
+        "LOCK",
         "TTL",
         "WAIT",
         "RENEW",
@@ -56,7 +58,7 @@ pub(crate) fn scenarios(args: ScenariosArgs) -> Result<u8, CliError> {
         "LAYERS",
     ]
     .map(str::to_owned);
-    let rows: Vec<[String; 9]> = std::iter::once(header)
+    let rows: Vec<[String; 10]> = std::iter::once(header)
         .chain(registry.iter().map(row))
         .collect();
     let widths: Vec<usize> = (0..9)

@@ -232,7 +232,7 @@ impl LockManager {
                 )));
             }
         }
-        let mode = opts.mode.unwrap_or_default();
+        let mode = opts.mode.or(scenario.map(|s| s.lock)).unwrap_or_default();
         mode.validate()?;
         let holder = opts
             .holder

@@ -28,6 +28,15 @@ enum RawMode {
     Blocking,
 }
 
+#[derive(Deserialize, Clone, Copy, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum RawLock {
+    Exclusive,
+    Write,
+    Read,
+    Semaphore,
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum RawPolicy {
@@ -51,6 +60,8 @@ struct RawScenario {
     name: Spanned<String>,
     keys: Option<Spanned<String>>,
     mode: Option<RawMode>,
+    lock: Option<Spanned<RawLock>>,
+    permits: Option<Spanned<u32>>,
     ttl: Option<Spanned<String>>,
     wait: Option<Spanned<String>>,
     renew: Option<bool>,
@@ -143,6 +154,32 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, Scenar
         scenario.mode = match s.mode {
             Some(RawMode::Try) => AcquireMode::Try,
             Some(RawMode::Blocking) | None => AcquireMode::Blocking,
+        };
+        scenario.lock = match (s.lock.as_ref().map(|l| *l.get_ref()), &s.permits) {
+            (Some(RawLock::Semaphore), Some(permits)) => {
+                crate::core::LockMode::semaphore(*permits.get_ref())
+                    .map_err(|e| invalid("permits", permits.span(), e.message().to_owned()))?
+            }
+            (Some(RawLock::Semaphore), None) => {
+                let span = s.lock.as_ref().map_or(s.name.span(), |l| l.span());
+                return Err(invalid(
+                    "permits",
+                    span,
+                    "a semaphore scenario needs `permits = N` (how many holders at once)"
+                        .to_owned(),
+                ));
+            }
+            (_, Some(permits)) => {
+                return Err(invalid(
+                    "permits",
+                    permits.span(),
+                    "`permits` only applies to `lock = \"semaphore\"`".to_owned(),
+                ))
+            }
+            (Some(RawLock::Read), None) => crate::core::LockMode::Shared,
+            (Some(RawLock::Exclusive | RawLock::Write), None) | (None, None) => {
+                crate::core::LockMode::Exclusive
+            }
         };
         scenario.ttl = ttl;
         scenario.wait = wait;

@@ -31,10 +31,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Lock kinds: this release has the exclusive modes only ([`AcquireMode::Try`],
-//! [`AcquireMode::Blocking`]). Read-write locks and semaphores arrive with issue #14 as new
-//! `AcquireMode` variants (the enum is `#[non_exhaustive]`; the file's `mode` field takes their
-//! names then).
+//! Lock kinds: a scenario's `mode` says how `acquire` takes the lock ([`AcquireMode::Try`] or
+//! [`AcquireMode::Blocking`]); its `lock` says which kind (`lock = "exclusive"`, the default and a
+//! read-write lock's write side; `"read"`; `"semaphore"` with `permits = N`; see
+//! [`Scenario::lock`]). A call's own kind (`read`, `semaphore`) wins over the scenario's.
 
 use std::fmt;
 use std::sync::Arc;
@@ -206,6 +206,8 @@ pub struct Scenario {
     pub(crate) name: Arc<str>,
     pub(crate) keys: Option<KeyPattern>,
     pub(crate) mode: AcquireMode,
+    /// The kind of lock: exclusive (the default), read side, or a semaphore permit.
+    pub(crate) lock: crate::core::LockMode,
     pub(crate) ttl: Option<Duration>,
     pub(crate) wait: Option<Duration>,
     pub(crate) renew: Option<bool>,
@@ -223,6 +225,7 @@ impl Scenario {
             name: name.into(),
             keys: None,
             mode: AcquireMode::default(),
+            lock: crate::core::LockMode::Exclusive,
             ttl: None,
             wait: None,
             renew: None,
@@ -301,6 +304,20 @@ impl Scenario {
     /// The lock mode.
     pub fn acquire_mode(&self) -> AcquireMode {
         self.mode
+    }
+
+    /// The kind of lock its calls take (see [`Scenario::lock`]).
+    pub fn lock_kind(&self) -> crate::core::LockMode {
+        self.lock
+    }
+
+    /// The kind of lock its calls take: [`LockMode::Exclusive`](crate::LockMode::Exclusive) (the
+    /// default, and a read-write lock's write side), [`LockMode::Shared`](crate::LockMode::Shared)
+    /// (the read side) or a semaphore permit ([`LockMode::semaphore`](crate::LockMode::semaphore)).
+    /// A call's own [`LockOptions::mode`](crate::LockOptions::mode) (`read`, `semaphore`) wins.
+    pub fn lock(mut self, kind: crate::core::LockMode) -> Self {
+        self.lock = kind;
+        self
     }
 
     /// The TTL, if the scenario sets one.
