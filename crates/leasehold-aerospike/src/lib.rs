@@ -31,7 +31,9 @@
 
 mod config;
 mod error;
+mod fencing;
 pub mod layout;
+mod shared;
 mod store;
 #[cfg(feature = "tls")]
 mod tls;
