@@ -57,7 +57,7 @@ impl LockMode {
     /// Checks the mode's parameters: a semaphore needs 1..=[`MAX_PERMITS`] permits.
     pub fn validate(self) -> Result<()> {
         match self {
-            LockMode::Semaphore { permits } if permits == 0 => Err(Error::invalid_argument(
+            LockMode::Semaphore { permits: 0 } => Err(Error::invalid_argument(
                 "a semaphore needs at least 1 permit (use 1 for a lock that expires per holder)",
             )),
             LockMode::Semaphore { permits } if permits > MAX_PERMITS => {

@@ -310,6 +310,9 @@ pub(crate) fn is_map_op(op: &Op) -> bool {
     }
 }
 
+/// A map's entries, in key order.
+type Pairs = Vec<(Mv, Mv)>;
+
 /// The map in `record`'s bin `name`: `None` when the bin is missing.
 fn load(record: &Record, name: &str) -> Result<Option<Vec<(Mv, Mv)>>, u8> {
     match record.bin(name) {
@@ -403,7 +406,7 @@ fn result_of(
 
 /// Runs a map op on a map (`None`: the bin is missing). Returns the op's result and the map to
 /// store, if the op modified it.
-fn run(current: Option<Vec<(Mv, Mv)>>, args: &[Mv]) -> Result<(Mv, Option<Vec<(Mv, Mv)>>), u8> {
+fn run(current: Option<Pairs>, args: &[Mv]) -> Result<(Mv, Option<Pairs>), u8> {
     let code = map_op_code(args).ok_or(rc::PARAMETER_ERROR)?;
     let existed = current.is_some();
     let mut pairs = current.unwrap_or_default();
