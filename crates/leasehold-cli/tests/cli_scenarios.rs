@@ -49,7 +49,7 @@ fn scenarios_prints_a_table_and_names_the_line_of_a_bad_file() {
     let table = text(&out.stdout);
     assert!(table.starts_with("NAME"), "{table}");
     assert!(
-        table.contains("checkout  order-*  blocking  5s   200ms"),
+        table.contains("checkout  order-*  blocking  exclusive  5s   200ms"),
         "{table}"
     );
     assert!(table.contains("2 scenario(s)"), "{table}");
