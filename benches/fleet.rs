@@ -2,9 +2,9 @@
 //! under the lock, for D seconds — what a service on many instances does to a hot key.
 //!
 //! `cargo bench -p leasehold-bench --bench fleet` runs every configuration below; set
-//! `FLEET=redis` (or `aerospike`, `memory`) to run one store only. Each configuration starts its
-//! own server (a private redis-server, or the Aerospike wire fixture in this process), spawns the
-//! processes (this binary again, told its part by environment), and reports:
+//! `FLEET=redis` (or `aerospike`, `etcd`) to run one store only. Each configuration starts its
+//! own server (a private redis-server or etcd, or the Aerospike wire fixture in this process),
+//! spawns the processes (this binary again, told its part by environment), and reports:
 //!
 //! - acquisitions per second, and the lock's utilization (share of the run some holder held it);
 //! - the hand-over gap between one release and the next grant (p50, p99), and across processes;
@@ -20,8 +20,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use leasehold::layers::{CountingLayer, LocalCompetitionLayer};
 use leasehold::{LockManager, LockOptions};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
+use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::aerospike::AerospikeFixture;
+use leasehold_testkit::etcd::EtcdServer;
 use leasehold_testkit::redis::RedisServer;
 
 /// One run's shape.
@@ -34,7 +36,7 @@ struct Shape {
     hold: Duration,
     run: Duration,
     hand_off: bool,
-    /// Redis only: the store-kept fair queue (the default) or the plain first-come script.
+    /// Redis and etcd: the store-kept fair line (the default) or first come, first served.
     fair: bool,
 }
 
@@ -62,6 +64,11 @@ fn child(shape_env: &str) {
                 RedisStore::connect(RedisConfig::new(address).fair(fair == "1"))
                     .await
                     .expect("redis"),
+            ),
+            "etcd" => builder.store(
+                EtcdStore::connect(EtcdConfig::new([address]).fair(fair == "1"))
+                    .await
+                    .expect("etcd"),
             ),
             "aerospike" => builder.store(
                 AerospikeStore::connect(AerospikeConfig::new(address, "test", "f1"))
@@ -283,6 +290,17 @@ fn main() {
         ] {
             run(&shape, &server.url(), commands);
             server.command(&["FLUSHALL"]).expect("flush");
+        }
+    }
+    if wanted("etcd") {
+        for shape in [
+            fleet("etcd, default stack (fair)", "etcd", false, true),
+            fleet("etcd, fair + hand-off", "etcd", true, true),
+            fleet("etcd, first-come (fair off)", "etcd", false, false),
+        ] {
+            // A fresh one-member cluster per configuration (on the machine's disk, fsync on).
+            let server = EtcdServer::start().expect("etcd (install the etcd-server package)");
+            run(&shape, &server.endpoint(), || None);
         }
     }
     if wanted("aerospike") {

@@ -18,6 +18,7 @@ Examples:
   leasehold --store redis://127.0.0.1:6379 inspect nightly-report
   leasehold --store aerospike://127.0.0.1:3000/test?farm=farm1 list
   leasehold --store redis://127.0.0.1:6379 release nightly-report --force
+  leasehold --store etcd://127.0.0.1:2379 run nightly-report -- ./report.sh
 
 Exit status: 0 ok (inspect: held), 1 inspect: free, 2 bad input, 69 store unreachable,
 75 lock held by someone else (run: --conflict-exit-code), 70 other failures;
@@ -34,7 +35,8 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct Global {
     /// The store: memory://, redis://[user:password@]host:port[/db], rediss://… (TLS),
-    /// redis+unix:///path/to/socket, aerospike://[user:password@]host:port/namespace?set_suffix=…&farm=…
+    /// redis+unix:///path/to/socket, aerospike://[user:password@]host:port/namespace?set_suffix=…&farm=…,
+    /// etcd://[user:password@]host:port[,host:port…][?prefix=…], etcds://… (TLS)
     /// (credentials percent-encoded, e.g. p%40ss for p@ss)
     #[arg(
         long,

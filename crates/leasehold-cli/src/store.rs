@@ -2,6 +2,7 @@
 
 use leasehold::{BoxStore, LockKey, LockLevel, LockManager, MemoryStore};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
+use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_redis::{RedisConfig, RedisStore};
 
 use crate::cli::{Global, Level};
@@ -143,6 +144,11 @@ async fn connect(url: &StoreUrl, farm_id: &str) -> Result<BoxStore, CliError> {
                 config = config.tls_client_cert(cert, key);
             }
             let store = AerospikeStore::connect(config).await.map_err(fail)?;
+            Ok(BoxStore::new(store))
+        }
+        StoreUrl::Etcd { raw, .. } => {
+            let config = EtcdConfig::from_url(raw).map_err(fail)?;
+            let store = EtcdStore::connect(config).await.map_err(fail)?;
             Ok(BoxStore::new(store))
         }
     }

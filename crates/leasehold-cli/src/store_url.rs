@@ -8,7 +8,8 @@ use url::Url;
 /// Examples printed with every URL error, so a wrong value comes with a right one.
 pub(crate) const EXAMPLES: &str = "memory://, redis://127.0.0.1:6379, \
      rediss://user:password@redis.example:6380/0?tls_ca=/etc/ssl/ca.pem, \
-     aerospike://127.0.0.1:3000/test?set_suffix=locks&farm=farm1";
+     aerospike://127.0.0.1:3000/test?set_suffix=locks&farm=farm1, \
+     etcd://user:password@10.0.0.1:2379,10.0.0.2:2379?prefix=myapp:";
 
 /// A parsed `--store` URL.
 #[derive(Clone, PartialEq, Eq)]
@@ -31,6 +32,14 @@ pub(crate) enum StoreUrl {
         /// TLS file is given.
         tls_name: Option<String>,
         tls: TlsParams,
+    },
+    /// An etcd cluster: the URL was checked by `EtcdConfig::from_url` and is parsed again at
+    /// connect time.
+    Etcd {
+        /// The URL as given (with its password: never shown; see `Display`).
+        raw: String,
+        /// `host:port,host:port`.
+        hosts: String,
     },
 }
 
@@ -94,6 +103,24 @@ impl StoreUrl {
         };
         if raw == "memory" || raw == "memory:" || raw == "memory://" {
             return Ok(StoreUrl::Memory);
+        }
+        if raw.starts_with("etcd://") || raw.starts_with("etcds://") {
+            // Several hosts (`h1:2379,h2:2379`) are no URL to the url crate: the etcd store parses
+            // its own.
+            let config = leasehold_etcd::EtcdConfig::from_url(raw).map_err(|e| StoreUrlError {
+                shown: format!("{:?}", redact_etcd(raw)),
+                problem: e.to_string(),
+            })?;
+            let hosts = config
+                .endpoints()
+                .iter()
+                .map(|e| e.split_once("://").map_or(e.as_str(), |(_, h)| h))
+                .collect::<Vec<_>>()
+                .join(",");
+            return Ok(StoreUrl::Etcd {
+                raw: raw.to_owned(),
+                hosts,
+            });
         }
         let url = Url::parse(raw).map_err(|e| fail(&format!("not a URL ({e})")))?;
         match url.scheme() {
@@ -182,7 +209,8 @@ impl StoreUrl {
                 })
             }
             other => Err(fail(&format!(
-                "unknown scheme {other:?} (known: memory, redis, rediss, redis+unix, aerospike)"
+                "unknown scheme {other:?} (known: memory, redis, rediss, redis+unix, aerospike, etcd, \
+                 etcds)"
             ))),
         }
     }
@@ -204,7 +232,23 @@ impl StoreUrl {
                 _ => url.path().to_owned(),
             },
             StoreUrl::Aerospike { host, port, .. } => format!("{host}:{port}"),
+            StoreUrl::Etcd { hosts, .. } => hosts.clone(),
         }
+    }
+}
+
+/// `etcd://user:password@hosts…` → `etcd://user:***@hosts…`.
+fn redact_etcd(raw: &str) -> String {
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        return raw.to_owned();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => raw.to_owned(),
     }
 }
 
@@ -251,6 +295,7 @@ impl fmt::Display for StoreUrl {
                 };
                 write!(f, "aerospike://{auth}{host}:{port}/{namespace}")
             }
+            StoreUrl::Etcd { raw, .. } => f.write_str(&redact_etcd(raw)),
         }
     }
 }
@@ -368,6 +413,24 @@ mod tests {
             .to_string();
         assert!(err.contains("password is not UTF-8"), "{err}");
         assert!(!err.contains("%FF"), "{err}");
+    }
+
+    #[test]
+    fn etcd_urls_take_several_hosts_and_credentials() {
+        let url = StoreUrl::parse("etcd://alice:s3cret@127.0.0.1:2379,127.0.0.1:22379?prefix=a:")
+            .unwrap();
+        assert_eq!(url.address(), "127.0.0.1:2379,127.0.0.1:22379");
+        assert_eq!(
+            url.to_string(),
+            "etcd://alice:***@127.0.0.1:2379,127.0.0.1:22379?prefix=a:"
+        );
+        assert!(!format!("{url:?}").contains("s3cret"));
+        let err = StoreUrl::parse("etcd://alice:s3cret@h")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("port"), "{err}");
+        assert!(err.contains("examples: memory://"), "{err}");
+        assert!(!err.contains("s3cret"), "{err}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //!
 //! - [`aerospike`]: a small Aerospike server that speaks the real wire protocol on loopback, with
 //!   fault injection, so the real `aerospike` client can be tested without a cluster.
+//! - [`etcd`]: a private one-member `etcd` per test, on free loopback ports, killed on drop.
 //! - [`redis`]: a private `redis-server` per test, on a free loopback port, killed on drop.
 //! - [`fault_proxy`]: a loopback TCP proxy that delays or loses replies, for in-doubt tests.
 //! - [`conformance`]: the store contract as a test suite; every store runs it
@@ -11,6 +12,7 @@
 
 pub mod aerospike;
 pub mod conformance;
+pub mod etcd;
 pub mod fault_proxy;
 pub mod redis;
 pub mod scripted;

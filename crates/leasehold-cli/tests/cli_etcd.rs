@@ -1,0 +1,138 @@
+//! The `leasehold` binary end to end against a private etcd: `run` holding a lock while a second
+//! `run` fails or waits (and sees a higher fencing token), SIGTERM releasing at once, `inspect`,
+//! `list` and a forced `release`, and an unreachable cluster.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+
+use leasehold_testkit::etcd::EtcdServer;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+fn leasehold(store: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    cmd.env("LEASEHOLD_STORE", store);
+    cmd
+}
+
+fn output(cmd: &mut Command) -> Output {
+    cmd.output().expect("the leasehold binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Starts `leasehold run KEY -- sh -c 'echo ready; …'` and waits for `ready`.
+fn holder(store: &str, key: &str, script: &str) -> Child {
+    let mut child = leasehold(store)
+        .args(["run", key, "--ttl", "20s", "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn run");
+    let stdout = child.stdout.take().unwrap();
+    let ready = BufReader::new(stdout)
+        .lines()
+        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false));
+    assert!(ready, "the command under the lock started");
+    child
+}
+
+#[test]
+fn run_conflicts_waits_and_sees_a_higher_fencing_token() {
+    let server = EtcdServer::start().unwrap();
+    let url = server.url();
+    let mut first = holder(&url, "report", "echo ready; sleep 1");
+
+    let out = output(leasehold(&url).args(["run", "report", "--", "true"]));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("DC#local#cli#report is held by"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = output(leasehold(&url).args([
+        "run",
+        "report",
+        "--wait",
+        "20s",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_FENCING_TOKEN; exit 3",
+    ]));
+    assert_eq!(out.status.code(), Some(3), "child status propagates");
+    let second: u64 = text(&out.stdout).trim().parse().expect("a fencing token");
+    assert!(first.wait().unwrap().success());
+    assert!(second > 1, "an etcd revision, above the first holder's");
+}
+
+#[test]
+fn sigterm_to_run_releases_the_lock_at_once() {
+    let server = EtcdServer::start().unwrap();
+    let url = server.url();
+    let mut run = holder(
+        &url,
+        "job",
+        "trap 'kill $!; exit 5' TERM; echo ready; sleep 30 & wait",
+    );
+    kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM).unwrap();
+    let status = run.wait().unwrap();
+    assert_eq!(status.code(), Some(5), "the child's own exit status");
+    let out = output(leasehold(&url).args(["inspect", "job"]));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "free at once: {}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn inspect_list_and_forced_release_against_etcd() {
+    let server = EtcdServer::start().unwrap();
+    let url = format!("{}?prefix=cli-test:", server.url());
+    let mut run = holder(&url, "stuck", "echo ready; exec sleep 30");
+
+    let out = output(leasehold(&url).args(["inspect", "stuck"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    for field in ["holder", "host", "pid", "ttl left", "fencing token"] {
+        assert!(shown.contains(field), "{field}: {shown}");
+    }
+    let out = output(leasehold(&url).args(["inspect", "stuck", "--json"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["held"], true);
+    assert!(json["fencing_token"].as_u64().unwrap() > 0);
+    assert!(json["ttl_left_ms"].as_u64().unwrap() > 10_000);
+
+    let out = output(leasehold(&url).args(["list", "DC#local#", "--json"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 1, "{json}");
+    let out = output(leasehold(&url).args(["list", "XDC#", "--json"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json.as_array().unwrap().is_empty());
+    // Another prefix sees nothing of this one.
+    let out = output(leasehold(&server.url()).args(["list", "--json"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json.as_array().unwrap().is_empty(), "{json}");
+
+    let out = output(leasehold(&url).args(["release", "stuck", "--force"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = output(leasehold(&url).args(["inspect", "stuck"]));
+    assert_eq!(out.status.code(), Some(1), "broken");
+    let _ = kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM);
+    run.wait().unwrap();
+}
+
+#[test]
+fn an_unreachable_cluster_has_its_own_status_and_names_the_address() {
+    let port = leasehold_testkit::redis::free_port().unwrap();
+    let url = format!("etcd://alice:s3cret@127.0.0.1:{port}");
+    let out = output(leasehold(&url).args(["inspect", "k"]));
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+}

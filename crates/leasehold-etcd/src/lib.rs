@@ -1,0 +1,67 @@
+//! # leasehold-etcd
+//!
+//! A [`LockStore`](leasehold_core::LockStore) on etcd v3: the strongly consistent (CP) backend.
+//! Every write is committed by a Raft majority before etcd answers, so a lock survives the loss of
+//! a minority of the cluster, including its leader — unlike Redis or Aerospike (AP), where a
+//! failover can lose an acknowledged lock. See docs/ETCD.md for what it costs.
+//!
+//! | operation | etcd |
+//! |---|---|
+//! | acquire | `LeaseGrant(ttl)`, then one `Txn`: if the record's `create_revision == 0` (and, fair, no waiter is ahead) put `token` on the lease |
+//! | release | one `Txn`: if the record's value is our token, delete it; its lease is revoked in the background |
+//! | extend | `LeaseGrant(ttl)`, then one `Txn`: if the value is our token, put it again on the new lease (the old one is revoked in the background) |
+//! | inspect | `Range` of the record, then `LeaseTimeToLive` |
+//! | list | one `Range` over the prefix, then `LeaseTimeToLive` per lock, concurrently |
+//! | wait | a `Watch` (delete events) on the lock's key prefix; fair: a waiter key per process |
+//!
+//! ## Record layout
+//! - lock: `<prefix><lock key>`, e.g. `leasehold:DC#farm1#orders#order-42`, value = owner token,
+//!   attached to its own etcd lease (TTL = the lock's TTL, **rounded up to whole seconds**: etcd
+//!   lease TTLs are seconds; a TTL that no lease can hold is `InvalidArgument`). etcd also raises
+//!   TTLs below its minimum (1.5× the election timeout, 2 s with the defaults) — the lock then
+//!   lives longer in etcd than the client counts on, never shorter.
+//! - fencing token: the record's `create_revision`, which etcd makes strictly greater for every
+//!   new key in the cluster: hold-ordered and monotonic without a second counter.
+//! - fair waiting: `<prefix><lock key>#waiter#<lease id>` per waiting process, on a waiter lease
+//!   the store keeps alive (default 5 s). The oldest waiter key (by create revision) is next.
+//!
+//! ## Why `etcd-client`
+//! It is the maintained, tokio-native etcd v3 gRPC client (tonic): transactions with range
+//! compares, leases, watches, user/password auth and TLS through rustls (cargo feature `tls`),
+//! and load balancing over several endpoints. Building it needs `protoc` (Debian's
+//! `protobuf-compiler`), because its build script compiles etcd's protobuf definitions.
+//!
+//! ## Failures
+//! A write whose reply does not arrive within the response timeout, or whose connection drops
+//! after it was sent, is [`ErrorKind::InDoubt`](leasehold_core::ErrorKind::InDoubt) — the readback
+//! layer resolves it. A cluster that cannot be reached, has no leader, or refuses for now is
+//! `Connection`; wrong credentials or permissions are `StoreSetup`.
+//!
+//! ```no_run
+//! use leasehold::LockManager;
+//! use leasehold_etcd::{EtcdConfig, EtcdStore};
+//!
+//! # async fn demo() -> leasehold::Result<()> {
+//! let store = EtcdStore::connect(EtcdConfig::from_url("etcd://127.0.0.1:2379")?).await?;
+//! let locks = LockManager::builder()
+//!     .client_id("orders").farm_id("eu1")
+//!     .store(store)
+//!     .default_layers()
+//!     .build()?;
+//! let guard = locks.try_lock("order-42").await?;
+//! println!("fencing token {:?}", guard.fencing_token());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+
+mod config;
+mod error;
+mod store;
+mod waiting;
+
+pub use config::{
+    EtcdConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_WAITER_TTL,
+};
+pub use store::EtcdStore;

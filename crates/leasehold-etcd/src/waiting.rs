@@ -1,0 +1,359 @@
+//! Waiting across processes, the etcd way: a waiter key per process in each lock's line, and one
+//! watch stream per watched lock.
+//!
+//! A process whose blocking attempt failed puts `<lock key>#waiter#<lease id>` on its waiter
+//! lease (one lease per store, kept alive in the background), in the failed transaction itself:
+//! the key's create revision is its place in line, as in etcd's own `concurrency.Mutex`. Its next
+//! attempts first read (no write) whether the record is gone and it is first in line; only then
+//! do they grant a lease and send the transaction, which takes the lock only if the record is
+//! still absent and no waiter key in the line is older than its own (a range compare). A watch on the lock's key prefix (delete events only) wakes one waiter of the
+//! process when the record goes (release or lease expiry) or a waiter ahead leaves. A wake-up is a
+//! hint: the waiter always asks etcd again, and a lost one costs a poll interval.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use etcd_client::{EventType, KvClient, LeaseClient, WatchClient, WatchFilterType, WatchOptions};
+use leasehold_core::{OwnerToken, ReleaseWatch};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::config::{lease_seconds, EtcdConfig};
+use crate::store::waiter_prefix;
+
+/// How long to wait before watching again after a watch stream broke.
+const REWATCH_DELAY: Duration = Duration::from_millis(200);
+
+/// This process's place in one lock's line: its waiter key and that key's create revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub(crate) key: String,
+    pub(crate) revision: i64,
+}
+
+/// One lock some task of this process waits on.
+#[derive(Debug)]
+struct Watched {
+    notify: Arc<Notify>,
+    /// Live watches (blocking `lock()` calls in this process).
+    watchers: usize,
+    /// Our waiter key, once a blocking attempt put it.
+    place: Option<Place>,
+    /// The task reading the watch stream.
+    task: Option<JoinHandle<()>>,
+}
+
+/// The waiter lease: the lease every waiter key of this store lives on.
+#[derive(Debug)]
+struct Session {
+    id: i64,
+    alive: Arc<AtomicBool>,
+    keeper: JoinHandle<()>,
+}
+
+/// This store's waiting state.
+pub(crate) struct Waiting {
+    /// The value of this store's waiter keys: host/pid/uuid, for people reading the line.
+    id: String,
+    kv: KvClient,
+    lease: LeaseClient,
+    watch: WatchClient,
+    waiter_ttl: i64,
+    watch_timeout: Duration,
+    watched: Mutex<HashMap<String, Watched>>,
+    session: tokio::sync::Mutex<Option<Session>>,
+}
+
+impl std::fmt::Debug for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiting")
+            .field("id", &self.id)
+            .field("watched", &self.lock().len())
+            .finish()
+    }
+}
+
+impl Waiting {
+    pub(crate) fn new(config: &EtcdConfig, client: &etcd_client::Client) -> Self {
+        Waiting {
+            id: OwnerToken::generate().as_str().to_owned(),
+            kv: client.kv_client(),
+            lease: client.lease_client(),
+            watch: client.watch_client(),
+            waiter_ttl: lease_seconds(config.waiter_ttl).unwrap_or(5),
+            watch_timeout: config.connect_timeout + config.response_timeout,
+            watched: Mutex::new(HashMap::new()),
+            session: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watched>> {
+        self.watched.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a waiter on `lock_key`; the first one of the process opens the watch (confirmed
+    /// by etcd before this returns, so no release after it is missed).
+    pub(crate) async fn watch(self: &Arc<Self>, lock_key: String) -> ReleaseWatch {
+        let (notify, created) = {
+            let mut watched = self.lock();
+            let entry = watched.entry(lock_key.clone()).or_insert_with(|| Watched {
+                notify: Arc::new(Notify::new()),
+                watchers: 0,
+                place: None,
+                task: None,
+            });
+            entry.watchers += 1;
+            let created = if entry.task.is_none() {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                entry.task = Some(tokio::spawn(watch_loop(
+                    Arc::downgrade(self),
+                    self.watch.clone(),
+                    lock_key.clone(),
+                    entry.notify.clone(),
+                    tx,
+                )));
+                Some(rx)
+            } else {
+                None
+            };
+            (entry.notify.clone(), created)
+        };
+        if let Some(created) = created {
+            if tokio::time::timeout(self.watch_timeout, created)
+                .await
+                .is_err()
+            {
+                tracing::debug!(key = %lock_key,
+                    "the watch was not confirmed in time; waiting by polling until it is");
+            }
+        }
+        let (waiting, key) = (self.clone(), lock_key);
+        ReleaseWatch::new(notify, move || waiting.unwatch(&key))
+    }
+
+    fn unwatch(self: &Arc<Self>, lock_key: &str) {
+        let place = {
+            let mut watched = self.lock();
+            let Some(entry) = watched.get_mut(lock_key) else {
+                return;
+            };
+            entry.watchers -= 1;
+            if entry.watchers > 0 {
+                return;
+            }
+            let Some(entry) = watched.remove(lock_key) else {
+                return;
+            };
+            if let Some(task) = entry.task {
+                task.abort(); // dropping the stream cancels the watch
+            }
+            entry.place
+        };
+        // The last waiter of this process is gone: leave the line, so the next process need not
+        // wait for the waiter lease to lapse.
+        if let Some(place) = place {
+            self.remove_key_later(place.key);
+        }
+    }
+
+    fn remove_key_later(&self, key: String) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the key lapses with the waiter lease
+        };
+        let mut kv = self.kv.clone();
+        runtime.spawn(async move {
+            if let Err(error) = kv.delete(key.as_str(), None).await {
+                tracing::debug!(%key, %error,
+                    "could not leave the waiter line; the place lapses with the waiter lease");
+            }
+        });
+    }
+
+    /// Whether a task of this process watches `lock_key` (only then may a blocking attempt join
+    /// the line: the last watch to go takes the process out of it again).
+    pub(crate) fn is_watched(&self, lock_key: &str) -> bool {
+        self.lock().contains_key(lock_key)
+    }
+
+    /// This process's place in `lock_key`'s line, if it has one.
+    pub(crate) fn current_place(&self, lock_key: &str) -> Option<Place> {
+        self.lock().get(lock_key).and_then(|w| w.place.clone())
+    }
+
+    /// The waiter key this store puts in `lock_key`'s line on waiter lease `session`.
+    pub(crate) fn waiter_key(lock_key: &str, session: i64) -> String {
+        format!("{}{session:x}", waiter_prefix(lock_key))
+    }
+
+    /// The value of this store's waiter keys.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Records the place a failed attempt took in `lock_key`'s line; if nobody of this process
+    /// waits any more, takes the key out of the line again.
+    pub(crate) fn set_place(&self, lock_key: &str, place: Place) {
+        let mut watched = self.lock();
+        match watched.get_mut(lock_key) {
+            Some(entry) => entry.place = Some(place),
+            None => {
+                drop(watched);
+                self.remove_key_later(place.key);
+            }
+        }
+    }
+
+    /// Forgets `place` (taken the lock, or lost the place): the next blocking attempt queues again.
+    pub(crate) fn forget(&self, lock_key: &str, place: &Place) {
+        if let Some(entry) = self.lock().get_mut(lock_key) {
+            if entry.place.as_ref() == Some(place) {
+                entry.place = None;
+            }
+        }
+    }
+
+    /// Whether `key` is this process's own waiter key on `lock_key`.
+    fn is_own(&self, lock_key: &str, key: &[u8]) -> bool {
+        self.lock()
+            .get(lock_key)
+            .and_then(|w| w.place.as_ref())
+            .is_some_and(|p| p.key.as_bytes() == key)
+    }
+
+    /// The waiter lease, granted (and kept alive in the background) when first needed or after it
+    /// was lost.
+    pub(crate) async fn session(&self) -> Result<i64, etcd_client::Error> {
+        let mut session = self.session.lock().await;
+        if let Some(current) = &*session {
+            if current.alive.load(Ordering::SeqCst) {
+                return Ok(current.id);
+            }
+        }
+        let id = self.lease.clone().grant(self.waiter_ttl, None).await?.id();
+        let alive = Arc::new(AtomicBool::new(true));
+        let keeper = tokio::spawn(keep_alive(
+            self.lease.clone(),
+            id,
+            self.waiter_ttl,
+            alive.clone(),
+        ));
+        if let Some(old) = session.replace(Session { id, alive, keeper }) {
+            old.keeper.abort();
+        }
+        Ok(id)
+    }
+
+    /// Revokes the waiter lease: every waiter key of this store leaves its line.
+    pub(crate) async fn close(&self) {
+        let Some(session) = self.session.lock().await.take() else {
+            return;
+        };
+        session.keeper.abort();
+        if let Err(error) = self.lease.clone().revoke(session.id).await {
+            tracing::debug!(%error, "could not revoke the waiter lease; it lapses at its TTL");
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Ok(session) = self.session.try_lock() {
+            if let Some(session) = &*session {
+                session.keeper.abort();
+            }
+        }
+        for watched in self.lock().values() {
+            if let Some(task) = &watched.task {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// Keeps the waiter lease alive (every third of its TTL) until it is lost; then marks it dead so
+/// the next waiter grants a new one.
+async fn keep_alive(mut lease: LeaseClient, id: i64, ttl: i64, alive: Arc<AtomicBool>) {
+    let ttl = Duration::from_secs(u64::try_from(ttl).unwrap_or(5));
+    let period = ttl / 3;
+    let mut last_ok = Instant::now();
+    loop {
+        let kept: Result<bool, etcd_client::Error> = async {
+            let (mut keeper, mut stream) = lease.keep_alive(id).await?;
+            loop {
+                keeper.keep_alive().await?;
+                match stream.message().await? {
+                    Some(answer) if answer.ttl() > 0 => last_ok = Instant::now(),
+                    _ => return Ok(false), // the lease is gone
+                }
+                tokio::time::sleep(period).await;
+            }
+        }
+        .await;
+        match kept {
+            Err(error) if last_ok.elapsed() < ttl => {
+                tracing::debug!(lease = id, %error, "waiter lease keep-alive failed; retrying");
+                tokio::time::sleep(REWATCH_DELAY).await;
+            }
+            _ => break,
+        }
+    }
+    alive.store(false, Ordering::SeqCst);
+}
+
+/// Reads one lock's watch stream (deletes under the lock's key prefix), waking one waiter of the
+/// process per delete that is not our own waiter key; watches again after the stream breaks.
+async fn watch_loop(
+    waiting: Weak<Waiting>,
+    mut client: WatchClient,
+    lock_key: String,
+    notify: Arc<Notify>,
+    created: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut created = Some(created);
+    loop {
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_filters([WatchFilterType::NoPut]);
+        match client.watch(lock_key.as_str(), Some(options)).await {
+            Ok(mut stream) => {
+                while let Ok(Some(response)) = stream.message().await {
+                    if response.created() {
+                        if let Some(created) = created.take() {
+                            let _ = created.send(());
+                        }
+                    }
+                    if response.canceled() {
+                        break;
+                    }
+                    let Some(waiting) = waiting.upgrade() else {
+                        return;
+                    };
+                    let wake = response.events().iter().any(|event| {
+                        event.event_type() == EventType::Delete
+                            && event
+                                .kv()
+                                .is_some_and(|kv| !waiting.is_own(&lock_key, kv.key()))
+                    });
+                    if wake {
+                        // One waiter of this process, the one waiting longest: the process has
+                        // one place in line.
+                        notify.notify_one();
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::debug!(key = %lock_key, %error, "could not watch; retrying");
+            }
+        }
+        if waiting.strong_count() == 0 {
+            return;
+        }
+        // The stream broke: whoever waits must not sleep out a poll interval for an event that
+        // cannot come; wake them to ask etcd again.
+        notify.notify_waiters();
+        tokio::time::sleep(REWATCH_DELAY).await;
+    }
+}

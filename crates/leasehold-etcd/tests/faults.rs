@@ -1,0 +1,299 @@
+//! Failures against real etcd processes: etcd killed and restarted while a lock is held (the lease
+//! survives in etcd's log and the store reconnects), a lease lost under a renewing guard, replies
+//! lost after the request was sent (through the testkit's loopback fault proxy, which works for
+//! gRPC over HTTP/2: it forwards bytes and delays them or closes the connection at the first reply
+//! byte; and etcd paused by SIGSTOP between an acquire's lease grant and its transaction), an
+//! unreachable cluster, wrong credentials, bad configuration.
+
+use std::time::Duration;
+
+use leasehold::layers::ReadbackLayer;
+use leasehold::{Acquire, ErrorKind, LockKey, LockManager, LockOptions, LockStore, OwnerToken};
+use leasehold_etcd::{EtcdConfig, EtcdStore};
+use leasehold_testkit::etcd::EtcdServer;
+use leasehold_testkit::fault_proxy::{FaultProxy, ProxyMode};
+use leasehold_testkit::redis::free_port;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+fn key(entity: &str) -> LockKey {
+    LockKey::dc("f1", "faults", entity).unwrap()
+}
+
+fn acquire(entity: &str) -> Acquire {
+    Acquire::new(key(entity), OwnerToken::generate(), Duration::from_secs(30))
+}
+
+async fn connect(endpoint: String) -> EtcdStore {
+    EtcdStore::connect(
+        EtcdConfig::new([endpoint])
+            .response_timeout(Duration::from_millis(500))
+            .connect_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .expect("connect")
+}
+
+/// Retries `op` until it stops failing (bounded): the client reconnects by itself.
+async fn eventually<T, F, Fut>(mut op: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = leasehold::Result<T>>,
+{
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match op().await {
+            Ok(v) => return v,
+            Err(e) if tokio::time::Instant::now() < give_up => {
+                assert!(
+                    matches!(e.kind(), ErrorKind::Connection | ErrorKind::InDoubt),
+                    "only connection errors while the server comes back: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("store did not recover within 20 s: {e}"),
+        }
+    }
+}
+
+/// Puts the proxy back in pass mode and waits until the proxied store answers again (the previous
+/// fault closed its connection).
+async fn heal(proxy: &FaultProxy, store: &EtcdStore) {
+    proxy.set_mode(ProxyMode::Pass);
+    let probe = key("probe");
+    let _ = eventually(|| store.inspect(&probe)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_restarted_while_a_lock_is_held_keeps_the_lease() {
+    let mut server = EtcdServer::start().unwrap();
+    let store = connect(server.endpoint()).await;
+    let req = acquire("restart");
+    let held = store.try_acquire(&req).await.unwrap();
+
+    server.stop();
+    let err = store.try_acquire(&acquire("other")).await.unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::Connection | ErrorKind::InDoubt),
+        "a dead server is a connection problem, never a lock result: {err}"
+    );
+    assert!(
+        err.to_string().contains(&server.port().to_string()),
+        "names the address: {err}"
+    );
+    let err = store.inspect(&req.key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+
+    server.restart().unwrap();
+    // etcd kept the record and its lease in its log (a restarted leader renews every lease).
+    let info = eventually(|| store.inspect(&req.key))
+        .await
+        .expect("the lock survived the restart");
+    assert!(info.is_owned_by(&req.token), "{info:?}");
+    assert_eq!(info.fencing_token, held.fencing_token());
+    assert_eq!(
+        store
+            .try_acquire(&acquire("restart"))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::LockUnavailable,
+        "still held after the restart"
+    );
+    let renewed = eventually(|| store.extend(&held, Duration::from_secs(30))).await;
+    assert!(store.release(&renewed).await.unwrap());
+    assert_eq!(store.inspect(&req.key).await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_is_not_held_and_reaches_the_guard() {
+    let server = EtcdServer::start().unwrap();
+    let store = connect(server.endpoint()).await;
+
+    // A lease that expired: extend says NotHeld, release finds nothing.
+    let lease = store
+        .try_acquire(&Acquire::new(
+            key("expired"),
+            OwnerToken::generate(),
+            Duration::from_secs(1),
+        ))
+        .await
+        .unwrap();
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(15);
+    while store.inspect(lease.key()).await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < give_up, "expired by its TTL");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let err = store
+        .extend(&lease, Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
+    assert!(!store.release(&lease).await.unwrap());
+
+    // A renewing guard whose record an operator deleted: the next renewal's extend is NotHeld and
+    // the guard's lost signal fires.
+    let locks = LockManager::builder()
+        .client_id("faults")
+        .farm_id("f1")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let guard = locks
+        .try_lock_with(
+            "renewed",
+            LockOptions::new().ttl(Duration::from_secs(2)).renew(true),
+        )
+        .await
+        .unwrap();
+    let mut raw = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    raw.delete(store.lock_key(guard.key()), None).await.unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(20), guard.lost())
+        .await
+        .expect("the loss is noticed by the next renewal");
+    assert_eq!(lost.kind(), ErrorKind::NotHeld, "{lost}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reply_lost_after_apply_is_in_doubt_never_a_false_result() {
+    let server = EtcdServer::start().unwrap();
+    let direct = connect(server.endpoint()).await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let proxied = connect(proxy.addr().to_string()).await;
+
+    // Release is one transaction: its lost reply is in doubt, and it was applied.
+    let lease = direct.try_acquire(&acquire("lost-release")).await.unwrap();
+    proxy.set_mode(ProxyMode::DropReplies);
+    let err = proxied.release(&lease).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    assert_eq!(
+        direct.inspect(lease.key()).await.unwrap(),
+        None,
+        "applied although the reply was lost"
+    );
+
+    // Acquire is a lease grant, then the transaction. With every reply lost, the grant's is the
+    // first: the acquire fails as a connection error and nothing is held — never a false result.
+    heal(&proxy, &proxied).await;
+    proxy.set_mode(ProxyMode::DropReplies);
+    let req = acquire("lost-grant");
+    let err = proxied.try_acquire(&req).await.unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::Connection | ErrorKind::InDoubt),
+        "{err}"
+    );
+    if err.kind() == ErrorKind::Connection {
+        assert_eq!(direct.inspect(&req.key).await.unwrap(), None);
+    }
+
+    // The transaction's reply lost: every reply is delayed 200 ms (the grant's still arrives
+    // inside the 500 ms timeout); as soon as etcd has granted the lease, etcd is paused (SIGSTOP
+    // by pid), so the transaction that follows is sent and gets no reply. Resumed, etcd may still
+    // apply it: the outcome is truly unknown to the caller.
+    heal(&proxy, &proxied).await;
+    let mut raw = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    let before = raw.leases().await.unwrap().leases().len();
+    proxy.set_mode(ProxyMode::DelayReplies(Duration::from_millis(200)));
+    let req = acquire("lost-txn");
+    let attempt = tokio::spawn({
+        let (proxied, req) = (proxied.clone(), req.clone());
+        async move { proxied.try_acquire(&req).await }
+    });
+    while raw.leases().await.unwrap().leases().len() == before {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let etcd = Pid::from_raw(server.pid().unwrap() as i32);
+    kill(etcd, Signal::SIGSTOP).unwrap();
+    let outcome = attempt.await.unwrap();
+    kill(etcd, Signal::SIGCONT).unwrap();
+    let err = outcome.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    heal(&proxy, &proxied).await;
+    if let Some(info) = direct.inspect(&req.key).await.unwrap() {
+        assert!(info.is_owned_by(&req.token), "applied late, as ours");
+    }
+
+    // Through a manager with readback, a lost reply never ends as a false result.
+    let locks = LockManager::builder()
+        .client_id("faults")
+        .farm_id("f1")
+        .store(proxied.clone())
+        .readback(ReadbackLayer::new())
+        .build()
+        .unwrap();
+    heal(&proxy, &proxied).await;
+    proxy.set_mode(ProxyMode::DropReplies);
+    let outcome = locks.try_lock("lost-2").await;
+    proxy.set_mode(ProxyMode::Pass);
+    let info = direct.inspect(&key("lost-2")).await.unwrap();
+    match outcome {
+        Err(e) => {
+            assert!(
+                matches!(e.kind(), ErrorKind::InDoubt | ErrorKind::Connection),
+                "{e}"
+            );
+        }
+        Ok(guard) => {
+            assert!(info.expect("held").is_owned_by(guard.token()));
+            guard.release().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn unreachable_cluster_is_a_connection_error_naming_the_address() {
+    let port = free_port().unwrap();
+    let err = EtcdStore::connect(
+        EtcdConfig::new([format!("127.0.0.1:{port}")])
+            .connect_timeout(Duration::from_millis(300))
+            .response_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(err.to_string().contains(&port.to_string()), "{err}");
+}
+
+#[tokio::test]
+async fn bad_configuration_is_rejected_before_io() {
+    for config in [
+        EtcdConfig::new(["127.0.0.1:1"]).prefix(""),
+        EtcdConfig::new(["127.0.0.1:1"]).waiter_ttl(Duration::from_millis(10)),
+        EtcdConfig::new(Vec::<String>::new()),
+    ] {
+        let err = EtcdStore::connect(config).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_are_a_setup_error() {
+    let server = EtcdServer::start().unwrap();
+    let mut raw = etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    raw.user_add("root", "rootpw", None).await.unwrap();
+    raw.user_grant_role("root", "root").await.unwrap();
+    raw.auth_enable().await.unwrap();
+
+    let url = format!("etcd://root:wrong@{}", server.endpoint());
+    let err = EtcdStore::connect(EtcdConfig::from_url(&url).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreSetup, "{err}");
+    assert!(
+        !err.to_string().contains("wrong"),
+        "no password shown: {err}"
+    );
+
+    let url = format!("etcd://root:rootpw@{}", server.endpoint());
+    let store = EtcdStore::connect(EtcdConfig::from_url(&url).unwrap())
+        .await
+        .expect("the right credentials work");
+    let lease = store.try_acquire(&acquire("auth")).await.unwrap();
+    assert!(store.release(&lease).await.unwrap());
+}
