@@ -458,7 +458,11 @@ impl LockStore for EtcdStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
+        // Read-write locks, semaphores and the lock trace are not on etcd yet (docs/ETCD.md).
+        Capabilities::NONE
+            .with_fencing(true)
+            .with_listing(true)
+            .with_notifications(true)
     }
 
     /// Watches the lock record and its waiter line for deletions (a release, a lease that
