@@ -125,3 +125,116 @@ async fn metrics_record_a_scripted_sequence() {
     );
     held.release().await.unwrap();
 }
+
+/// Sum of a u64 counter's data points carrying every attribute of `filters`.
+fn counter_where(metrics: &[ResourceMetrics], name: &str, filters: &[(&str, &str)]) -> u64 {
+    let mut total = 0;
+    for rm in metrics {
+        for scope in rm.scope_metrics() {
+            for metric in scope.metrics().filter(|m| m.name() == name) {
+                if let AggregatedMetrics::U64(MetricData::Sum(sum)) = metric.data() {
+                    for point in sum.data_points() {
+                        let all = filters.iter().all(|(k, v)| {
+                            point
+                                .attributes()
+                                .any(|kv| kv.key.as_str() == *k && kv.value.as_str() == *v)
+                        });
+                        if all {
+                            total += point.value();
+                        }
+                    }
+                }
+            }
+        }
+    }
+    total
+}
+
+/// Contention, fast-fails, waits and lost locks of one scenario read apart from the others'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_carries_the_scenario() {
+    use leasehold::scenario::{AcquireMode, Scenario, ScenarioRegistry};
+    use leasehold::LockStore as _;
+
+    let exporter = InMemoryMetricExporter::default();
+    let provider = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(exporter.clone()).build())
+        .build();
+    let meter = provider.meter("leasehold-test");
+    let registry = ScenarioRegistry::new()
+        .with(Scenario::new("feed").keys("feed-*").mode(AcquireMode::Try))
+        .unwrap()
+        .with(
+            Scenario::new("checkout")
+                .keys("order-*")
+                .wait(Duration::from_millis(30))
+                .layers(leasehold::scenario::LayerSettings::new().local_competition(false)),
+        )
+        .unwrap()
+        .with(
+            Scenario::new("nightly")
+                .keys("job-*")
+                .ttl(Duration::from_secs(5))
+                .renew_every(Duration::from_millis(10)),
+        )
+        .unwrap();
+    let store = leasehold::MemoryStore::new();
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(store.clone())
+        .scenarios(registry)
+        .observer(OtelMetrics::new(&meter))
+        .build()
+        .unwrap();
+
+    // feed: a second task fails fast locally.
+    let feed = locks.acquire("feed-1").await.unwrap();
+    let other = locks.clone();
+    let refused = tokio::spawn(async move { other.acquire("feed-1").await.map(drop) });
+    assert!(refused.await.unwrap().unwrap_err().is_unavailable());
+    feed.release().await.unwrap();
+
+    // checkout: a second task contends in the store and waits until its deadline.
+    let order = locks.acquire("order-1").await.unwrap();
+    let other = locks.clone();
+    let waited = tokio::spawn(async move { other.acquire("order-1").await.map(drop) });
+    assert_eq!(
+        waited.await.unwrap().unwrap_err().kind(),
+        ErrorKind::Timeout
+    );
+    order.release().await.unwrap();
+
+    // nightly: the record vanishes under a renewing guard, which loses the lock.
+    let job = locks.acquire("job-1").await.unwrap();
+    assert!(store.release(&job.lease()).await.unwrap());
+    job.lost().await;
+    drop(job);
+
+    provider.force_flush().unwrap();
+    let metrics = exporter.get_finished_metrics().unwrap();
+    let by = |name: &str, scenario: &str| counter_where(&metrics, name, &[("scenario", scenario)]);
+    assert!(by("leasehold.fast_fails", "feed") >= 1);
+    assert_eq!(by("leasehold.fast_fails", "checkout"), 0);
+    assert!(by("leasehold.contentions", "checkout") >= 1);
+    assert_eq!(
+        counter_where(
+            &metrics,
+            "leasehold.acquisitions",
+            &[("scenario", "checkout"), ("outcome", "timeout")]
+        ),
+        1
+    );
+    assert_eq!(
+        counter_where(
+            &metrics,
+            "leasehold.acquisitions",
+            &[("scenario", "feed"), ("outcome", "unavailable")]
+        ),
+        1
+    );
+    assert_eq!(by("leasehold.locks.lost", "nightly"), 1);
+    assert_eq!(by("leasehold.locks.lost", "checkout"), 0);
+    assert_eq!(by("leasehold.acquisitions", "nightly"), 1);
+    assert!(by("leasehold.releases", "feed") >= 1);
+}

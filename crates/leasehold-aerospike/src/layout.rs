@@ -13,6 +13,14 @@ pub const MAX_FARM_ID: usize = MAX_BIN_NAME - "##data".len();
 pub const TOKEN_BIN: &str = "lh_token";
 /// Bin holding the fencing token of the current holder (leasehold only).
 pub const FENCE_BIN: &str = "lh_fence";
+/// Bin of a shared record (readers, semaphore permits) naming its kind: `shared` or
+/// `semaphore:<permits>` (leasehold only; its presence is what makes a record shared).
+pub const MODE_BIN: &str = "lh_mode";
+/// Map bin of a shared record: owner token → expiry in ms since the Unix epoch (client clocks).
+pub const HOLDERS_BIN: &str = "lh_holders";
+/// Bin of a shared record: until when (ms since the Unix epoch) a waiting writer keeps new
+/// readers out.
+pub const WRITER_BIN: &str = "lh_writer";
 /// Bin of the fence counter record.
 pub const COUNTER_BIN: &str = "lh_counter";
 

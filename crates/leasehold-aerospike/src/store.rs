@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aerospike::expressions::{eq, string_bin, string_val};
-use aerospike::operations;
 use aerospike::policy::{
     AdminPolicy, BasePolicy, CommitLevel, Expiration, QueryPolicy, RecordExistsAction,
 };
@@ -22,21 +21,25 @@ use tokio::time::Instant;
 
 use crate::config::AerospikeConfig;
 use crate::error::{classify, map, Class};
-use crate::layout::{fence_set, Layout, COUNTER_BIN, FENCE_BIN, TOKEN_BIN};
+use crate::layout::{Layout, FENCE_BIN, TOKEN_BIN};
 
 /// A lock store on an Aerospike namespace, record-compatible with the Java lock manager. Cheap to
 /// clone.
 #[derive(Clone)]
 pub struct AerospikeStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    client: Arc<Client>,
+pub(crate) struct Inner {
+    pub(crate) client: Arc<Client>,
     owns_client: bool,
-    config: AerospikeConfig,
-    layout: Layout,
+    pub(crate) config: AerospikeConfig,
+    pub(crate) layout: Layout,
 }
+
+/// How often an exclusive acquisition removes a shared record nobody holds and creates again
+/// before it calls the key contended.
+pub(crate) const MAX_TAKEOVERS: u32 = 2;
 
 impl AerospikeStore {
     /// Validates `config` (before any I/O), connects, and checks that the namespace exists.
@@ -147,17 +150,7 @@ impl AerospikeStore {
         .map_err(|e| Error::invalid_argument("cannot build the record key").with_source(e))
     }
 
-    fn fence_key(&self, key: &LockKey) -> Result<Key> {
-        let set = fence_set(&self.inner.layout.lock_set(key)?);
-        Key::new(
-            self.inner.config.namespace.clone(),
-            set,
-            Value::from(key.lock_id()),
-        )
-        .map_err(|e| Error::invalid_argument("cannot build the fence key").with_source(e))
-    }
-
-    fn base(&self, retries: usize) -> BasePolicy {
+    pub(crate) fn base(&self, retries: usize) -> BasePolicy {
         let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1);
         BasePolicy {
             socket_timeout: ms(self.inner.config.socket_timeout),
@@ -171,7 +164,7 @@ impl AerospikeStore {
     /// A write policy with no client-side retries: a write is never re-sent blindly (leasehold
     /// retries only what was surely not applied, see `with_retries`). Always to the master: a
     /// lock write never moves to a replica.
-    fn write_policy(&self, commit_level: CommitLevel) -> WritePolicy {
+    pub(crate) fn write_policy(&self, commit_level: CommitLevel) -> WritePolicy {
         let mut base_policy = self.base(0);
         base_policy.replica = Replica::Master;
         WritePolicy {
@@ -181,7 +174,7 @@ impl AerospikeStore {
         }
     }
 
-    fn owned_by(&self, token: &OwnerToken, commit_level: CommitLevel) -> WritePolicy {
+    pub(crate) fn owned_by(&self, token: &OwnerToken, commit_level: CommitLevel) -> WritePolicy {
         let mut policy = self.write_policy(commit_level);
         policy.base_policy.filter_expression = Some(eq(
             string_bin(TOKEN_BIN.to_owned()),
@@ -190,13 +183,13 @@ impl AerospikeStore {
         policy
     }
 
-    fn address(&self) -> &str {
+    pub(crate) fn address(&self) -> &str {
         &self.inner.config.hosts
     }
 
     /// Runs `op` up to the configured attempts while its error says nothing was sent (the seed's
     /// 5 × 80 ms); anything else — success, a server answer, an in-doubt outcome — returns at once.
-    async fn with_retries<T, F, Fut>(
+    pub(crate) async fn with_retries<T, F, Fut>(
         &self,
         what: &str,
         key: &LockKey,
@@ -211,7 +204,7 @@ impl AerospikeStore {
 
     /// [`Self::with_retries`], optionally also retrying in-doubt outcomes — only for operations
     /// where applying twice is harmless, like the fence increment (a gap in the counter).
-    async fn retrying<T, F, Fut>(
+    pub(crate) async fn retrying<T, F, Fut>(
         &self,
         what: &str,
         key: &LockKey,
@@ -240,7 +233,7 @@ impl AerospikeStore {
         }
     }
 
-    fn exhausted_or(&self, what: &str, key: &LockKey, e: aerospike::Error) -> Error {
+    pub(crate) fn exhausted_or(&self, what: &str, key: &LockKey, e: aerospike::Error) -> Error {
         let fence = what.starts_with("fence");
         let retried = classify(&e) == Class::NotSent || (fence && classify(&e) == Class::InDoubt);
         if retried && self.inner.config.retries > 1 {
@@ -259,37 +252,13 @@ impl AerospikeStore {
         }
     }
 
-    async fn next_fence(&self, key: &LockKey) -> Result<u64> {
-        let fence_key = self.fence_key(key)?;
-        let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
-        policy.expiration = Expiration::Never;
-        let ops = [
-            operations::add(&as_bin!(COUNTER_BIN, 1)),
-            operations::get_bin(COUNTER_BIN),
-        ];
-        let record = self
-            .retrying("fence", key, true, || {
-                self.inner.client.operate(&policy, &fence_key, &ops)
-            })
-            .await
-            .map_err(|e| self.exhausted_or("fence increment", key, e))?;
-        // Two operations on one bin answer with both results (add: nil, get: the new value).
-        let value = match record.bins.get(COUNTER_BIN) {
-            Some(Value::MultiResult(results)) => results.last(),
-            other => other,
-        };
-        match value {
-            Some(Value::Int(n)) if *n > 0 => Ok(*n as u64),
-            other => Err(
-                Error::internal(format!("fence counter read back as {other:?}"))
-                    .with_key(key.as_str()),
-            ),
-        }
-    }
-
     /// The lock record's create-only write (owner token, the Java manager's bins, expiration =
     /// TTL), retried only while nothing was sent.
-    async fn create(&self, req: &Acquire, record_key: &Key) -> Result<(), aerospike::Error> {
+    pub(crate) async fn create(
+        &self,
+        req: &Acquire,
+        record_key: &Key,
+    ) -> Result<(), aerospike::Error> {
         let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
         policy.record_exists_action = RecordExistsAction::CreateOnly;
         policy.expiration = Expiration::Seconds(ttl_seconds(req.ttl));
@@ -314,182 +283,41 @@ impl AerospikeStore {
         if self.inner.config.fencing {
             return self.acquire_fenced(req).await;
         }
-        // Unfenced: the Java manager's cycle, one create-only write.
+        // Unfenced: the Java manager's cycle, one create-only write (again after removing a
+        // shared record nobody holds any more, see `writer_meets_record`).
         let record_key = self.record_key(&req.key)?;
         let sent_at = Instant::now();
-        match self.create(req, &record_key).await {
-            Ok(()) => Ok(Lease::new(
-                req.key.clone(),
-                req.token.clone(),
-                req.ttl,
-                sent_at,
-            )),
-            Err(e) => match classify(&e) {
-                Class::Server(ResultCode::KeyExistsError | ResultCode::GenerationError) => {
-                    Err(Error::unavailable(&req.key))
-                }
-                _ => Err(self.exhausted_or("acquire", &req.key, e)),
-            },
-        }
-    }
-
-    /// Fencing in hold order: (1) create-only the lock record with the owner token, (2) increment
-    /// the key's fence counter, (3) write the counter's value into the lock record, filtered on the
-    /// owner token and update-only. The increment happens while the record is ours, and the
-    /// filtered write proves it still was afterwards, so a holder's token is taken inside its own
-    /// hold: tokens grow in the order of the holds. An acquisition that loses the record between
-    /// the steps fails and leaves nothing of ours held.
-    ///
-    /// Never reports `InDoubt`: a lost create reply is resolved here by reading the record back,
-    /// because a lease recovered elsewhere from the record alone could lack its fencing token.
-    async fn acquire_fenced(&self, req: &Acquire) -> Result<Lease> {
-        let record_key = self.record_key(&req.key)?;
-        let sent_at = Instant::now();
-        // Step 1: the create. A lost reply is read back; if the record is absent the create did
-        // not apply (or applied and already expired), so sending it again is a fresh attempt.
-        let mut attempt = 1;
+        let mut takeovers = 0;
         loop {
-            let Err(e) = self.create(req, &record_key).await else {
-                break;
-            };
-            match classify(&e) {
-                Class::Server(ResultCode::KeyExistsError | ResultCode::GenerationError) => {
-                    return Err(Error::unavailable(&req.key));
+            match self.create(req, &record_key).await {
+                Ok(()) => {
+                    return Ok(Lease::new(
+                        req.key.clone(),
+                        req.token.clone(),
+                        req.ttl,
+                        sent_at,
+                    ))
                 }
-                Class::InDoubt => match self.resolve_create(req, &record_key, e).await {
-                    Ok(()) => break,
-                    Err(e)
-                        if e.kind() == ErrorKind::Connection
-                            && attempt < self.inner.config.retries =>
+                Err(e) => match classify(&e) {
+                    Class::Server(ResultCode::KeyExistsError | ResultCode::GenerationError)
+                        if takeovers < MAX_TAKEOVERS =>
                     {
-                        tracing::debug!(key = %req.key, attempt, error = %e, "create again");
-                        attempt += 1;
-                        tokio::time::sleep(self.inner.config.retry_delay).await;
+                        takeovers += 1;
+                        self.writer_meets_record(req, &record_key).await?;
                     }
-                    Err(e) => return Err(e),
+                    Class::Server(ResultCode::KeyExistsError | ResultCode::GenerationError) => {
+                        return Err(Error::unavailable(&req.key))
+                    }
+                    _ => return Err(self.exhausted_or("acquire", &req.key, e)),
                 },
-                _ => return Err(self.exhausted_or("acquire", &req.key, e)),
-            }
-        }
-        // Step 2: the increment, while the record is ours.
-        let fence = match self.next_fence(&req.key).await {
-            Ok(fence) => fence,
-            Err(e) => return Err(self.abandon(req, "fence increment", e).await),
-        };
-        // Step 3: the token into our record — only if it is still ours.
-        let mut policy = self.owned_by(&req.token, self.inner.config.commit_levels.acquire);
-        policy.record_exists_action = RecordExistsAction::UpdateOnly;
-        policy.expiration = Expiration::DontUpdate;
-        let bins = [as_bin!(FENCE_BIN, fence as i64)];
-        // Writing the same value twice under the same filter is harmless: retried in doubt too.
-        let written = self
-            .retrying("fence write", &req.key, true, || {
-                self.inner.client.put(&policy, &record_key, &bins)
-            })
-            .await;
-        match written {
-            Ok(()) => Ok(
-                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                    .with_fencing_token(Some(fence)),
-            ),
-            Err(e) => match classify(&e) {
-                Class::Server(ResultCode::FilteredOut | ResultCode::KeyNotFoundError) => {
-                    Err(Error::new(
-                        ErrorKind::LockUnavailable,
-                        format!(
-                            "the lock record expired (or was broken) before its fencing token \
-                             could be written, after {} ms: nothing of ours is held; try again, \
-                             with a TTL longer than three round trips",
-                            sent_at.elapsed().as_millis()
-                        ),
-                    )
-                    .with_key(req.key.as_str())
-                    .with_source(e))
-                }
-                _ => {
-                    let error = self.exhausted_or("fence write", &req.key, e);
-                    Err(self.abandon(req, "fence write", error).await)
-                }
-            },
-        }
-    }
-
-    /// The create's reply was lost: read the record back to learn whether it landed. Ours: go on
-    /// (`Ok`). Anyone else's: `LockUnavailable`. Absent: nothing is held, `Connection`.
-    async fn resolve_create(
-        &self,
-        req: &Acquire,
-        record_key: &Key,
-        lost: aerospike::Error,
-    ) -> Result<()> {
-        // From the master, whatever the read replica policy: a replica may not have the create yet.
-        let mut base_policy = self.base(0);
-        base_policy.replica = Replica::Master;
-        let policy = ReadPolicy { base_policy };
-        let bins = Bins::Some(vec![TOKEN_BIN.to_owned()]);
-        // A read is harmless to repeat: retried whatever happened to it.
-        let read = self
-            .retrying("acquire readback", &req.key, true, || {
-                self.inner.client.get(&policy, record_key, bins.clone())
-            })
-            .await;
-        match read {
-            Ok(record) => match record.bins.get(TOKEN_BIN) {
-                Some(Value::String(t)) if t == req.token.as_str() => Ok(()),
-                _ => Err(Error::unavailable(&req.key)),
-            },
-            Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => {
-                Err(Error::connection(format!(
-                    "the acquire reply from Aerospike at {} was lost and the record is absent: \
-                     the create did not apply (or applied and already expired); nothing is held",
-                    self.address()
-                ))
-                .with_key(req.key.as_str())
-                .with_source(lost))
-            }
-            Err(e) => {
-                let error = Error::new(
-                    ErrorKind::RetriesExhausted,
-                    format!(
-                        "the acquire reply from Aerospike at {} was lost and reading the record \
-                         back failed too",
-                        self.address()
-                    ),
-                )
-                .with_key(req.key.as_str())
-                .with_source(e);
-                Err(self.abandon(req, "acquire", error).await)
             }
         }
     }
 
-    /// Gives up an acquisition whose create may have landed: deletes our record (owner-filtered,
-    /// best effort) and returns an error that is never `InDoubt`, so that no layer recovers a
-    /// lease without its fencing token from the record.
-    async fn abandon(&self, req: &Acquire, step: &str, error: Error) -> Error {
-        let lease = Lease::new(req.key.clone(), req.token.clone(), req.ttl, Instant::now());
-        let cleanup = match self.release_once(&lease).await {
-            Ok(_) => "the lock record was deleted again: nothing is held".to_owned(),
-            Err(e) => format!(
-                "deleting the lock record failed too ({e}): it blocks the key until its TTL \
-                 ({} s) runs out, and is never used",
-                ttl_seconds(req.ttl)
-            ),
-        };
-        tracing::warn!(key = %req.key, step, error = %error, "fenced acquisition abandoned");
-        let kind = match error.kind() {
-            ErrorKind::InDoubt => ErrorKind::RetriesExhausted,
-            kind => kind,
-        };
-        Error::new(
-            kind,
-            format!("fenced acquisition abandoned at its {step}; {cleanup}"),
-        )
-        .with_key(req.key.as_str())
-        .with_source(error)
-    }
-
-    async fn release_once(&self, lease: &Lease) -> Result<bool> {
+    pub(crate) async fn release_once(&self, lease: &Lease) -> Result<bool> {
+        if lease.mode().is_shared_record() {
+            return self.release_shared(lease).await;
+        }
         let record_key = self.record_key(lease.key())?;
         let policy = self.owned_by(lease.token(), self.inner.config.commit_levels.release);
         let result = self
@@ -506,7 +334,11 @@ impl AerospikeStore {
         }
     }
 
-    fn info(&self, key: LockKey, record: &Record) -> LockInfo {
+    /// What a lock record says: `None` for a shared record whose holders have all expired.
+    fn info(&self, key: LockKey, record: &Record) -> Option<LockInfo> {
+        if crate::shared::is_shared(record) {
+            return crate::shared::shared_info(key, record);
+        }
         let token = match record.bins.get(TOKEN_BIN) {
             Some(Value::String(t)) => Some(OwnerToken::from_string(t.as_str())),
             _ => None,
@@ -519,16 +351,18 @@ impl AerospikeStore {
             Some(Value::Int(f)) if *f > 0 => Some(*f as u64),
             _ => None,
         };
-        LockInfo::new(key, token)
-            .with_ttl_remaining(record.time_to_live())
-            .with_acquired_at(uat)
-            .with_fencing_token(fence)
+        Some(
+            LockInfo::new(key, token)
+                .with_ttl_remaining(record.time_to_live())
+                .with_acquired_at(uat)
+                .with_fencing_token(fence),
+        )
     }
 }
 
 /// Aerospike expiration is in whole seconds, and 0 means "namespace default" (possibly never):
 /// round up, never down to 0. (`validate_ttl` already refused a zero TTL.)
-fn ttl_seconds(ttl: Duration) -> u32 {
+pub(crate) fn ttl_seconds(ttl: Duration) -> u32 {
     let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
     u32::try_from(secs.max(1)).unwrap_or(u32::MAX)
 }
@@ -542,32 +376,49 @@ impl LockStore for AerospikeStore {
         Capabilities::NONE
             .with_fencing(self.inner.config.fencing)
             .with_listing(true)
+            .with_shared_modes(true)
     }
 
-    /// Create-only write with expiration = TTL rounded up to whole seconds; with fencing, then the
-    /// fence counter's increment and an owner-filtered write of its value into the record (3
-    /// round trips, tokens in hold order). Cancel safe: the requests run on their own task, and an
-    /// acquisition nobody receives is released again (owner-checked).
+    /// Exclusive: create-only write with expiration = TTL rounded up to whole seconds; with
+    /// fencing, then the fence counter's increment and an owner-filtered write of its value into
+    /// the record (3 round trips, tokens in hold order). A create refused by an existing record
+    /// reads it once to tell a held lock from a shared record (see docs/AEROSPIKE.md). Readers and
+    /// permits: one filtered `operate` when admitted (module `shared`). Cancel safe: the requests
+    /// run on their own task, and an acquisition nobody receives is released again
+    /// (owner-checked).
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         validate_ttl(req.ttl)?;
+        req.mode.validate()?;
         self.record_key(&req.key)?;
         let (acquirer, releaser) = (self.clone(), self.clone());
         acquire_detached(
             req,
-            move |req| async move { acquirer.acquire_once(&req).await },
+            move |req| async move {
+                if req.mode.is_shared_record() {
+                    acquirer.acquire_shared(&req).await
+                } else {
+                    acquirer.acquire_once(&req).await
+                }
+            },
             move |lease| async move { releaser.release_once(&lease).await },
         )
         .await
     }
 
-    /// One round trip: a delete with a filter expression `lh_token == token`.
+    /// Exclusive: one round trip, a delete with a filter expression `lh_token == token`. Readers
+    /// and permits: one `operate` removing the holder's entry, and a filtered delete of the
+    /// record when it was the last live holder.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.release_once(lease).await
     }
 
-    /// One round trip: a touch with the same filter and the new expiration.
+    /// Exclusive: one round trip, a touch with the same filter and the new expiration. Readers
+    /// and permits: one filtered `operate` (two when the record must keep a longer TTL).
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         validate_ttl(ttl)?;
+        if lease.mode().is_shared_record() {
+            return self.extend_shared(lease, ttl).await;
+        }
         let record_key = self.record_key(lease.key())?;
         let mut policy = self.owned_by(lease.token(), self.inner.config.commit_levels.extend);
         policy.expiration = Expiration::Seconds(ttl_seconds(ttl));
@@ -591,7 +442,7 @@ impl LockStore for AerospikeStore {
         }
     }
 
-    /// One round trip: the lock record's bins and TTL, read from the node the configured read
+    /// One round trip: the lock record's bins and TTL (every live holder of a shared record), read from the node the configured read
     /// replica policy picks (`AerospikeConfig::read_replica`).
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let record_key = self.record_key(key)?;
@@ -599,7 +450,7 @@ impl LockStore for AerospikeStore {
         base_policy.replica = self.inner.config.read_replica;
         let policy = ReadPolicy { base_policy };
         match self.inner.client.get(&policy, &record_key, Bins::All).await {
-            Ok(record) => Ok(Some(self.info(key.clone(), &record))),
+            Ok(record) => Ok(self.info(key.clone(), &record)),
             Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => Ok(None),
             Err(e) => Err(map("inspect", key.as_str(), self.address(), e)),
         }
@@ -639,8 +490,12 @@ impl LockStore for AerospikeStore {
                 if !storage.starts_with(prefix) {
                     continue;
                 }
-                if let Ok(key) = storage.parse::<LockKey>() {
-                    locks.push(self.info(key, &record));
+                if let Some(info) = storage
+                    .parse::<LockKey>()
+                    .ok()
+                    .and_then(|key| self.info(key, &record))
+                {
+                    locks.push(info);
                 }
             }
         }

@@ -377,3 +377,63 @@ async fn fencing_tokens_grow_in_hold_order_when_an_acquirer_pauses_between_its_s
         "tokens of successive holders grow: {holders:?}"
     );
 }
+
+#[tokio::test]
+async fn an_in_doubt_permit_acquire_is_resolved_by_readback() {
+    let (fixture, store) = setup().await;
+    // At the store: the permit's operate lands but its reply is lost: InDoubt, and the record
+    // holds the permit (inspect lists it, as the readback layer checks).
+    let req = acquire("permit-doubt", Duration::from_secs(30))
+        .with_mode(leasehold::LockMode::semaphore(2).unwrap());
+    fixture.faults().inject(
+        Fault::DropReply,
+        Target::DigestTimes(lock_digest("permit-doubt"), 1),
+    );
+    let err = store.try_acquire(&req).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    let info = store
+        .inspect(&req.key)
+        .await
+        .unwrap()
+        .expect("the permit landed");
+    assert!(info.is_owned_by(&req.token));
+    assert_eq!(info.holders.len(), 1);
+
+    // Through the manager with the readback layer: the caller simply gets the permit.
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let locks = LockManager::builder()
+        .client_id("orders")
+        .farm_id(FARM)
+        .store(store.clone())
+        .readback(ReadbackLayer::new())
+        .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.clone()))
+        .build()
+        .unwrap();
+    fixture.faults().inject(
+        Fault::DropReply,
+        Target::DigestTimes(lock_digest("permit-doubt-2"), 1),
+    );
+    let guard = locks
+        .try_semaphore("permit-doubt-2", 2)
+        .await
+        .expect("held after readback");
+    assert_eq!(
+        fixture.faults().pending(),
+        0,
+        "the acquire's reply was lost"
+    );
+    assert!(events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, LockEvent::RecoveredByReadback { held: true, .. })));
+    let info = store
+        .inspect(&key("permit-doubt-2"))
+        .await
+        .unwrap()
+        .expect("held");
+    assert_eq!(info.holders.len(), 1, "one permit, not two");
+    assert!(guard.release().await.unwrap());
+    assert_eq!(store.inspect(&key("permit-doubt-2")).await.unwrap(), None);
+}

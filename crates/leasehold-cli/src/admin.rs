@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use leasehold::{Lease, LockInfo, LockStore};
+use leasehold::{HolderInfo, Lease, LockInfo, LockMode, LockStore, OwnerToken};
 use serde::Serialize;
 
 use crate::cli::{Global, InspectArgs, ListArgs, ReleaseArgs};
@@ -13,6 +13,17 @@ use crate::store::Target;
 #[derive(Debug, Serialize)]
 pub(crate) struct LockView {
     key: String,
+    /// `exclusive`, `shared` or `semaphore`.
+    mode: &'static str,
+    /// A semaphore's permit count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    permits: Option<u32>,
+    /// Every holder of a shared lock or semaphore (empty for an exclusive hold).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    holders: Vec<HolderView>,
+    /// A blocking writer waits and keeps new readers out.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    writer_waiting: bool,
     holder: Option<String>,
     host: Option<String>,
     pid: Option<u32>,
@@ -20,6 +31,39 @@ pub(crate) struct LockView {
     age_ms: Option<u128>,
     ttl_left_ms: Option<u128>,
     fencing_token: Option<u64>,
+}
+
+/// One holder of a shared lock or semaphore, as printed.
+#[derive(Debug, Serialize)]
+pub(crate) struct HolderView {
+    holder: String,
+    host: Option<String>,
+    pid: Option<u32>,
+    age_ms: Option<u128>,
+    ttl_left_ms: Option<u128>,
+}
+
+impl HolderView {
+    fn new(info: &HolderInfo) -> Self {
+        HolderView {
+            holder: info.token.to_string(),
+            host: info.token.host().map(str::to_owned),
+            pid: info.token.pid(),
+            age_ms: info
+                .token
+                .acquired_at()
+                .and_then(|t| t.elapsed().ok())
+                .map(|d| d.as_millis()),
+            ttl_left_ms: info.ttl_remaining.map(|d| d.as_millis()),
+        }
+    }
+
+    fn who(&self) -> String {
+        match (&self.host, self.pid) {
+            (Some(host), Some(pid)) => format!("{} (host {host}, pid {pid})", self.holder),
+            _ => self.holder.clone(),
+        }
+    }
 }
 
 impl LockView {
@@ -31,6 +75,10 @@ impl LockView {
         };
         LockView {
             key: info.key.to_string(),
+            mode: info.mode.as_str(),
+            permits: info.mode.permits(),
+            holders: info.holders.iter().map(HolderView::new).collect(),
+            writer_waiting: info.writer_waiting,
             holder: info.token.as_ref().map(|t| t.to_string()),
             host: info
                 .token
@@ -50,6 +98,21 @@ impl LockView {
 
     /// One sentence: who holds it and for how long.
     pub(crate) fn sentence(&self) -> String {
+        if !self.holders.is_empty() {
+            let who: Vec<String> = self.holders.iter().map(HolderView::who).collect();
+            let what = match self.permits {
+                Some(permits) => {
+                    format!("has {} of {permits} permits taken, by", self.holders.len())
+                }
+                None => format!("is read by {} holder(s):", self.holders.len()),
+            };
+            let waiting = if self.writer_waiting {
+                "; a writer is waiting"
+            } else {
+                ""
+            };
+            return format!("{} {what} {}{waiting}", self.key, who.join(", "));
+        }
         let who = match (&self.holder, &self.host, self.pid) {
             (Some(token), Some(host), Some(pid)) => format!("{token} (host {host}, pid {pid})"),
             (Some(token), ..) => token.clone(),
@@ -101,6 +164,34 @@ pub(crate) async fn inspect(global: &Global, args: InspectArgs) -> Result<u8, Cl
             serde_json::to_value(&view).map_err(|e| CliError::new(exit::FAILURE, e.to_string()))?;
         value["held"] = serde_json::Value::Bool(true);
         println!("{value}");
+    } else if !view.holders.is_empty() {
+        match info.mode {
+            LockMode::Semaphore { permits } => println!(
+                "{key} is a semaphore of {permits} permits, {} taken",
+                view.holders.len()
+            ),
+            _ => println!(
+                "{key} is read-held by {} reader(s){}",
+                view.holders.len(),
+                if view.writer_waiting {
+                    "; a writer is waiting (new readers are kept out)"
+                } else {
+                    ""
+                }
+            ),
+        }
+        for holder in &view.holders {
+            println!(
+                "  {}  age {}  ttl left {}",
+                holder.who(),
+                opt(holder
+                    .age_ms
+                    .map(|ms| human(Duration::from_millis(ms as u64)))),
+                opt(holder
+                    .ttl_left_ms
+                    .map(|ms| human(Duration::from_millis(ms as u64)))),
+            );
+        }
     } else {
         println!("{key} is held");
         println!("  holder         {}", opt(view.holder.as_ref()));
@@ -152,29 +243,50 @@ pub(crate) async fn list(global: &Global, args: ListArgs) -> Result<u8, CliError
         );
         return Ok(exit::OK);
     }
-    let key_width = views.iter().map(|v| v.key.len()).max().unwrap_or(3).max(3);
-    let holder_width = views
-        .iter()
-        .map(|v| v.holder.as_deref().unwrap_or("-").len())
-        .max()
-        .unwrap_or(6)
-        .max(6);
-    println!(
-        "{:<key_width$}  {:<holder_width$}  {:>8}  {:>8}",
-        "KEY", "HOLDER", "AGE", "TTL LEFT"
-    );
+    // One row per holder: a shared lock or semaphore has several.
+    let mut rows: Vec<[String; 5]> = Vec::new();
+    let ms = |ms: Option<u128>, none: &str| {
+        ms.map(|ms| human(Duration::from_millis(ms as u64)))
+            .unwrap_or_else(|| none.to_owned())
+    };
     for v in &views {
-        println!(
-            "{:<key_width$}  {:<holder_width$}  {:>8}  {:>8}",
-            v.key,
-            v.holder.as_deref().unwrap_or("-"),
-            v.age_ms
-                .map(|ms| human(Duration::from_millis(ms as u64)))
-                .unwrap_or_else(|| "-".into()),
-            v.ttl_left_ms
-                .map(|ms| human(Duration::from_millis(ms as u64)))
-                .unwrap_or_else(|| "never".into()),
-        );
+        let mode = match v.permits {
+            Some(permits) => format!("semaphore({permits})"),
+            None => v.mode.to_owned(),
+        };
+        if v.holders.is_empty() {
+            rows.push([
+                v.key.clone(),
+                mode.clone(),
+                v.holder.clone().unwrap_or_else(|| "-".into()),
+                ms(v.age_ms, "-"),
+                ms(v.ttl_left_ms, "never"),
+            ]);
+        }
+        for h in &v.holders {
+            rows.push([
+                v.key.clone(),
+                mode.clone(),
+                h.holder.clone(),
+                ms(h.age_ms, "-"),
+                ms(h.ttl_left_ms, "never"),
+            ]);
+        }
+    }
+    let width = |i: usize, min: usize| {
+        rows.iter()
+            .map(|r| r[i].len())
+            .max()
+            .unwrap_or(min)
+            .max(min)
+    };
+    let (kw, mw, hw) = (width(0, 3), width(1, 4), width(2, 6));
+    println!(
+        "{:<kw$}  {:<mw$}  {:<hw$}  {:>8}  {:>8}",
+        "KEY", "MODE", "HOLDER", "AGE", "TTL LEFT"
+    );
+    for [key, mode, holder, age, ttl] in &rows {
+        println!("{key:<kw$}  {mode:<mw$}  {holder:<hw$}  {age:>8}  {ttl:>8}");
     }
     Ok(exit::OK)
 }
@@ -198,6 +310,9 @@ pub(crate) async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, Cl
         return Ok(exit::FREE);
     };
     let view = LockView::new(&info);
+    if !info.holders.is_empty() {
+        return release_holders(&target, &info, &view).await;
+    }
     let Some(token) = info.token.clone() else {
         return Err(CliError::new(
             exit::FAILURE,
@@ -206,14 +321,7 @@ pub(crate) async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, Cl
     };
     // Owner-checked with the token we just read: if the lock changed hands in between, the new
     // holder's lock is not touched.
-    let lease = Lease::new(
-        key.clone(),
-        token,
-        info.ttl_remaining
-            .unwrap_or(Duration::from_secs(1))
-            .max(Duration::from_millis(1)),
-        tokio::time::Instant::now(),
-    );
+    let lease = held_lease(&info, token, info.ttl_remaining);
     if target
         .store
         .release(&lease)
@@ -228,4 +336,44 @@ pub(crate) async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, Cl
             format!("{key} changed hands while releasing; nothing was removed (run inspect again)"),
         ))
     }
+}
+
+/// Breaks a shared lock or semaphore: every holder read by `inspect`, each release
+/// owner-checked with its own token (a holder that came in since is not touched).
+async fn release_holders(
+    target: &Target,
+    info: &LockInfo,
+    view: &LockView,
+) -> Result<u8, CliError> {
+    let mut released = 0;
+    for holder in &info.holders {
+        let lease =
+            held_lease(info, holder.token.clone(), holder.ttl_remaining).with_mode(info.mode);
+        if target
+            .store
+            .release(&lease)
+            .await
+            .map_err(|e| target.error(e))?
+        {
+            released += 1;
+        }
+    }
+    println!(
+        "released {released} of {} holder(s): {}",
+        info.holders.len(),
+        view.sentence()
+    );
+    Ok(exit::OK)
+}
+
+/// The lease a holder has, rebuilt from what `inspect` read, for an owner-checked release.
+fn held_lease(info: &LockInfo, token: OwnerToken, ttl_left: Option<Duration>) -> Lease {
+    Lease::new(
+        info.key.clone(),
+        token,
+        ttl_left
+            .unwrap_or(Duration::from_secs(1))
+            .max(Duration::from_millis(1)),
+        tokio::time::Instant::now(),
+    )
 }

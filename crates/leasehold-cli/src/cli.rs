@@ -87,6 +87,13 @@ pub(crate) enum Command {
     /// runs: a line on stderr, SIGTERM to the command with --kill-on-lost, and exit status 76
     /// (--lost-exit-code) whatever the command's own status.
     Run(RunArgs),
+    /// Validate a scenario file and print its scenarios as a table. Exit status 2, with the
+    /// file, line and field named, when the file is invalid.
+    Scenarios(ScenariosArgs),
+    /// Print a lock's history kept in the store (the lock trace of scenarios with `trace = true`):
+    /// who acquired, waited, released, lost it or had a release skipped, from which host and
+    /// process, newest first.
+    History(HistoryArgs),
     /// Show who holds a lock: owner token (host, pid, time), TTL left, fencing token.
     /// Exit status 0 when held, 1 when free.
     Inspect(InspectArgs),
@@ -140,12 +147,21 @@ pub(crate) struct BenchArgs {
 pub(crate) struct RunArgs {
     /// The lock: an entity name or a full storage key.
     pub(crate) key: String,
-    /// Lease TTL; renewed every third of it while the command runs.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub(crate) ttl: Duration,
-    /// How long to wait for the lock if it is held; 0 fails at once.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
-    pub(crate) wait: Duration,
+    /// Lease TTL; renewed every third of it while the command runs. Default: the scenario's,
+    /// else 30s.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) ttl: Option<Duration>,
+    /// How long to wait for the lock if it is held; 0 fails at once. Default: the scenario's
+    /// (a try-only scenario never waits), else 0s.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) wait: Option<Duration>,
+    /// A scenario file (TOML, see docs/SCENARIOS.md): the key gets the settings of the scenario
+    /// its entity name matches, or of --scenario.
+    #[arg(long)]
+    pub(crate) config: Option<std::path::PathBuf>,
+    /// Run under this scenario of --config.
+    #[arg(long, requires = "config")]
+    pub(crate) scenario: Option<String>,
     /// Exit status when the lock is held by someone else (like flock -E).
     #[arg(long, default_value_t = crate::exit::DEFAULT_CONFLICT)]
     pub(crate) conflict_exit_code: u8,
@@ -160,9 +176,35 @@ pub(crate) struct RunArgs {
     /// status (its work was not all protected by the lock).
     #[arg(long, default_value_t = crate::exit::DEFAULT_LOST)]
     pub(crate) lost_exit_code: u8,
+    /// Take the read side of the key's read-write lock: runs alongside other `--shared` runs of
+    /// the key, never alongside a plain `run` of it (the write side).
+    #[arg(long, conflicts_with = "permits")]
+    pub(crate) shared: bool,
+    /// Take one of N permits of the key's semaphore: at most N copies of the command run at once
+    /// (every run of the key must name the same N).
+    #[arg(long, value_name = "N")]
+    pub(crate) permits: Option<u32>,
     /// The command and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
     pub(crate) command: Vec<String>,
+}
+
+/// `leasehold scenarios`.
+#[derive(Debug, Args)]
+pub(crate) struct ScenariosArgs {
+    /// The scenario file (TOML).
+    #[arg(long)]
+    pub(crate) config: std::path::PathBuf,
+}
+
+/// `leasehold history`.
+#[derive(Debug, Args)]
+pub(crate) struct HistoryArgs {
+    /// The lock: an entity name or a full storage key.
+    pub(crate) key: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `leasehold inspect`.

@@ -11,6 +11,7 @@ mod demo;
 mod events;
 mod exit;
 mod run;
+mod scenarios;
 mod store;
 mod store_url;
 
@@ -43,6 +44,8 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Run(args) => run::run(&cli.global, args).await,
+            Command::Scenarios(args) => scenarios::scenarios(args),
+            Command::History(args) => scenarios::history(&cli.global, args).await,
             Command::Inspect(args) => admin::inspect(&cli.global, args).await,
             Command::List(args) => admin::list(&cli.global, args).await,
             Command::Release(args) => admin::release(&cli.global, args).await,

@@ -1,8 +1,9 @@
 //! `leasehold run KEY -- CMD ARGS…`: a command under a lock.
 
 use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
 
-use leasehold::{ErrorKind, LockOptions, LockStore};
+use leasehold::{ErrorKind, LockMode, LockOptions, LockStore};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
@@ -12,12 +13,67 @@ use crate::cli::{Global, RunArgs};
 use crate::exit::{self, CliError};
 use crate::store::Target;
 
+/// The lease TTL of `run` without `--ttl` or a scenario.
+const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
 pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> {
     let target = Target::connect(global).await?;
     let key = target.key(&args.key)?;
-    let manager = target.manager()?;
-    let opts = LockOptions::new().ttl(args.ttl).wait(args.wait).renew(true);
-    let acquired = if args.wait.is_zero() {
+    let registry = match &args.config {
+        Some(path) => crate::scenarios::load(path)?,
+        None => leasehold::scenario::ScenarioRegistry::new(),
+    };
+    if let Some(name) = &args.scenario {
+        if registry.get(name).is_none() {
+            return Err(CliError::usage(format!(
+                "no scenario named `{name}` in {}; it has: {}",
+                args.config
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                registry
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    let manager = target.manager_with(registry)?;
+    let mode = match (args.shared, args.permits) {
+        (true, _) => LockMode::Shared,
+        (false, Some(permits)) => {
+            LockMode::semaphore(permits).map_err(|e| CliError::usage(e.to_string()))?
+        }
+        (false, None) => LockMode::Exclusive,
+    };
+    let mut opts = LockOptions::new().renew(true);
+    if mode != LockMode::Exclusive {
+        opts = opts.mode(mode);
+    }
+    if let Some(name) = &args.scenario {
+        opts = opts.scenario(name.as_str());
+    }
+    let scenario = args
+        .scenario
+        .as_deref()
+        .and_then(|n| manager.scenarios().get(n))
+        .or_else(|| manager.scenarios().matching(key.entity_id()));
+    if let Some(ttl) = args.ttl.or(scenario.is_none().then_some(DEFAULT_TTL)) {
+        opts = opts.ttl(ttl);
+    }
+    let wait = match (args.wait, scenario) {
+        (Some(wait), _) => wait,
+        (None, Some(s)) if s.acquire_mode() == leasehold::scenario::AcquireMode::Try => {
+            Duration::ZERO
+        }
+        (None, Some(s)) => s
+            .wait_for_lock()
+            .unwrap_or(leasehold::DEFAULT_WAIT_FOR_LOCK),
+        (None, None) => Duration::ZERO,
+    };
+    opts = opts.wait(wait);
+    let acquired = if wait.is_zero() {
         manager.try_lock_with(&key, opts).await
     } else {
         manager.lock_with(&key, opts).await
@@ -29,10 +85,10 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
                 Ok(Some(info)) => LockView::new(&info).sentence(),
                 _ => format!("{key} is held by another owner"),
             };
-            let waited = if args.wait.is_zero() {
+            let waited = if wait.is_zero() {
                 String::new()
             } else {
-                format!(" (waited {})", crate::admin::human(args.wait))
+                format!(" (waited {})", crate::admin::human(wait))
             };
             return Err(CliError::new(
                 args.conflict_exit_code,

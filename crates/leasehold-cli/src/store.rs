@@ -65,7 +65,16 @@ impl Target {
 
     /// A manager over this store, with the default layer stack.
     pub(crate) fn manager(&self) -> Result<LockManager, CliError> {
+        self.manager_with(leasehold::scenario::ScenarioRegistry::new())
+    }
+
+    /// A manager resolving lock calls against `scenarios`.
+    pub(crate) fn manager_with(
+        &self,
+        scenarios: leasehold::scenario::ScenarioRegistry,
+    ) -> Result<LockManager, CliError> {
         LockManager::builder()
+            .scenarios(scenarios)
             .client_id(&self.client_id)
             .farm_id(&self.farm_id)
             .default_level(self.level)

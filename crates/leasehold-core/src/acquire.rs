@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{LockKey, OwnerToken};
+use crate::{LockKey, OwnerToken, TraceConfig};
 
 /// Who is asking for a lock, for reentrancy: the same holder taking a key it already holds counts
 /// up instead of deadlocking.
@@ -82,6 +82,15 @@ pub struct Acquire {
     /// (local competition) may wait until `t` for a local holder to let go. Stores ignore it: they
     /// always make one attempt, and the manager's retry loop does the rest.
     pub deadline: Option<Instant>,
+    /// The kind of hold: exclusive (the default, also a read-write lock's write side), shared
+    /// (a reader) or a semaphore permit. A blocking exclusive request (`deadline` set) on a key
+    /// held by readers also marks a writer as waiting, which keeps new readers out until it is
+    /// served or its marker expires.
+    pub mode: crate::LockMode,
+    /// `Some`: record this acquisition (and, through the lease, its release and renewals) in the
+    /// key's lock history in the store (see [`TraceConfig`]). Stores without
+    /// [`Capabilities::history`](crate::Capabilities::history) ignore it.
+    pub trace: Option<TraceConfig>,
 }
 
 impl Acquire {
@@ -93,12 +102,26 @@ impl Acquire {
             ttl,
             holder: None,
             deadline: None,
+            mode: crate::LockMode::Exclusive,
+            trace: None,
         }
+    }
+
+    /// Sets the lock mode.
+    pub fn with_mode(mut self, mode: crate::LockMode) -> Self {
+        self.mode = mode;
+        self
     }
 
     /// Sets the holder identity.
     pub fn with_holder(mut self, holder: Option<HolderId>) -> Self {
         self.holder = holder;
+        self
+    }
+
+    /// Sets the lock-history setting (`None`: not traced).
+    pub fn with_trace(mut self, trace: Option<TraceConfig>) -> Self {
+        self.trace = trace;
         self
     }
 

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::{Acquire, Capabilities, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result};
+use crate::{
+    Acquire, Capabilities, HistoryEntry, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result,
+    TraceConfig,
+};
 
 /// Object-safe form of [`LockStore`], implemented for every store.
 trait DynLockStore: Send + Sync + 'static {
@@ -19,6 +22,13 @@ trait DynLockStore: Send + Sync + 'static {
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LockInfo>>>;
     fn watch<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, ReleaseWatch>;
     fn shutdown(&self) -> BoxFuture<'_, Result<usize>>;
+    fn history<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<HistoryEntry>>>;
+    fn append_history<'a>(
+        &'a self,
+        key: &'a LockKey,
+        trace: &'a TraceConfig,
+        entry: &'a HistoryEntry,
+    ) -> BoxFuture<'a, Result<()>>;
 }
 
 impl<S: LockStore> DynLockStore for S {
@@ -48,6 +58,17 @@ impl<S: LockStore> DynLockStore for S {
     }
     fn shutdown(&self) -> BoxFuture<'_, Result<usize>> {
         Box::pin(LockStore::shutdown(self))
+    }
+    fn history<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<HistoryEntry>>> {
+        Box::pin(LockStore::history(self, key))
+    }
+    fn append_history<'a>(
+        &'a self,
+        key: &'a LockKey,
+        trace: &'a TraceConfig,
+        entry: &'a HistoryEntry,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(LockStore::append_history(self, key, trace, entry))
     }
 }
 
@@ -123,5 +144,16 @@ impl LockStore for BoxStore {
     }
     async fn shutdown(&self) -> Result<usize> {
         self.inner.shutdown().await
+    }
+    async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
+        self.inner.history(key).await
+    }
+    async fn append_history(
+        &self,
+        key: &LockKey,
+        trace: &TraceConfig,
+        entry: &HistoryEntry,
+    ) -> Result<()> {
+        self.inner.append_history(key, trace, entry).await
     }
 }

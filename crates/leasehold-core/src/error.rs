@@ -43,6 +43,11 @@ pub enum ErrorKind {
     ShutDown,
     /// The store does not support this operation (see its capabilities). Permanent.
     Unsupported,
+    /// The key is in use as another kind of lock (a semaphore of another permit count, a
+    /// semaphore against a read-write lock), or the same holder asked for a hold that could only
+    /// deadlock on itself (a write under its own read, a read under its own write). Permanent:
+    /// use one kind of lock per key, and release a read before asking for the write.
+    ModeConflict,
 }
 
 impl ErrorKind {
@@ -72,6 +77,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::ShutDown => "shut_down",
             ErrorKind::Unsupported => "unsupported",
+            ErrorKind::ModeConflict => "mode_conflict",
         }
     }
 }
@@ -90,6 +96,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Timeout => "timed out waiting for lock",
             ErrorKind::ShutDown => "shut down",
             ErrorKind::Unsupported => "unsupported",
+            ErrorKind::ModeConflict => "mode_conflict",
         })
     }
 }

@@ -119,6 +119,16 @@ pub enum LockEvent {
         /// The lock.
         key: LockKey,
     },
+    /// The store could not be reached and the scenario's policy is to proceed without the lock
+    /// (fail open): the caller runs unprotected. An alert: emitted every time.
+    ProceededWithoutLock {
+        /// The lock.
+        key: LockKey,
+        /// The scenario whose `on_store_down = proceed` allowed it.
+        scenario: std::sync::Arc<str>,
+        /// Why the store was considered down.
+        error: crate::ErrorKind,
+    },
     /// A held lock was lost: renewal found it no longer ours, or could not reach the store in time.
     Lost {
         /// The lock.
@@ -143,6 +153,7 @@ impl LockEvent {
             | LockEvent::Released { key, .. }
             | LockEvent::ReleasedAtShutdown { key }
             | LockEvent::Renewed { key }
+            | LockEvent::ProceededWithoutLock { key, .. }
             | LockEvent::Lost { key, .. } => key,
         }
     }
@@ -161,6 +172,7 @@ impl LockEvent {
             LockEvent::Released { .. } => "released",
             LockEvent::ReleasedAtShutdown { .. } => "released_at_shutdown",
             LockEvent::Renewed { .. } => "renewed",
+            LockEvent::ProceededWithoutLock { .. } => "proceeded_without_lock",
             LockEvent::Lost { .. } => "lost",
         }
     }

@@ -166,4 +166,21 @@ impl<A: LockStore, B: LockStore> LockStore for Either<A, B> {
             Either::Right(b) => b.shutdown().await,
         }
     }
+    async fn history(&self, key: &LockKey) -> Result<Vec<crate::HistoryEntry>> {
+        match self {
+            Either::Left(a) => a.history(key).await,
+            Either::Right(b) => b.history(key).await,
+        }
+    }
+    async fn append_history(
+        &self,
+        key: &LockKey,
+        trace: &crate::TraceConfig,
+        entry: &crate::HistoryEntry,
+    ) -> Result<()> {
+        match self {
+            Either::Left(a) => a.append_history(key, trace, entry).await,
+            Either::Right(b) => b.append_history(key, trace, entry).await,
+        }
+    }
 }

@@ -4,7 +4,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{Acquire, Capabilities, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result};
+use crate::{
+    Acquire, Capabilities, HistoryEntry, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result,
+    TraceConfig,
+};
 
 /// A store that wraps another and forwards every operation to it unless it overrides that
 /// operation.
@@ -87,6 +90,21 @@ pub trait LayeredStore: Send + Sync + 'static {
     fn shutdown(&self) -> impl Future<Output = Result<usize>> + Send {
         self.inner().shutdown()
     }
+
+    /// See [`LockStore::history`]. Forwards.
+    fn history(&self, key: &LockKey) -> impl Future<Output = Result<Vec<HistoryEntry>>> + Send {
+        self.inner().history(key)
+    }
+
+    /// See [`LockStore::append_history`]. Forwards.
+    fn append_history(
+        &self,
+        key: &LockKey,
+        trace: &TraceConfig,
+        entry: &HistoryEntry,
+    ) -> impl Future<Output = Result<()>> + Send {
+        self.inner().append_history(key, trace, entry)
+    }
 }
 
 impl<L: LayeredStore> LockStore for L {
@@ -116,6 +134,17 @@ impl<L: LayeredStore> LockStore for L {
     }
     fn shutdown(&self) -> impl Future<Output = Result<usize>> + Send {
         LayeredStore::shutdown(self)
+    }
+    fn history(&self, key: &LockKey) -> impl Future<Output = Result<Vec<HistoryEntry>>> + Send {
+        LayeredStore::history(self, key)
+    }
+    fn append_history(
+        &self,
+        key: &LockKey,
+        trace: &TraceConfig,
+        entry: &HistoryEntry,
+    ) -> impl Future<Output = Result<()>> + Send {
+        LayeredStore::append_history(self, key, trace, entry)
     }
 }
 

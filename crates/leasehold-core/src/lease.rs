@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::{LockKey, OwnerToken};
+use crate::{LockKey, LockMode, OwnerToken, TraceConfig};
 
 /// A held lock: key, owner token, when it was taken, for how long, and its fencing token.
 ///
@@ -36,6 +36,9 @@ pub struct Lease {
     fencing_token: Option<u64>,
     /// Other processes were in the store's waiter line when this lease was granted.
     contended: bool,
+    mode: LockMode,
+    /// The lock-history setting of the acquisition, carried to its release and renewals.
+    trace: Option<TraceConfig>,
 }
 
 impl Lease {
@@ -48,7 +51,33 @@ impl Lease {
             acquired_at,
             fencing_token: None,
             contended: false,
+            mode: LockMode::Exclusive,
+            trace: None,
         }
+    }
+
+    /// Sets the lock-history setting stores apply to this lease's release and renewals (stores
+    /// copy it from [`Acquire::trace`](crate::Acquire::trace)).
+    pub fn with_trace(mut self, trace: Option<TraceConfig>) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// The lock-history setting, if this lease is traced.
+    pub fn trace(&self) -> Option<&TraceConfig> {
+        self.trace.as_ref()
+    }
+
+    /// Sets the mode this lease was taken in (stores copy it from the request).
+    pub fn with_mode(mut self, mode: LockMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// How this lease holds its key: exclusive (or write), shared (read), or a semaphore permit.
+    /// Release and extend act on the record of this mode.
+    pub fn mode(&self) -> LockMode {
+        self.mode
     }
 
     /// Records that other processes were waiting in the store's line when this lease was granted
@@ -155,6 +184,33 @@ pub struct LockInfo {
     pub acquired_at: Option<SystemTime>,
     /// The fencing token of the current holder, if the store keeps one.
     pub fencing_token: Option<u64>,
+    /// How the key is held. For [`LockMode::Shared`] and [`LockMode::Semaphore`] the holders are
+    /// in `holders` and `token` is `None`.
+    pub mode: LockMode,
+    /// Every holder of a shared lock or semaphore (empty for an exclusive hold).
+    pub holders: Vec<HolderInfo>,
+    /// A blocking writer is waiting and new readers are kept out (read-write locks only).
+    pub writer_waiting: bool,
+}
+
+/// One holder of a shared lock or semaphore: its token and how long its own lease has left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HolderInfo {
+    /// The holder's owner token.
+    pub token: OwnerToken,
+    /// Time left on this holder's lease.
+    pub ttl_remaining: Option<Duration>,
+}
+
+impl HolderInfo {
+    /// A holder with `ttl_remaining` left.
+    pub fn new(token: OwnerToken, ttl_remaining: Option<Duration>) -> Self {
+        HolderInfo {
+            token,
+            ttl_remaining,
+        }
+    }
 }
 
 impl LockInfo {
@@ -167,7 +223,26 @@ impl LockInfo {
             ttl_remaining: None,
             acquired_at,
             fencing_token: None,
+            mode: LockMode::Exclusive,
+            holders: Vec::new(),
+            writer_waiting: false,
         }
+    }
+
+    /// Info on a shared lock or semaphore held by `holders`; the record's TTL is the longest
+    /// holder's.
+    pub fn shared(key: LockKey, mode: LockMode, holders: Vec<HolderInfo>) -> Self {
+        let ttl_remaining = holders.iter().filter_map(|h| h.ttl_remaining).max();
+        let mut info = LockInfo::new(key, None).with_ttl_remaining(ttl_remaining);
+        info.mode = mode;
+        info.holders = holders;
+        info
+    }
+
+    /// Sets whether a writer is waiting.
+    pub fn with_writer_waiting(mut self, writer_waiting: bool) -> Self {
+        self.writer_waiting = writer_waiting;
+        self
     }
 
     /// Sets the remaining TTL.
@@ -190,9 +265,9 @@ impl LockInfo {
         self
     }
 
-    /// Whether the record is owned by `token`.
+    /// Whether `token` holds the key: the exclusive owner or one of the shared holders.
     pub fn is_owned_by(&self, token: &OwnerToken) -> bool {
-        self.token.as_ref() == Some(token)
+        self.token.as_ref() == Some(token) || self.holders.iter().any(|h| &h.token == token)
     }
 }
 

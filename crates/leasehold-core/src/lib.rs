@@ -5,6 +5,7 @@
 //!
 //! - [`LockKey`] and [`LockLevel`]: validated storage keys (`DC#<farmId>#<lockId>`, `XDC#<lockId>`).
 //! - [`OwnerToken`]: unique per acquisition, readable by a human looking at the store.
+//! - [`LockMode`]: exclusive (the write side), shared (readers) or one of N semaphore permits.
 //! - [`Lease`]: what an acquisition returns; [`LockInfo`]: what an inspection reads back.
 //! - [`LockStore`]: the store trait (try-acquire, release, extend, inspect, list), its object-safe
 //!   twin [`BoxStore`], and [`Capabilities`].
@@ -14,6 +15,7 @@
 //!   layers.
 //! - [`Error`] and [`ErrorKind`]: one error type for every store and layer.
 //! - [`LockEvent`] and [`Observer`]: the one hook through which layers report what they did.
+//! - [`TraceConfig`] and [`HistoryEntry`]: the opt-in per-key lock history kept in the store.
 //!
 //! Users normally depend on the `leasehold` facade crate, which re-exports all of this.
 #![forbid(unsafe_code)]
@@ -23,11 +25,13 @@ mod detached;
 mod dyn_store;
 mod error;
 mod event;
+mod history;
 mod key;
 mod layer;
 mod layered;
 mod lease;
 mod lifecycle;
+mod mode;
 mod store;
 mod tls;
 mod token;
@@ -38,11 +42,13 @@ pub use detached::acquire_detached;
 pub use dyn_store::BoxStore;
 pub use error::{Error, ErrorKind, Result};
 pub use event::{LockEvent, Observer, Observers, SkipReason};
+pub use history::{HistoryEntry, HistoryEvent, TraceConfig};
 pub use key::{LockKey, LockLevel, MAX_KEY_LEN, MAX_PART_LEN};
 pub use layer::{option_layer, Either, Identity, Layer, Stack};
 pub use layered::LayeredStore;
-pub use lease::{wall_time_of, Lease, LockInfo};
+pub use lease::{wall_time_of, HolderInfo, Lease, LockInfo};
 pub use lifecycle::Lifecycle;
+pub use mode::{LockMode, MAX_PERMITS};
 pub use store::{Capabilities, LockStore};
 pub use tls::TlsFailure;
 pub use token::OwnerToken;

@@ -4,7 +4,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{Acquire, Error, Lease, LockInfo, LockKey, ReleaseWatch, Result};
+use crate::{
+    Acquire, Error, HistoryEntry, Lease, LockInfo, LockKey, ReleaseWatch, Result, TraceConfig,
+};
 
 /// What a store can do beyond the required operations, so layers and tests can ask instead of
 /// guessing.
@@ -18,6 +20,13 @@ pub struct Capabilities {
     pub listing: bool,
     /// [`LockStore::watch`] delivers release notifications (waiters need not poll).
     pub notifications: bool,
+    /// [`LockMode::Shared`](crate::LockMode::Shared) and
+    /// [`LockMode::Semaphore`](crate::LockMode::Semaphore) holds are supported; without it a
+    /// store answers them with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    pub shared_modes: bool,
+    /// The lock history is kept: traced operations ([`Acquire::trace`]) append to it and
+    /// [`LockStore::history`] reads it.
+    pub history: bool,
 }
 
 impl Capabilities {
@@ -26,13 +35,17 @@ impl Capabilities {
         fencing: false,
         listing: false,
         notifications: false,
+        shared_modes: false,
+        history: false,
     };
 
-    /// Fencing, listing and notifications.
+    /// Fencing, listing, notifications and shared modes.
     pub const ALL: Capabilities = Capabilities {
         fencing: true,
         listing: true,
         notifications: true,
+        shared_modes: true,
+        history: true,
     };
 
     /// Sets `fencing`.
@@ -44,6 +57,18 @@ impl Capabilities {
     /// Sets `listing`.
     pub const fn with_listing(mut self, listing: bool) -> Self {
         self.listing = listing;
+        self
+    }
+
+    /// Sets `shared_modes`.
+    pub const fn with_shared_modes(mut self, shared_modes: bool) -> Self {
+        self.shared_modes = shared_modes;
+        self
+    }
+
+    /// Sets `history`.
+    pub const fn with_history(mut self, history: bool) -> Self {
+        self.history = history;
         self
     }
 
@@ -143,6 +168,37 @@ pub trait LockStore: Send + Sync + 'static {
         async { ReleaseWatch::none() }
     }
 
+    /// The lock history of `key`, newest first (see [`TraceConfig`]): empty when the key was never
+    /// traced or its history expired.
+    ///
+    /// # Behavior
+    /// Only for stores with [`Capabilities::history`]. Such a store writes an entry for every
+    /// traced operation ([`Acquire::trace`], carried by the lease to its release and renewals):
+    /// `acquired`, `refused` or `waited` from `try_acquire`, `released` or `not_held` from
+    /// `release`, `lost` from a failed `extend`, in the same round trip as the operation where
+    /// the store allows it; it keeps at most [`TraceConfig::max_entries`] and lets the history
+    /// expire [`TraceConfig::ttl`] after its last write. The default returns
+    /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    fn history(&self, key: &LockKey) -> impl Future<Output = Result<Vec<HistoryEntry>>> + Send {
+        let _ = key;
+        let name = self.name();
+        async move { Err(Error::unsupported(name, "lock history")) }
+    }
+
+    /// Appends `entry` to the history of `key` on its own, for what happens without a store
+    /// operation (a release the unlock window skipped). Same bounds as traced operations. The
+    /// default returns [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    fn append_history(
+        &self,
+        key: &LockKey,
+        trace: &TraceConfig,
+        entry: &HistoryEntry,
+    ) -> impl Future<Output = Result<()>> + Send {
+        let _ = (key, trace, entry);
+        let name = self.name();
+        async move { Err(Error::unsupported(name, "lock history")) }
+    }
+
     /// Stops the store (or layer) gracefully: layers that track live locks release them here.
     /// Returns how many locks were released. The default does nothing and returns 0.
     fn shutdown(&self) -> impl Future<Output = Result<usize>> + Send {
@@ -174,6 +230,17 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     }
     async fn watch(&self, key: &LockKey) -> ReleaseWatch {
         (**self).watch(key).await
+    }
+    async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
+        (**self).history(key).await
+    }
+    async fn append_history(
+        &self,
+        key: &LockKey,
+        trace: &TraceConfig,
+        entry: &HistoryEntry,
+    ) -> Result<()> {
+        (**self).append_history(key, trace, entry).await
     }
     async fn shutdown(&self) -> Result<usize> {
         (**self).shutdown().await

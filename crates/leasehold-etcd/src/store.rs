@@ -458,7 +458,11 @@ impl LockStore for EtcdStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
+        // Read-write locks, semaphores and the lock trace are not on etcd yet (docs/ETCD.md).
+        Capabilities::NONE
+            .with_fencing(true)
+            .with_listing(true)
+            .with_notifications(true)
     }
 
     /// Watches the lock record and its waiter line for deletions (a release, a lease that
@@ -474,6 +478,13 @@ impl LockStore for EtcdStore {
     /// or what it may have acquired if the reply was lost.
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         seconds(req.ttl)?;
+        req.mode.validate()?;
+        if req.mode.is_shared_record() {
+            return Err(
+                Error::unsupported("etcd", "read-write locks and semaphores")
+                    .with_key(req.key.as_str()),
+            );
+        }
         let (acquirer, releaser) = (self.clone(), self.clone());
         acquire_detached(
             req,

@@ -7,68 +7,163 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Acquire with a fencing token: set the lock only if absent, with a TTL in milliseconds, and in
-/// the same atomic step increment the key's fence counter (a key without TTL, so it only grows).
-/// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` TTL ms.
-/// Returns the new fencing token, or nil if the lock is held.
+/// Functions the scripts share, for the lock modes: a key is a string (an exclusive hold: the
+/// token) or a hash (a shared record: `mode` = `shared` or `semaphore:N`, one `h:<token>` field
+/// per holder holding its expiry in ms since the epoch, server time, and for read-write locks an
+/// optional `writer-waiting` field holding the waiting writer's marker expiry). A shared record's
+/// key expires with its longest entry, so an existing hash always has a live holder or marker.
+///
+/// `sweep` drops expired entries and returns the mode, live holders, longest and soonest ms left
+/// and the marker's ms left. `writer_on_shared` decides an exclusive request that `SET NX`
+/// refused: `nil` when the key was a shared record with no live holder (deleted, so the caller
+/// sets it), else `{0, ms}` (refused; a blocking writer, `wait_ms` > 0, leaves its marker) or an
+/// error reply `MODECONFLICT <mode>` for a semaphore.
+const PRELUDE: &str = r"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function sweep(key, now)
+  local fields = redis.call('HGETALL', key)
+  local mode, live, longest, soonest, marker = nil, 0, 0, nil, 0
+  for i = 1, #fields, 2 do
+    local f, v = fields[i], fields[i + 1]
+    if f == 'mode' then
+      mode = v
+    else
+      local left = (tonumber(v) or 0) - now
+      if left <= 0 then
+        redis.call('HDEL', key, f)
+      elseif f == 'writer-waiting' then
+        marker = left
+      else
+        live = live + 1
+        if left > longest then longest = left end
+        if (not soonest) or left < soonest then soonest = left end
+      end
+    end
+  end
+  return mode, live, longest, soonest or 0, marker
+end
+local function writer_on_shared(key, wait_ms)
+  if redis.call('TYPE', key).ok ~= 'hash' then
+    local left = redis.call('PTTL', key)
+    if left < 1 then left = 1 end
+    return {0, left}
+  end
+  local now = now_ms()
+  local mode, live, longest = sweep(key, now)
+  if live == 0 then
+    redis.call('DEL', key)
+    return nil
+  end
+  if mode ~= 'shared' then
+    return redis.error_reply('MODECONFLICT ' .. (mode or 'unknown'))
+  end
+  if wait_ms > 0 then
+    local marker = tonumber(redis.call('HGET', key, 'writer-waiting') or '0')
+    if now + wait_ms > marker then
+      redis.call('HSET', key, 'writer-waiting', now + wait_ms)
+    end
+    if redis.call('PTTL', key) < wait_ms then
+      redis.call('PEXPIRE', key, wait_ms)
+    end
+  end
+  return {0, longest}
+end
+";
+
+/// A script's full text: its body, after the shared functions when it uses them.
+fn script_text(body: &str, prelude: bool) -> String {
+    if prelude {
+        format!("{PRELUDE}{body}")
+    } else {
+        body.to_owned()
+    }
+}
+
+/// Exclusive acquire (first-come mode): set the lock only if absent, with a TTL in
+/// milliseconds, and with `ARGV[3]` = `1` in the same atomic step increment the key's fence
+/// counter (a key without TTL, so it only grows).
+/// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` `1` to
+/// fence, `ARGV[4]` ms a refused blocking writer keeps new readers out (0: a try).
+/// Returns `{1, fence or false}`, or `{0, ms}` when held (`ms`: the holder's TTL left).
 ///
 /// Redis does not roll back a script that fails halfway, so the counter is checked before the
 /// lock is set: a fence key that is not an integer (written by someone else) is an error with
 /// nothing applied, never a lock taken without a token.
-pub(crate) static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local fence = redis.call('GET', KEYS[2])
-if fence and not string.match(fence, '^%d+$') then
-  return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
+const ACQUIRE_LUA: &str = r"
+if ARGV[3] == '1' then
+  local fence = redis.call('GET', KEYS[2])
+  if fence and not string.match(fence, '^%d+$') then
+    return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
+  end
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local refused = writer_on_shared(KEYS[1], tonumber(ARGV[4]))
+  if refused then return refused end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
-return false
-",
-    )
-});
+if ARGV[3] == '1' then
+  return {1, redis.call('INCR', KEYS[2])}
+end
+return {1, false}
+";
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(ACQUIRE_LUA, true)));
 
 /// Release: delete the lock only if it still holds our token.
 /// `KEYS[1]` lock key; `ARGV[1]` token. Returns 1 if deleted, 0 otherwise.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+const RELEASE_LUA: &str = r"
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
-",
-    )
-});
+";
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(RELEASE_LUA, false)));
 
 /// Extend: reset the TTL only if the lock still holds our token.
 /// `KEYS[1]` lock key; `ARGV[1]` token, `ARGV[2]` TTL ms. Returns 1 if extended, 0 otherwise.
-pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+const EXTEND_LUA: &str = r"
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
-",
-    )
-});
+";
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(EXTEND_LUA, false)));
 
-/// Inspect: token, remaining TTL in ms and fencing token, read atomically.
-/// `KEYS[1]` lock key, `KEYS[2]` fence key. Returns nil if free, else `{token, pttl, fence}`.
-pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local token = redis.call('GET', KEYS[1])
-if not token then
+/// Inspect, read-only and atomic. `KEYS[1]` lock key, `KEYS[2]` fence key.
+/// Returns nil if free; `{'x', token, pttl, fence}` for an exclusive hold; for a shared record
+/// `{'s', mode, marker ms, token1, ms1, token2, ms2, ...}` (live holders only).
+const INSPECT_LUA: &str = r"
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'string' then
+  return {'x', redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+end
+if t ~= 'hash' then
   return false
 end
-return {token, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
-",
-    )
-});
+local now = now_ms()
+local out = {'s', '', 0}
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  local f, v = fields[i], fields[i + 1]
+  local left = (tonumber(v) or 0) - now
+  if f == 'mode' then
+    out[2] = v
+  elseif f == 'writer-waiting' then
+    if left > 0 then out[3] = left end
+  elseif string.sub(f, 1, 2) == 'h:' and left > 0 then
+    table.insert(out, string.sub(f, 3))
+    table.insert(out, left)
+  end
+end
+return out
+";
+pub(crate) static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(INSPECT_LUA, true)));
 
 /// Fair acquire: the lock goes to the first process in the key's waiter queue.
 ///
@@ -77,7 +172,8 @@ return {token, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 /// `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` waiter id (empty: a try-lock, never queued),
 /// `ARGV[4]` waiter timeout ms, `ARGV[5]` `1` to fence, `ARGV[6]` `1` when other tasks of this
 /// process still wait on the key: taking the lock then puts the process back at the end of the
-/// line, so its next turn comes after every other process's.
+/// line, so its next turn comes after every other process's; `ARGV[7]` ms a refused blocking
+/// writer keeps new readers out of a read-held key (0: a try).
 ///
 /// A waiter that stopped asking (crashed) is dropped once its deadline passes, when it reaches the
 /// head. The caller may take the lock if the queue is empty or it is at the head; taking it pops
@@ -88,9 +184,7 @@ return {token, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 /// holder's TTL left, or the head waiter's deadline), at least 1.
 ///
 /// As in `ACQUIRE_FENCED`, the fence counter is checked before anything is written.
-pub(crate) static ACQUIRE_FAIR: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const ACQUIRE_FAIR_LUA: &str = r"
 local me = ARGV[3]
 local head = redis.call('LINDEX', KEYS[3], 0)
 local now = nil
@@ -118,7 +212,15 @@ if (not head) or head == me then
       return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
     end
   end
-  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local taken = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  if not taken then
+    local refused = writer_on_shared(KEYS[1], tonumber(ARGV[7]))
+    if type(refused) == 'table' and refused.err then return refused end
+    if not refused then
+      taken = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    end
+  end
+  if taken then
     if head == me then
       redis.call('LPOP', KEYS[3])
     end
@@ -154,17 +256,15 @@ if left < 0 then
 end
 if left < 1 then left = 1 end
 return {0, left, 0}
-",
-    )
-});
+";
+pub(crate) static ACQUIRE_FAIR: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(ACQUIRE_FAIR_LUA, true)));
 
 /// Fair release: delete the lock only if it holds our token, and tell the next process in line.
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel; `ARGV[1]` token.
 /// Returns 1 if deleted, 0 otherwise.
-pub(crate) static RELEASE_FAIR: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+const RELEASE_FAIR_LUA: &str = r"
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   local next = redis.call('LINDEX', KEYS[2], 0)
   if next then
@@ -173,16 +273,14 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return 1
 end
 return 0
-",
-    )
-});
+";
+pub(crate) static RELEASE_FAIR: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(RELEASE_FAIR_LUA, false)));
 
 /// Leave a key's waiter queue (the process stopped waiting without the lock); if it was first in
 /// line and the lock is free, tell the next one.
 /// `KEYS[1]` waiter queue, `KEYS[2]` lock, `KEYS[3]` channel; `ARGV[1]` waiter id.
-pub(crate) static LEAVE_QUEUE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+const LEAVE_QUEUE_LUA: &str = r"
 local head = redis.call('LINDEX', KEYS[1], 0)
 if redis.call('LREM', KEYS[1], 0, ARGV[1]) > 0 and head == ARGV[1]
     and redis.call('EXISTS', KEYS[2]) == 0 then
@@ -192,6 +290,223 @@ if redis.call('LREM', KEYS[1], 0, ARGV[1]) > 0 and head == ARGV[1]
   end
 end
 return 0
-",
-    )
-});
+";
+pub(crate) static LEAVE_QUEUE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(LEAVE_QUEUE_LUA, false)));
+
+/// Shared acquire: a reader of a read-write lock (`ARGV[4]` = 0) or one permit of a semaphore
+/// (`ARGV[4]` = N), as a `h:<token>` field of the key's hash with its own expiry.
+///
+/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` waiter deadlines, `KEYS[4]` channel;
+/// `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` mode (`shared` or `semaphore:N`), `ARGV[4]`
+/// permits (0 for a reader), `ARGV[5]` waiter id (empty: a try, never queued), `ARGV[6]` waiter
+/// timeout ms, `ARGV[7]` `1` to re-queue (other tasks of this process still wait), `ARGV[8]` `1`
+/// for fair waiting (the queue of `ACQUIRE_FAIR`, shared with writers).
+///
+/// With fair waiting, only the head of the line (or anyone, if nobody waits) may enter; after an
+/// entry that leaves room (a permit left, or readers still admitted) the next process in line is
+/// told at once, so N permits fill in N hand-offs without waiting for releases.
+///
+/// Returns `{1, 0}` when granted, `{0, ms}` when refused (`ms`: until room can appear without a
+/// release, at least 1), or the error reply `MODECONFLICT <mode>` when the key is held as another
+/// kind of lock.
+const ACQUIRE_SHARED_LUA: &str = r"
+local me = ARGV[5]
+local fair = ARGV[8] == '1'
+local permits = tonumber(ARGV[4])
+local now = now_ms()
+local head, head_deadline = nil, nil
+if fair then
+  head = redis.call('LINDEX', KEYS[2], 0)
+  for _ = 1, 64 do
+    if not head or head == me then break end
+    head_deadline = tonumber(redis.call('HGET', KEYS[3], head) or '0')
+    if head_deadline >= now then break end
+    redis.call('LPOP', KEYS[2])
+    redis.call('HDEL', KEYS[3], head)
+    head = redis.call('LINDEX', KEYS[2], 0)
+    head_deadline = nil
+  end
+end
+local function refuse(ms)
+  if fair and me ~= '' then
+    if not redis.call('LPOS', KEYS[2], me) then
+      redis.call('RPUSH', KEYS[2], me)
+    end
+    local keep = tonumber(ARGV[6])
+    redis.call('HSET', KEYS[3], me, now + keep)
+    redis.call('PEXPIRE', KEYS[2], keep * 2)
+    redis.call('PEXPIRE', KEYS[3], keep * 2)
+  end
+  if ms < 1 then ms = 1 end
+  return {0, ms}
+end
+local t = redis.call('TYPE', KEYS[1]).ok
+local live = 0
+if t == 'string' then
+  if permits > 0 then
+    return redis.error_reply('MODECONFLICT exclusive')
+  end
+  return refuse(redis.call('PTTL', KEYS[1]))
+elseif t == 'hash' then
+  local mode, n, longest, soonest, marker = sweep(KEYS[1], now)
+  live = n
+  if n == 0 and marker == 0 then
+    redis.call('DEL', KEYS[1])
+  elseif mode ~= ARGV[3] then
+    return redis.error_reply('MODECONFLICT ' .. (mode or 'unknown'))
+  elseif permits == 0 and marker > 0 then
+    return refuse(marker)
+  elseif permits > 0 and n >= permits then
+    return refuse(soonest)
+  end
+elseif t ~= 'none' then
+  return redis.error_reply('lock key ' .. KEYS[1] .. ' holds a ' .. t .. '; delete it or use another key prefix')
+end
+if head and head ~= me then
+  return refuse(head_deadline and (head_deadline - now) or 1)
+end
+redis.call('HSET', KEYS[1], 'mode', ARGV[3], 'h:' .. ARGV[1], now + tonumber(ARGV[2]))
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+live = live + 1
+if fair and me ~= '' then
+  if head == me then
+    redis.call('LPOP', KEYS[2])
+    redis.call('HDEL', KEYS[3], me)
+  end
+  if ARGV[7] == '1' then
+    local keep = tonumber(ARGV[6])
+    redis.call('RPUSH', KEYS[2], me)
+    redis.call('HSET', KEYS[3], me, now + keep)
+    redis.call('PEXPIRE', KEYS[2], keep * 2)
+    redis.call('PEXPIRE', KEYS[3], keep * 2)
+  end
+end
+if fair and (permits == 0 or live < permits) then
+  local next = redis.call('LINDEX', KEYS[2], 0)
+  if next and next ~= me then
+    redis.call('PUBLISH', KEYS[4], next)
+  end
+end
+return {1, 0}
+";
+pub(crate) static ACQUIRE_SHARED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(ACQUIRE_SHARED_LUA, true)));
+
+/// Shared release: remove our holder field if it is live; the record goes with its last entry
+/// (a waiting writer's marker keeps it until the writer comes). Tells the next process in line.
+/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel; `ARGV[1]` token.
+/// Returns 1 if our hold was live and is gone, 0 otherwise.
+const RELEASE_SHARED_LUA: &str = r"
+if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
+  return 0
+end
+local now = now_ms()
+local field = 'h:' .. ARGV[1]
+local at = tonumber(redis.call('HGET', KEYS[1], field) or '0')
+if at == 0 then
+  return 0
+end
+redis.call('HDEL', KEYS[1], field)
+if at <= now then
+  return 0
+end
+local mode, live, longest, soonest, marker = sweep(KEYS[1], now)
+if live == 0 and marker == 0 then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('PEXPIRE', KEYS[1], math.max(longest, marker))
+end
+local next = redis.call('LINDEX', KEYS[2], 0)
+if next then
+  redis.call('PUBLISH', KEYS[3], next)
+end
+return 1
+";
+pub(crate) static RELEASE_SHARED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(RELEASE_SHARED_LUA, true)));
+
+/// Shared extend: move our holder field's expiry if it is live, and the record's TTL with it.
+/// `KEYS[1]` lock; `ARGV[1]` token, `ARGV[2]` TTL ms. Returns 1 if extended, 0 otherwise.
+const EXTEND_SHARED_LUA: &str = r"
+if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
+  return 0
+end
+local now = now_ms()
+local field = 'h:' .. ARGV[1]
+if tonumber(redis.call('HGET', KEYS[1], field) or '0') <= now then
+  return 0
+end
+redis.call('HSET', KEYS[1], field, now + tonumber(ARGV[2]))
+local mode, live, longest, soonest, marker = sweep(KEYS[1], now)
+redis.call('PEXPIRE', KEYS[1], math.max(longest, marker))
+return 1
+";
+pub(crate) static EXTEND_SHARED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&script_text(EXTEND_SHARED_LUA, true)));
+
+/// A script that also writes the key's lock history (leasehold's lock trace) in the same atomic
+/// step: `body` runs unchanged (its `KEYS` and `ARGV` keep their indexes), then, unless it
+/// answered an error, `ok` (a Lua expression on `result`) chooses the entry to push.
+///
+/// Trailing arguments: the last `KEYS` is the history list (`<prefix>trace:<lock key>`); the last
+/// four `ARGV` are the entry if `ok`, the entry otherwise (empty: write nothing), the number of
+/// entries kept, and the list's TTL in ms. `LPUSH` + `LTRIM` + `PEXPIRE`: newest first, bounded,
+/// expiring after its last write.
+fn traced(body: &str, prelude: bool, ok: &str) -> Script {
+    let body = script_text(body, prelude);
+    Script::new(&format!(
+        r"
+local function body()
+{body}
+end
+local result = body()
+if type(result) == 'table' and result.err then
+  return result
+end
+local n = #ARGV
+local entry = ARGV[n - 3]
+if not ({ok}) then
+  entry = ARGV[n - 2]
+end
+if entry ~= '' then
+  local trace = KEYS[#KEYS]
+  redis.call('LPUSH', trace, entry)
+  redis.call('LTRIM', trace, 0, tonumber(ARGV[n - 1]) - 1)
+  redis.call('PEXPIRE', trace, ARGV[n])
+end
+return result
+"
+    ))
+}
+
+/// [`ACQUIRE`] with the lock trace.
+pub(crate) static ACQUIRE_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(ACQUIRE_LUA, true, "result[1] == 1"));
+/// [`ACQUIRE_FAIR`] with the lock trace.
+pub(crate) static ACQUIRE_FAIR_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(ACQUIRE_FAIR_LUA, true, "result[1] == 1"));
+/// [`ACQUIRE_SHARED`] with the lock trace.
+pub(crate) static ACQUIRE_SHARED_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(ACQUIRE_SHARED_LUA, true, "result[1] == 1"));
+/// [`RELEASE`] with the lock trace.
+pub(crate) static RELEASE_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(RELEASE_LUA, false, "result == 1"));
+/// [`RELEASE_FAIR`] with the lock trace.
+pub(crate) static RELEASE_FAIR_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(RELEASE_FAIR_LUA, false, "result == 1"));
+/// [`RELEASE_SHARED`] with the lock trace.
+pub(crate) static RELEASE_SHARED_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(RELEASE_SHARED_LUA, true, "result == 1"));
+/// [`EXTEND`] with the lock trace.
+pub(crate) static EXTEND_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(EXTEND_LUA, false, "result == 1"));
+/// [`EXTEND_SHARED`] with the lock trace.
+pub(crate) static EXTEND_SHARED_TRACED: LazyLock<Script> =
+    LazyLock::new(|| traced(EXTEND_SHARED_LUA, true, "result == 1"));
+/// Appends one entry on its own (what happens without a store operation, such as a release the
+/// unlock window skipped): the traced wrapper around a body that does nothing.
+pub(crate) static APPEND_TRACE: LazyLock<Script> =
+    LazyLock::new(|| traced("return 1", false, "true"));

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{
-    acquire_detached, validate_ttl, Acquire, Capabilities, Error, Lease, LockInfo, LockKey,
-    LockStore, OwnerToken, ReleaseWatch, Result,
+    acquire_detached, validate_ttl, Acquire, Capabilities, Error, HistoryEntry, HistoryEvent,
+    HolderInfo, Lease, LockInfo, LockKey, LockMode, LockStore, OwnerToken, ReleaseWatch, Result,
+    TraceConfig,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
@@ -14,7 +15,10 @@ use tokio::time::Instant;
 use crate::config::RedisConfig;
 use crate::error::{map, Op};
 use crate::scripts::{
-    ACQUIRE_FAIR, ACQUIRE_FENCED, EXTEND, INSPECT, LEAVE_QUEUE, RELEASE, RELEASE_FAIR,
+    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_TRACED, ACQUIRE_SHARED, ACQUIRE_SHARED_TRACED,
+    ACQUIRE_TRACED, APPEND_TRACE, EXTEND, EXTEND_SHARED, EXTEND_SHARED_TRACED, EXTEND_TRACED,
+    INSPECT, LEAVE_QUEUE, RELEASE, RELEASE_FAIR, RELEASE_FAIR_TRACED, RELEASE_SHARED,
+    RELEASE_SHARED_TRACED, RELEASE_TRACED,
 };
 use crate::waiting::Waiting;
 
@@ -99,6 +103,29 @@ impl RedisStore {
         format!("{}fence:{}", self.inner.config.prefix, key.as_str())
     }
 
+    /// The Redis key of a lock's history (the lock trace): `<prefix>trace:<lock key>`, a list,
+    /// newest entry first.
+    pub fn trace_key(&self, key: &LockKey) -> String {
+        format!("{}trace:{}", self.inner.config.prefix, key.as_str())
+    }
+
+    /// Appends the lock-trace key and arguments a traced script expects (see `scripts::traced`).
+    fn trace_args(
+        &self,
+        invocation: &mut redis::ScriptInvocation<'_>,
+        key: &LockKey,
+        trace: &TraceConfig,
+        ok: Option<HistoryEntry>,
+        otherwise: Option<HistoryEntry>,
+    ) {
+        invocation
+            .key(self.trace_key(key))
+            .arg(ok.map(|e| e.encode()).unwrap_or_default())
+            .arg(otherwise.map(|e| e.encode()).unwrap_or_default())
+            .arg(trace.max_entries())
+            .arg(trace.ttl().as_millis() as u64);
+    }
+
     /// The Redis key of a lock's waiter queue: `<prefix>queue:<lock key>` (a list of waiter ids).
     pub fn queue_key(&self, key: &LockKey) -> String {
         format!("{}queue:{}", self.inner.config.prefix, key.as_str())
@@ -128,44 +155,103 @@ impl RedisStore {
 
     /// The acquire round trip itself (see `try_acquire` for cancel safety).
     async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
+        if req.mode.is_shared_record() {
+            return self.acquire_shared(req).await;
+        }
         if self.inner.config.fair {
             return self.acquire_fair(req).await;
         }
-        let ttl_ms = ttl_millis(req.ttl);
-        let lock_key = self.lock_key(&req.key);
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let fence: Option<Option<u64>> = if self.inner.config.fencing {
-            let fence: Option<u64> = ACQUIRE_FENCED
-                .key(&lock_key)
-                .key(self.fence_key(&req.key))
-                .arg(req.token.as_str())
-                .arg(ttl_ms)
-                .invoke_async(&mut conn)
-                .await
-                .map_err(|e| self.err(Op::Acquire, &req.key, e))?;
-            fence.map(Some)
+        let script = if req.trace.is_some() {
+            &*ACQUIRE_TRACED
         } else {
-            let ok: Option<String> = redis::cmd("SET")
-                .arg(&lock_key)
-                .arg(req.token.as_str())
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_ms)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.err(Op::Acquire, &req.key, e))?;
-            ok.map(|_| None)
+            &*ACQUIRE
         };
-        match fence {
-            Some(fencing_token) => {
-                Ok(
-                    Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                        .with_fencing_token(fencing_token),
-                )
-            }
-            None => Err(Error::unavailable(&req.key)),
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(self.lock_key(&req.key))
+            .key(self.fence_key(&req.key))
+            .arg(req.token.as_str())
+            .arg(ttl_millis(req.ttl))
+            .arg(if self.inner.config.fencing { "1" } else { "0" })
+            .arg(writer_wait_millis(req, sent_at));
+        self.trace_acquire(&mut invocation, req);
+        let (acquired, value): (i64, Option<u64>) = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.acquire_err(req, e))?;
+        if acquired == 1 {
+            return Ok(
+                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
+                    .with_fencing_token(value)
+                    .with_trace(req.trace),
+            );
         }
+        let left = Duration::from_millis(value.unwrap_or(1));
+        Err(Error::unavailable(&req.key).with_retry_after(left))
+    }
+
+    /// A reader or a semaphore permit: one script, in the fair queue when fair waiting is on.
+    async fn acquire_shared(&self, req: &Acquire) -> Result<Lease> {
+        let lock_key = self.lock_key(&req.key);
+        let fair = self.inner.config.fair;
+        let waiter = if fair && req.deadline.is_some() {
+            self.waiter_id()
+        } else {
+            ""
+        };
+        let requeue = !waiter.is_empty() && self.inner.waiting.others_wait(&lock_key);
+        let sent_at = Instant::now();
+        let mut conn = self.conn();
+        let script = if req.trace.is_some() {
+            &*ACQUIRE_SHARED_TRACED
+        } else {
+            &*ACQUIRE_SHARED
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&lock_key)
+            .key(self.queue_key(&req.key))
+            .key(self.queue_deadline_key(&req.key))
+            .key(self.inner.waiting.channel(&lock_key))
+            .arg(req.token.as_str())
+            .arg(ttl_millis(req.ttl))
+            .arg(mode_field(req.mode))
+            .arg(req.mode.permits().unwrap_or(0))
+            .arg(waiter)
+            .arg(self.inner.config.waiter_timeout.as_millis() as u64)
+            .arg(if requeue { "1" } else { "0" })
+            .arg(if fair { "1" } else { "0" });
+        self.trace_acquire(&mut invocation, req);
+        let (acquired, left): (i64, u64) = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.acquire_err(req, e))?;
+        if !waiter.is_empty() {
+            self.inner
+                .waiting
+                .set_queued(&lock_key, acquired != 1 || requeue);
+        }
+        if acquired == 1 {
+            return Ok(
+                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
+                    .with_mode(req.mode)
+                    .with_trace(req.trace),
+            );
+        }
+        Err(Error::unavailable(&req.key).with_retry_after(Duration::from_millis(left.max(1))))
+    }
+
+    /// Maps an acquire script's error: `MODECONFLICT <mode>` is the key held as another kind.
+    fn acquire_err(&self, req: &Acquire, e: redis::RedisError) -> Error {
+        if e.code() == Some("MODECONFLICT") {
+            let held = e
+                .detail()
+                .map_or("another kind of lock".to_owned(), describe_mode);
+            return req.mode.conflict(&held, &req.key);
+        }
+        self.err(Op::Acquire, &req.key, e)
     }
 
     /// The fair acquire script: a blocking attempt (with a deadline) queues this process; a
@@ -180,7 +266,13 @@ impl RedisStore {
         let requeue = !waiter.is_empty() && self.inner.waiting.others_wait(&lock_key);
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = ACQUIRE_FAIR
+        let script = if req.trace.is_some() {
+            &*ACQUIRE_FAIR_TRACED
+        } else {
+            &*ACQUIRE_FAIR
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation
             .key(&lock_key)
             .key(self.fence_key(&req.key))
             .key(self.queue_key(&req.key))
@@ -191,9 +283,12 @@ impl RedisStore {
             .arg(self.inner.config.waiter_timeout.as_millis() as u64)
             .arg(if self.inner.config.fencing { "1" } else { "0" })
             .arg(if requeue { "1" } else { "0" })
+            .arg(writer_wait_millis(req, sent_at));
+        self.trace_acquire(&mut invocation, req);
+        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = invocation
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| self.err(Op::Acquire, &req.key, e))?;
+            .map_err(|e| self.acquire_err(req, e))?;
         if !waiter.is_empty() {
             self.inner
                 .waiting
@@ -203,7 +298,8 @@ impl RedisStore {
             return Ok(
                 Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
                     .with_fencing_token(value)
-                    .with_contended(others.unwrap_or(0) > 0),
+                    .with_contended(others.unwrap_or(0) > 0)
+                    .with_trace(req.trace),
             );
         }
         let left = Duration::from_millis(value.unwrap_or(1));
@@ -213,23 +309,50 @@ impl RedisStore {
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
         let mut conn = self.conn();
         let lock_key = self.lock_key(lease.key());
-        let deleted: i64 = if self.inner.config.fair {
-            RELEASE_FAIR
-                .key(&lock_key)
+        let traced = lease.trace().is_some();
+        let shared = lease.mode().is_shared_record();
+        let fair = self.inner.config.fair;
+        let script = match (shared, fair, traced) {
+            (true, _, false) => &*RELEASE_SHARED,
+            (true, _, true) => &*RELEASE_SHARED_TRACED,
+            (false, true, false) => &*RELEASE_FAIR,
+            (false, true, true) => &*RELEASE_FAIR_TRACED,
+            (false, false, false) => &*RELEASE,
+            (false, false, true) => &*RELEASE_TRACED,
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation.key(&lock_key);
+        if shared || fair {
+            invocation
                 .key(self.queue_key(lease.key()))
-                .key(self.inner.waiting.channel(&lock_key))
-                .arg(lease.token().as_str())
-                .invoke_async(&mut conn)
-                .await
-        } else {
-            RELEASE
-                .key(&lock_key)
-                .arg(lease.token().as_str())
-                .invoke_async(&mut conn)
-                .await
+                .key(self.inner.waiting.channel(&lock_key));
         }
-        .map_err(|e| self.err(Op::Release, lease.key(), e))?;
+        invocation.arg(lease.token().as_str());
+        if let Some(trace) = lease.trace() {
+            let entry = |event| HistoryEntry::new(event, lease.token(), "");
+            let (released, not_held) =
+                (entry(HistoryEvent::Released), entry(HistoryEvent::NotHeld));
+            self.trace_args(
+                &mut invocation,
+                lease.key(),
+                trace,
+                Some(released),
+                Some(not_held),
+            );
+        }
+        let deleted: i64 = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err(Op::Release, lease.key(), e))?;
         Ok(deleted == 1)
+    }
+
+    /// Adds the lock trace's arguments to an acquire script's invocation, if `req` is traced.
+    fn trace_acquire(&self, invocation: &mut redis::ScriptInvocation<'_>, req: &Acquire) {
+        if let Some(trace) = &req.trace {
+            let (ok, refused) = acquire_entries(req);
+            self.trace_args(invocation, &req.key, trace, Some(ok), Some(refused));
+        }
     }
 
     /// Gives up this process's place in `key`'s queue, in the background.
@@ -352,6 +475,38 @@ impl LockStore for RedisStore {
             .with_fencing(self.inner.config.fencing)
             .with_listing(true)
             .with_notifications(self.inner.config.fair)
+            .with_shared_modes(true)
+            .with_history(true)
+    }
+
+    /// One round trip: `LRANGE` of the key's history list, newest first.
+    async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
+        let mut conn = self.conn();
+        let stored: Vec<String> = redis::cmd("LRANGE")
+            .arg(self.trace_key(key))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.err(Op::Inspect, key, e))?;
+        stored.iter().map(|s| HistoryEntry::decode(s)).collect()
+    }
+
+    /// One round trip: the traced script around a body that does nothing.
+    async fn append_history(
+        &self,
+        key: &LockKey,
+        trace: &TraceConfig,
+        entry: &HistoryEntry,
+    ) -> Result<()> {
+        let mut conn = self.conn();
+        let mut invocation = APPEND_TRACE.prepare_invoke();
+        self.trace_args(&mut invocation, key, trace, Some(entry.clone()), None);
+        let _: i64 = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.err(Op::Inspect, key, e))?;
+        Ok(())
     }
 
     /// With fair waiting (the default): subscribes this process to the key's release
@@ -373,6 +528,7 @@ impl LockStore for RedisStore {
     /// acquired if the reply was lost, so no lock is left under a token nobody knows.
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         validate_ttl(req.ttl)?;
+        req.mode.validate()?;
         let (acquirer, releaser) = (self.clone(), self.clone());
         acquire_detached(
             req,
@@ -390,10 +546,27 @@ impl LockStore for RedisStore {
         validate_ttl(ttl)?;
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let extended: i64 = EXTEND
+        let script = match (lease.mode().is_shared_record(), lease.trace().is_some()) {
+            (true, false) => &*EXTEND_SHARED,
+            (true, true) => &*EXTEND_SHARED_TRACED,
+            (false, false) => &*EXTEND,
+            (false, true) => &*EXTEND_TRACED,
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation
             .key(self.lock_key(lease.key()))
             .arg(lease.token().as_str())
-            .arg(ttl_millis(ttl))
+            .arg(ttl_millis(ttl));
+        if let Some(trace) = lease.trace() {
+            // A renewal is not news; finding the lock gone is.
+            let lost = HistoryEntry::new(
+                HistoryEvent::Lost,
+                lease.token(),
+                "expired or taken by another owner before it could be extended",
+            );
+            self.trace_args(&mut invocation, lease.key(), trace, None, Some(lost));
+        }
+        let extended: i64 = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.err(Op::Extend, lease.key(), e))?;
@@ -409,13 +582,13 @@ impl LockStore for RedisStore {
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let mut conn = self.conn();
-        let found: Option<(String, i64, Option<u64>)> = INSPECT
+        let found: Vec<redis::Value> = INSPECT
             .key(self.lock_key(key))
             .key(self.fence_key(key))
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.err(Op::Inspect, key, e))?;
-        Ok(found.map(|(token, pttl, fence)| info(key, token, pttl, fence)))
+        parse_inspect(key, found).map_err(|e| self.err(Op::Inspect, key, e))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
@@ -443,27 +616,10 @@ impl LockStore for RedisStore {
                 .filter_map(|k| k.strip_prefix(&self.inner.config.prefix))
                 .filter_map(|k| k.parse::<LockKey>().ok())
                 .collect();
-            if !keys.is_empty() {
-                let mut pipe = redis::pipe();
-                for key in &keys {
-                    pipe.cmd("GET")
-                        .arg(self.lock_key(key))
-                        .cmd("PTTL")
-                        .arg(self.lock_key(key))
-                        .cmd("GET")
-                        .arg(self.fence_key(key));
-                }
-                let replies: Vec<(Option<String>, i64, Option<u64>)> =
-                    pipe.query_async(&mut conn).await.map_err(list_err)?;
-                for (key, (token, pttl, fence)) in keys.iter().zip(replies) {
-                    // No value (gone between SCAN and GET) or PTTL -2 (expired since the GET):
-                    // not held any more.
-                    match token {
-                        Some(token) if pttl != -2 => locks.push(info(key, token, pttl, fence)),
-                        _ => {}
-                    }
-                }
-            }
+            // Concurrent inspects on the multiplexed connection: pipelined, one script each, so
+            // exclusive and shared records are read alike and atomically.
+            let found = futures::future::try_join_all(keys.iter().map(|key| self.inspect(key)));
+            locks.extend(found.await?.into_iter().flatten());
             cursor = next;
             if cursor == 0 {
                 break;
@@ -473,6 +629,120 @@ impl LockStore for RedisStore {
         locks.dedup_by(|a, b| a.key == b.key);
         Ok(locks)
     }
+}
+
+/// The history entries an acquire writes: acquired, or refused / waited.
+fn acquire_entries(req: &Acquire) -> (HistoryEntry, HistoryEntry) {
+    let ok = HistoryEntry::new(
+        HistoryEvent::Acquired,
+        &req.token,
+        format!("{} ttl {}ms", req.mode, ttl_millis(req.ttl)),
+    );
+    let failed = if req.deadline.is_some() {
+        HistoryEvent::Waited
+    } else {
+        HistoryEvent::Refused
+    };
+    (
+        ok,
+        HistoryEntry::new(failed, &req.token, "held by another owner"),
+    )
+}
+
+/// The `mode` field of a shared record: `shared`, or `semaphore:N`.
+fn mode_field(mode: LockMode) -> String {
+    match mode {
+        LockMode::Semaphore { permits } => format!("semaphore:{permits}"),
+        other => other.as_str().to_owned(),
+    }
+}
+
+/// The mode a record's `mode` field names (`None`: not one leasehold writes).
+fn parse_mode(field: &str) -> Option<LockMode> {
+    match field.split_once(':') {
+        Some(("semaphore", permits)) => permits
+            .parse()
+            .ok()
+            .and_then(|n| LockMode::semaphore(n).ok()),
+        None if field == "shared" => Some(LockMode::Shared),
+        None if field == "exclusive" => Some(LockMode::Exclusive),
+        _ => None,
+    }
+}
+
+/// How a conflict names the hold found: `semaphore(3)`, `a read-write lock`, `an exclusive lock`.
+fn describe_mode(field: &str) -> String {
+    match parse_mode(field) {
+        Some(LockMode::Shared) => "a read-write lock (read-held)".to_owned(),
+        Some(LockMode::Exclusive) => "an exclusive lock".to_owned(),
+        Some(mode) => mode.to_string(),
+        None => format!("a record of unknown mode {field:?}"),
+    }
+}
+
+/// How long a refused blocking writer keeps new readers out: until its deadline, at most its TTL
+/// (0 for a try).
+fn writer_wait_millis(req: &Acquire, now: Instant) -> u64 {
+    req.deadline.map_or(0, |deadline| {
+        ttl_millis(deadline.saturating_duration_since(now).min(req.ttl)).max(1)
+    })
+}
+
+/// Reads `INSPECT`'s reply (see the script).
+fn parse_inspect(key: &LockKey, reply: Vec<redis::Value>) -> redis::RedisResult<Option<LockInfo>> {
+    use redis::FromRedisValue;
+    let mut items = reply.into_iter();
+    let Some(kind) = items.next() else {
+        return Ok(None);
+    };
+    let kind = String::from_redis_value(kind)?;
+    let rest: Vec<redis::Value> = items.collect();
+    if kind == "x" {
+        let token = rest
+            .first()
+            .cloned()
+            .map(String::from_redis_value)
+            .transpose()?;
+        let Some(token) = token else { return Ok(None) };
+        let pttl = rest
+            .get(1)
+            .cloned()
+            .map(i64::from_redis_value)
+            .transpose()?
+            .unwrap_or(-2);
+        if pttl == -2 {
+            return Ok(None);
+        }
+        let fence = match rest.get(2).cloned() {
+            Some(value) => Option::<u64>::from_redis_value(value)?,
+            None => None,
+        };
+        return Ok(Some(info(key, token, pttl, fence)));
+    }
+    let mut rest = rest.into_iter();
+    let field = rest
+        .next()
+        .map(String::from_redis_value)
+        .transpose()?
+        .unwrap_or_default();
+    let marker = rest
+        .next()
+        .map(u64::from_redis_value)
+        .transpose()?
+        .unwrap_or(0);
+    let mut holders = Vec::new();
+    while let (Some(token), Some(left)) = (rest.next(), rest.next()) {
+        let token = String::from_redis_value(token)?;
+        let left = Duration::from_millis(u64::from_redis_value(left)?);
+        holders.push(HolderInfo::new(OwnerToken::from_string(token), Some(left)));
+    }
+    if holders.is_empty() {
+        return Ok(None);
+    }
+    let mode = parse_mode(&field).unwrap_or(LockMode::Shared);
+    Ok(Some(
+        LockInfo::shared(key.clone(), mode, holders).with_writer_waiting(marker > 0),
+    ))
 }
 
 fn info(key: &LockKey, token: String, pttl: i64, fence: Option<u64>) -> LockInfo {

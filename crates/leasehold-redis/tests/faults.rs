@@ -323,3 +323,60 @@ async fn rediss_without_the_tls_feature_says_which_feature() {
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.to_string().contains("`tls`"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_doubt_permit_acquire_is_resolved_by_readback() {
+    let server = RedisServer::start().unwrap();
+    let direct = connect(server.url()).await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let proxied = connect(proxy.redis_url()).await;
+    let permits = leasehold::LockMode::semaphore(2).unwrap();
+
+    // Loads the shared-mode scripts, and leaves another holder on one permit: the readback must
+    // tell our permit from theirs.
+    let warm = direct
+        .try_acquire(&acquire("warm-permit").with_mode(permits))
+        .await
+        .unwrap();
+    direct.extend(&warm, Duration::from_secs(30)).await.unwrap();
+    direct.release(&warm).await.unwrap();
+    let theirs = direct
+        .try_acquire(&acquire("permit").with_mode(permits))
+        .await
+        .unwrap();
+
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let locks = LockManager::builder()
+        .client_id("faults")
+        .farm_id("f1")
+        .store(proxied.clone())
+        .readback(ReadbackLayer::new())
+        .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.clone()))
+        .build()
+        .unwrap();
+    // The acquire's reply comes 450 ms late against a 300 ms timeout: in doubt, though applied.
+    proxy.set_mode(ProxyMode::DelayReplies(Duration::from_millis(450)));
+    let attempt = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.try_semaphore("permit", 2).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set_mode(ProxyMode::Pass);
+    let guard = tokio::time::timeout(Duration::from_secs(10), attempt)
+        .await
+        .expect("bounded")
+        .unwrap()
+        .expect("readback resolves the lost reply: the permit is ours");
+    let recovered = events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, LockEvent::RecoveredByReadback { held: true, .. }));
+    assert!(recovered, "readback recovered the permit");
+    let info = direct.inspect(guard.key()).await.unwrap().expect("held");
+    assert_eq!(info.holders.len(), 2, "our permit and theirs, no third");
+    assert!(info.is_owned_by(guard.token()) && info.is_owned_by(theirs.token()));
+    assert!(guard.release().await.unwrap());
+    assert!(direct.release(&theirs).await.unwrap());
+}

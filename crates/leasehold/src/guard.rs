@@ -35,6 +35,9 @@ pub struct LockGuard {
     state: Arc<LeaseState>,
     renewer: Option<Renewer>,
     released: bool,
+    scenario: Arc<str>,
+    /// Issued without the lock (the store was down and the scenario proceeds).
+    unprotected: bool,
 }
 
 impl LockGuard {
@@ -42,17 +45,55 @@ impl LockGuard {
         handle: Arc<Handle>,
         lease: Lease,
         renew_every: Option<Option<Duration>>,
+        scenario: Arc<str>,
     ) -> Self {
         let state = LeaseState::new(lease.clone());
-        let renewer =
-            renew_every.and_then(|every| Renewer::start(handle.clone(), state.clone(), every));
+        let renewer = renew_every.and_then(|every| {
+            Renewer::start(handle.clone(), state.clone(), every, scenario.clone())
+        });
         LockGuard {
             handle,
             acquired: lease,
             state,
             renewer,
             released: false,
+            scenario,
+            unprotected: false,
         }
+    }
+
+    /// How this guard holds its key: exclusive (or write), shared (read), or a semaphore permit.
+    pub fn mode(&self) -> crate::core::LockMode {
+        self.acquired.mode()
+    }
+
+    /// A guard that holds nothing: the store was down and the scenario's
+    /// [`StoreDownPolicy::Proceed`](crate::scenario::StoreDownPolicy::Proceed) lets the work run
+    /// anyway. Releasing it does no I/O.
+    pub(crate) fn unprotected(handle: Arc<Handle>, lease: Lease, scenario: Arc<str>) -> Self {
+        let state = LeaseState::new(lease.clone());
+        state.mark_lost("proceeded without the lock: the store was down".to_owned());
+        LockGuard {
+            handle,
+            acquired: lease,
+            state,
+            renewer: None,
+            released: true,
+            scenario,
+            unprotected: true,
+        }
+    }
+
+    /// The scenario this lock was taken under (see [`crate::scenario`]).
+    pub fn scenario(&self) -> &str {
+        &self.scenario
+    }
+
+    /// `true` when the store was down and the scenario's `on_store_down = proceed` issued this
+    /// guard without taking the lock: the work runs without mutual exclusion. Such a guard is
+    /// never [held](Self::is_held); releasing it does nothing.
+    pub fn is_unprotected(&self) -> bool {
+        self.unprotected
     }
 
     /// The lock key.
@@ -106,19 +147,30 @@ impl LockGuard {
     /// ([`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) otherwise).
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
+        if self.unprotected {
+            return Err(Error::new(
+                crate::ErrorKind::NotHeld,
+                "this guard was issued without the lock (the store was down and the scenario \
+                 proceeds); there is nothing to extend",
+            )
+            .with_key(self.key().as_str()));
+        }
         let lease = self.state.lease();
         let span = tracing::info_span!(
             "leasehold.extend",
             key = %lease.key(),
             store = self.handle.store.name(),
+            scenario = &*self.scenario,
             outcome = tracing::field::Empty,
         );
-        let result = self
-            .handle
-            .store
-            .extend(&lease, ttl)
-            .instrument(span.clone())
-            .await;
+        let result = crate::observe::in_scenario(
+            self.scenario.clone(),
+            self.handle
+                .store
+                .extend(&lease, ttl)
+                .instrument(span.clone()),
+        )
+        .await;
         span.record(
             "outcome",
             match &result {
@@ -146,10 +198,16 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<bool> {
         // `released` is set only once the release has completed: if this future is dropped
         // midway, `Drop` still sends the (owner-checked) release in the background.
+        if self.unprotected {
+            return Ok(false);
+        }
         if let Some(renewer) = self.renewer.take() {
             renewer.stop().await;
         }
-        let result = self.handle.release(&self.state.lease()).await;
+        let result = self
+            .handle
+            .release(&self.state.lease(), &self.scenario)
+            .await;
         self.released = true;
         result
     }
@@ -165,13 +223,14 @@ impl Drop for LockGuard {
         let renewer = self.renewer.take();
         let handle = self.handle.clone();
         let state = self.state.clone();
+        let scenario = self.scenario.clone();
         // Tracked by the lifecycle: a shutdown waits for this release.
         let spawned = self.handle.lifecycle.spawn(async move {
             if let Some(renewer) = renewer {
                 renewer.stop().await;
             }
             let lease = state.lease();
-            if let Err(error) = handle.release(&lease).await {
+            if let Err(error) = handle.release(&lease, &scenario).await {
                 tracing::warn!(key = %lease.key(), %error,
                     "releasing a dropped guard failed; the lock expires at its TTL");
             }

@@ -4,6 +4,8 @@
 //! A small handle instead of the whole manager, so `guard` and `renewal` depend on this module
 //! only and the manager depends on them, never the other way round.
 
+use std::sync::Arc;
+
 use tracing::Instrument;
 
 use crate::core::{BoxStore, Lease, Lifecycle, LockEvent, LockStore, Observers, Result};
@@ -21,11 +23,17 @@ pub(crate) struct Handle {
 impl Handle {
     /// Releases `lease` through the whole stack in a tracing span, wakes this process's waiters
     /// on its key, and reports the outcome.
-    pub(crate) async fn release(&self, lease: &Lease) -> Result<bool> {
+    pub(crate) async fn release(&self, lease: &Lease, scenario: &Arc<str>) -> Result<bool> {
+        crate::observe::in_scenario(scenario.clone(), self.release_in_scenario(lease, scenario))
+            .await
+    }
+
+    async fn release_in_scenario(&self, lease: &Lease, scenario: &str) -> Result<bool> {
         let span = tracing::info_span!(
             "leasehold.release",
             key = %lease.key(),
             store = self.store.name(),
+            scenario,
             outcome = tracing::field::Empty,
         );
         let result = self.store.release(lease).instrument(span.clone()).await;

@@ -43,8 +43,10 @@ mod keymap;
 pub mod layers;
 mod manager;
 mod memory;
+mod multi_guard;
 pub mod observe;
 mod renewal;
+pub mod scenario;
 mod sweep;
 mod waiters;
 
@@ -52,9 +54,9 @@ mod waiters;
 pub use leasehold_core as core;
 
 pub use leasehold_core::{
-    option_layer, Acquire, BoxStore, Capabilities, Either, Error, ErrorKind, HolderId, Identity,
-    Layer, LayeredStore, Lease, Lifecycle, LockEvent, LockInfo, LockKey, LockLevel, LockStore,
-    Observer, Observers, OwnerToken, Result, SkipReason, Stack,
+    option_layer, Acquire, BoxStore, Capabilities, Either, Error, ErrorKind, HolderId, HolderInfo,
+    Identity, Layer, LayeredStore, Lease, Lifecycle, LockEvent, LockInfo, LockKey, LockLevel,
+    LockMode, LockStore, Observer, Observers, OwnerToken, Result, SkipReason, Stack, MAX_PERMITS,
 };
 
 pub use guard::LockGuard;
@@ -64,6 +66,7 @@ pub use manager::{
     DEFAULT_MIN_BACKOFF, DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
 };
 pub use memory::MemoryStore;
+pub use multi_guard::MultiGuard;
 
 pub(crate) use keymap::KeyMap;
 

@@ -109,15 +109,15 @@ impl Renewer {
         handle: Arc<Handle>,
         state: Arc<LeaseState>,
         every: Option<Duration>,
+        scenario: Arc<str>,
     ) -> Option<Self> {
         let (stop, stopped) = oneshot::channel();
         let key = state.lease().key().clone();
         // Tracked by the lifecycle, and ended by it: a shutdown waits for the task to finish.
-        let Some(task) = handle
-            .lifecycle
-            .clone()
-            .spawn(renew(handle, state, every, stopped))
-        else {
+        let Some(task) = handle.lifecycle.clone().spawn(crate::observe::in_scenario(
+            scenario,
+            renew(handle, state, every, stopped),
+        )) else {
             tracing::warn!(%key, "no tokio runtime to renew on; the lease expires at its TTL");
             return None;
         };

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::cdt_map;
 use super::exp::Filter;
 use super::result_code as rc;
 use super::store::{
@@ -20,6 +21,8 @@ use super::wire::{self, Message, Op, Particle, Reply};
 // Operation types.
 const OP_READ: u8 = 1;
 const OP_WRITE: u8 = 2;
+const OP_CDT_READ: u8 = 3;
+const OP_CDT_MODIFY: u8 = 4;
 const OP_INCR: u8 = 5;
 const OP_APPEND: u8 = 9;
 const OP_PREPEND: u8 = 10;
@@ -180,6 +183,11 @@ fn read_reply(record: &Record, msg: &Message) -> Reply {
                 Some(p) => bins.push((op.name.clone(), Some(p.clone()))),
                 None if respond_all => bins.push((op.name.clone(), None)),
                 None => {}
+            }
+        } else if op.op_type == OP_CDT_READ && cdt_map::is_map_op(op) {
+            match cdt_map::read(record, op) {
+                Ok(value) => bins.push((op.name.clone(), value)),
+                Err(code) => return Reply::code(code),
             }
         } else if respond_all {
             bins.push((op.name.clone(), None));
@@ -344,6 +352,9 @@ fn apply_op(record: &mut Record, op: &Op, deleted: &mut bool) -> Result<OpResult
             Ok(OpResult::Written)
         }
         OP_TOUCH => Ok(OpResult::Written),
+        OP_CDT_READ | OP_CDT_MODIFY if cdt_map::is_map_op(op) => {
+            Ok(OpResult::Value(cdt_map::apply(record, op)?))
+        }
         OP_DELETE => {
             record.bins.clear();
             *deleted = true;

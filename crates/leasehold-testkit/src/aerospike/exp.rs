@@ -3,7 +3,8 @@
 //! The client packs an expression as a msgpack array `[op, args...]`; literals are msgpack
 //! values, with strings and blobs carrying a leading particle-type byte (3 string, 4 blob) and bin
 //! names packed raw. Supported: `eq ne gt ge lt le` (1-6), `and or not` (16-18), `bin` (81),
-//! `bin_type` (82), `key_exists` (71), `set_name` (70), `ttl` (69), and integer, float, string,
+//! `bin_type` (82), `key_exists` (71), `set_name` (70), `ttl` (69), map reads (`call`, 127:
+//! see [`cdt_map`](super::cdt_map)), and integer, float, string,
 //! blob, boolean and nil literals. A bin that is missing or of another type than the expression
 //! asks for is *unknown*; a comparison with an unknown is unknown, and a filter that does not
 //! evaluate to `true` filters the record out (as the server does). Anything else is a
@@ -40,7 +41,7 @@ pub(crate) enum ExpError {
 
 /// A decoded msgpack value.
 #[derive(Debug, Clone, PartialEq)]
-enum Mp {
+pub(crate) enum Mp {
     Nil,
     Bool(bool),
     Int(i64),
@@ -120,7 +121,7 @@ fn str_or_bin(is_str: bool, bytes: &[u8]) -> Mp {
 
 /// An evaluated value; `Unknown` is the server's "unknown" (missing bin, wrong type).
 #[derive(Debug, Clone, PartialEq)]
-enum Val {
+pub(crate) enum Val {
     Unknown,
     Nil,
     Bool(bool),
@@ -260,6 +261,7 @@ fn eval(m: &Mp, record: &Record, now: Instant) -> Result<Val, ExpError> {
                 record.bin(&name).map_or(0, |p| i64::from(p.ptype)),
             ))
         }
+        127 if super::cdt_map::is_map_call(args) => super::cdt_map::eval_call(args, record),
         71 => Ok(Val::Bool(record.user_key.is_some())),
         70 => Ok(Val::Str(record.set.as_bytes().to_vec())),
         69 => {

@@ -38,11 +38,13 @@
 //!   update-only, replace, replace-only), generation policies (none, expect-equal,
 //!   expect-greater), expiration (namespace default, seconds, never, don't-update); get (all
 //!   bins, header only, named bins), exists, delete (with generation check), touch, and operate
-//!   with read, write, add (integer), append/prepend (string, blob), touch and delete ops, with
+//!   with read, write, add (integer), append/prepend (string, blob), touch and delete ops and CDT
+//!   map ops (`cdt_map`: put, clear, get/remove by key, key interval, value interval, size), with
 //!   one result per op in order when the client sets respond-all-ops. The user key is stored
 //!   when the client sends it (`send_key`).
 //! - Filter expressions (field 43) on reads, writes, deletes, operates and scans: comparisons
-//!   of bins, literals, `and`/`or`/`not`, `bin_type`, `key_exists`, `set_name`, `ttl`. A record
+//!   of bins, literals, `and`/`or`/`not`, `bin_type`, `key_exists`, `set_name`, `ttl`, and map
+//!   reads (get by key, key or value interval, size) on map bins. A record
 //!   the filter rejects answers `FILTERED_OUT` (27); an unsupported expression answers
 //!   `PARAMETER_ERROR` (4).
 //! - Scans: the client's partition scan (`query` with a statement without index filter) of a
@@ -52,7 +54,7 @@
 //!   with user and bcrypt credential (answers a session token and TTL) and `AUTHENTICATE` with a
 //!   token; without a user, a login answers `SECURITY_NOT_ENABLED`.
 //! - Not served (answered `PARAMETER_ERROR`): batch, UDF, secondary-index queries, background
-//!   queries, CDT/bit/HLL/expression operations, user and role administration.
+//!   queries, CDT list/bit/HLL/expression operations, user and role administration.
 //!
 //! Result codes are the server's ([`result_code`]).
 //!
@@ -83,6 +85,7 @@
 //!   the connection logged in or authenticated with a token.
 
 mod admin;
+mod cdt_map;
 mod command;
 mod exp;
 mod faults;

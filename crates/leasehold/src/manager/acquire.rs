@@ -10,6 +10,9 @@ use tracing::Instrument;
 use crate::core::{Acquire, Error, ErrorKind, Lease, LockEvent, LockStore, OwnerToken, Result};
 use crate::guard::LockGuard;
 
+use crate::handle::Handle;
+use crate::scenario::StoreDownPolicy;
+
 use super::options::Plan;
 use super::LockManager;
 
@@ -20,14 +23,20 @@ const EXPIRY_SLACK: Duration = Duration::from_millis(2);
 impl LockManager {
     /// One acquisition: a single attempt (`wait: None`) or a wait loop, in a tracing span, with
     /// the outcome reported to observers.
-    pub(super) async fn acquire(&self, plan: Plan, wait: Option<Duration>) -> Result<LockGuard> {
-        let handle = &self.inner.handle;
+    pub(super) async fn execute(&self, plan: Plan, wait: Option<Duration>) -> Result<LockGuard> {
+        crate::observe::in_scenario(plan.scenario.clone(), self.acquire_in_scenario(plan, wait))
+            .await
+    }
+
+    async fn acquire_in_scenario(&self, plan: Plan, wait: Option<Duration>) -> Result<LockGuard> {
+        let handle = &plan.handle;
         let span = tracing::info_span!(
             "leasehold.acquire",
             key = %plan.key,
             store = handle.store.name(),
-            scenario = plan.scenario,
+            scenario = &*plan.scenario,
             mode = if wait.is_some() { "wait" } else { "try" },
+            lock_mode = plan.mode.as_str(),
             outcome = tracing::field::Empty,
             attempts = tracing::field::Empty,
         );
@@ -59,7 +68,28 @@ impl LockManager {
                     waited: waited(),
                     attempts,
                 });
-                Ok(LockGuard::new(handle.clone(), lease, plan.renew))
+                Ok(LockGuard::new(
+                    handle.clone(),
+                    lease,
+                    plan.renew,
+                    plan.scenario.clone(),
+                ))
+            }
+            Err(error)
+                if plan.on_store_down == StoreDownPolicy::Proceed && store_down(error.kind()) =>
+            {
+                // Fail open, as the scenario says: an alert every time, and a guard holding
+                // nothing.
+                span.record("outcome", "proceeded_without_lock");
+                tracing::warn!(key = %plan.key, scenario = &*plan.scenario, %error,
+                    "store down: proceeding WITHOUT the lock (on_store_down = proceed)");
+                handle.observers.emit(|| LockEvent::ProceededWithoutLock {
+                    key: plan.key.clone(),
+                    scenario: plan.scenario.clone(),
+                    error: error.kind(),
+                });
+                let lease = Lease::new(plan.key, OwnerToken::generate(), plan.ttl, Instant::now());
+                Ok(LockGuard::unprotected(handle.clone(), lease, plan.scenario))
             }
             Err(error) => {
                 span.record("outcome", error.kind().as_str());
@@ -81,12 +111,14 @@ impl LockManager {
         started: Option<Instant>,
         attempts: &mut u32,
     ) -> Result<Lease> {
-        let handle = &self.inner.handle;
+        let handle = &plan.handle;
         let Some(wait) = wait else {
             *attempts = 1;
             let req = Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
-                .with_holder(plan.holder);
-            return self.attempt(req).await;
+                .with_holder(plan.holder)
+                .with_mode(plan.mode)
+                .with_trace(plan.trace);
+            return self.attempt(handle, req).await;
         };
         let started = started.unwrap_or_else(Instant::now);
         let deadline = started + wait;
@@ -109,9 +141,11 @@ impl LockManager {
 
             let req = Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
                 .with_holder(plan.holder)
-                .with_deadline(Some(deadline));
+                .with_deadline(Some(deadline))
+                .with_mode(plan.mode)
+                .with_trace(plan.trace);
             *attempts += 1;
-            let retry_after = match self.attempt(req).await {
+            let retry_after = match self.attempt(handle, req).await {
                 Err(e) if e.is_unavailable() => e.retry_after(),
                 done => return done,
             };
@@ -152,10 +186,9 @@ impl LockManager {
         }
     }
 
-    async fn attempt(&self, req: Acquire) -> Result<Lease> {
-        let handle = &self.inner.handle;
+    async fn attempt(&self, handle: &Handle, req: Acquire) -> Result<Lease> {
         let mut undo = Undo {
-            manager: self,
+            handle,
             req: &req,
             armed: true,
         };
@@ -181,7 +214,7 @@ impl LockManager {
 /// (every token is fresh per attempt). Network stores also undo their own cancelled requests; the
 /// second release then finds nothing.
 struct Undo<'a> {
-    manager: &'a LockManager,
+    handle: &'a Handle,
     req: &'a Acquire,
     armed: bool,
 }
@@ -196,10 +229,18 @@ impl Drop for Undo<'_> {
             self.req.token.clone(),
             self.req.ttl,
             Instant::now(),
-        );
-        self.manager
-            .inner
-            .handle
+        )
+        .with_mode(self.req.mode);
+        self.handle
             .release_in_background(maybe_held, "an abandoned or in-doubt acquisition");
     }
+}
+
+/// Errors that mean the store could not be reached (what `on_store_down` is about): a connection
+/// failure, retries exhausted, or an outcome left in doubt.
+fn store_down(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::Connection | ErrorKind::RetriesExhausted | ErrorKind::InDoubt
+    )
 }

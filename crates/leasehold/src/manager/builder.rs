@@ -1,5 +1,6 @@
 //! The builder: the manager's settings, which scenario layers it assembles, and how they stack.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use crate::handle::Handle;
 use crate::layers::{
     GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer, UnlockWindowLayer,
 };
+use crate::scenario::{LayerSettings, ScenarioRegistry};
 use crate::waiters::Waiters;
 use crate::MemoryStore;
 
@@ -44,7 +46,8 @@ pub struct LockManagerBuilder {
     observers: Observers,
     task_holders: bool,
     renewal: Renewal,
-    scenario: &'static str,
+    scenario: Arc<str>,
+    registry: ScenarioRegistry,
     layers: ScenarioLayers,
 }
 
@@ -105,6 +108,25 @@ impl ScenarioLayers {
             local_competition: Some(LocalCompetitionLayer::default()),
             reentrancy: Some(ReentrancyLayer::default()),
             graceful_shutdown: Some(GracefulShutdownLayer::default()),
+        }
+    }
+
+    /// These layers with a scenario's overrides: a layer turned on keeps the configuration given
+    /// to the builder (or gets its default).
+    fn with_overrides(&self, settings: &LayerSettings) -> Self {
+        fn pick<L: Default + Clone>(current: &Option<L>, on: Option<bool>) -> Option<L> {
+            match on {
+                None => current.clone(),
+                Some(false) => None,
+                Some(true) => Some(current.clone().unwrap_or_default()),
+            }
+        }
+        ScenarioLayers {
+            readback: pick(&self.readback, settings.readback),
+            unlock_window: pick(&self.unlock_window, settings.unlock_window),
+            local_competition: pick(&self.local_competition, settings.local_competition),
+            reentrancy: pick(&self.reentrancy, settings.reentrancy),
+            graceful_shutdown: pick(&self.graceful_shutdown, settings.graceful_shutdown),
         }
     }
 
@@ -174,7 +196,8 @@ impl LockManagerBuilder {
             observers: Observers::default(),
             task_holders: true,
             renewal: Renewal::Watchdog,
-            scenario: "default",
+            scenario: Arc::from("default"),
+            registry: ScenarioRegistry::new(),
             layers: ScenarioLayers::all(),
         }
     }
@@ -279,10 +302,19 @@ impl LockManagerBuilder {
         self
     }
 
-    /// The default scenario label on tracing spans (see
+    /// The scenario label on spans and metrics of lock calls no registered scenario covers (see
     /// [`LockOptions::scenario`](crate::LockOptions::scenario)). Default `"default"`.
-    pub fn scenario(mut self, name: &'static str) -> Self {
-        self.scenario = name;
+    pub fn scenario(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.scenario = name.into();
+        self
+    }
+
+    /// The scenarios lock calls are resolved against (see [`crate::scenario`]): registered in
+    /// code or loaded from a file with
+    /// [`ScenarioRegistry::from_toml_file`]. A scenario that changes the layers gets its own layer
+    /// stack over the same store. Default: none (every call gets the manager's settings).
+    pub fn scenarios(mut self, registry: ScenarioRegistry) -> Self {
+        self.registry = registry;
         self
     }
 
@@ -389,12 +421,36 @@ impl LockManagerBuilder {
             ));
         }
         let lifecycle = Lifecycle::new();
-        // The default store stays concrete, so the layer stack over it is erased (boxed) once.
-        let store = match self.store {
-            Some(store) => self.layers.assemble(store, &self.observers, &lifecycle),
-            None => self
+        let own_stacks: Vec<_> = self
+            .registry
+            .iter()
+            .filter(|s| s.layer_settings().overrides_any())
+            .collect();
+        let mut stacks = HashMap::new();
+        // The default store stays concrete, so the layer stack over it is erased (boxed) once;
+        // scenarios with their own layers share one boxed base store.
+        let store = match (self.store, own_stacks.is_empty()) {
+            (Some(store), true) => self.layers.assemble(store, &self.observers, &lifecycle),
+            (None, true) => self
                 .layers
                 .assemble(MemoryStore::new(), &self.observers, &lifecycle),
+            (base, false) => {
+                let base = base.unwrap_or_else(|| BoxStore::new(MemoryStore::new()));
+                for scenario in own_stacks {
+                    let layers = self.layers.with_overrides(scenario.layer_settings());
+                    let store = layers.assemble(base.clone(), &self.observers, &lifecycle);
+                    stacks.insert(
+                        scenario.name.clone(),
+                        Arc::new(Handle {
+                            store,
+                            observers: self.observers.clone(),
+                            waiters: Waiters::default(),
+                            lifecycle: lifecycle.clone(),
+                        }),
+                    );
+                }
+                self.layers.assemble(base, &self.observers, &lifecycle)
+            }
         };
         Ok(LockManager {
             inner: Arc::new(Inner {
@@ -415,6 +471,8 @@ impl LockManagerBuilder {
                     task_holders: self.task_holders,
                     renewal: self.renewal,
                     scenario: self.scenario,
+                    registry: self.registry,
+                    stacks,
                     graceful: self.layers.graceful_shutdown,
                 },
             }),

@@ -5,21 +5,23 @@
 //! an abandoned attempt), [`shutdown`] (the lifecycle's end, and signals). Guards and renewal
 //! tasks hold a [`Handle`](crate::handle::Handle), never the manager.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
-
 use crate::backoff::Backoff;
-use crate::core::{BoxStore, Lease, LockInfo, LockKey, LockLevel, LockStore, Result};
+use crate::core::{
+    BoxStore, Error, HistoryEntry, Lease, LockInfo, LockKey, LockLevel, LockStore, Result,
+};
 use crate::guard::LockGuard;
 use crate::handle::Handle;
 use crate::layers::GracefulShutdownLayer;
+use crate::scenario::{AcquireMode, ScenarioRegistry};
 
 mod acquire;
 mod builder;
+mod kinds;
 mod options;
 mod shutdown;
 
@@ -74,7 +76,11 @@ struct Config {
     shutdown_timeout: Duration,
     task_holders: bool,
     renewal: options::Renewal,
-    scenario: &'static str,
+    /// The scenario label of calls no scenario covers.
+    scenario: Arc<str>,
+    registry: ScenarioRegistry,
+    /// The layer stacks of scenarios that change the layers (others use the manager's).
+    stacks: HashMap<Arc<str>, Arc<Handle>>,
     #[cfg_attr(not(feature = "signal"), allow(dead_code))]
     graceful: Option<GracefulShutdownLayer>,
 }
@@ -111,7 +117,7 @@ impl LockManager {
     /// [`LockManager::try_lock`] with per-call options.
     pub async fn try_lock_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
         let plan = self.plan(&key, &opts)?;
-        self.acquire(plan, None).await
+        self.execute(plan, None).await
     }
 
     /// Acquires `key`, waiting up to the default wait (90 s) while another owner holds it.
@@ -134,8 +140,47 @@ impl LockManager {
     /// [`LockManager::lock`] with per-call options.
     pub async fn lock_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
         let plan = self.plan(&key, &opts)?;
-        let wait = opts.wait.unwrap_or(self.inner.config.wait_for_lock);
-        self.acquire(plan, Some(wait)).await
+        if plan.acquire_mode == AcquireMode::Try {
+            return Err(Error::invalid_argument(format!(
+                "scenario `{}` is try-only: use try_lock (or acquire, which follows the \
+                 scenario's mode), or make the scenario blocking",
+                plan.scenario
+            ))
+            .with_key(plan.key.as_str()));
+        }
+        let wait = plan.wait;
+        self.execute(plan, Some(wait)).await
+    }
+
+    /// Acquires `key` the way its scenario says: one attempt for a [`AcquireMode::Try`] scenario, a
+    /// wait of the scenario's length for a [`AcquireMode::Blocking`] one (and for keys no scenario
+    /// covers, a wait of the manager's default). See [`crate::scenario`].
+    pub async fn acquire(&self, key: impl ToLockKey) -> Result<LockGuard> {
+        self.acquire_with(key, LockOptions::new()).await
+    }
+
+    /// [`LockManager::acquire`] with per-call options.
+    pub async fn acquire_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
+        let plan = self.plan(&key, &opts)?;
+        let wait = match plan.acquire_mode {
+            AcquireMode::Try => None,
+            _ => Some(plan.wait),
+        };
+        self.execute(plan, wait).await
+    }
+
+    /// The scenarios this manager resolves lock calls against.
+    pub fn scenarios(&self) -> &ScenarioRegistry {
+        &self.inner.config.registry
+    }
+
+    /// The lock history of `key` kept in the store, newest first (see
+    /// [`TraceConfig`](crate::core::TraceConfig)): who acquired, waited, released or lost it,
+    /// from which host and process. [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported)
+    /// for stores without [`Capabilities::history`](crate::Capabilities::history).
+    pub async fn history(&self, key: impl ToLockKey) -> Result<Vec<HistoryEntry>> {
+        let key = key.to_lock_key(self)?;
+        self.inner.handle.store.history(&key).await
     }
 
     /// Runs `work` under the lock (waiting as [`LockManager::lock`] does) and always releases it:
@@ -150,15 +195,7 @@ impl LockManager {
         Fut: Future<Output = T>,
     {
         let guard = self.lock(key).await?;
-        let outcome = AssertUnwindSafe(work(guard.lease())).catch_unwind().await;
-        let key = guard.key().clone();
-        if let Err(error) = guard.release().await {
-            tracing::warn!(key = %key, %error, "with_lock could not release; the lock expires at its TTL");
-        }
-        match outcome {
-            Ok(value) => Ok(value),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        kinds::run_and_release(guard, work).await
     }
 
     /// Who holds `key`, and for how long, or `None` if it is free.

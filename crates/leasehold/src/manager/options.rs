@@ -1,8 +1,11 @@
 //! Per-call options, the defaults they fall back to, and how a call is resolved into a plan.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::{validate_ttl, Error, HolderId, LockKey, Result, MAX_TTL};
+use crate::core::{validate_ttl, Error, HolderId, LockKey, LockMode, Result, TraceConfig, MAX_TTL};
+use crate::handle::Handle;
+use crate::scenario::{AcquireMode, StoreDownPolicy};
 use crate::Holder;
 
 use super::LockManager;
@@ -67,7 +70,9 @@ pub struct LockOptions {
     holder: Option<Holder>,
     renew: Option<bool>,
     renew_every: Option<Duration>,
-    scenario: Option<&'static str>,
+    pub(super) mode: Option<LockMode>,
+    scenario: Option<Arc<str>>,
+    trace: Option<Option<TraceConfig>>,
 }
 
 impl LockOptions {
@@ -113,10 +118,30 @@ impl LockOptions {
         self
     }
 
-    /// A label for this kind of lock use (`"checkout"`, `"nightly-job"`), recorded on the tracing
-    /// span so lock scenarios can be told apart. Default: the manager's scenario name.
-    pub fn scenario(mut self, name: &'static str) -> Self {
-        self.scenario = Some(name);
+    /// The scenario of this call (`"checkout"`, `"nightly-job"`): a registered
+    /// [`Scenario`](crate::scenario::Scenario)'s name gives the call its settings (explicit options
+    /// here still win); any other name is only a label on spans and metrics, or an error where the
+    /// registry is [strict](crate::scenario::ScenarioRegistry::strict). Default: the first
+    /// scenario whose key pattern matches the entity, else the manager's scenario label.
+    pub fn scenario(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.scenario = Some(name.into());
+        self
+    }
+
+    /// Record this acquisition, its release and renewals in the key's lock history in the store
+    /// (`Some`), or not (`None`), whatever the scenario says. Stores without
+    /// [`Capabilities::history`](crate::Capabilities::history) ignore it.
+    pub fn trace(mut self, trace: Option<TraceConfig>) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    /// The kind of hold: [`LockMode::Exclusive`] (the default; a read-write lock's write side),
+    /// [`LockMode::Shared`] (a reader) or a semaphore permit. The manager's
+    /// [`read`](crate::LockManager::read) and [`semaphore`](crate::LockManager::semaphore) set it
+    /// for you.
+    pub fn mode(mut self, mode: LockMode) -> Self {
+        self.mode = Some(mode);
         self
     }
 }
@@ -142,7 +167,17 @@ pub(super) struct Plan {
     pub(super) holder: Option<HolderId>,
     /// `Some(every)` when the guard renews its lease (`every = None`: a third of the TTL).
     pub(super) renew: Option<Option<Duration>>,
-    pub(super) scenario: &'static str,
+    pub(super) scenario: Arc<str>,
+    /// The layer stack (and observers, waiters) this scenario's locks go through.
+    pub(super) handle: Arc<Handle>,
+    /// How long a blocking call waits (the call's, the scenario's, or the manager's).
+    pub(super) wait: Duration,
+    /// Whether an `acquire` call tries once or waits (the scenario's mode).
+    pub(super) acquire_mode: AcquireMode,
+    /// The kind of hold: exclusive, shared or a semaphore permit.
+    pub(super) mode: LockMode,
+    pub(super) on_store_down: StoreDownPolicy,
+    pub(super) trace: Option<TraceConfig>,
 }
 
 impl LockManager {
@@ -150,14 +185,46 @@ impl LockManager {
     pub(super) fn plan(&self, key: &impl ToLockKey, opts: &LockOptions) -> Result<Plan> {
         let config = &self.inner.config;
         let key = key.to_lock_key(self)?;
-        let ttl = opts.ttl.unwrap_or(config.lock_ttl);
+        let registry = &config.registry;
+        let scenario =
+            match &opts.scenario {
+                Some(name) => {
+                    match registry.get(name) {
+                        Some(s) => Some(s),
+                        None if registry.is_strict() => {
+                            return Err(Error::invalid_argument(format!(
+                        "no scenario named `{name}` is registered and the registry is strict; \
+                         register it or name one of: {}",
+                        registry.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+                    ))
+                            .with_key(key.as_str()))
+                        }
+                        None => None,
+                    }
+                }
+                None => match registry.matching(key.entity_id()) {
+                    Some(s) => Some(s),
+                    None if registry.is_strict() => {
+                        return Err(Error::invalid_argument(format!(
+                            "entity `{}` matches no scenario's keys and the registry is strict; \
+                         add a scenario covering it or name one with LockOptions::scenario",
+                            key.entity_id()
+                        ))
+                        .with_key(key.as_str()))
+                    }
+                    None => None,
+                },
+            };
+        let ttl_given = opts.ttl.or(scenario.and_then(|s| s.ttl));
+        let ttl = ttl_given.unwrap_or(config.lock_ttl);
         validate_ttl(ttl)?;
         if let Some(wait) = opts.wait {
             if wait > MAX_TTL {
                 return Err(Error::invalid_argument("wait is longer than 30 days"));
             }
         }
-        if let Some(every) = opts.renew_every {
+        let renew_every = opts.renew_every.or(scenario.and_then(|s| s.renew_every));
+        if let Some(every) = renew_every {
             if every.is_zero() || every >= ttl {
                 return Err(Error::invalid_argument(format!(
                     "renew_every ({every:?}) must be greater than zero and shorter than the TTL \
@@ -165,21 +232,45 @@ impl LockManager {
                 )));
             }
         }
+        let mode = opts.mode.or(scenario.map(|s| s.lock)).unwrap_or_default();
+        mode.validate()?;
         let holder = opts
             .holder
             .map(|h| h.id())
             .or_else(|| config.task_holders.then(HolderId::current));
-        let renew = opts.renew.unwrap_or(match config.renewal {
-            Renewal::Watchdog => opts.ttl.is_none(),
-            Renewal::Always => true,
-            Renewal::Never => false,
-        });
+        let renew = opts
+            .renew
+            .or(scenario.and_then(|s| s.renew))
+            .unwrap_or(match config.renewal {
+                Renewal::Watchdog => ttl_given.is_none(),
+                Renewal::Always => true,
+                Renewal::Never => false,
+            });
+        let name = match (scenario, &opts.scenario) {
+            (Some(s), _) => s.name.clone(),
+            (None, Some(label)) => label.clone(),
+            (None, None) => config.scenario.clone(),
+        };
+        let handle = config
+            .stacks
+            .get(&name)
+            .unwrap_or(&self.inner.handle)
+            .clone();
         Ok(Plan {
             key,
             ttl,
             holder,
-            renew: renew.then_some(opts.renew_every),
-            scenario: opts.scenario.unwrap_or(config.scenario),
+            renew: renew.then_some(renew_every),
+            wait: opts
+                .wait
+                .or(scenario.and_then(|s| s.wait))
+                .unwrap_or(config.wait_for_lock),
+            acquire_mode: scenario.map_or(AcquireMode::Blocking, |s| s.mode),
+            mode,
+            on_store_down: scenario.map_or(StoreDownPolicy::Fail, |s| s.on_store_down),
+            trace: opts.trace.unwrap_or(scenario.and_then(|s| s.trace)),
+            scenario: name,
+            handle,
         })
     }
 }

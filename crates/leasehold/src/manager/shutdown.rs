@@ -31,7 +31,14 @@ impl LockManager {
         fence(Ordering::SeqCst);
         let deadline = instant_after(Instant::now(), self.inner.config.shutdown_timeout);
         self.wait_for_tracked_work(deadline).await;
-        let released = handle.store.shutdown().await;
+        let mut released = handle.store.shutdown().await;
+        for stack in self.inner.config.stacks.values() {
+            let more = stack.store.shutdown().await;
+            released = match (released, more) {
+                (Ok(a), Ok(b)) => Ok(a + b),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            };
+        }
         self.wait_for_tracked_work(deadline).await;
         released
     }

@@ -4,6 +4,7 @@ use opentelemetry::metrics::{Counter, Histogram, Meter, UpDownCounter};
 use opentelemetry::KeyValue;
 
 use crate::core::{ErrorKind, LockEvent, Observer};
+use crate::observe::current_scenario;
 
 /// Records lock events as OpenTelemetry metrics, through the `opentelemetry` API crate: install
 /// the SDK and an exporter, hand a [`Meter`] here, and add the result as an observer.
@@ -13,8 +14,10 @@ use crate::core::{ErrorKind, LockEvent, Observer};
 /// acquired / unavailable / timeout / error), `leasehold.contentions`, `leasehold.fast_fails`,
 /// `leasehold.readback.recoveries` (`operation`, `held`), `leasehold.unlock_window.skips`,
 /// `leasehold.reentries`, `leasehold.handoffs`, `leasehold.releases` (`was_held`),
-/// `leasehold.shutdown.releases`, `leasehold.renewals`, `leasehold.locks.lost`, and the up-down
-/// counter `leasehold.locks.held`.
+/// `leasehold.shutdown.releases`, `leasehold.renewals`, `leasehold.locks.lost`,
+/// `leasehold.store_down.proceeded` (`error.type`), and the up-down counter
+/// `leasehold.locks.held`. Every measurement carries the `scenario` of the lock operation
+/// ([`current_scenario`](crate::observe::current_scenario); `default` outside one).
 ///
 /// ```
 /// use leasehold::{LockManager, observe::OtelMetrics};
@@ -40,6 +43,7 @@ pub struct OtelMetrics {
     shutdown_releases: Counter<u64>,
     renewals: Counter<u64>,
     lost: Counter<u64>,
+    proceeded: Counter<u64>,
     held: UpDownCounter<i64>,
 }
 
@@ -119,6 +123,12 @@ impl OtelMetrics {
                 "{lock}",
                 "Held locks found lost by renewal",
             ),
+            proceeded: counter(
+                "leasehold.store_down.proceeded",
+                "{acquisition}",
+                "Acquisitions that proceeded WITHOUT the lock because the store was down \
+                 (on_store_down = proceed): an alert",
+            ),
             held: meter
                 .i64_up_down_counter("leasehold.locks.held")
                 .with_unit("{lock}")
@@ -133,8 +143,18 @@ impl OtelMetrics {
         self
     }
 
+    /// The configured attributes, the `scenario` of the operation observed, and `extra`.
     fn attrs(&self, extra: &[KeyValue]) -> Vec<KeyValue> {
-        self.attributes.iter().chain(extra).cloned().collect()
+        let scenario = current_scenario().map_or_else(
+            || opentelemetry::Value::from("default"),
+            |s| opentelemetry::Value::from(s.to_string()),
+        );
+        self.attributes
+            .iter()
+            .cloned()
+            .chain(std::iter::once(KeyValue::new("scenario", scenario)))
+            .chain(extra.iter().cloned())
+            .collect()
     }
 }
 
@@ -153,7 +173,7 @@ impl Observer for OtelMetrics {
                 let attrs = self.attrs(&[KeyValue::new("outcome", "acquired")]);
                 self.acquire_duration.record(waited.as_secs_f64(), &attrs);
                 self.acquisitions.add(1, &attrs);
-                self.held.add(1, &self.attributes);
+                self.held.add(1, &self.attrs(&[]));
             }
             LockEvent::AcquireFailed { error, waited, .. } => {
                 let mut attrs = self.attrs(&[KeyValue::new("outcome", outcome(*error))]);
@@ -163,8 +183,8 @@ impl Observer for OtelMetrics {
                 }
                 self.acquisitions.add(1, &attrs);
             }
-            LockEvent::Contended { .. } => self.contentions.add(1, &self.attributes),
-            LockEvent::FastFailed { .. } => self.fast_fails.add(1, &self.attributes),
+            LockEvent::Contended { .. } => self.contentions.add(1, &self.attrs(&[])),
+            LockEvent::FastFailed { .. } => self.fast_fails.add(1, &self.attrs(&[])),
             LockEvent::RecoveredByReadback {
                 operation, held, ..
             } => self.readback_recoveries.add(
@@ -174,17 +194,21 @@ impl Observer for OtelMetrics {
                     KeyValue::new("held", *held),
                 ]),
             ),
-            LockEvent::ReleaseSkipped { .. } => self.unlock_window_skips.add(1, &self.attributes),
-            LockEvent::Reentered { .. } => self.reentries.add(1, &self.attributes),
-            LockEvent::HandedOff { .. } => self.handoffs.add(1, &self.attributes),
+            LockEvent::ReleaseSkipped { .. } => self.unlock_window_skips.add(1, &self.attrs(&[])),
+            LockEvent::Reentered { .. } => self.reentries.add(1, &self.attrs(&[])),
+            LockEvent::HandedOff { .. } => self.handoffs.add(1, &self.attrs(&[])),
             LockEvent::Released { was_held, .. } => {
                 self.releases
                     .add(1, &self.attrs(&[KeyValue::new("was_held", *was_held)]));
-                self.held.add(-1, &self.attributes);
+                self.held.add(-1, &self.attrs(&[]));
             }
-            LockEvent::ReleasedAtShutdown { .. } => self.shutdown_releases.add(1, &self.attributes),
-            LockEvent::Renewed { .. } => self.renewals.add(1, &self.attributes),
-            LockEvent::Lost { .. } => self.lost.add(1, &self.attributes),
+            LockEvent::ReleasedAtShutdown { .. } => self.shutdown_releases.add(1, &self.attrs(&[])),
+            LockEvent::Renewed { .. } => self.renewals.add(1, &self.attrs(&[])),
+            LockEvent::Lost { .. } => self.lost.add(1, &self.attrs(&[])),
+            LockEvent::ProceededWithoutLock { error, .. } => self.proceeded.add(
+                1,
+                &self.attrs(&[KeyValue::new("error.type", error.as_str())]),
+            ),
             _ => {}
         }
     }

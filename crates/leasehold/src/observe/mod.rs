@@ -11,12 +11,16 @@
 //!
 //! Tracing spans (`leasehold.acquire`, `leasehold.release`, `leasehold.extend`) are emitted by the
 //! manager and guards directly, with `key`, `store`, `scenario`, `mode`, `outcome` and `attempts`
-//! fields and never a secret.
+//! fields and never a secret. Every event is observed with its scenario set
+//! ([`current_scenario`]), so metrics carry a `scenario` attribute.
 
 #[cfg(feature = "otel")]
 mod metrics;
+mod scope;
 mod trace;
 
 #[cfg(feature = "otel")]
 pub use metrics::OtelMetrics;
+pub use scope::current_scenario;
+pub(crate) use scope::in_scenario;
 pub use trace::{LockTrace, TraceEntry};

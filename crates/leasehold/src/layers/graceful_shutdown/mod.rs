@@ -39,10 +39,10 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use crate::core::{
-    instant_after, Acquire, Error, Layer, Lease, Lifecycle, LockEvent, LockStore, Observers, Result,
+    instant_after, Acquire, Error, Layer, Lease, Lifecycle, LockEvent, LockStore, Observers,
+    OwnerToken, Result,
 };
 use crate::sweep::Sweeper;
-use crate::KeyMap;
 
 /// Default time the shutdown sweep may take to release every live lock.
 pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
@@ -140,7 +140,9 @@ impl<S: LockStore> Layer<S> for GracefulShutdownLayer {
     }
 }
 
-type Live = KeyMap<Lease>;
+/// Live leases by owner token: tokens are unique per acquisition, and a key may have several
+/// live leases in this process at once (readers, semaphore permits).
+type Live = dashmap::DashMap<OwnerToken, Lease, foldhash::fast::RandomState>;
 
 /// A store that tracks live locks and releases them at shutdown (see the [module docs](self)).
 #[derive(Debug)]
@@ -176,10 +178,9 @@ impl<S: LockStore> GracefulShutdown<S> {
         &self.inner
     }
 
-    /// Stops tracking `lease` (if it is still the tracked one for its key).
+    /// Stops tracking `lease`.
     fn untrack(&self, lease: &Lease) {
-        self.live
-            .remove_if(lease.key(), |_, tracked| tracked.token() == lease.token());
+        self.live.remove(lease.token());
     }
 
     /// Releases every live tracked lock within the deadline; returns how many were released.
@@ -250,7 +251,7 @@ impl<S: LockStore> crate::core::LayeredStore for GracefulShutdown<S> {
         let lease = self.inner.try_acquire(req).await?;
         // Tracked first, then the lifecycle read (with a fence against the sweep's, see `sweep`):
         // either the sweep sees this lease or this call sees the shutdown, never neither.
-        self.live.insert(lease.key().clone(), lease.clone());
+        self.live.insert(lease.token().clone(), lease.clone());
         fence(Ordering::SeqCst);
         if self.lifecycle.is_closing() {
             // Landed during the shutdown: give it back now (the sweep may too; both are
@@ -279,14 +280,7 @@ impl<S: LockStore> crate::core::LayeredStore for GracefulShutdown<S> {
         let renewed = self.inner.extend(lease, ttl).await?;
         // Tracked again even if the purge dropped the entry while the extend was in flight: the
         // store holds the lock for the new TTL.
-        self.live
-            .entry(lease.key().clone())
-            .and_modify(|tracked| {
-                if tracked.token() == lease.token() {
-                    *tracked = renewed.clone();
-                }
-            })
-            .or_insert_with(|| renewed.clone());
+        self.live.insert(lease.token().clone(), renewed.clone());
         Ok(renewed)
     }
 

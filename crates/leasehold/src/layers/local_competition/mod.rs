@@ -85,6 +85,7 @@
 //! I/O at all for fast-fails and local waits.
 
 mod entries;
+mod permits;
 mod slot;
 
 use std::sync::atomic::Ordering;
@@ -98,6 +99,7 @@ use crate::core::{
     LockKey, LockStore, Observers, OwnerToken, Result,
 };
 use entries::Shared;
+use permits::LocalPermits;
 use slot::{HandOff, Release, Slot, Take};
 
 /// Default bound of consecutive local hand-offs of one store lease.
@@ -208,6 +210,7 @@ impl<S: LockStore> Layer<S> for LocalCompetitionLayer {
             hand_off: self.hand_off,
             observers: self.observers.clone(),
             lifecycle: self.lifecycle.clone(),
+            permits: Arc::default(),
         }
     }
 }
@@ -219,6 +222,7 @@ pub struct LocalCompetition<S> {
     hand_off: HandOff,
     observers: Observers,
     lifecycle: Lifecycle,
+    permits: Arc<LocalPermits>,
 }
 
 impl<S: LockStore> std::fmt::Debug for LocalCompetition<S> {
@@ -296,6 +300,26 @@ impl<S: LockStore> LocalCompetition<S> {
     /// Asks the store, as the key's one local store talker. The holder entry was set up (with
     /// an expiry no later than the lease's) before the request, so success needs no second
     /// update; error and cancellation free the entry.
+    /// Readers and semaphore permits: no one-at-a-time slot (many hold at once), but a permit
+    /// request fails fast, with no store I/O, when this process already holds every permit.
+    async fn acquire_shared(&self, req: &Acquire) -> Result<Lease> {
+        if self.lifecycle.is_closing() {
+            return Err(Error::shut_down().with_key(req.key.as_str()));
+        }
+        let Some(permits) = req.mode.permits() else {
+            return self.inner.try_acquire(req).await;
+        };
+        if let Err(refused) = self.permits.check(req, permits) {
+            self.observers.emit(|| LockEvent::FastFailed {
+                key: req.key.clone(),
+            });
+            return Err(refused);
+        }
+        let lease = self.inner.try_acquire(req).await?;
+        self.permits.granted(&lease);
+        Ok(lease)
+    }
+
     async fn acquire_from_store(&self, slot: &Arc<Slot>, req: &Acquire) -> Result<Lease> {
         let mut vacate = Vacate::new(self, &req.key, slot, &req.token);
         let lease = self.inner.try_acquire(req).await?;
@@ -429,6 +453,9 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         // Before `now + ttl` below: used alone, this layer may be the first to see the request.
         validate_ttl(req.ttl)?;
+        if req.mode.is_shared_record() {
+            return self.acquire_shared(req).await;
+        }
         let mut ticket: Option<WaitTicket<'_, S>> = None;
         // The slot taken, and the store lease if it came by hand-off.
         let (slot, handed) = loop {
@@ -551,6 +578,10 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        if lease.mode().is_shared_record() {
+            self.permits.forget(lease);
+            return self.inner.release(lease).await;
+        }
         let Some(slot) = self.shared.cache.get(lease.key()) else {
             return self.inner.release(lease).await;
         };
@@ -589,6 +620,15 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        if lease.mode().is_shared_record() {
+            let renewed = self.inner.extend(lease, ttl).await;
+            match &renewed {
+                Ok(renewed) => self.permits.extended(renewed),
+                Err(e) if e.kind() == ErrorKind::NotHeld => self.permits.forget(lease),
+                Err(_) => {}
+            }
+            return renewed;
+        }
         let slot = self.shared.cache.get(lease.key());
         let store = slot
             .as_ref()
@@ -609,6 +649,7 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
 
     async fn shutdown(&self) -> Result<usize> {
         self.lifecycle.close();
+        self.permits.clear();
         self.inner.shutdown().await
     }
 }

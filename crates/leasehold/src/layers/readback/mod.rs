@@ -178,7 +178,12 @@ impl<S: LockStore> Readback<S> {
 
     fn recovered(req: &Acquire, info: &LockInfo, first_sent: Instant) -> Lease {
         Lease::new(req.key.clone(), req.token.clone(), req.ttl, first_sent)
-            .with_fencing_token(info.fencing_token)
+            .with_mode(req.mode)
+            .with_fencing_token(if req.mode.is_shared_record() {
+                None
+            } else {
+                info.fencing_token
+            })
     }
 }
 
@@ -202,11 +207,16 @@ impl<S: LockStore> crate::core::LayeredStore for Readback<S> {
                         .await?
                     {
                         Found::Ours(info) => return Ok(Self::recovered(req, &info, first_sent)),
-                        Found::Other => return Err(Error::unavailable(&req.key)),
-                        Found::Absent if retries_left == 0 => {
+                        // Held by others: for an exclusive hold that is a refusal; readers
+                        // and permit holders are many at once, so for them it only says the
+                        // write did not apply, as if absent.
+                        Found::Other if !req.mode.is_shared_record() => {
+                            return Err(Error::unavailable(&req.key))
+                        }
+                        Found::Absent | Found::Other if retries_left == 0 => {
                             return Err(self.exhausted(&req.key, "acquire", error))
                         }
-                        Found::Absent => {
+                        Found::Absent | Found::Other => {
                             retries_left -= 1;
                             was_in_doubt = true;
                         }

@@ -29,6 +29,17 @@
 //!
 //! Acquisitions without a holder are never reentrant and pass straight through.
 //!
+//! # Lock modes
+//! - **Write under write** (an exclusive hold re-taken) and **read under read** (a reader
+//!   reading again) count up as above. Several holders of this process may read one key at
+//!   once; each has its own count.
+//! - **Read under one's own write** and **write under one's own read** are refused at once with
+//!   [`ErrorKind::ModeConflict`], with no store I/O: the first can never be granted while the
+//!   write is held, the second never while the read is held, so waiting would only deadlock the
+//!   holder on itself. Release the outer hold first (or take the write from the start).
+//! - **Semaphore permits** are never reentrant: every acquisition takes one more permit (a holder
+//!   that needs two permits takes two), and passes straight through.
+//!
 //! # Edge cases (Bond's warning)
 //! - **Same key, different logical locks.** Reentrancy is by key: two logically different locks
 //!   that map to the same key (the same entity id in the same client and farm) are one lock here,
@@ -57,8 +68,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::core::{
-    Acquire, Error, ErrorKind, HolderId, Layer, Lease, LockEvent, LockKey, LockStore, Observers,
-    Result,
+    Acquire, Error, ErrorKind, HolderId, Layer, Lease, LockEvent, LockKey, LockMode, LockStore,
+    Observers, Result,
 };
 use crate::KeyMap;
 
@@ -117,6 +128,8 @@ impl<S: LockStore> Layer<S> for ReentrancyLayer {
             inner,
             held: KeyMap::default(),
             count: AtomicUsize::new(0),
+            readers: KeyMap::default(),
+            reader_count: AtomicUsize::new(0),
             max_depth: self.max_depth,
             observers: self.observers.clone(),
         }
@@ -137,6 +150,10 @@ pub struct Reentrancy<S> {
     held: KeyMap<Held>,
     /// Entries in `held`, so calls skip the map when nobody holds anything.
     count: AtomicUsize,
+    /// Read holds: a key may be read by several holders of this process at once.
+    readers: KeyMap<Vec<Held>>,
+    /// Entries in `readers`.
+    reader_count: AtomicUsize,
     max_depth: u32,
     observers: Observers,
 }
@@ -144,10 +161,131 @@ pub struct Reentrancy<S> {
 impl<S: LockStore> Reentrancy<S> {
     /// The hold count of `key` by `holder` (0: not held by it).
     pub fn depth(&self, key: &LockKey, holder: HolderId) -> u32 {
-        self.held
+        let now = Instant::now();
+        let live = |held: &Held| held.holder == holder && now < held.lease.expires_at();
+        let write = self
+            .held
             .get(key)
-            .filter(|held| held.holder == holder && Instant::now() < held.lease.expires_at())
-            .map_or(0, |held| held.depth)
+            .filter(|held| live(held))
+            .map(|held| held.depth);
+        write
+            .or_else(|| {
+                let readers = self.readers.get(key)?;
+                readers
+                    .iter()
+                    .find(|held| live(held))
+                    .map(|held| held.depth)
+            })
+            .unwrap_or(0)
+    }
+
+    /// Whether `holder` holds `key` for reading through this layer (live).
+    fn reads(&self, key: &LockKey, holder: HolderId) -> bool {
+        if self.reader_count.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let now = Instant::now();
+        self.readers.get(key).is_some_and(|readers| {
+            readers
+                .iter()
+                .any(|held| held.holder == holder && now < held.lease.expires_at())
+        })
+    }
+
+    /// Whether `holder` holds `key` exclusively through this layer (live).
+    fn writes(&self, key: &LockKey, holder: HolderId) -> bool {
+        self.count.load(Ordering::Relaxed) > 0
+            && self.held.get(key).is_some_and(|held| {
+                held.holder == holder && Instant::now() < held.lease.expires_at()
+            })
+    }
+
+    /// A read by a holder: re-entered, refused under its own write, or taken from the store.
+    async fn acquire_read(&self, req: &Acquire, holder: HolderId) -> Result<Lease> {
+        if self.writes(&req.key, holder) {
+            return Err(Error::new(
+                ErrorKind::ModeConflict,
+                "this holder already holds the key for writing; a read under its own write \
+                 would wait for itself forever. Release the write first, or keep using it",
+            )
+            .with_key(req.key.as_str()));
+        }
+        if self.reader_count.load(Ordering::Relaxed) > 0 {
+            let now = Instant::now();
+            if let Some(mut readers) = self.readers.get_mut(&req.key) {
+                readers.retain(|held| now < held.lease.expires_at());
+                if let Some(held) = readers.iter_mut().find(|held| held.holder == holder) {
+                    if held.depth >= self.max_depth {
+                        return Err(self.too_deep(&req.key));
+                    }
+                    held.depth += 1;
+                    let (depth, lease) = (held.depth, held.lease.clone());
+                    drop(readers);
+                    self.observers.emit(|| LockEvent::Reentered {
+                        key: req.key.clone(),
+                        depth,
+                    });
+                    return Ok(lease);
+                }
+            }
+        }
+        let lease = self.inner.try_acquire(req).await?;
+        let held = Held {
+            holder,
+            lease: lease.clone(),
+            depth: 1,
+        };
+        let mut readers = self.readers.entry(req.key.clone()).or_insert_with(|| {
+            self.reader_count.fetch_add(1, Ordering::Relaxed);
+            Vec::new()
+        });
+        readers.push(held);
+        Ok(lease)
+    }
+
+    /// Counts a read hold down; `Some(still_held)` when an outer level still holds it, `None`
+    /// when this was the last level (or not a hold of this layer) and the store must be told.
+    fn count_down_read(&self, lease: &Lease) -> Option<bool> {
+        if self.reader_count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut outcome = None;
+        let emptied = self.readers.remove_if_mut(lease.key(), |_, readers| {
+            if let Some(at) = readers
+                .iter()
+                .position(|h| h.lease.token() == lease.token())
+            {
+                if readers[at].depth > 1 {
+                    readers[at].depth -= 1;
+                    outcome = Some(Instant::now() < readers[at].lease.expires_at());
+                } else {
+                    readers.swap_remove(at);
+                }
+            }
+            readers.is_empty()
+        });
+        if emptied.is_some() {
+            self.reader_count.fetch_sub(1, Ordering::Relaxed);
+        }
+        outcome
+    }
+
+    fn forget_read(&self, key: &LockKey, token: &crate::core::OwnerToken) {
+        let emptied = self.readers.remove_if_mut(key, |_, readers| {
+            readers.retain(|held| held.lease.token() != token);
+            readers.is_empty()
+        });
+        if emptied.is_some() {
+            self.reader_count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn too_deep(&self, key: &LockKey) -> Error {
+        Error::invalid_argument(format!(
+            "reentrant hold count would exceed {}: runaway recursion?",
+            self.max_depth
+        ))
+        .with_key(key.as_str())
     }
 
     /// The wrapped store.
@@ -177,16 +315,25 @@ impl<S: LockStore> crate::core::LayeredStore for Reentrancy<S> {
         let Some(holder) = req.holder else {
             return self.inner.try_acquire(req).await;
         };
+        match req.mode {
+            LockMode::Exclusive => {}
+            LockMode::Shared => return self.acquire_read(req, holder).await,
+            LockMode::Semaphore { .. } => return self.inner.try_acquire(req).await,
+        }
+        if self.reads(&req.key, holder) {
+            return Err(Error::new(
+                ErrorKind::ModeConflict,
+                "this holder already holds the key for reading; a write under its own read \
+                 would wait for itself forever. Release the read, then take the write",
+            )
+            .with_key(req.key.as_str()));
+        }
         if self.count.load(Ordering::Relaxed) > 0 {
             if let Some(mut held) = self.held.get_mut(&req.key) {
                 if held.holder == holder {
                     if Instant::now() < held.lease.expires_at() {
                         if held.depth >= self.max_depth {
-                            return Err(Error::invalid_argument(format!(
-                                "reentrant hold count would exceed {}: runaway recursion?",
-                                self.max_depth
-                            ))
-                            .with_key(req.key.as_str()));
+                            return Err(self.too_deep(&req.key));
                         }
                         held.depth += 1;
                         let depth = held.depth;
@@ -221,6 +368,16 @@ impl<S: LockStore> crate::core::LayeredStore for Reentrancy<S> {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
+        match lease.mode() {
+            LockMode::Exclusive => {}
+            LockMode::Shared => {
+                if let Some(still_held) = self.count_down_read(lease) {
+                    return Ok(still_held);
+                }
+                return self.inner.release(lease).await;
+            }
+            LockMode::Semaphore { .. } => return self.inner.release(lease).await,
+        }
         if self.count.load(Ordering::Relaxed) > 0 {
             // Count down or remove in one step under the entry's lock: a reentrant acquire by the
             // same holder on another thread cannot slip in between and be handed a lease that is
@@ -254,15 +411,32 @@ impl<S: LockStore> crate::core::LayeredStore for Reentrancy<S> {
         let renewed = match self.inner.extend(lease, ttl).await {
             Ok(renewed) => renewed,
             Err(error) => {
-                if error.kind() == ErrorKind::NotHeld && self.count.load(Ordering::Relaxed) > 0 {
+                if error.kind() == ErrorKind::NotHeld {
                     // Lost: the next acquisition by this holder must go to the store, not count
                     // up on a lock someone else may hold now.
-                    self.forget(lease.key(), lease.token());
+                    match lease.mode() {
+                        LockMode::Exclusive if self.count.load(Ordering::Relaxed) > 0 => {
+                            self.forget(lease.key(), lease.token())
+                        }
+                        LockMode::Shared if self.reader_count.load(Ordering::Relaxed) > 0 => {
+                            self.forget_read(lease.key(), lease.token())
+                        }
+                        _ => {}
+                    }
                 }
                 return Err(error);
             }
         };
-        if self.count.load(Ordering::Relaxed) > 0 {
+        if lease.mode() == LockMode::Shared && self.reader_count.load(Ordering::Relaxed) > 0 {
+            if let Some(mut readers) = self.readers.get_mut(lease.key()) {
+                if let Some(held) = readers
+                    .iter_mut()
+                    .find(|h| h.lease.token() == lease.token())
+                {
+                    held.lease = renewed.clone();
+                }
+            }
+        } else if self.count.load(Ordering::Relaxed) > 0 {
             if let Some(mut held) = self.held.get_mut(lease.key()) {
                 if held.lease.token() == lease.token() {
                     held.lease = renewed.clone();
@@ -275,6 +449,8 @@ impl<S: LockStore> crate::core::LayeredStore for Reentrancy<S> {
     async fn shutdown(&self) -> Result<usize> {
         self.held.clear();
         self.count.store(0, Ordering::Relaxed);
+        self.readers.clear();
+        self.reader_count.store(0, Ordering::Relaxed);
         self.inner.shutdown().await
     }
 }

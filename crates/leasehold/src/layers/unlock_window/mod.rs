@@ -29,7 +29,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::core::{Layer, Lease, LockEvent, LockStore, Observers, Result, SkipReason};
+use crate::core::{
+    HistoryEntry, HistoryEvent, Layer, Lease, LockEvent, LockStore, Observers, Result, SkipReason,
+};
 
 /// Default safety margin before a lease's expiry after which a release is skipped (Bond: 150 ms).
 pub const DEFAULT_UNLOCK_MARGIN: Duration = Duration::from_millis(150);
@@ -136,6 +138,14 @@ impl<S: LockStore> crate::core::LayeredStore for UnlockWindow<S> {
                 key: lease.key().clone(),
                 reason,
             });
+            if let Some(trace) = lease.trace() {
+                // No store operation to join: the history gets its own write, best effort.
+                let entry =
+                    HistoryEntry::new(HistoryEvent::Skipped, lease.token(), reason.to_string());
+                if let Err(error) = self.inner.append_history(lease.key(), trace, &entry).await {
+                    tracing::debug!(key = %lease.key(), %error, "could not record the skipped release in the lock history");
+                }
+            }
             return Ok(false);
         }
         self.inner.release(lease).await

@@ -1,4 +1,5 @@
-//! The store contract as a test suite: every [`LockStore`] must pass it.
+//! The store contract as a test suite: every [`LockStore`] must pass it. The lock modes'
+//! cases (read-write locks, semaphores) are in `modes`.
 //!
 //! Each case is a public async function taking the store under test, so a backend crate runs the
 //! whole suite with one macro line in a test file:
@@ -22,6 +23,13 @@ use std::time::Duration;
 
 use leasehold_core::{Acquire, ErrorKind, Lease, LockKey, LockStore, OwnerToken};
 
+mod modes;
+
+pub use modes::{
+    concurrent_permits_never_exceed, modes_conflict, permit_expires_alone, reader_expires_alone,
+    readers_share_writers_exclude, semaphore_admits_n, waiting_writer_blocks_new_readers,
+};
+
 /// Every case name, in the order [`run_all`] runs them.
 pub const CASES: &[&str] = &[
     "acquire_contend_release",
@@ -34,6 +42,13 @@ pub const CASES: &[&str] = &[
     "listing",
     "concurrent_acquisition_has_one_winner",
     "invalid_ttl_rejected",
+    "readers_share_writers_exclude",
+    "waiting_writer_blocks_new_readers",
+    "reader_expires_alone",
+    "semaphore_admits_n",
+    "modes_conflict",
+    "permit_expires_alone",
+    "concurrent_permits_never_exceed",
 ];
 
 /// A fresh key for one case: `DC#conf#conformance#<case>-<uuid>` (the farm id fits Aerospike's
@@ -348,6 +363,13 @@ pub async fn run_all<S: LockStore>(store: &S) {
     listing(store).await;
     concurrent_acquisition_has_one_winner(store).await;
     invalid_ttl_rejected(store).await;
+    readers_share_writers_exclude(store).await;
+    waiting_writer_blocks_new_readers(store).await;
+    reader_expires_alone(store).await;
+    semaphore_admits_n(store).await;
+    modes_conflict(store).await;
+    permit_expires_alone(store).await;
+    concurrent_permits_never_exceed(store).await;
 }
 
 /// Generates one `#[tokio::test]` per conformance case, each building its store with `$factory`
@@ -380,7 +402,14 @@ macro_rules! conformance_tests {
             fencing_tokens_grow,
             listing,
             concurrent_acquisition_has_one_winner,
-            invalid_ttl_rejected
+            invalid_ttl_rejected,
+            readers_share_writers_exclude,
+            waiting_writer_blocks_new_readers,
+            reader_expires_alone,
+            semaphore_admits_n,
+            modes_conflict,
+            permit_expires_alone,
+            concurrent_permits_never_exceed,
         );
     };
     (@guarded $factory:expr; $($case:ident),* $(,)?) => {
@@ -403,7 +432,14 @@ macro_rules! conformance_tests {
             fencing_tokens_grow,
             listing,
             concurrent_acquisition_has_one_winner,
-            invalid_ttl_rejected
+            invalid_ttl_rejected,
+            readers_share_writers_exclude,
+            waiting_writer_blocks_new_readers,
+            reader_expires_alone,
+            semaphore_admits_n,
+            modes_conflict,
+            permit_expires_alone,
+            concurrent_permits_never_exceed,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {

@@ -1,0 +1,123 @@
+//! `leasehold scenarios`, `run --config --scenario` and `history`, end to end (the history on a
+//! real redis-server).
+
+use std::process::{Command, Output};
+
+use leasehold_testkit::redis::RedisServer;
+
+fn leasehold(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(args)
+        .env_remove("LEASEHOLD_STORE")
+        .output()
+        .expect("the leasehold binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+const GOOD: &str = r#"
+[[scenario]]
+name = "checkout"
+keys = "order-*"          # glob on the entity name
+mode = "blocking"         # or "try"
+ttl = "5s"
+wait = "200ms"
+on_store_down = "fail"    # or "proceed"
+
+[[scenario]]
+name = "jobs"
+keys = "job-*"
+mode = "try"
+ttl = "7s"
+trace = true
+"#;
+
+fn file(dir: &tempfile::TempDir, name: &str, content: &str) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, content).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn scenarios_prints_a_table_and_names_the_line_of_a_bad_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = file(&dir, "good.toml", GOOD);
+    let out = leasehold(&["scenarios", "--config", &good]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.starts_with("NAME"), "{table}");
+    assert!(
+        table.contains("checkout  order-*  blocking  exclusive  5s   200ms"),
+        "{table}"
+    );
+    assert!(table.contains("2 scenario(s)"), "{table}");
+
+    let bad = file(
+        &dir,
+        "bad.toml",
+        "[[scenario]]\nname = \"x\"\nmode = \"blocky\"\n",
+    );
+    let out = leasehold(&["scenarios", "--config", &bad]);
+    assert_eq!(out.status.code(), Some(2));
+    let error = text(&out.stderr);
+    assert!(error.contains(&format!("{bad}:3:")), "{error}");
+    assert!(error.contains("mode"), "{error}");
+}
+
+#[test]
+fn run_takes_the_scenarios_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = file(&dir, "good.toml", GOOD);
+    let out = leasehold(&[
+        "run",
+        "--config",
+        &good,
+        "--scenario",
+        "checkout",
+        "anything",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_KEY",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "DC#local#cli#anything");
+    let out = leasehold(&[
+        "run",
+        "--config",
+        &good,
+        "--scenario",
+        "nope",
+        "k",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("checkout, jobs"));
+}
+
+#[test]
+fn history_prints_what_every_instance_did() {
+    let server = RedisServer::start().expect("redis-server");
+    let dir = tempfile::tempdir().unwrap();
+    let good = file(&dir, "good.toml", GOOD);
+    let store = server.url();
+    let out = leasehold(&[
+        "--store", &store, "run", "--config", &good, "job-1", "--", "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = leasehold(&["--store", &store, "history", "job-1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lines = text(&out.stdout);
+    assert!(lines.contains("2 entries"), "{lines}");
+    assert!(lines.contains("released"), "{lines}");
+    assert!(lines.contains("acquired"), "{lines}");
+    let out = leasehold(&["--store", &store, "history", "job-1", "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entries = json["entries"].as_array().unwrap();
+    assert_eq!(entries[0]["event"], "released");
+    assert_eq!(entries[1]["event"], "acquired");
+    assert!(entries[1]["pid"].as_u64().is_some());
+}

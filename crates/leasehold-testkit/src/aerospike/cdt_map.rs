@@ -1,0 +1,692 @@
+//! CDT map operations (operate op types 3 and 4 with a map op code) and map read calls in filter
+//! expressions (`[127, type, 0, [op, return type, args...], [81, 5, bin]]`).
+//!
+//! A map bin is stored as the server sends it: particle type 19, a msgpack map whose strings carry
+//! their particle type as a leading byte (3 string, 4 blob). Entries are kept in key order: the
+//! server answers an unordered map in canonical key order too, without the key-ordered flag.
+//!
+//! Served, with the server's op codes: `put` (67) with the write flags create-only (1),
+//! update-only (2), no-fail (4); `clear` (75); `remove_by_key` (76), `remove_by_key_interval`
+//! (84), `remove_by_value_interval` (86); `size` (96); `get_by_key` (97), `get_by_key_interval`
+//! (103), `get_by_value_interval` (105). Return types: none (0), count (5), key (6), value (7),
+//! exists (13), each optionally inverted (`0x10000`, the unselected items). Interval ops take
+//! `begin` inclusive and `end` exclusive; a nil `begin` is "from the lowest", an absent `end` is
+//! "to the highest". Values compare in the server's CDT order: nil, bool, integer, string, list,
+//! map, blob, float. Anything else (contexts, other op codes, index/rank return types, key-value
+//! returns, ordered-map policies' persisted index) answers `PARAMETER_ERROR` (4); a map op on a
+//! bin of another type `BIN_TYPE_ERROR` (12). A put refused by its write flags answers
+//! `ELEMENT_EXISTS` (24) or `ELEMENT_NOT_FOUND` (23), unless no-fail is set.
+//!
+//! Guesses (not checked on a server): a map op on a missing bin reads as an empty map (reads
+//! answer nil, removes remove nothing); a modify op that empties a map leaves the empty map bin.
+
+use std::cmp::Ordering;
+
+use super::exp::{ExpError, Mp, Val};
+use super::result_code as rc;
+use super::store::Record;
+use super::wire::{
+    Op, Particle, Reader, PARTICLE_BLOB, PARTICLE_BOOL, PARTICLE_FLOAT, PARTICLE_STRING,
+};
+
+/// Particle type of a map bin.
+pub(crate) const PARTICLE_MAP: u8 = 19;
+/// Particle type of a list (what multi-item map reads answer).
+pub(crate) const PARTICLE_LIST: u8 = 20;
+
+/// A put's key exists and the write flags forbid replacing it.
+const ELEMENT_EXISTS: u8 = 24;
+/// A put's key is missing and the write flags forbid creating it.
+const ELEMENT_NOT_FOUND: u8 = 23;
+
+const PUT: i64 = 67;
+const CLEAR: i64 = 75;
+const REMOVE_BY_KEY: i64 = 76;
+const REMOVE_BY_KEY_INTERVAL: i64 = 84;
+const REMOVE_BY_VALUE_INTERVAL: i64 = 86;
+const SIZE: i64 = 96;
+const GET_BY_KEY: i64 = 97;
+const GET_BY_KEY_INTERVAL: i64 = 103;
+const GET_BY_VALUE_INTERVAL: i64 = 105;
+
+const RETURN_NONE: i64 = 0;
+const RETURN_COUNT: i64 = 5;
+const RETURN_KEY: i64 = 6;
+const RETURN_VALUE: i64 = 7;
+const RETURN_EXISTS: i64 = 13;
+const RETURN_INVERTED: i64 = 0x10000;
+
+const WRITE_CREATE_ONLY: i64 = 1;
+const WRITE_UPDATE_ONLY: i64 = 2;
+const WRITE_NO_FAIL: i64 = 4;
+
+/// Expression type of a map (`ExpType::MAP`), as a `bin` expression names it.
+const EXP_TYPE_MAP: i64 = 5;
+/// Expression type of an integer.
+const EXP_TYPE_INT: i64 = 2;
+
+const MAX_DEPTH: usize = 32;
+
+/// A msgpack value as a CDT holds it. Strings keep their particle-type byte.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Mv {
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Vec<u8>),
+    Bin(Vec<u8>),
+    Array(Vec<Mv>),
+    Map(Vec<(Mv, Mv)>),
+    Ext(i8, Vec<u8>),
+}
+
+impl Mv {
+    /// Rank of the value's type in the server's CDT order.
+    fn rank(&self) -> u8 {
+        match self {
+            Mv::Nil => 0,
+            Mv::Bool(_) => 1,
+            Mv::Int(_) => 2,
+            Mv::Str(s) if s.first() == Some(&PARTICLE_BLOB) => 6,
+            Mv::Str(_) => 3,
+            Mv::Array(_) => 4,
+            Mv::Map(_) => 5,
+            Mv::Bin(_) => 6,
+            Mv::Float(_) => 7,
+            Mv::Ext(..) => 8,
+        }
+    }
+
+    fn cmp(&self, other: &Mv) -> Ordering {
+        match (self, other) {
+            (Mv::Bool(a), Mv::Bool(b)) => a.cmp(b),
+            (Mv::Int(a), Mv::Int(b)) => a.cmp(b),
+            (Mv::Float(a), Mv::Float(b)) => a.total_cmp(b),
+            (Mv::Str(a), Mv::Str(b)) | (Mv::Bin(a), Mv::Bin(b)) => a.cmp(b),
+            (Mv::Array(a), Mv::Array(b)) => cmp_seq(a.iter(), b.iter()),
+            (a, b) if a.rank() != b.rank() => a.rank().cmp(&b.rank()),
+            _ => Ordering::Equal,
+        }
+    }
+}
+
+fn cmp_seq<'a>(a: impl Iterator<Item = &'a Mv>, b: impl Iterator<Item = &'a Mv>) -> Ordering {
+    let (a, b): (Vec<_>, Vec<_>) = (a.collect(), b.collect());
+    for (x, y) in a.iter().zip(&b) {
+        match x.cmp(y) {
+            Ordering::Equal => {}
+            other => return other,
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+fn take(r: &mut Reader<'_>, n: usize) -> Result<Vec<u8>, u8> {
+    r.bytes(n, "msgpack")
+        .map(<[u8]>::to_vec)
+        .map_err(|_| rc::PARAMETER_ERROR)
+}
+
+fn decode(r: &mut Reader<'_>, depth: usize) -> Result<Mv, u8> {
+    if depth > MAX_DEPTH {
+        return Err(rc::PARAMETER_ERROR);
+    }
+    let m = take(r, 1)?[0];
+    let be = |b: &[u8]| b.iter().fold(0u64, |acc, x| (acc << 8) | u64::from(*x));
+    let len_of = |b: Vec<u8>| be(&b) as usize;
+    Ok(match m {
+        0x00..=0x7f => Mv::Int(i64::from(m)),
+        0xe0..=0xff => Mv::Int(i64::from(m as i8)),
+        0xc0 => Mv::Nil,
+        0xc2 => Mv::Bool(false),
+        0xc3 => Mv::Bool(true),
+        0xcc => Mv::Int(be(&take(r, 1)?) as i64),
+        0xcd => Mv::Int(be(&take(r, 2)?) as i64),
+        0xce => Mv::Int(be(&take(r, 4)?) as i64),
+        0xcf => Mv::Int(be(&take(r, 8)?) as i64),
+        0xd0 => Mv::Int(i64::from(take(r, 1)?[0] as i8)),
+        0xd1 => Mv::Int(i64::from(be(&take(r, 2)?) as u16 as i16)),
+        0xd2 => Mv::Int(i64::from(be(&take(r, 4)?) as u32 as i32)),
+        0xd3 => Mv::Int(be(&take(r, 8)?) as i64),
+        0xca => Mv::Float(f64::from(f32::from_bits(be(&take(r, 4)?) as u32))),
+        0xcb => Mv::Float(f64::from_bits(be(&take(r, 8)?))),
+        0xa0..=0xbf => Mv::Str(take(r, usize::from(m & 0x1f))?),
+        0xd9 | 0xda | 0xdb | 0xc4 | 0xc5 | 0xc6 => {
+            let width = match m {
+                0xd9 | 0xc4 => 1,
+                0xda | 0xc5 => 2,
+                _ => 4,
+            };
+            let n = len_of(take(r, width)?);
+            let bytes = take(r, n)?;
+            if m >= 0xd9 {
+                Mv::Str(bytes)
+            } else {
+                Mv::Bin(bytes)
+            }
+        }
+        0xd4..=0xd8 => {
+            let n = 1usize << (m - 0xd4);
+            let t = take(r, 1)?[0] as i8;
+            Mv::Ext(t, take(r, n)?)
+        }
+        0xc7..=0xc9 => {
+            let width = 1usize << (m - 0xc7);
+            let n = len_of(take(r, width)?);
+            let t = take(r, 1)?[0] as i8;
+            Mv::Ext(t, take(r, n)?)
+        }
+        0x90..=0x9f | 0xdc | 0xdd => {
+            let n = match m {
+                0xdc => len_of(take(r, 2)?),
+                0xdd => len_of(take(r, 4)?),
+                _ => usize::from(m & 0x0f),
+            };
+            let mut items = Vec::with_capacity(n.min(r.remaining()));
+            for _ in 0..n {
+                items.push(decode(r, depth + 1)?);
+            }
+            Mv::Array(items)
+        }
+        0x80..=0x8f | 0xde | 0xdf => {
+            let n = match m {
+                0xde => len_of(take(r, 2)?),
+                0xdf => len_of(take(r, 4)?),
+                _ => usize::from(m & 0x0f),
+            };
+            let mut pairs = Vec::with_capacity(n.min(r.remaining()));
+            for _ in 0..n {
+                let k = decode(r, depth + 1)?;
+                let v = decode(r, depth + 1)?;
+                // The first pair of an ordered map is an ext header with a nil value: flags,
+                // not an entry.
+                if !matches!(k, Mv::Ext(..)) {
+                    pairs.push((k, v));
+                }
+            }
+            Mv::Map(pairs)
+        }
+        _ => return Err(rc::PARAMETER_ERROR),
+    })
+}
+
+/// Decodes one complete msgpack value.
+pub(crate) fn decode_all(bytes: &[u8]) -> Result<Mv, u8> {
+    let mut r = Reader::new(bytes);
+    let v = decode(&mut r, 0)?;
+    if r.remaining() != 0 {
+        return Err(rc::PARAMETER_ERROR);
+    }
+    Ok(v)
+}
+
+fn len_header(out: &mut Vec<u8>, n: usize, fix: u8, fix_max: usize, m16: u8, m32: u8) {
+    if n <= fix_max {
+        out.push(fix | n as u8);
+    } else if n <= usize::from(u16::MAX) {
+        out.push(m16);
+        out.extend_from_slice(&(n as u16).to_be_bytes());
+    } else {
+        out.push(m32);
+        out.extend_from_slice(&(n as u32).to_be_bytes());
+    }
+}
+
+/// Encodes `v` as msgpack.
+pub(crate) fn encode(v: &Mv, out: &mut Vec<u8>) {
+    match v {
+        Mv::Nil => out.push(0xc0),
+        Mv::Bool(b) => out.push(if *b { 0xc3 } else { 0xc2 }),
+        Mv::Int(i) if (0..=0x7f).contains(i) => out.push(*i as u8),
+        Mv::Int(i) if (-32..0).contains(i) => out.push(*i as i8 as u8),
+        Mv::Int(i) if *i >= 0 => {
+            out.push(0xcf);
+            out.extend_from_slice(&(*i as u64).to_be_bytes());
+        }
+        Mv::Int(i) => {
+            out.push(0xd3);
+            out.extend_from_slice(&i.to_be_bytes());
+        }
+        Mv::Float(f) => {
+            out.push(0xcb);
+            out.extend_from_slice(&f.to_bits().to_be_bytes());
+        }
+        Mv::Str(s) => {
+            if s.len() < 32 {
+                out.push(0xa0 | s.len() as u8);
+            } else if s.len() < 256 {
+                out.push(0xd9);
+                out.push(s.len() as u8);
+            } else {
+                len_header(out, s.len(), 0, 0, 0xda, 0xdb);
+            }
+            out.extend_from_slice(s);
+        }
+        Mv::Bin(b) => {
+            if b.len() < 256 {
+                out.push(0xc4);
+                out.push(b.len() as u8);
+            } else {
+                len_header(out, b.len(), 0, 0, 0xc5, 0xc6);
+            }
+            out.extend_from_slice(b);
+        }
+        Mv::Array(items) => {
+            len_header(out, items.len(), 0x90, 15, 0xdc, 0xdd);
+            for item in items {
+                encode(item, out);
+            }
+        }
+        Mv::Map(pairs) => {
+            len_header(out, pairs.len(), 0x80, 15, 0xde, 0xdf);
+            for (k, v) in pairs {
+                encode(k, out);
+                encode(v, out);
+            }
+        }
+        Mv::Ext(t, data) => {
+            out.push(0xc7);
+            out.push(data.len().min(255) as u8);
+            out.push(*t as u8);
+            out.extend_from_slice(&data[..data.len().min(255)]);
+        }
+    }
+}
+
+/// The op code of a CDT operation's payload, if it is a map op (codes 64-127).
+fn map_op_code(args: &[Mv]) -> Option<i64> {
+    match args.first() {
+        Some(Mv::Int(code)) if (64..128).contains(code) => Some(*code),
+        _ => None,
+    }
+}
+
+/// Whether `op` (op type 3 or 4) carries a map operation. Lists use codes below 64.
+pub(crate) fn is_map_op(op: &Op) -> bool {
+    match decode_all(&op.value) {
+        Ok(Mv::Array(items)) => map_op_code(&items).is_some(),
+        _ => false,
+    }
+}
+
+/// A map's entries, in key order.
+type Pairs = Vec<(Mv, Mv)>;
+
+/// The map in `record`'s bin `name`: `None` when the bin is missing.
+fn load(record: &Record, name: &str) -> Result<Option<Vec<(Mv, Mv)>>, u8> {
+    match record.bin(name) {
+        None => Ok(None),
+        Some(p) if p.ptype == PARTICLE_MAP => match decode_all(&p.data)? {
+            Mv::Map(pairs) => Ok(Some(pairs)),
+            _ => Err(rc::BIN_TYPE_ERROR),
+        },
+        Some(_) => Err(rc::BIN_TYPE_ERROR),
+    }
+}
+
+fn store(record: &mut Record, name: &str, mut pairs: Vec<(Mv, Mv)>) {
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut data = Vec::new();
+    encode(&Mv::Map(pairs), &mut data);
+    record.set_bin(
+        name,
+        Particle {
+            ptype: PARTICLE_MAP,
+            data,
+        },
+    );
+}
+
+fn int_arg(args: &[Mv], i: usize) -> Result<i64, u8> {
+    match args.get(i) {
+        Some(Mv::Int(n)) => Ok(*n),
+        _ => Err(rc::PARAMETER_ERROR),
+    }
+}
+
+/// Which entries an op selects, by position.
+fn select(pairs: &[(Mv, Mv)], code: i64, args: &[Mv]) -> Result<Vec<bool>, u8> {
+    let in_range = |v: &Mv, begin: &Mv, end: Option<&Mv>| {
+        (matches!(begin, Mv::Nil) || v.cmp(begin) != Ordering::Less)
+            && end.is_none_or(|e| v.cmp(e) == Ordering::Less)
+    };
+    let selected = match code {
+        GET_BY_KEY | REMOVE_BY_KEY => {
+            let key = args.get(2).ok_or(rc::PARAMETER_ERROR)?;
+            pairs
+                .iter()
+                .map(|(k, _)| k.cmp(key) == Ordering::Equal)
+                .collect()
+        }
+        GET_BY_KEY_INTERVAL | REMOVE_BY_KEY_INTERVAL => {
+            let begin = args.get(2).ok_or(rc::PARAMETER_ERROR)?;
+            let end = args.get(3);
+            pairs.iter().map(|(k, _)| in_range(k, begin, end)).collect()
+        }
+        GET_BY_VALUE_INTERVAL | REMOVE_BY_VALUE_INTERVAL => {
+            let begin = args.get(2).ok_or(rc::PARAMETER_ERROR)?;
+            let end = args.get(3);
+            pairs.iter().map(|(_, v)| in_range(v, begin, end)).collect()
+        }
+        _ => return Err(rc::PARAMETER_ERROR),
+    };
+    Ok(selected)
+}
+
+/// The result of a selection, as the return type asks.
+fn result_of(
+    pairs: &[(Mv, Mv)],
+    selected: &[bool],
+    return_type: i64,
+    single: bool,
+) -> Result<Mv, u8> {
+    let picked: Vec<&(Mv, Mv)> = pairs
+        .iter()
+        .zip(selected)
+        .filter(|(_, s)| **s)
+        .map(|(p, _)| p)
+        .collect();
+    let one_or_list = |items: Vec<Mv>| {
+        if single {
+            items.into_iter().next().unwrap_or(Mv::Nil)
+        } else {
+            Mv::Array(items)
+        }
+    };
+    Ok(match return_type & !RETURN_INVERTED {
+        RETURN_NONE => Mv::Nil,
+        RETURN_COUNT => Mv::Int(picked.len() as i64),
+        RETURN_EXISTS => Mv::Bool(!picked.is_empty()),
+        RETURN_KEY => one_or_list(picked.iter().map(|(k, _)| k.clone()).collect()),
+        RETURN_VALUE => one_or_list(picked.iter().map(|(_, v)| v.clone()).collect()),
+        _ => return Err(rc::PARAMETER_ERROR),
+    })
+}
+
+/// Runs a map op on a map (`None`: the bin is missing). Returns the op's result and the map to
+/// store, if the op modified it.
+fn run(current: Option<Pairs>, args: &[Mv]) -> Result<(Mv, Option<Pairs>), u8> {
+    let code = map_op_code(args).ok_or(rc::PARAMETER_ERROR)?;
+    let existed = current.is_some();
+    let mut pairs = current.unwrap_or_default();
+    match code {
+        SIZE => Ok((Mv::Int(pairs.len() as i64), None)),
+        CLEAR => Ok((Mv::Nil, existed.then(Vec::new))),
+        PUT => {
+            let key = args.get(1).ok_or(rc::PARAMETER_ERROR)?.clone();
+            let value = args.get(2).cloned().unwrap_or(Mv::Nil);
+            if args.get(3).is_some_and(|a| !matches!(a, Mv::Int(0))) {
+                // An ordered map or a persisted index: not modelled.
+                return Err(rc::PARAMETER_ERROR);
+            }
+            let flags = match args.get(4) {
+                None => 0,
+                Some(Mv::Int(f)) => *f,
+                Some(_) => return Err(rc::PARAMETER_ERROR),
+            };
+            let slot = pairs
+                .iter()
+                .position(|(k, _)| k.cmp(&key) == Ordering::Equal);
+            let refused = match slot {
+                Some(_) if flags & WRITE_CREATE_ONLY != 0 => Some(ELEMENT_EXISTS),
+                None if flags & WRITE_UPDATE_ONLY != 0 => Some(ELEMENT_NOT_FOUND),
+                _ => None,
+            };
+            if let Some(code) = refused {
+                if flags & WRITE_NO_FAIL != 0 {
+                    return Ok((Mv::Int(pairs.len() as i64), None));
+                }
+                return Err(code);
+            }
+            match slot {
+                Some(i) => pairs[i].1 = value,
+                None => pairs.push((key, value)),
+            }
+            Ok((Mv::Int(pairs.len() as i64), Some(pairs)))
+        }
+        GET_BY_KEY
+        | GET_BY_KEY_INTERVAL
+        | GET_BY_VALUE_INTERVAL
+        | REMOVE_BY_KEY
+        | REMOVE_BY_KEY_INTERVAL
+        | REMOVE_BY_VALUE_INTERVAL => {
+            let return_type = int_arg(args, 1)?;
+            let mut selected = select(&pairs, code, args)?;
+            if return_type & RETURN_INVERTED != 0 {
+                selected.iter_mut().for_each(|s| *s = !*s);
+            }
+            let single =
+                matches!(code, GET_BY_KEY | REMOVE_BY_KEY) && return_type & RETURN_INVERTED == 0;
+            let result = result_of(&pairs, &selected, return_type, single)?;
+            if code < SIZE {
+                if !existed {
+                    return Ok((result, None));
+                }
+                let mut keep = selected.iter().map(|s| !*s);
+                pairs.retain(|_| keep.next().unwrap_or(true));
+                return Ok((result, Some(pairs)));
+            }
+            Ok((result, None))
+        }
+        _ => Err(rc::PARAMETER_ERROR),
+    }
+}
+
+fn op_args(op: &Op) -> Result<Vec<Mv>, u8> {
+    match decode_all(&op.value)? {
+        Mv::Array(items) if map_op_code(&items).is_some() => Ok(items),
+        // Contexts (`[0xff, [ctx...], [op...]]`) are not served.
+        _ => Err(rc::PARAMETER_ERROR),
+    }
+}
+
+/// Applies a map op (from an operate) to `record`; the result goes in the reply.
+pub(crate) fn apply(record: &mut Record, op: &Op) -> Result<Option<Particle>, u8> {
+    if op.name.is_empty() || op.name.len() > 15 {
+        return Err(rc::PARAMETER_ERROR);
+    }
+    let args = op_args(op)?;
+    let (result, updated) = run(load(record, &op.name)?, &args)?;
+    if let Some(pairs) = updated {
+        store(record, &op.name, pairs);
+    }
+    Ok(to_particle(&result))
+}
+
+/// A map read op in a read-only operate: nothing is stored.
+pub(crate) fn read(record: &Record, op: &Op) -> Result<Option<Particle>, u8> {
+    let args = op_args(op)?;
+    let code = map_op_code(&args).unwrap_or_default();
+    if code == PUT || code == CLEAR || code < SIZE {
+        return Err(rc::PARAMETER_ERROR);
+    }
+    let (result, _) = run(load(record, &op.name)?, &args)?;
+    Ok(to_particle(&result))
+}
+
+/// A CDT result as a reply bin: scalars as their particles, lists and maps as msgpack.
+fn to_particle(v: &Mv) -> Option<Particle> {
+    let with = |ptype, data| Some(Particle { ptype, data });
+    match v {
+        Mv::Nil => None,
+        Mv::Int(i) => Some(Particle::int(*i)),
+        Mv::Bool(b) => with(PARTICLE_BOOL, vec![u8::from(*b)]),
+        Mv::Float(f) => with(PARTICLE_FLOAT, f.to_bits().to_be_bytes().to_vec()),
+        Mv::Str(s) => match s.split_first() {
+            Some((&t, rest)) => with(t, rest.to_vec()),
+            None => with(PARTICLE_STRING, Vec::new()),
+        },
+        Mv::Bin(b) => with(PARTICLE_BLOB, b.clone()),
+        Mv::Array(_) | Mv::Map(_) | Mv::Ext(..) => {
+            let mut data = Vec::new();
+            encode(v, &mut data);
+            let ptype = if matches!(v, Mv::Map(_)) {
+                PARTICLE_MAP
+            } else {
+                PARTICLE_LIST
+            };
+            with(ptype, data)
+        }
+    }
+}
+
+fn from_mp(m: &Mp) -> Mv {
+    match m {
+        Mp::Nil => Mv::Nil,
+        Mp::Bool(b) => Mv::Bool(*b),
+        Mp::Int(i) => Mv::Int(*i),
+        Mp::Float(f) => Mv::Float(*f),
+        Mp::Str(s) => Mv::Str(s.clone()),
+        Mp::Bin(b) => Mv::Bin(b.clone()),
+        Mp::Array(items) => Mv::Array(items.iter().map(from_mp).collect()),
+    }
+}
+
+/// Whether a `call` expression's arguments are a map read (module flags 0, a map op code).
+pub(crate) fn is_map_call(args: &[Mp]) -> bool {
+    matches!(args, [_, Mp::Int(0), Mp::Array(op), _] if matches!(op.first(), Some(Mp::Int(c)) if (64..128).contains(c)))
+}
+
+/// Evaluates a map read `call` in a filter expression: `[type, flags, [op, args...], bin]` where
+/// `bin` is `[81, 5, name]`. A missing bin or one of another type is unknown, as is a single
+/// result whose type is not the one the expression declares.
+pub(crate) fn eval_call(args: &[Mp], record: &Record) -> Result<Val, ExpError> {
+    let [Mp::Int(exp_type), Mp::Int(0), Mp::Array(op), bin] = args else {
+        return Err(ExpError::Args(127));
+    };
+    let name = match bin {
+        Mp::Array(b) => match b.as_slice() {
+            [Mp::Int(81), Mp::Int(EXP_TYPE_MAP), Mp::Str(name)] => {
+                String::from_utf8(name.clone()).map_err(|_| ExpError::Args(127))?
+            }
+            _ => return Err(ExpError::Args(127)),
+        },
+        _ => return Err(ExpError::Args(127)),
+    };
+    let args: Vec<Mv> = op.iter().map(from_mp).collect();
+    if matches!(map_op_code(&args), Some(64..=95) | None) {
+        return Err(ExpError::Op(127));
+    }
+    let current = match load(record, &name) {
+        Ok(Some(pairs)) => pairs,
+        _ => return Ok(Val::Unknown),
+    };
+    let (result, _) = run(Some(current), &args).map_err(|_| ExpError::Args(127))?;
+    Ok(match (result, *exp_type) {
+        (Mv::Int(i), EXP_TYPE_INT) => Val::Int(i),
+        (Mv::Int(_), _) | (_, EXP_TYPE_INT) => Val::Unknown,
+        (Mv::Bool(b), _) => Val::Bool(b),
+        (Mv::Float(f), _) => Val::Float(f),
+        (Mv::Str(s), _) => match s.split_first() {
+            Some((&PARTICLE_STRING, rest)) => Val::Str(rest.to_vec()),
+            Some((&PARTICLE_BLOB, rest)) => Val::Blob(rest.to_vec()),
+            _ => Val::Unknown,
+        },
+        (Mv::Nil, _) => Val::Nil,
+        _ => Val::Unknown,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::store::Expiry;
+    use super::*;
+
+    fn s(text: &str) -> Mv {
+        let mut bytes = vec![PARTICLE_STRING];
+        bytes.extend_from_slice(text.as_bytes());
+        Mv::Str(bytes)
+    }
+
+    fn record() -> Record {
+        Record {
+            set: "s".into(),
+            user_key: None,
+            bins: vec![],
+            generation: 1,
+            expiry: Expiry::Never,
+        }
+    }
+
+    fn op(op_type: u8, args: Vec<Mv>) -> Op {
+        let mut value = Vec::new();
+        encode(&Mv::Array(args), &mut value);
+        Op {
+            op_type,
+            particle: PARTICLE_BLOB,
+            name: "m".into(),
+            value,
+        }
+    }
+
+    #[test]
+    fn msgpack_round_trips() {
+        let v = Mv::Map(vec![
+            (s("a"), Mv::Int(-5)),
+            (s("b"), Mv::Int(1 << 40)),
+            (s(&"x".repeat(40)), Mv::Array(vec![Mv::Nil, Mv::Bool(true)])),
+        ]);
+        let mut out = Vec::new();
+        encode(&v, &mut out);
+        assert_eq!(decode_all(&out), Ok(v));
+        assert!(decode_all(&out[..out.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn put_remove_and_ranges() {
+        let mut rec = record();
+        for (k, v) in [("a", 10), ("b", 20), ("c", 30)] {
+            let r = apply(
+                &mut rec,
+                &op(4, vec![Mv::Int(PUT), s(k), Mv::Int(v), Mv::Int(0)]),
+            );
+            assert!(r.unwrap().is_some());
+        }
+        let count = |rec: &Record, begin, end: Option<i64>| {
+            let mut args = vec![Mv::Int(GET_BY_VALUE_INTERVAL), Mv::Int(RETURN_COUNT), begin];
+            args.extend(end.map(Mv::Int));
+            read(rec, &op(3, args)).unwrap().and_then(|p| p.as_i64())
+        };
+        assert_eq!(count(&rec, Mv::Int(20), None), Some(2));
+        assert_eq!(count(&rec, Mv::Nil, Some(20)), Some(1));
+        let removed = apply(
+            &mut rec,
+            &op(
+                4,
+                vec![
+                    Mv::Int(REMOVE_BY_VALUE_INTERVAL),
+                    Mv::Int(RETURN_COUNT),
+                    Mv::Nil,
+                    Mv::Int(25),
+                ],
+            ),
+        );
+        assert_eq!(removed.unwrap().and_then(|p| p.as_i64()), Some(2));
+        let value = apply(
+            &mut rec,
+            &op(
+                4,
+                vec![Mv::Int(REMOVE_BY_KEY), Mv::Int(RETURN_VALUE), s("c")],
+            ),
+        );
+        assert_eq!(value.unwrap().and_then(|p| p.as_i64()), Some(30));
+        assert_eq!(count(&rec, Mv::Nil, None), Some(0), "the empty map stays");
+        let missing = apply(
+            &mut rec,
+            &op(
+                4,
+                vec![Mv::Int(PUT), s("z"), Mv::Int(1), Mv::Int(0), Mv::Int(2)],
+            ),
+        );
+        assert_eq!(missing, Err(ELEMENT_NOT_FOUND));
+    }
+
+    #[test]
+    fn a_map_op_on_another_type_is_a_bin_type_error() {
+        let mut rec = record();
+        rec.set_bin("m", Particle::int(1));
+        let r = apply(&mut rec, &op(4, vec![Mv::Int(PUT), s("a"), Mv::Int(1)]));
+        assert_eq!(r, Err(rc::BIN_TYPE_ERROR));
+    }
+}

@@ -1,0 +1,64 @@
+//! Semaphore permits held by this process, so a contender can fail fast in memory when this
+//! process alone already holds every permit of a key.
+//!
+//! Readers need no local competition (they do not exclude each other), and a semaphore's
+//! contenders cannot be served one at a time like an exclusive lock's (N of them may hold at
+//! once). What local competition can still save is the store request that cannot succeed: when
+//! this process's own live permits already number N, the store has no permit left for anyone.
+
+use tokio::time::Instant;
+
+use crate::core::{Acquire, Error, Lease, OwnerToken};
+use crate::KeyMap;
+
+/// Live permits this process holds, per key.
+#[derive(Debug, Default)]
+pub(super) struct LocalPermits {
+    held: KeyMap<Vec<(OwnerToken, Instant)>>,
+}
+
+impl LocalPermits {
+    /// `Err(LockUnavailable)` when this process already holds `permits` live permits of the key.
+    pub(super) fn check(&self, req: &Acquire, permits: u32) -> crate::core::Result<()> {
+        let Some(mut held) = self.held.get_mut(&req.key) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        held.retain(|(_, expires_at)| now < *expires_at);
+        if held.len() < permits as usize {
+            return Ok(());
+        }
+        let soonest = held.iter().map(|(_, at)| *at).min().unwrap_or(now);
+        Err(Error::unavailable(&req.key).with_retry_after(soonest - now))
+    }
+
+    /// Records a permit the store granted.
+    pub(super) fn granted(&self, lease: &Lease) {
+        self.held
+            .entry(lease.key().clone())
+            .or_default()
+            .push((lease.token().clone(), lease.expires_at()));
+    }
+
+    /// Moves a permit's local expiry after an extend.
+    pub(super) fn extended(&self, lease: &Lease) {
+        if let Some(mut held) = self.held.get_mut(lease.key()) {
+            if let Some(entry) = held.iter_mut().find(|(token, _)| token == lease.token()) {
+                entry.1 = lease.expires_at();
+            }
+        }
+    }
+
+    /// Forgets a permit (released, or no longer ours).
+    pub(super) fn forget(&self, lease: &Lease) {
+        self.held.remove_if_mut(lease.key(), |_, held| {
+            held.retain(|(token, _)| token != lease.token());
+            held.is_empty()
+        });
+    }
+
+    /// Forgets every permit (shutdown).
+    pub(super) fn clear(&self) {
+        self.held.clear();
+    }
+}

@@ -1,0 +1,361 @@
+//! The embedded in-memory store: the default, so leasehold runs with no server at all.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::mapref::entry::Entry;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::core::{
+    instant_after, validate_ttl, Acquire, Capabilities, Error, HistoryEntry, HistoryEvent, Lease,
+    LockInfo, LockKey, LockMode, LockStore, ReleaseWatch, Result, TraceConfig,
+};
+use crate::sweep::Sweeper;
+use crate::KeyMap;
+
+mod record;
+
+use record::{Admit, Record};
+
+/// How often the background task reclaims expired records by default.
+const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A lock store in this process's memory: thread-safe (dashmap), exact TTLs, owner-checked
+/// release and extend, fencing tokens (one store-wide counter, so every key's tokens only grow),
+/// and listing.
+///
+/// Managers sharing one store (clones) are woken at once when a lock they wait on is released
+/// ([`LockStore::watch`]), and a refused acquire says how long the holder's lease has left.
+///
+/// It holds locks only for the tasks of this process, which makes it the right store for tests,
+/// demos, single-instance services, and the inner store of a benchmark. Clones share the same
+/// records.
+///
+/// Expired records are invisible to every operation the instant their TTL passes (time is
+/// `tokio::time`, so paused-time tests are exact), and a background task reclaims their memory
+/// every second (see [`MemoryStore::with_purge_interval`]), not only when the key is touched again.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold::{Acquire, LockKey, LockStore, MemoryStore, OwnerToken};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+/// let store = MemoryStore::new();
+/// let key = LockKey::xdc("orders", "o-1")?;
+/// let lease = store.try_acquire(&Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(5))).await?;
+/// assert_eq!(lease.fencing_token(), Some(1));
+/// let second = store.try_acquire(&Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(5))).await;
+/// assert!(second.unwrap_err().is_unavailable());
+/// assert!(store.release(&lease).await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    records: KeyMap<Record>,
+    /// One fencing counter for the whole store (like etcd's revision): a token is greater than
+    /// every earlier token of every key, so in particular of its own key, and the counter needs no
+    /// per-key memory that would have to outlive the records.
+    fence: AtomicU64,
+    purge_interval: Duration,
+    purger: Sweeper,
+    /// Keys some manager waits on, and how to wake it: every manager sharing this store is
+    /// notified of a release at once instead of polling.
+    watched: KeyMap<Arc<Notify>>,
+    /// Entries in `watched`, so an unwatched release skips the map.
+    watched_count: AtomicUsize,
+    /// Lock histories of traced keys: an in-process ring per key, newest first.
+    histories: KeyMap<History>,
+}
+
+/// One key's lock history: bounded, and gone `ttl` after its last write.
+#[derive(Debug)]
+struct History {
+    entries: VecDeque<HistoryEntry>,
+    expires_at: Instant,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store that purges expired records every second.
+    pub fn new() -> Self {
+        MemoryStore::with_purge_interval(DEFAULT_PURGE_INTERVAL)
+    }
+
+    /// An empty store that purges expired records every `interval` (clamped to at least 1 ms).
+    pub fn with_purge_interval(interval: Duration) -> Self {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                records: KeyMap::default(),
+                fence: AtomicU64::new(0),
+                purge_interval: interval.max(Duration::from_millis(1)),
+                purger: Sweeper::default(),
+                watched: KeyMap::default(),
+                watched_count: AtomicUsize::new(0),
+                histories: KeyMap::default(),
+            }),
+        }
+    }
+
+    /// Number of records in memory, including expired ones not yet purged (for tests and metrics).
+    pub fn record_count(&self) -> usize {
+        self.inner.records.len()
+    }
+
+    /// Removes every expired record now and returns how many were removed.
+    pub fn purge_expired(&self) -> usize {
+        self.inner.purge(Instant::now())
+    }
+}
+
+impl Inner {
+    fn purge(&self, now: Instant) -> usize {
+        let before = self.records.len();
+        self.records.retain(|_, record| record.is_live(now));
+        self.histories.retain(|_, history| history.expires_at > now);
+        before.saturating_sub(self.records.len())
+    }
+
+    /// Pushes `entry` on `key`'s history (newest first), trims it to the bound and restarts its
+    /// lifetime.
+    fn record(&self, key: &LockKey, trace: &TraceConfig, entry: HistoryEntry) {
+        let now = Instant::now();
+        let mut history = self
+            .histories
+            .entry(key.clone())
+            .or_insert_with(|| History {
+                entries: VecDeque::new(),
+                expires_at: now,
+            });
+        if history.expires_at <= now {
+            history.entries.clear();
+        }
+        history.entries.push_front(entry);
+        history.entries.truncate(trace.max_entries() as usize);
+        history.expires_at = now + trace.ttl();
+    }
+
+    /// Wakes the managers waiting on `key`.
+    fn notify_release(&self, key: &LockKey) {
+        if self.watched_count.load(Ordering::Acquire) > 0 {
+            if let Some(notify) = self.watched.get(key) {
+                notify.notify_waiters();
+            }
+        }
+    }
+
+    fn next_fence(&self) -> u64 {
+        self.fence.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+impl LockStore for MemoryStore {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
+    async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
+        let now = Instant::now();
+        Ok(self
+            .inner
+            .histories
+            .get(key)
+            .filter(|h| h.expires_at > now)
+            .map(|h| h.entries.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn append_history(
+        &self,
+        key: &LockKey,
+        trace: &TraceConfig,
+        entry: &HistoryEntry,
+    ) -> Result<()> {
+        self.inner.record(key, trace, entry.clone());
+        Ok(())
+    }
+
+    async fn watch(&self, key: &LockKey) -> ReleaseWatch {
+        let notify = match self.inner.watched.entry(key.clone()) {
+            Entry::Occupied(watched) => watched.get().clone(),
+            Entry::Vacant(free) => {
+                self.inner.watched_count.fetch_add(1, Ordering::AcqRel);
+                free.insert(Arc::new(Notify::new())).clone()
+            }
+        };
+        let (inner, key) = (self.inner.clone(), key.clone());
+        ReleaseWatch::new(notify, move || {
+            // The map's own reference is the last one once this watch's is dropped (it is
+            // dropped with the watch, just after this hook): nobody else waits on the key.
+            if inner
+                .watched
+                .remove_if(&key, |_, notify| Arc::strong_count(notify) <= 2)
+                .is_some()
+            {
+                inner.watched_count.fetch_sub(1, Ordering::AcqRel);
+            }
+        })
+    }
+
+    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        validate_ttl(req.ttl)?;
+        req.mode.validate()?;
+        self.inner
+            .purger
+            .ensure(&self.inner, self.inner.purge_interval, Inner::purge);
+        let now = Instant::now();
+        let exclusive = req.mode == LockMode::Exclusive;
+        // Only exclusive holds (and writers) are fenced: a fence orders writes to a resource,
+        // and readers or permit holders are many at once by design.
+        let fence = || {
+            if exclusive {
+                self.inner.next_fence()
+            } else {
+                0
+            }
+        };
+        let admitted = match self.inner.records.entry(req.key.clone()) {
+            Entry::Occupied(mut held) => match held.get_mut().admit(req, now) {
+                Ok(Admit::Replace) => {
+                    let fence = fence();
+                    held.insert(Record::fresh(req, now, fence));
+                    Ok(fence)
+                }
+                Ok(Admit::Joined) => Ok(0),
+                Err(refused) => Err(refused),
+            },
+            Entry::Vacant(free) => {
+                let fence = fence();
+                free.insert(Record::fresh(req, now, fence));
+                Ok(fence)
+            }
+        };
+        let fence = match admitted {
+            Ok(fence) => fence,
+            Err(refused) => {
+                if let (Some(trace), true) = (&req.trace, refused.is_unavailable()) {
+                    let event = if req.deadline.is_some() {
+                        HistoryEvent::Waited
+                    } else {
+                        HistoryEvent::Refused
+                    };
+                    let entry = HistoryEntry::new(event, &req.token, "held by another owner");
+                    self.inner.record(&req.key, trace, entry);
+                }
+                return Err(refused);
+            }
+        };
+        if let Some(trace) = &req.trace {
+            let detail = format!("{} ttl {:?}", req.mode, req.ttl);
+            let entry = HistoryEntry::new(HistoryEvent::Acquired, &req.token, detail);
+            self.inner.record(&req.key, trace, entry);
+        }
+        Ok(Lease::new(req.key.clone(), req.token.clone(), req.ttl, now)
+            .with_mode(req.mode)
+            .with_fencing_token(exclusive.then_some(fence))
+            .with_trace(req.trace))
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        let now = Instant::now();
+        let released = match lease.mode() {
+            LockMode::Exclusive => {
+                let mut released = false;
+                self.inner.records.remove_if_mut(lease.key(), |_, record| {
+                    released = record.release(lease, now);
+                    released || !record.is_live(now)
+                });
+                released
+            }
+            _ => {
+                let released = match self.inner.records.get_mut(lease.key()) {
+                    Some(mut record) => record.release(lease, now),
+                    None => false,
+                };
+                self.inner
+                    .records
+                    .remove_if(lease.key(), |_, record| record.is_empty(now));
+                released
+            }
+        };
+        if released {
+            self.inner.notify_release(lease.key());
+        }
+        if let Some(trace) = lease.trace() {
+            let event = if released {
+                HistoryEvent::Released
+            } else {
+                HistoryEvent::NotHeld
+            };
+            let entry = HistoryEntry::new(event, lease.token(), "");
+            self.inner.record(lease.key(), trace, entry);
+        }
+        Ok(released)
+    }
+
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        validate_ttl(ttl)?;
+        let now = Instant::now();
+        let extended = match self.inner.records.get_mut(lease.key()) {
+            Some(mut record) => record.extend(lease, now, instant_after(now, ttl)),
+            None => false,
+        };
+        if extended {
+            Ok(lease.renewed(ttl, now))
+        } else {
+            if let Some(trace) = lease.trace() {
+                let entry = HistoryEntry::new(
+                    HistoryEvent::Lost,
+                    lease.token(),
+                    "expired or taken by another owner before it could be extended",
+                );
+                self.inner.record(lease.key(), trace, entry);
+            }
+            Err(Error::not_held(
+                "the lease expired or was taken by another owner before it could be extended",
+            )
+            .with_key(lease.key().as_str()))
+        }
+    }
+
+    async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let now = Instant::now();
+        Ok(self
+            .inner
+            .records
+            .get(key)
+            .and_then(|record| record.info(key, now)))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
+        let now = Instant::now();
+        let mut locks: Vec<LockInfo> = self
+            .inner
+            .records
+            .iter()
+            .filter(|entry| entry.key().as_str().starts_with(prefix))
+            .filter_map(|entry| entry.value().info(entry.key(), now))
+            .collect();
+        locks.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(locks)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,254 @@
+//! The scenario file: TOML, parsed with serde, every value kept with its position so an error
+//! names the line.
+
+use std::ops::Range;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::core::TraceConfig;
+
+use super::{
+    AcquireMode, LayerSettings, Scenario, ScenarioError, ScenarioRegistry, StoreDownPolicy,
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    #[serde(default)]
+    strict: bool,
+    #[serde(default)]
+    scenario: Vec<RawScenario>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawMode {
+    Try,
+    Blocking,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum RawLock {
+    Exclusive,
+    Write,
+    Read,
+    Semaphore,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawPolicy {
+    Fail,
+    Proceed,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLayers {
+    readback: Option<bool>,
+    unlock_window: Option<bool>,
+    local_competition: Option<bool>,
+    reentrancy: Option<bool>,
+    graceful_shutdown: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    name: Spanned<String>,
+    keys: Option<Spanned<String>>,
+    mode: Option<RawMode>,
+    lock: Option<Spanned<RawLock>>,
+    permits: Option<Spanned<u32>>,
+    ttl: Option<Spanned<String>>,
+    wait: Option<Spanned<String>>,
+    renew: Option<bool>,
+    renew_every: Option<Spanned<String>>,
+    on_store_down: Option<RawPolicy>,
+    trace: Option<bool>,
+    trace_len: Option<Spanned<u32>>,
+    trace_ttl: Option<Spanned<String>>,
+    layers: Option<RawLayers>,
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn position(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rfind('\n')
+        .map_or(before.len(), |nl| before.len() - nl - 1)
+        + 1;
+    (line, column)
+}
+
+/// The key written at the start of `line` (`key = value`), if any.
+fn key_on_line(text: &str, line: usize) -> Option<String> {
+    let content = text.lines().nth(line.checked_sub(1)?)?;
+    let (key, _) = content.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    (!key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_alphanumeric() || "_-.".contains(c)))
+    .then(|| key.to_owned())
+}
+
+pub(super) fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, ScenarioError> {
+    let raw: RawFile = toml::from_str(text).map_err(|error| {
+        let (line, column) = error
+            .span()
+            .map_or((1, 1), |span| position(text, span.start));
+        let message = error.message().trim().to_owned();
+        // Serde names unknown and missing fields itself; otherwise the key on the line is it.
+        let field = if message.contains("field `") {
+            None
+        } else {
+            key_on_line(text, line)
+        };
+        ScenarioError::Parse {
+            origin: origin.to_owned(),
+            line,
+            column,
+            field,
+            message,
+            source: Some(Box::new(error)),
+        }
+    })?;
+    let mut registry = ScenarioRegistry::new().strict(raw.strict);
+    for s in raw.scenario {
+        let line_at = |span: Range<usize>| position(text, span.start).0;
+        let name = s.name.get_ref().clone();
+        let invalid = |field: &str, span: Range<usize>, message: String| ScenarioError::Invalid {
+            origin: origin.to_owned(),
+            line: Some(line_at(span)),
+            scenario: name.clone(),
+            field: field.to_owned(),
+            message,
+        };
+        let duration = |field: &str, value: &Option<Spanned<String>>| {
+            value
+                .as_ref()
+                .map(|v| {
+                    humantime::parse_duration(v.get_ref()).map_err(|e| {
+                        invalid(
+                            field,
+                            v.span(),
+                            format!(
+                                "{:?} is not a duration ({e}); write it as \"5s\", \"200ms\" or \"1m 30s\"",
+                                v.get_ref()
+                            ),
+                        )
+                    })
+                })
+                .transpose()
+        };
+        let ttl = duration("ttl", &s.ttl)?;
+        let wait = duration("wait", &s.wait)?;
+        let renew_every = duration("renew_every", &s.renew_every)?;
+        let trace_ttl = duration("trace_ttl", &s.trace_ttl)?;
+        let mut scenario = Scenario::new(name.as_str());
+        scenario.keys = s.keys.as_ref().map(|k| super::KeyPattern::new(k.get_ref()));
+        scenario.mode = match s.mode {
+            Some(RawMode::Try) => AcquireMode::Try,
+            Some(RawMode::Blocking) | None => AcquireMode::Blocking,
+        };
+        scenario.lock = match (s.lock.as_ref().map(|l| *l.get_ref()), &s.permits) {
+            (Some(RawLock::Semaphore), Some(permits)) => {
+                crate::core::LockMode::semaphore(*permits.get_ref())
+                    .map_err(|e| invalid("permits", permits.span(), e.message().to_owned()))?
+            }
+            (Some(RawLock::Semaphore), None) => {
+                let span = s.lock.as_ref().map_or(s.name.span(), |l| l.span());
+                return Err(invalid(
+                    "permits",
+                    span,
+                    "a semaphore scenario needs `permits = N` (how many holders at once)"
+                        .to_owned(),
+                ));
+            }
+            (_, Some(permits)) => {
+                return Err(invalid(
+                    "permits",
+                    permits.span(),
+                    "`permits` only applies to `lock = \"semaphore\"`".to_owned(),
+                ))
+            }
+            (Some(RawLock::Read), None) => crate::core::LockMode::Shared,
+            (Some(RawLock::Exclusive | RawLock::Write), None) | (None, None) => {
+                crate::core::LockMode::Exclusive
+            }
+        };
+        scenario.ttl = ttl;
+        scenario.wait = wait;
+        scenario.renew = s.renew.or(renew_every.map(|_| true));
+        scenario.renew_every = renew_every;
+        scenario.on_store_down = match s.on_store_down {
+            Some(RawPolicy::Proceed) => StoreDownPolicy::Proceed,
+            Some(RawPolicy::Fail) | None => StoreDownPolicy::Fail,
+        };
+        if let Some(l) = &s.layers {
+            scenario.layers = LayerSettings {
+                readback: l.readback,
+                unlock_window: l.unlock_window,
+                local_competition: l.local_competition,
+                reentrancy: l.reentrancy,
+                graceful_shutdown: l.graceful_shutdown,
+            };
+        }
+        let traced = s.trace.unwrap_or(false) || s.trace_len.is_some() || trace_ttl.is_some();
+        if traced {
+            let len = s
+                .trace_len
+                .as_ref()
+                .map_or(TraceConfig::DEFAULT_MAX_ENTRIES, |l| *l.get_ref());
+            let ttl = trace_ttl.unwrap_or(TraceConfig::DEFAULT_TTL);
+            let config = TraceConfig::new(len, ttl).map_err(|e| {
+                let (field, span) = match (&s.trace_len, &s.trace_ttl) {
+                    (Some(l), _) if !(1..=10_000).contains(l.get_ref()) => ("trace_len", l.span()),
+                    (_, Some(t)) => ("trace_ttl", t.span()),
+                    _ => ("trace", s.name.span()),
+                };
+                invalid(field, span, e.message().to_owned())
+            })?;
+            scenario.trace = Some(config);
+        }
+        // Where each field was written, for the registry's own checks.
+        let spans: Vec<(&str, Range<usize>)> = [
+            ("name", Some(s.name.span())),
+            ("keys", s.keys.as_ref().map(Spanned::span)),
+            ("ttl", s.ttl.as_ref().map(Spanned::span)),
+            ("wait", s.wait.as_ref().map(Spanned::span)),
+            ("renew_every", s.renew_every.as_ref().map(Spanned::span)),
+        ]
+        .into_iter()
+        .filter_map(|(f, span)| span.map(|span| (f, span)))
+        .collect();
+        let name_span = s.name.span();
+        registry.register_at(scenario, origin, |field| {
+            let span = spans
+                .iter()
+                .find(|(f, _)| *f == field)
+                .map_or(name_span.clone(), |(_, span)| span.clone());
+            Some(line_at(span))
+        })?;
+    }
+    Ok(registry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_are_one_based() {
+        let text = "a = 1\nbb = 2\n";
+        assert_eq!(position(text, 0), (1, 1));
+        assert_eq!(position(text, 6), (2, 1));
+        assert_eq!(position(text, 11), (2, 6));
+        assert_eq!(key_on_line(text, 2).as_deref(), Some("bb"));
+        assert_eq!(key_on_line("[[scenario]]", 1), None);
+    }
+}

@@ -1,0 +1,375 @@
+//! Scenarios: loading files (good and each kind of bad), key matching, strict registries, and what
+//! a lock call gets from its scenario. The store-down policies against a real Redis server are in
+//! `crates/leasehold-redis/tests/scenarios.rs`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::scenario::{
+    AcquireMode, LayerSettings, Scenario, ScenarioError, ScenarioRegistry, StoreDownPolicy,
+};
+use leasehold::{ErrorKind, LockEvent, LockManager, LockOptions};
+
+const GOOD: &str = include_str!("scenarios/good.toml");
+
+fn manager(registry: ScenarioRegistry) -> LockManager {
+    LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .scenarios(registry)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn the_issue_example_and_a_full_file_load() {
+    let minimal = r#"
+[[scenario]]
+name = "checkout"
+keys = "order-*"          # glob on the entity name
+mode = "blocking"         # or "try"
+ttl = "5s"
+wait = "200ms"
+on_store_down = "fail"    # or "proceed"
+"#;
+    let registry = ScenarioRegistry::from_toml_str(minimal, "minimal.toml").unwrap();
+    let checkout = registry.get("checkout").unwrap();
+    assert_eq!(checkout.acquire_mode(), AcquireMode::Blocking);
+    assert_eq!(checkout.lock_ttl(), Some(Duration::from_secs(5)));
+    assert_eq!(checkout.wait_for_lock(), Some(Duration::from_millis(200)));
+    assert_eq!(checkout.store_down_policy(), StoreDownPolicy::Fail);
+    assert!(!registry.is_strict());
+
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/scenarios/good.toml"
+    );
+    let full = ScenarioRegistry::from_toml_file(path).unwrap();
+    assert_eq!(full, ScenarioRegistry::from_toml_str(GOOD, "good").unwrap());
+    assert!(full.is_strict());
+    let names: Vec<_> = full.iter().map(Scenario::name).collect();
+    assert_eq!(names, ["checkout", "feed", "nightly"]);
+    let feed = full.get("feed").unwrap();
+    assert_eq!(feed.acquire_mode(), AcquireMode::Try);
+    assert_eq!(feed.store_down_policy(), StoreDownPolicy::Proceed);
+    assert_eq!(feed.layer_settings().local_competition, Some(false));
+    let nightly = full.get("nightly").unwrap();
+    assert_eq!(nightly.renewal(), Some(true));
+    let trace = nightly.trace_config().unwrap();
+    assert_eq!(trace.max_entries(), 20);
+    assert_eq!(trace.ttl(), Duration::from_secs(3600));
+}
+
+/// Each kind of bad file fails at load, naming the file, the line and the field.
+#[test]
+fn bad_files_name_the_file_line_and_field() {
+    let cases: &[(&str, &str, usize, &str)] = &[
+        // not TOML at all
+        ("[[scenario]]\nname = \"a\"\nttl = 5s\n", "syntax", 3, "ttl"),
+        // a mode that does not exist
+        (
+            "[[scenario]]\nname = \"a\"\nmode = \"blocky\"\n",
+            "mode",
+            3,
+            "mode",
+        ),
+        // an unknown field (a typo)
+        (
+            "[[scenario]]\nname = \"a\"\nwiat = \"1s\"\n",
+            "unknown",
+            3,
+            "wiat",
+        ),
+        // a value of the wrong type
+        (
+            "[[scenario]]\nname = \"a\"\nrenew = \"yes\"\n",
+            "type",
+            3,
+            "renew",
+        ),
+        // a missing name
+        ("[[scenario]]\nkeys = \"a-*\"\n", "missing", 1, "name"),
+        // not a duration
+        (
+            "[[scenario]]\nname = \"a\"\n\nttl = \"five seconds\"\n",
+            "duration",
+            4,
+            "ttl",
+        ),
+        // a TTL out of range
+        (
+            "[[scenario]]\nname = \"a\"\nttl = \"0s\"\n",
+            "zero ttl",
+            3,
+            "ttl",
+        ),
+        // a duplicate name
+        (
+            "[[scenario]]\nname = \"a\"\n[[scenario]]\nname = \"a\"\n",
+            "duplicate",
+            4,
+            "name",
+        ),
+        // a try-only scenario that waits
+        (
+            "[[scenario]]\nname = \"a\"\nmode = \"try\"\nwait = \"1s\"\n",
+            "try wait",
+            4,
+            "wait",
+        ),
+        // renewal not shorter than the TTL
+        (
+            "[[scenario]]\nname = \"a\"\nttl = \"2s\"\nrenew_every = \"2s\"\n",
+            "renew",
+            4,
+            "renew_every",
+        ),
+        // an unknown layer
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nreadbak = true\n",
+            "layer",
+            4,
+            "readbak",
+        ),
+        // a semaphore without its permit count
+        (
+            "[[scenario]]\nname = \"a\"\nlock = \"semaphore\"\n",
+            "semaphore",
+            3,
+            "permits",
+        ),
+        // permits on a lock that is not a semaphore
+        (
+            "[[scenario]]\nname = \"a\"\nlock = \"read\"\npermits = 3\n",
+            "permits",
+            4,
+            "permits",
+        ),
+        // a permit count out of range
+        (
+            "[[scenario]]\nname = \"a\"\nlock = \"semaphore\"\npermits = 0\n",
+            "zero permits",
+            4,
+            "permits",
+        ),
+        // a trace bound out of range
+        (
+            "[[scenario]]\nname = \"a\"\ntrace_len = 0\n",
+            "trace",
+            3,
+            "trace_len",
+        ),
+    ];
+    for (text, what, line, field) in cases {
+        let error = ScenarioRegistry::from_toml_str(text, "ops/locks.toml").unwrap_err();
+        let message = error.to_string();
+        assert!(message.starts_with("ops/locks.toml:"), "{what}: {message}");
+        assert_eq!(error.line(), Some(*line), "{what}: {message}");
+        assert!(
+            message.contains(field),
+            "{what}: field {field} not in {message}"
+        );
+    }
+    let missing = ScenarioRegistry::from_toml_file("/nonexistent/locks.toml").unwrap_err();
+    assert!(matches!(missing, ScenarioError::Read { .. }));
+    assert!(missing.to_string().contains("/nonexistent/locks.toml"));
+    assert!(std::error::Error::source(&missing).is_some());
+}
+
+#[test]
+fn code_registration_rejects_what_files_reject() {
+    let error = ScenarioRegistry::new()
+        .with(Scenario::new("a"))
+        .unwrap()
+        .with(Scenario::new("a"))
+        .unwrap_err();
+    assert_eq!(error.field(), Some("name"));
+    assert!(error.to_string().starts_with("code: scenario `a`"));
+    let error = ScenarioRegistry::new()
+        .with(Scenario::new("b").keys(""))
+        .unwrap_err();
+    assert_eq!(error.field(), Some("keys"));
+}
+
+#[tokio::test]
+async fn keys_get_the_first_matching_scenario_and_calls_can_name_one() {
+    let registry = ScenarioRegistry::new()
+        .with(
+            Scenario::new("vip")
+                .keys("order-vip-*")
+                .ttl(Duration::from_secs(7)),
+        )
+        .unwrap()
+        .with(
+            Scenario::new("checkout")
+                .keys("order-*")
+                .ttl(Duration::from_secs(5)),
+        )
+        .unwrap()
+        .with(Scenario::new("reports").ttl(Duration::from_secs(60)))
+        .unwrap();
+    let locks = manager(registry);
+
+    let vip = locks.try_lock("order-vip-1").await.unwrap();
+    assert_eq!(vip.scenario(), "vip");
+    assert_eq!(vip.lease().ttl(), Duration::from_secs(7));
+    let plain = locks.try_lock("order-2").await.unwrap();
+    assert_eq!(plain.scenario(), "checkout");
+    assert_eq!(plain.lease().ttl(), Duration::from_secs(5));
+    // Unmatched: the manager's defaults (the registry is lenient).
+    let other = locks.try_lock("refund-3").await.unwrap();
+    assert_eq!(other.scenario(), "default");
+    assert_eq!(other.lease().ttl(), leasehold::DEFAULT_LOCK_TTL);
+    // Named: that scenario's settings, whatever the key; explicit options still win.
+    let named = locks
+        .try_lock_with("refund-4", LockOptions::new().scenario("reports"))
+        .await
+        .unwrap();
+    assert_eq!(named.lease().ttl(), Duration::from_secs(60));
+    let overridden = locks
+        .try_lock_with(
+            "refund-5",
+            LockOptions::new()
+                .scenario("reports")
+                .ttl(Duration::from_secs(3)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(overridden.lease().ttl(), Duration::from_secs(3));
+    // An unregistered name is only a label in a lenient registry.
+    let labelled = locks
+        .try_lock_with("refund-6", LockOptions::new().scenario("adhoc"))
+        .await
+        .unwrap();
+    assert_eq!(labelled.scenario(), "adhoc");
+    for guard in [vip, plain, other, named, overridden, labelled] {
+        assert!(guard.release().await.unwrap());
+    }
+}
+
+#[tokio::test]
+async fn a_strict_registry_rejects_unmatched_keys_before_any_store_io() {
+    let registry = ScenarioRegistry::from_toml_str(GOOD, "good.toml").unwrap();
+    let locks = manager(registry);
+    let error = locks.try_lock("refund-1").await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+    assert!(error.to_string().contains("matches no scenario"), "{error}");
+    let error = locks
+        .try_lock_with("order-1", LockOptions::new().scenario("nope"))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+    assert!(
+        error.to_string().contains("checkout, feed, nightly"),
+        "{error}"
+    );
+    // Nothing reached the store.
+    assert!(locks.list("").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn the_mode_decides_how_acquire_takes_the_lock() {
+    let registry = ScenarioRegistry::new()
+        .with(Scenario::new("feed").keys("feed-*").mode(AcquireMode::Try))
+        .unwrap()
+        .with(
+            Scenario::new("checkout")
+                .keys("order-*")
+                .mode(AcquireMode::Blocking)
+                .wait(Duration::from_millis(30)),
+        )
+        .unwrap();
+    let locks = manager(registry);
+
+    // A try-only scenario: `lock` is refused before any I/O, `acquire` makes one attempt.
+    let error = locks.lock("feed-1").await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+    assert!(error.to_string().contains("try-only"));
+    let held = locks.acquire("feed-1").await.unwrap();
+    let other = locks.clone();
+    let refused = tokio::spawn(async move { other.acquire("feed-1").await.map(drop) });
+    assert_eq!(
+        refused.await.unwrap().unwrap_err().kind(),
+        ErrorKind::LockUnavailable
+    );
+    held.release().await.unwrap();
+
+    // A blocking scenario waits its own wait, then times out.
+    let held = locks.acquire("order-1").await.unwrap();
+    let other = locks.clone();
+    let waited = tokio::spawn(async move { other.acquire("order-1").await.map(drop) });
+    assert_eq!(
+        waited.await.unwrap().unwrap_err().kind(),
+        ErrorKind::Timeout
+    );
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_scenario_can_turn_layers_off() {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let registry = ScenarioRegistry::new()
+        .with(
+            Scenario::new("raw").keys("raw-*").layers(
+                LayerSettings::new()
+                    .local_competition(false)
+                    .reentrancy(false),
+            ),
+        )
+        .unwrap();
+    let locks = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .scenarios(registry)
+        .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.name()))
+        .build()
+        .unwrap();
+    // With local competition (the default), a second task fails fast locally...
+    let guard = locks.try_lock("cooked-1").await.unwrap();
+    let other = locks.clone();
+    let _ = tokio::spawn(async move { other.try_lock("cooked-1").await.map(drop) }).await;
+    guard.release().await.unwrap();
+    assert!(events.lock().unwrap().contains(&"fast_failed"));
+    events.lock().unwrap().clear();
+    // ...without it, the attempt reaches the store and is contended there.
+    let guard = locks.try_lock("raw-1").await.unwrap();
+    let other = locks.clone();
+    let _ = tokio::spawn(async move { other.try_lock("raw-1").await.map(drop) }).await;
+    guard.release().await.unwrap();
+    let seen = events.lock().unwrap().clone();
+    assert!(!seen.contains(&"fast_failed"), "{seen:?}");
+    assert!(seen.contains(&"contended"), "{seen:?}");
+    assert_eq!(locks.shutdown().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_scenario_fixes_the_lock_kind() {
+    let registry = ScenarioRegistry::from_toml_str(
+        "[[scenario]]\nname = \"encode\"\nkeys = \"video-*\"\nlock = \"semaphore\"\npermits = 2\nmode = \"try\"\n\n[[scenario]]\nname = \"catalog\"\nkeys = \"catalog-*\"\nlock = \"read\"\n",
+        "kinds.toml",
+    )
+    .unwrap();
+    assert_eq!(
+        registry.get("encode").unwrap().lock_kind(),
+        leasehold::LockMode::semaphore(2).unwrap()
+    );
+    let locks = manager(registry);
+    let a = locks.acquire("video-1").await.unwrap();
+    let b = locks.acquire("video-1").await.unwrap();
+    assert_eq!(a.mode(), leasehold::LockMode::Semaphore { permits: 2 });
+    assert!(
+        locks.acquire("video-1").await.unwrap_err().is_unavailable(),
+        "two permits only"
+    );
+    let r1 = locks.acquire("catalog-1").await.unwrap();
+    assert_eq!(r1.mode(), leasehold::LockMode::Shared);
+    // A call's own kind wins over the scenario's: the write side of the read lock.
+    let other = leasehold::LockOptions::new().holder(leasehold::Holder::new());
+    let err = locks
+        .try_lock_with("catalog-1", other.mode(leasehold::LockMode::Exclusive))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    drop((a, b, r1));
+}
