@@ -2,40 +2,17 @@
 //! `run` fails or waits (and sees a higher fencing token), SIGTERM releasing at once, `inspect`,
 //! `list` and a forced `release`, and an unreachable cluster.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
-
 use leasehold_testkit::etcd::EtcdServer;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-fn leasehold(store: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    cmd.env("LEASEHOLD_STORE", store);
-    cmd
-}
+mod common;
 
-fn output(cmd: &mut Command) -> Output {
-    cmd.output().expect("the leasehold binary runs")
-}
+use common::{command as leasehold, output, started, text};
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Starts `leasehold run KEY -- sh -c 'echo ready; …'` and waits for `ready`.
-fn holder(store: &str, key: &str, script: &str) -> Child {
-    let mut child = leasehold(store)
-        .args(["run", key, "--ttl", "20s", "--", "sh", "-c", script])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn run");
-    let stdout = child.stdout.take().unwrap();
-    let ready = BufReader::new(stdout)
-        .lines()
-        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false));
-    assert!(ready, "the command under the lock started");
-    child
+/// Starts `leasehold run KEY -- sh -c SCRIPT` with a 20 s TTL and waits for `ready`.
+fn holder(store: &str, key: &str, script: &str) -> std::process::Child {
+    started(store, &[key, "--ttl", "20s"], script)
 }
 
 #[test]

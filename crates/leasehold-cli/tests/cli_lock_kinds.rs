@@ -3,45 +3,17 @@
 //! writer, a writer is not starved by readers, a killed holder's permit comes back, and the ops
 //! commands show every holder.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use leasehold_testkit::redis::RedisServer;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-fn leasehold(store: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    cmd.env("LEASEHOLD_STORE", store);
-    cmd
-}
+mod common;
 
-fn output(cmd: &mut Command) -> Output {
-    cmd.output().expect("the leasehold binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Starts `leasehold run ARGS… -- sh -c SCRIPT` and waits for the script to print `ready`.
-fn started(store: &str, args: &[&str], script: &str) -> Child {
-    let mut child = leasehold(store)
-        .arg("run")
-        .args(args)
-        .args(["--", "sh", "-c", script])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn run");
-    let stdout = child.stdout.take().unwrap();
-    let ready = BufReader::new(stdout)
-        .lines()
-        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false));
-    assert!(ready, "the command under the lock started");
-    child
-}
+use common::{command as leasehold, output, started, text};
 
 /// A command that records how many copies of itself run at once: it adds a file to `dir`,
 /// appends the count of files it sees to `log`, holds for `hold`, and removes its file.

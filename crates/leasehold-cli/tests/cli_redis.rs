@@ -1,41 +1,22 @@
 //! The `leasehold` binary end to end against a private redis-server: `run` holding a lock while a
 //! second `run` fails or waits, exit statuses, SIGTERM releasing at once, and the ops commands.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use leasehold_testkit::redis::RedisServer;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-fn leasehold(store: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leasehold"));
-    cmd.env("LEASEHOLD_STORE", store);
-    cmd
-}
+use std::io::{BufRead, BufReader};
 
-fn output(cmd: &mut Command) -> Output {
-    cmd.output().expect("the leasehold binary runs")
-}
+mod common;
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use common::{command as leasehold, output, started, text};
 
-/// Starts `leasehold run KEY -- sh -c 'echo ready; sleep …'` and waits for `ready`.
-fn holder(store: &str, key: &str, script: &str) -> Child {
-    let mut child = leasehold(store)
-        .args(["run", key, "--ttl", "20s", "--", "sh", "-c", script])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn run");
-    let stdout = child.stdout.take().unwrap();
-    let ready = BufReader::new(stdout)
-        .lines()
-        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false));
-    assert!(ready, "the command under the lock started");
-    child
+/// Starts `leasehold run KEY -- sh -c SCRIPT` with a 20 s TTL and waits for `ready`.
+fn holder(store: &str, key: &str, script: &str) -> std::process::Child {
+    started(store, &[key, "--ttl", "20s"], script)
 }
 
 #[test]
