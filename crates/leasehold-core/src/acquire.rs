@@ -52,6 +52,29 @@ impl HolderId {
     }
 }
 
+/// One blocking acquisition across all its attempts: the manager's wait loop asks the store many
+/// times for one `lock()` call, and every attempt carries the same waiter id, so a layer that
+/// orders waiters (local competition) keeps the caller's place in line between attempts.
+///
+/// A [`ReleaseWatch`](crate::ReleaseWatch) mints one ([`ReleaseWatch::waiter`](crate::ReleaseWatch::waiter)): the watch
+/// is the waiter's registration for its whole wait, and dropping it is how the waiter leaves.
+///
+/// ```
+/// use leasehold_core::WaiterId;
+/// assert_ne!(WaiterId::new(), WaiterId::new()); // unique within the process
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WaiterId(u64);
+
+impl WaiterId {
+    /// A fresh waiter id, unique within this process.
+    #[allow(clippy::new_without_default)] // a default would hide that each call is a new id
+    pub fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        WaiterId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
 /// A request to acquire one lock.
 ///
 /// Stores use `key`, `token` and `ttl`; `holder` and `deadline` are for layers (reentrancy, local
@@ -91,6 +114,9 @@ pub struct Acquire {
     /// key's lock history in the store (see [`TraceConfig`]). Stores without
     /// [`Capabilities::history`](crate::Capabilities::history) ignore it.
     pub trace: Option<TraceConfig>,
+    /// `Some`: the blocking acquisition this attempt belongs to (the same id on every attempt of
+    /// one wait, see [`WaiterId`]); `None`: an attempt on its own. Stores ignore it.
+    pub waiter: Option<WaiterId>,
 }
 
 impl Acquire {
@@ -104,6 +130,7 @@ impl Acquire {
             deadline: None,
             mode: crate::LockMode::Exclusive,
             trace: None,
+            waiter: None,
         }
     }
 
@@ -122,6 +149,12 @@ impl Acquire {
     /// Sets the lock-history setting (`None`: not traced).
     pub fn with_trace(mut self, trace: Option<TraceConfig>) -> Self {
         self.trace = trace;
+        self
+    }
+
+    /// Sets the blocking acquisition this attempt belongs to.
+    pub fn with_waiter(mut self, waiter: Option<WaiterId>) -> Self {
+        self.waiter = waiter;
         self
     }
 

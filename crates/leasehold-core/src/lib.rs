@@ -37,7 +37,7 @@ mod tls;
 mod token;
 mod watch;
 
-pub use acquire::{Acquire, HolderId};
+pub use acquire::{Acquire, HolderId, WaiterId};
 pub use detached::acquire_detached;
 pub use dyn_store::BoxStore;
 pub use error::{Error, ErrorKind, Result};

@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
+use crate::WaiterId;
+
 /// A waiter's registration for "the lock on this key may be free for you now", from
 /// [`LockStore::watch`](crate::LockStore::watch).
 ///
@@ -17,7 +19,15 @@ use tokio::sync::Notify;
 /// the waiter always tries the store again, and a lost notification only costs a poll interval.
 ///
 /// Dropping the watch ends the registration (the store may then unsubscribe, or take this
-/// process out of its waiter queue).
+/// process out of its waiter queue; local competition gives up the waiter's place in the
+/// process's own line).
+///
+/// A store wakes *every* waiter of this process on the key (`notify_waiters`), never picks one:
+/// which task of the process asks the store next is local competition's decision (the head of
+/// its line, in arrival order), and a wake-up given to a task that is not listening would be lost.
+///
+/// Each watch carries a fresh [`WaiterId`]: the blocking acquisition it belongs to, which the
+/// manager puts on every attempt ([`Acquire::waiter`](crate::Acquire::waiter)).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -36,7 +46,8 @@ use tokio::sync::Notify;
 pub struct ReleaseWatch {
     notify: Arc<Notify>,
     live: bool,
-    on_drop: Option<Box<dyn FnOnce() + Send + Sync>>,
+    waiter: WaiterId,
+    on_drop: Vec<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 impl ReleaseWatch {
@@ -45,7 +56,8 @@ impl ReleaseWatch {
         ReleaseWatch {
             notify: Arc::new(Notify::new()),
             live: false,
-            on_drop: None,
+            waiter: WaiterId::new(),
+            on_drop: Vec::new(),
         }
     }
 
@@ -54,8 +66,21 @@ impl ReleaseWatch {
         ReleaseWatch {
             notify,
             live: true,
-            on_drop: Some(Box::new(on_drop)),
+            waiter: WaiterId::new(),
+            on_drop: vec![Box::new(on_drop)],
         }
+    }
+
+    /// The same watch, with `on_drop` run too when it is dropped (after the hooks it had): how a
+    /// layer adds what it must undo when the waiter leaves.
+    pub fn also_on_drop(mut self, on_drop: impl FnOnce() + Send + Sync + 'static) -> Self {
+        self.on_drop.push(Box::new(on_drop));
+        self
+    }
+
+    /// The blocking acquisition this watch registers (fresh per watch).
+    pub fn waiter(&self) -> WaiterId {
+        self.waiter
     }
 
     /// What to wait on: enable `notify().notified()` before each attempt.
@@ -71,7 +96,7 @@ impl ReleaseWatch {
 
 impl Drop for ReleaseWatch {
     fn drop(&mut self) {
-        if let Some(on_drop) = self.on_drop.take() {
+        for on_drop in self.on_drop.drain(..) {
             on_drop();
         }
     }
@@ -81,6 +106,7 @@ impl fmt::Debug for ReleaseWatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReleaseWatch")
             .field("live", &self.live)
+            .field("waiter", &self.waiter)
             .finish()
     }
 }
@@ -101,5 +127,31 @@ mod tests {
         assert!(watch.is_live());
         drop(watch);
         assert!(dropped.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn added_hooks_run_after_the_stores_and_the_waiter_is_kept() {
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (first, second) = (order.clone(), order.clone());
+        let watch = ReleaseWatch::new(Arc::new(Notify::new()), move || {
+            first.lock().unwrap().push("store")
+        });
+        let waiter = watch.waiter();
+        let watch = watch.also_on_drop(move || second.lock().unwrap().push("layer"));
+        assert_eq!(watch.waiter(), waiter, "the same wait");
+        assert_ne!(
+            ReleaseWatch::none().waiter(),
+            waiter,
+            "every watch is a new waiter"
+        );
+        drop(watch);
+        assert_eq!(*order.lock().unwrap(), ["store", "layer"]);
+        let none = ReleaseWatch::none().also_on_drop({
+            let order = order.clone();
+            move || order.lock().unwrap().push("none")
+        });
+        assert!(!none.is_live(), "adding a hook keeps a silent watch silent");
+        drop(none);
+        assert_eq!(order.lock().unwrap().last(), Some(&"none"));
     }
 }

@@ -338,9 +338,9 @@ async fn watch_loop(
                                 .is_some_and(|kv| !waiting.is_own(&lock_key, kv.key()))
                     });
                     if wake {
-                        // One waiter of this process, the one waiting longest: the process has
-                        // one place in line.
-                        notify.notify_one();
+                        // Every waiter of this process: local competition decides which one asks
+                        // (the head of its line); one picked here might not be listening.
+                        notify.notify_waiters();
                     }
                 }
             }

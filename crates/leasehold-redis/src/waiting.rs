@@ -210,10 +210,10 @@ impl Waiting {
             return; // another process's turn
         }
         if let Some(watched) = self.lock().get(lock_key) {
-            // One waiter of this process, the one waiting longest (tokio's `Notify` wakes in
-            // arrival order): the process has one turn, and its other waiters stay asleep
-            // instead of asking the store only to be told to wait again.
-            watched.notify.notify_one();
+            // Every waiter of this process on the key: which one asks is local competition's
+            // call (the head of its line; the others wait in memory and ignore this). Picking
+            // one here could pick a task that is not listening, and the turn would be lost.
+            watched.notify.notify_waiters();
         }
     }
 }

@@ -22,6 +22,12 @@ impl Backoff {
         }
     }
 
+    /// The longest step, jittered like the others: how often a waiter that expects to be
+    /// notified asks anyway, in case the notification was lost.
+    pub(crate) fn longest(&self) -> Duration {
+        self.delay(u32::MAX)
+    }
+
     /// The delay before attempt `attempt + 1` (`attempt` counts failed attempts, from 1).
     pub(crate) fn delay(&self, attempt: u32) -> Duration {
         let exp = self
@@ -49,6 +55,10 @@ mod tests {
             assert!(d4 >= Duration::from_millis(40) && d4 <= Duration::from_millis(80));
             let d30 = b.delay(30);
             assert!(d30 >= Duration::from_millis(500) && d30 <= Duration::from_secs(1));
+        }
+        for _ in 0..100 {
+            let longest = b.longest();
+            assert!(longest >= Duration::from_millis(500) && longest <= Duration::from_secs(1));
         }
         let spread: std::collections::HashSet<_> = (0..50).map(|_| b.delay(8)).collect();
         assert!(spread.len() > 10, "jittered, not lock-step");

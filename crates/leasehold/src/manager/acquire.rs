@@ -139,11 +139,14 @@ impl LockManager {
             tokio::pin!(notified);
             notified.as_mut().enable();
 
+            // Every attempt of this wait is the same waiter (the watch's): local competition
+            // keeps its place in the process's line between attempts.
             let req = Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
                 .with_holder(plan.holder)
                 .with_deadline(Some(deadline))
                 .with_mode(plan.mode)
-                .with_trace(plan.trace);
+                .with_trace(plan.trace)
+                .with_waiter(Some(store.waiter()));
             *attempts += 1;
             let retry_after = match self.attempt(handle, req).await {
                 Err(e) if e.is_unavailable() => e.retry_after(),
@@ -161,14 +164,17 @@ impl LockManager {
                 )
                 .with_key(plan.key.as_str()));
             }
-            // Backoff bounds how long a lost notification can cost; the holder's remaining TTL
-            // (where the store reports it) bounds the wait for a lock nobody releases.
-            let mut pause = self
-                .inner
-                .config
-                .backoff
-                .delay(*attempts)
-                .min(deadline - now);
+            // A store that notifies wakes this waiter when it is its turn, so polling is only the
+            // net under a lost notification: the longest backoff step. Without notifications the
+            // backoff grows from its shortest step. The holder's remaining TTL (where the store
+            // reports it) bounds the wait for a lock nobody releases.
+            let backoff = &self.inner.config.backoff;
+            let pause = if store.is_live() {
+                backoff.longest()
+            } else {
+                backoff.delay(*attempts)
+            };
+            let mut pause = pause.min(deadline - now);
             if let Some(left) = retry_after {
                 pause = pause.min(left + EXPIRY_SLACK);
             }

@@ -85,8 +85,7 @@ impl Shared {
                     counted.fetch_sub(1, Ordering::AcqRel);
                 }
                 // Nobody is left waiting on an entry out of the cache: they look again.
-                slot.set_gone();
-                slot.wake.notify_waiters();
+                slot.gone_wake.notify_waiters();
             })
             .build_with_hasher(foldhash::fast::RandomState::default());
         Shared {
@@ -167,7 +166,6 @@ impl Shared {
             if st.is_retired() || !st.retire_if_idle(now) {
                 continue;
             }
-            slot.set_gone();
             // Removed under the entry's lock: a contender that finds it retired and looks again
             // finds it gone.
             if self.remove(&key, &slot) {
@@ -216,7 +214,6 @@ impl Shared {
             true
         } else {
             st.retire();
-            slot.set_gone();
             false
         }
     }

@@ -84,6 +84,7 @@
 //! Contended: a woken waiter looks at the entry it waited on without a cache read, and no store
 //! I/O at all for fast-fails and local waits.
 
+mod acquire;
 mod entries;
 mod permits;
 mod slot;
@@ -96,11 +97,12 @@ use tokio::time::Instant;
 
 use crate::core::{
     validate_ttl, Acquire, Error, ErrorKind, Layer, LayeredStore, Lease, Lifecycle, LockEvent,
-    LockKey, LockStore, Observers, OwnerToken, Result,
+    LockKey, LockStore, Observers, OwnerToken, ReleaseWatch, Result,
 };
+use acquire::Vacate;
 use entries::Shared;
 use permits::LocalPermits;
-use slot::{HandOff, Release, Slot, Take};
+use slot::{HandOff, Release, Slot};
 
 /// Default bound of consecutive local hand-offs of one store lease.
 pub const DEFAULT_MAX_HAND_OFFS: u32 = 8;
@@ -267,8 +269,8 @@ impl<S: LockStore> LocalCompetition<S> {
         &self.inner
     }
 
-    /// Frees the slot if `token` still holds it, gives the entry its new expiry, and wakes a
-    /// waiter.
+    /// Frees the slot if `token` still holds it, gives the entry its new expiry, and wakes the
+    /// head of the line.
     fn vacate(&self, key: &LockKey, slot: &Arc<Slot>, token: &OwnerToken) {
         let wake = {
             let mut st = slot.lock();
@@ -276,30 +278,15 @@ impl<S: LockStore> LocalCompetition<S> {
             self.shared.settle(key, slot, &mut st, Instant::now());
             wake
         };
-        if wake {
-            slot.wake.notify_one();
+        if let Some(wake) = wake {
+            wake.notify_waiters();
         }
     }
 
-    /// Releases a handed-off store lease nobody will use (owner-checked, so harmless if it is
-    /// gone already), tracked by the lifecycle so a shutdown can wait for it.
     fn release_in_background(&self, lease: Lease) {
-        let inner = self.inner.clone();
-        let key = lease.key().clone();
-        let spawned = self.lifecycle.spawn(async move {
-            if let Err(error) = inner.release(&lease).await {
-                tracing::warn!(key = %lease.key(), %error,
-                    "releasing an unused hand-off failed; the lock expires at its TTL");
-            }
-        });
-        if spawned.is_none() {
-            tracing::warn!(%key, "unused hand-off outside a runtime; the lock expires at its TTL");
-        }
+        release_in_background(&self.inner, &self.lifecycle, lease);
     }
 
-    /// Asks the store, as the key's one local store talker. The holder entry was set up (with
-    /// an expiry no later than the lease's) before the request, so success needs no second
-    /// update; error and cancellation free the entry.
     /// Readers and semaphore permits: no one-at-a-time slot (many hold at once), but a permit
     /// request fails fast, with no store I/O, when this process already holds every permit.
     async fn acquire_shared(&self, req: &Acquire) -> Result<Lease> {
@@ -319,128 +306,6 @@ impl<S: LockStore> LocalCompetition<S> {
         self.permits.granted(&lease);
         Ok(lease)
     }
-
-    async fn acquire_from_store(&self, slot: &Arc<Slot>, req: &Acquire) -> Result<Lease> {
-        let mut vacate = Vacate::new(self, &req.key, slot, &req.token);
-        let lease = self.inner.try_acquire(req).await?;
-        vacate.armed = false;
-        Ok(lease)
-    }
-
-    /// Takes a store lease handed off by the previous local holder, extending it first if less
-    /// than half of the requested TTL is left.
-    async fn take_hand_off(&self, slot: &Arc<Slot>, req: &Acquire, store: Lease) -> Result<Lease> {
-        if store.remaining() >= req.ttl / 2 {
-            // The holder entry already maps this taker to `store` (set when the slot was taken).
-            return Ok(store.with_token(req.token.clone()));
-        }
-        // Cancelled or failed from here on: the slot is freed and the store lease given back.
-        let mut vacate = Vacate::new(self, &req.key, slot, &req.token);
-        vacate.give_back = Some(store.clone());
-        let renewed = match self.inner.extend(&store, req.ttl).await {
-            Ok(renewed) => renewed,
-            Err(error) if error.kind() == ErrorKind::NotHeld => {
-                // The lease was lost under us: acquire afresh, still as the one store talker.
-                vacate.armed = false;
-                {
-                    let mut st = slot.lock();
-                    let now = Instant::now();
-                    if !st.restart(&req.token, req.ttl, now) {
-                        // Meanwhile the slot went to another contender, who asks the store.
-                        return Err(Error::unavailable(&req.key));
-                    }
-                    self.shared.settle(&req.key, slot, &mut st, now);
-                }
-                return self.acquire_from_store(slot, req).await;
-            }
-            // Unknown whether it still holds, and too short to hand out as asked for.
-            Err(error) => return Err(error),
-        };
-        vacate.give_back = Some(renewed.clone());
-        {
-            let mut st = slot.lock();
-            if !st.took_renewed(&req.token, &renewed) {
-                // The extend outlasted the old lease and the slot went to another contender:
-                // this lease is known to nobody here, so it goes back (by the drop of `vacate`).
-                drop(st);
-                return Err(Error::unavailable(&req.key));
-            }
-            self.shared.settle(&req.key, slot, &mut st, Instant::now());
-        }
-        vacate.armed = false;
-        Ok(renewed.with_token(req.token.clone()))
-    }
-}
-
-/// Frees a slot when dropped while armed: on error and on cancellation. A store lease received
-/// by hand-off (`give_back`) is released in the background then: once the slot is free nobody
-/// else knows it, and it would block the key, here and elsewhere, for its whole TTL.
-struct Vacate<'a, S: LockStore> {
-    layer: &'a LocalCompetition<S>,
-    key: &'a LockKey,
-    slot: &'a Arc<Slot>,
-    token: &'a OwnerToken,
-    give_back: Option<Lease>,
-    armed: bool,
-}
-
-impl<'a, S: LockStore> Vacate<'a, S> {
-    fn new(
-        layer: &'a LocalCompetition<S>,
-        key: &'a LockKey,
-        slot: &'a Arc<Slot>,
-        token: &'a OwnerToken,
-    ) -> Self {
-        Vacate {
-            layer,
-            key,
-            slot,
-            token,
-            give_back: None,
-            armed: true,
-        }
-    }
-}
-
-impl<S: LockStore> Drop for Vacate<'_, S> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.layer.vacate(self.key, self.slot, self.token);
-            if let Some(lease) = self.give_back.take() {
-                self.layer.release_in_background(lease);
-            }
-        }
-    }
-}
-
-/// A registration as a local waiter of one slot; dropping it (timeout, cancellation, shutdown)
-/// unregisters, and the last waiter to leave gives back an unclaimed hand-off.
-struct WaitTicket<'a, S: LockStore> {
-    layer: &'a LocalCompetition<S>,
-    slot: Arc<Slot>,
-    armed: bool,
-}
-
-impl<S: LockStore> Drop for WaitTicket<'_, S> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let orphan = self.slot.lock().leave();
-        if let Some(store) = orphan {
-            self.layer.release_in_background(store);
-        }
-    }
-}
-
-/// One look at the key's entry, decided under its lock.
-enum Step {
-    /// Taken: the store lease if it came by hand-off.
-    Taken(Option<Lease>),
-    /// Wait (registered) until woken or this time.
-    Wait(Instant),
-    /// The entry left the cache: look again.
-    Again,
 }
 
 impl<S: LockStore> LayeredStore for LocalCompetition<S> {
@@ -454,127 +319,38 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
         // Before `now + ttl` below: used alone, this layer may be the first to see the request.
         validate_ttl(req.ttl)?;
         if req.mode.is_shared_record() {
-            return self.acquire_shared(req).await;
+            self.acquire_shared(req).await
+        } else {
+            self.acquire_exclusive(req).await
         }
-        let mut ticket: Option<WaitTicket<'_, S>> = None;
-        // The slot taken, and the store lease if it came by hand-off.
-        let (slot, handed) = loop {
-            if self.lifecycle.is_closing() {
-                return Err(Error::shut_down().with_key(req.key.as_str()));
-            }
-            // A waiter looks at the entry it waited on again, unless it left the cache (then
-            // the key is looked up anew). Reusing it is safe: had it expired in the cache, taking
-            // it moves its expiry, and that settle finds it gone.
-            let reuse = ticket
-                .as_ref()
-                .filter(|t| !t.slot.is_gone())
-                .map(|t| t.slot.clone());
-            let Some(slot) = reuse.or_else(|| self.shared.slot(&req.key)) else {
-                drop(ticket);
-                tracing::debug!(key = %req.key,
-                    "local competition at capacity with every entry in use: straight to the store");
-                return self.inner.try_acquire(req).await;
+    }
+
+    async fn watch(&self, key: &LockKey) -> ReleaseWatch {
+        // The watch is the wait's registration: when it ends, so does the waiter's place in line.
+        let watch = self.inner.watch(key).await;
+        let (waiter, key) = (watch.waiter(), key.clone());
+        let (shared, inner, lifecycle) = (
+            self.shared.clone(),
+            self.inner.clone(),
+            self.lifecycle.clone(),
+        );
+        watch.also_on_drop(move || {
+            let Some(slot) = shared.cache.get(&key) else {
+                return;
             };
-            if ticket
-                .as_ref()
-                .is_some_and(|t| !Arc::ptr_eq(&t.slot, &slot))
-            {
-                // The entry left the cache and was made anew while this task waited.
-                ticket = None;
-            }
-            let taken = 'attempt: {
-                let notified = slot.wake.notified();
-                let mut notified = std::pin::pin!(notified);
-                let now = Instant::now();
-                let step = {
-                    let mut st = slot.lock();
-                    match st.try_take(&req.token, req.ttl, req.deadline, now) {
-                        Take::Taken { handed } => {
-                            if let Some(mut t) = ticket.take() {
-                                t.armed = false;
-                                st.stop_waiting();
-                            }
-                            if self.shared.settle(&req.key, &slot, &mut st, now) {
-                                Step::Taken(handed)
-                            } else {
-                                // Expired between the look-up and the lock: back out.
-                                st.vacate(&req.token);
-                                drop(st);
-                                if let Some(lease) = handed {
-                                    self.release_in_background(lease);
-                                }
-                                Step::Again
-                            }
-                        }
-                        Take::Busy { wake_at } => {
-                            let mut registered = true;
-                            if ticket.is_none() {
-                                // Kept in the cache until this waiter wakes up and looks again,
-                                // no later than the lease's end: usually covered already.
-                                st.wait(wake_at);
-                                registered = self.shared.settle(&req.key, &slot, &mut st, now);
-                                if registered {
-                                    ticket = Some(WaitTicket {
-                                        layer: self,
-                                        slot: slot.clone(),
-                                        armed: true,
-                                    });
-                                } else {
-                                    st.stop_waiting();
-                                }
-                            }
-                            if registered {
-                                // Enabled under the lock: a release after it is not missed.
-                                notified.as_mut().enable();
-                                Step::Wait(wake_at)
-                            } else {
-                                Step::Again
-                            }
-                        }
-                        Take::Retired => Step::Again,
-                        Take::FastFail => {
-                            drop(st);
-                            self.observers.emit(|| LockEvent::FastFailed {
-                                key: req.key.clone(),
-                            });
-                            return Err(Error::unavailable(&req.key));
-                        }
-                        Take::TimedOut => {
-                            drop(st); // before the ticket, whose drop takes the lock
-                            return Err(Error::unavailable(&req.key));
-                        }
-                    }
-                };
-                match step {
-                    Step::Taken(handed) => break 'attempt Some(handed),
-                    Step::Again => {
-                        // Whoever waits on the retired entry looks again too.
-                        slot.wake.notify_waiters();
-                        ticket = None;
-                    }
-                    Step::Wait(wake_at) => {
-                        // Woken or not, the slot is looked at again before giving up at the
-                        // deadline: a wake-up consumed here and not acted on would leave the next
-                        // waiter asleep. A shutdown ends the wait (and the loop, at its top).
-                        tokio::select! {
-                            biased;
-                            () = self.lifecycle.closing() => {}
-                            _ = tokio::time::timeout_at(wake_at, notified) => {}
-                        }
-                    }
-                }
-                None
+            let left = {
+                let mut st = slot.lock();
+                let left = st.leave(waiter);
+                shared.settle(&key, &slot, &mut st, Instant::now());
+                left
             };
-            if let Some(handed) = taken {
-                break (slot, handed);
+            if let Some(wake) = left.wake {
+                wake.notify_waiters();
             }
-        };
-        // Acted on after the wait registration is gone.
-        drop(ticket);
-        match handed {
-            Some(store) => self.take_hand_off(&slot, req, store).await,
-            None => self.acquire_from_store(&slot, req).await,
-        }
+            if let Some(orphan) = left.orphan {
+                release_in_background(&inner, &lifecycle, orphan);
+            }
+        })
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
@@ -585,20 +361,22 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
         let Some(slot) = self.shared.cache.get(lease.key()) else {
             return self.inner.release(lease).await;
         };
-        let decision = {
+        let (decision, head) = {
             let mut st = slot.lock();
             let now = Instant::now();
             let decision = st.release(lease, self.hand_off, now);
             if matches!(decision, Release::HandedOff { .. }) {
                 self.shared.settle(lease.key(), &slot, &mut st, now);
             }
-            decision
+            (decision, st.head_wake())
         };
         let store = match decision {
             // Not the local holder's lease (stale or foreign): the store decides.
             Release::NotHolder => return self.inner.release(lease).await,
             Release::HandedOff { consecutive } => {
-                slot.wake.notify_one();
+                if let Some(head) = head {
+                    head.notify_waiters();
+                }
                 self.observers.emit(|| LockEvent::HandedOff {
                     key: lease.key().clone(),
                     consecutive,
@@ -651,6 +429,22 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
         self.lifecycle.close();
         self.permits.clear();
         self.inner.shutdown().await
+    }
+}
+
+/// Releases a handed-off store lease nobody will use (owner-checked, so harmless if it is gone
+/// already), tracked by the lifecycle so a shutdown can wait for it.
+fn release_in_background<S: LockStore>(inner: &Arc<S>, lifecycle: &Lifecycle, lease: Lease) {
+    let inner = inner.clone();
+    let key = lease.key().clone();
+    let spawned = lifecycle.spawn(async move {
+        if let Err(error) = inner.release(&lease).await {
+            tracing::warn!(key = %lease.key(), %error,
+                "releasing an unused hand-off failed; the lock expires at its TTL");
+        }
+    });
+    if spawned.is_none() {
+        tracing::warn!(%key, "unused hand-off outside a runtime; the lock expires at its TTL");
     }
 }
 

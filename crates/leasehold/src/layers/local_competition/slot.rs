@@ -1,32 +1,41 @@
 //! One key's local state, as a synchronous state machine.
 //!
-//! Everything that decides who holds, who waits and who gets a handed-off lease is here, under
-//! one mutex, with the time passed in: no future, no runtime, so every transition is tested with
-//! plain `#[test]`s. The async code in the parent module only awaits (a wake-up, the lifecycle,
-//! the store) and calls in here.
+//! Everything that decides who holds, who waits in which order and who gets a handed-off lease is
+//! here, under one mutex, with the time passed in: no future, no runtime, so every transition is
+//! tested with plain `#[test]`s. The async code in the parent module only awaits (a wake-up, the
+//! lifecycle, the store) and calls in here.
 //!
 //! ```text
-//!            take                       release (no waiter, or hand-off bound reached)
+//!            take (try-lock: line empty; blocking: head of the line)
 //!   free ───────────▶ held ─────────────────────────────────────────▶ free (once the store answered)
-//!    ▲                 │  ▲ take (blocking waiter)
-//!    │ expire          │  │
+//!    ▲                 │  ▲ take (the head of the line)        release (no waiter, hand-off off or
+//!    │ expire          │  │                                     bounded, or other processes queue)
 //!    │                 ▼  │ release with waiters and hand-off on
 //!    └──────────────── offered
 //! ```
+//!
+//! **The line.** Blocking contenders queue in arrival order, one place per wait (a
+//! [`WaiterId`], the same on every attempt of one `lock()` call). Only the head of the line may
+//! take the key or an offer, so it is served strictly in arrival order: a task that releases and
+//! asks again goes to the back, and a try-lock never passes anyone in line. The head keeps its
+//! place while it asks the store and, if the store refuses (another process holds the key), while
+//! it waits for the store outside this module: the process then has one contender in the store,
+//! the head, and everyone behind it waits in memory. A place lapses at its waiter's deadline, and
+//! is given up when the wait ends (the manager drops the wait's watch).
 //!
 //! Besides who holds it, the state remembers how long the entry must stay in the cache: while
 //! anyone holds, is offered or waits for the key, until the end of the longest of those (the
 //! parent module pins the cache entry that long); once nobody does, no longer than the last
 //! lease and at most [`IDLE_LINGER`] (so a hot key is not re-inserted on every acquisition).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::core::{Lease, OwnerToken};
+use crate::core::{Lease, OwnerToken, WaiterId};
 
 /// How long an emptied entry stays cached for reuse (never past the end of its last lease).
 pub(super) const IDLE_LINGER: Duration = Duration::from_secs(1);
@@ -37,29 +46,16 @@ pub(super) fn pin_slack(span: Duration) -> Duration {
     (span / 8).min(IDLE_LINGER)
 }
 
-/// One key's entry: its state and the wake-up of its local waiters.
+/// One key's entry: its state, and the wake-up for the case it leaves the cache.
 #[derive(Debug, Default)]
 pub(super) struct Slot {
     state: Mutex<State>,
-    /// Wakes local waiters (one at a release, all when the entry leaves the cache).
-    pub(super) wake: Notify,
-    /// Set once the entry left the cache (or is about to): a waiter then looks the key up again
-    /// instead of reusing the entry it waited on. Outside the lock, so the cache's removal
-    /// listener can set it from within any cache call.
-    gone: AtomicBool,
+    /// Wakes every local waiter when the entry leaves the cache (each then looks the key up
+    /// again). Turns in the line wake one waiter each, through its own place.
+    pub(super) gone_wake: Notify,
 }
 
 impl Slot {
-    /// Marks the entry as out of the cache.
-    pub(super) fn set_gone(&self) {
-        self.gone.store(true, Ordering::Release);
-    }
-
-    /// Whether the entry left the cache (as far as this process has seen).
-    pub(super) fn is_gone(&self) -> bool {
-        self.gone.load(Ordering::Acquire)
-    }
-
     /// Locks the state. A panic elsewhere while holding the lock leaves a consistent state (every
     /// transition is one assignment sequence without a fallible step), so poisoning is ignored.
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
@@ -75,15 +71,25 @@ pub(super) struct HandOff {
     pub(super) max_hold: Duration,
 }
 
+/// A blocking contender: its wait (the same on every attempt) and when it gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Wait {
+    pub(super) waiter: WaiterId,
+    pub(super) deadline: Instant,
+}
+
 /// The per-key state.
 #[derive(Debug, Default)]
 pub(super) struct State {
     holder: Option<Holder>,
-    /// A store lease handed off by a releasing holder, reserved for a local waiter.
+    /// A store lease handed off by a releasing holder, reserved for the head of the line.
     offer: Option<Offer>,
-    waiting: u32,
-    /// The latest deadline of the registered waiters (while any waits).
-    wait_until: Option<Instant>,
+    /// Blocking contenders in arrival order; the head is the only one that may take the key.
+    line: VecDeque<Place>,
+    /// This process took its last store lease while other processes queued in the store, and
+    /// local waiters remained: a fair store then put the process back at the end of its line, so
+    /// the next head waits for the store's word instead of asking only to be refused.
+    behind_others: bool,
     /// The end of the latest lease this entry carried.
     last_end: Option<Instant>,
     /// The expiry last given to the cache; `None`: the one it got at creation.
@@ -103,6 +109,9 @@ struct Holder {
     hand_offs: u32,
     /// When the store lease was first acquired (for the hand-off hold bound).
     since: Instant,
+    /// Other processes queued in the store when it granted this lease: it is theirs next, so it
+    /// is not handed off.
+    others_queued: bool,
 }
 
 #[derive(Debug)]
@@ -112,19 +121,34 @@ struct Offer {
     since: Instant,
 }
 
+/// One blocking contender's place in the line.
+#[derive(Debug)]
+struct Place {
+    waiter: WaiterId,
+    /// Wakes this contender alone. Fired with `notify_waiters`, which stores no permit: a head
+    /// that is away waiting for the store is not woken later by a stale turn.
+    wake: Arc<Notify>,
+    /// The contender's deadline: the place lapses then.
+    until: Instant,
+}
+
 /// What a contender gets from [`State::try_take`].
 #[derive(Debug, PartialEq)]
 pub(super) enum Take {
     /// The key is the caller's locally. `handed`: the store lease it received by hand-off;
-    /// `None`: the caller asks the store (it is the key's one store talker now).
+    /// `None`: the caller asks the store (it is the key's one store talker now; a blocking caller
+    /// keeps the head of the line until [`State::granted`] or [`State::leave`]).
     Taken { handed: Option<Lease> },
-    /// Held or offered to waiters, and the caller does not wait: fail without store I/O.
+    /// Held, offered or queued for, and the caller does not wait: fail without store I/O.
     FastFail,
-    /// Held, and the caller's deadline has passed.
+    /// The caller's deadline has passed: it gives up (and leaves the line).
     TimedOut,
-    /// Held; the caller may wait until `wake_at` (its deadline or the lease's end, the earlier)
-    /// and look again.
+    /// In line behind someone, or the key is held: wait (on [`State::wake_of`]) until `wake_at`
+    /// (the deadline or the lease's end, the earlier) and look again.
     Busy { wake_at: Instant },
+    /// The head of the line, but this process is queued behind other processes in the store:
+    /// wait for the store's word (a notification, or a poll) and ask again, keeping the place.
+    AfterOthers,
     /// The entry left the cache: look the key up again.
     Retired,
 }
@@ -134,18 +158,32 @@ pub(super) enum Take {
 pub(super) enum Release {
     /// Not this entry's holder (stale or foreign lease): the store decides.
     NotHolder,
-    /// Handed to the waiters (the `consecutive`-th hand-off of this store lease): no store I/O;
-    /// wake one waiter.
+    /// Handed to the head of the line (the `consecutive`-th hand-off of this store lease): no
+    /// store I/O; wake the head ([`State::head_wake`]).
     HandedOff { consecutive: u32 },
     /// Release `store` in the store; the holder stays in place until it answered
     /// ([`State::vacate`]).
     ToStore { store: Lease },
 }
 
+/// What a waiter leaving the line leaves behind, from [`State::leave`].
+#[derive(Debug, Default)]
+pub(super) struct Left {
+    /// The new head, when it may take the key now.
+    pub(super) wake: Option<Arc<Notify>>,
+    /// An offer nobody is left to claim: the caller releases it in the store.
+    pub(super) orphan: Option<Lease>,
+}
+
 impl State {
-    /// Drops a holder or an offer whose lease has run out: a crashed or leaked holder never
-    /// blocks the key past its lease.
+    /// Drops a holder or an offer whose lease has run out, and places whose deadline passed: a
+    /// crashed, leaked or vanished contender never blocks the key past its lease or deadline.
     pub(super) fn expire(&mut self, now: Instant) {
+        self.expire_leases(now);
+        self.lapse(now, None);
+    }
+
+    fn expire_leases(&mut self, now: Instant) {
         if self.holder.as_ref().is_some_and(|h| h.expires_at <= now) {
             self.holder = None;
         }
@@ -158,9 +196,19 @@ impl State {
         }
     }
 
+    /// Drops the places whose deadline passed, but `caller`'s: a contender woken by its turn just
+    /// as its deadline passes still takes the key it was given.
+    fn lapse(&mut self, now: Instant, caller: Option<WaiterId>) {
+        self.line
+            .retain(|p| p.until > now || Some(p.waiter) == caller);
+        if self.line.is_empty() {
+            self.behind_others = false;
+        }
+    }
+
     /// Whether anyone holds, is offered or waits for the key.
     pub(super) fn in_use(&self) -> bool {
-        self.holder.is_some() || self.offer.is_some() || self.waiting > 0
+        self.holder.is_some() || self.offer.is_some() || !self.line.is_empty()
     }
 
     /// Whether the entry left the cache.
@@ -183,13 +231,14 @@ impl State {
     }
 
     /// The earliest time the cache may drop this entry. In use: the end of the latest lease,
-    /// offer or waiter wake-up. Idle: the end of the last lease, and no later than
+    /// offer or waiter deadline. Idle: the end of the last lease, and no later than
     /// [`IDLE_LINGER`] from `now`.
     pub(super) fn horizon(&self, now: Instant) -> Instant {
         if self.in_use() {
             let holder = self.holder.as_ref().map(|h| h.expires_at);
             let offer = self.offer.as_ref().map(|o| o.store.expires_at());
-            [holder, offer, self.wait_until]
+            let waiters = self.line.iter().map(|p| p.until).max();
+            [holder, offer, waiters]
                 .into_iter()
                 .flatten()
                 .max()
@@ -225,97 +274,162 @@ impl State {
         self.pinned_until = Some(until);
     }
 
-    /// A contender for the key. `deadline`: `None` for a try-lock, which never takes an offer
-    /// (it is reserved for the waiters) and fails fast; a blocking contender takes a free key or
-    /// an offer, else is told how long to wait.
+    /// A contender for the key. `wait`: `None` for a try-lock, which takes the key only if it is
+    /// free and nobody is in line, else fails fast; a blocking contender joins the line (once)
+    /// and takes the key or an offer when it is the head, else is told how long to wait.
     pub(super) fn try_take(
         &mut self,
         token: &OwnerToken,
         ttl: Duration,
-        deadline: Option<Instant>,
+        wait: Option<Wait>,
         now: Instant,
     ) -> Take {
         if self.retired {
             return Take::Retired;
         }
-        self.expire(now);
-        if self.holder.is_none() && (self.offer.is_none() || deadline.is_some()) {
-            let offer = self.offer.take();
-            let holder = match offer {
-                Some(o) => Holder {
-                    token: token.clone(),
-                    expires_at: o.store.expires_at(),
-                    handed: Some(o.store),
-                    hand_offs: o.hand_offs,
-                    since: o.since,
-                },
-                None => Holder {
-                    token: token.clone(),
-                    handed: None,
-                    expires_at: now + ttl,
-                    hand_offs: 0,
-                    since: now,
-                },
-            };
-            let handed = holder.handed.clone();
-            self.note_end(holder.expires_at);
-            self.holder = Some(holder);
-            return Take::Taken { handed };
-        }
-        let Some(deadline) = deadline else {
-            return Take::FastFail;
+        self.expire_leases(now);
+        self.lapse(now, wait.map(|w| w.waiter));
+        let Some(wait) = wait else {
+            if self.holder.is_some() || self.offer.is_some() || !self.line.is_empty() {
+                return Take::FastFail;
+            }
+            self.hold_fresh(token, ttl, now);
+            return Take::Taken { handed: None };
         };
-        if deadline <= now {
+        if !self.line.iter().any(|p| p.waiter == wait.waiter) {
+            self.line.push_back(Place {
+                waiter: wait.waiter,
+                wake: Arc::new(Notify::new()),
+                until: wait.deadline,
+            });
+        }
+        let is_head = self.line.front().is_some_and(|p| p.waiter == wait.waiter);
+        if is_head && self.holder.is_none() {
+            if let Some(offer) = self.offer.take() {
+                self.line.pop_front();
+                let expires_at = offer.store.expires_at();
+                self.note_end(expires_at);
+                self.holder = Some(Holder {
+                    token: token.clone(),
+                    expires_at,
+                    handed: Some(offer.store.clone()),
+                    hand_offs: offer.hand_offs,
+                    since: offer.since,
+                    others_queued: false,
+                });
+                return Take::Taken {
+                    handed: Some(offer.store),
+                };
+            }
+            if std::mem::take(&mut self.behind_others) {
+                return Take::AfterOthers;
+            }
+            self.hold_fresh(token, ttl, now);
+            return Take::Taken { handed: None };
+        }
+        if wait.deadline <= now {
+            // The place goes when the caller leaves ([`State::leave`]), which wakes the next head.
             return Take::TimedOut;
         }
+        // Woken by a turn, else no later than the lease's end (a leaked holder), nor than the
+        // head's deadline (a head that vanished without leaving), nor than its own deadline.
         let lease_end = self
             .holder
             .as_ref()
             .map(|h| h.expires_at)
-            .or_else(|| self.offer.as_ref().map(|o| o.store.expires_at()))
-            .unwrap_or(deadline);
+            .or_else(|| self.offer.as_ref().map(|o| o.store.expires_at()));
+        let head_until = self.line.front().map(|p| p.until);
         Take::Busy {
-            wake_at: deadline.min(lease_end),
+            wake_at: [Some(wait.deadline), lease_end, head_until]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(wait.deadline),
         }
     }
 
-    /// Registers a local waiter whose deadline is `deadline`.
-    pub(super) fn wait(&mut self, deadline: Instant) {
-        self.waiting += 1;
-        self.wait_until = self.wait_until.max(Some(deadline));
+    fn hold_fresh(&mut self, token: &OwnerToken, ttl: Duration, now: Instant) {
+        self.note_end(now + ttl);
+        self.holder = Some(Holder {
+            token: token.clone(),
+            handed: None,
+            expires_at: now + ttl,
+            hand_offs: 0,
+            since: now,
+            others_queued: false,
+        });
     }
 
-    /// Unregisters a waiter that took the key (or backs out of a registration).
-    pub(super) fn stop_waiting(&mut self) {
-        self.waiting = self.waiting.saturating_sub(1);
-        if self.waiting == 0 {
-            self.wait_until = None;
+    /// The wake-up of `waiter`'s place, if it has one.
+    pub(super) fn wake_of(&self, waiter: WaiterId) -> Option<Arc<Notify>> {
+        self.line
+            .iter()
+            .find(|p| p.waiter == waiter)
+            .map(|p| p.wake.clone())
+    }
+
+    /// The head's wake-up, when the head may take the key now (nobody holds it).
+    pub(super) fn head_wake(&self) -> Option<Arc<Notify>> {
+        if self.holder.is_some() {
+            return None;
+        }
+        self.line.front().map(|p| p.wake.clone())
+    }
+
+    /// The store granted `token`'s request; `others_queued`: other processes were in the store's
+    /// line then ([`Lease::is_contended`]). A blocking taker (`waiter`) leaves the line. If local
+    /// waiters remain behind a contended grant, the process went back to the end of the store's
+    /// line, and the next head waits for the store's word ([`Take::AfterOthers`]).
+    pub(super) fn granted(
+        &mut self,
+        token: &OwnerToken,
+        waiter: Option<WaiterId>,
+        others_queued: bool,
+    ) {
+        if let Some(waiter) = waiter {
+            self.line.retain(|p| p.waiter != waiter);
+        }
+        if let Some(h) = self.holder.as_mut().filter(|h| &h.token == token) {
+            h.others_queued = others_queued;
+        }
+        self.behind_others = others_queued && !self.line.is_empty();
+    }
+
+    /// `waiter` leaves the line (its wait ended: deadline, cancellation, an error, shutdown). If
+    /// the key is free, the head is to be woken (it may be a new one); the last waiter to
+    /// leave takes an offer nobody will claim with it (the caller releases it in the store).
+    pub(super) fn leave(&mut self, waiter: WaiterId) -> Left {
+        self.line.retain(|p| p.waiter != waiter);
+        if self.line.is_empty() {
+            self.behind_others = false;
+            let orphan = if self.holder.is_none() {
+                self.offer.take().map(|o| o.store)
+            } else {
+                None
+            };
+            return Left { wake: None, orphan };
+        }
+        // Woken whether or not the leaver was the head: its place may have lapsed already (then
+        // nobody saw the head change), and a head with nothing to do looks and sleeps again.
+        Left {
+            wake: self.head_wake(),
+            orphan: None,
         }
     }
 
-    /// Unregisters a waiter that gives up (deadline, cancellation, shutdown). The last waiter to
-    /// leave takes an offer nobody will claim with it: the caller releases it in the store.
-    pub(super) fn leave(&mut self) -> Option<Lease> {
-        self.stop_waiting();
-        if self.waiting == 0 && self.holder.is_none() {
-            self.offer.take().map(|o| o.store)
-        } else {
-            None
-        }
-    }
-
-    /// Whether anyone waits.
+    /// How many contenders wait in line.
     #[cfg(test)]
-    pub(super) fn has_waiters(&self) -> bool {
-        self.waiting > 0
+    pub(super) fn line_len(&self) -> usize {
+        self.line.len()
     }
 
-    /// Frees the key if `token` still holds it; returns whether a waiter should be woken.
-    pub(super) fn vacate(&mut self, token: &OwnerToken) -> bool {
+    /// Frees the key if `token` still holds it; returns the head's wake-up if the head may now
+    /// take it.
+    pub(super) fn vacate(&mut self, token: &OwnerToken) -> Option<Arc<Notify>> {
         if self.holder.as_ref().is_some_and(|h| &h.token == token) {
             self.holder = None;
         }
-        self.waiting > 0
+        self.head_wake()
     }
 
     /// The store lease behind `own` (the lease handed to `own`'s holder), if `own`'s token holds
@@ -327,9 +441,10 @@ impl State {
             .map(|h| h.handed.clone().unwrap_or_else(|| own.clone()))
     }
 
-    /// A holder releases `own`. With hand-off on and waiters present, the store lease goes to
-    /// them while the bounds allow (consecutive hand-offs, hold time, lease still running);
-    /// otherwise it is released in the store.
+    /// A holder releases `own`. With hand-off on and someone in line, the store lease goes to
+    /// the head while the bounds allow (consecutive hand-offs, hold time, lease still running)
+    /// and no other process queued for it in the store (they were first); otherwise it is
+    /// released in the store.
     pub(super) fn release(&mut self, own: &Lease, policy: HandOff, now: Instant) -> Release {
         let Some(store) = self.store_lease(own) else {
             return Release::NotHolder;
@@ -338,7 +453,8 @@ impl State {
             return Release::NotHolder;
         };
         let may_hand_off = policy.enabled
-            && self.waiting > 0
+            && !self.line.is_empty()
+            && !holder.others_queued
             && holder.hand_offs < policy.max_hand_offs
             && now.saturating_duration_since(holder.since) < policy.max_hold
             && now < store.expires_at();
@@ -409,6 +525,7 @@ mod tests {
     use crate::core::LockKey;
 
     const TTL: Duration = Duration::from_secs(10);
+    const MINUTE: Duration = Duration::from_secs(60);
 
     fn token() -> OwnerToken {
         OwnerToken::generate()
@@ -437,16 +554,27 @@ mod tests {
         max_hold: Duration::from_secs(1),
     };
 
-    /// A state held by a fresh holder (its own lease is the store lease) with one waiter.
-    fn held_with_waiter(now: Instant) -> (State, OwnerToken, Lease) {
+    fn wait(deadline: Instant) -> Wait {
+        Wait {
+            waiter: WaiterId::new(),
+            deadline,
+        }
+    }
+
+    /// A state held by a fresh holder (its own lease is the store lease) with one waiter in line.
+    fn held_with_waiter(now: Instant) -> (State, OwnerToken, Lease, Wait) {
         let mut st = State::default();
         let a = token();
         assert_eq!(
             st.try_take(&a, TTL, None, now),
             Take::Taken { handed: None }
         );
-        st.wait(now + Duration::from_secs(60));
-        (st, a.clone(), lease(&a, TTL, now))
+        let w = wait(now + MINUTE);
+        assert_eq!(
+            st.try_take(&token(), TTL, Some(w), now),
+            Take::Busy { wake_at: now + TTL }
+        );
+        (st, a.clone(), lease(&a, TTL, now), w)
     }
 
     #[test]
@@ -469,33 +597,188 @@ mod tests {
         st.try_take(&token(), TTL, None, now);
         let soon = now + Duration::from_secs(2);
         assert_eq!(
-            st.try_take(&token(), TTL, Some(soon), now),
+            st.try_take(&token(), TTL, Some(wait(soon)), now),
             Take::Busy { wake_at: soon }
         );
-        let late = now + Duration::from_secs(60);
+        let mut st = State::default();
+        st.try_take(&token(), TTL, None, now);
         assert_eq!(
-            st.try_take(&token(), TTL, Some(late), now),
+            st.try_take(&token(), TTL, Some(wait(now + MINUTE)), now),
             Take::Busy { wake_at: now + TTL },
             "woken at the lease's end, not later"
         );
-        assert_eq!(st.try_take(&token(), TTL, Some(now), now), Take::TimedOut);
+        assert_eq!(
+            st.try_take(&token(), TTL, Some(wait(now)), now),
+            Take::TimedOut
+        );
     }
 
     #[test]
-    fn waiters_register_and_leave() {
+    fn the_line_is_served_in_arrival_order_and_a_try_lock_never_passes_it() {
         let now = Instant::now();
-        let (mut st, _, _) = held_with_waiter(now);
-        assert!(st.has_waiters());
-        st.wait(now + Duration::from_secs(5));
+        let (mut st, a, own, first) = held_with_waiter(now);
+        let second = wait(now + MINUTE);
+        let (t1, t2) = (token(), token());
+        assert!(matches!(
+            st.try_take(&t2, TTL, Some(second), now),
+            Take::Busy { .. }
+        ));
+        assert_eq!(st.line_len(), 2);
         assert_eq!(
-            st.leave(),
-            None,
-            "a holder is still there: nothing orphaned"
+            st.release(&own, NO_HAND_OFF, now),
+            Release::ToStore { store: own }
         );
-        assert_eq!(st.leave(), None);
-        assert!(!st.has_waiters());
-        st.stop_waiting(); // one too many: saturates
-        assert!(!st.has_waiters());
+        let head = st.vacate(&a).expect("the head is woken");
+        assert!(Arc::ptr_eq(&head, &st.wake_of(first.waiter).unwrap()));
+        assert_eq!(
+            st.try_take(&token(), TTL, None, now),
+            Take::FastFail,
+            "free, but someone is in line"
+        );
+        assert!(
+            matches!(st.try_take(&t2, TTL, Some(second), now), Take::Busy { .. }),
+            "the second in line waits for the first"
+        );
+        assert_eq!(
+            st.try_take(&t1, TTL, Some(first), now),
+            Take::Taken { handed: None }
+        );
+        assert_eq!(st.line_len(), 2, "the head keeps its place while it asks");
+        st.granted(&t1, Some(first.waiter), false);
+        assert_eq!(st.line_len(), 1, "granted: out of the line");
+        let again = wait(now + MINUTE);
+        st.vacate(&t1);
+        assert!(
+            matches!(st.try_take(&t1, TTL, Some(again), now), Take::Busy { .. }),
+            "asking again goes to the back"
+        );
+        assert_eq!(
+            st.try_take(&t2, TTL, Some(second), now),
+            Take::Taken { handed: None }
+        );
+    }
+
+    #[test]
+    fn a_refused_head_keeps_its_place_and_the_line_waits_behind_it() {
+        let now = Instant::now();
+        let mut st = State::default();
+        let (head, next) = (wait(now + MINUTE), wait(now + MINUTE));
+        let (t1, t2) = (token(), token());
+        assert_eq!(
+            st.try_take(&t1, TTL, Some(head), now),
+            Take::Taken { handed: None }
+        );
+        assert!(matches!(
+            st.try_take(&t2, TTL, Some(next), now),
+            Take::Busy { .. }
+        ));
+        // The store refused: the talker's hold goes, its place stays at the head.
+        st.vacate(&t1);
+        assert!(matches!(
+            st.try_take(&t2, TTL, Some(next), now),
+            Take::Busy { .. }
+        ));
+        let t3 = token();
+        assert_eq!(
+            st.try_take(&t3, TTL, Some(head), now),
+            Take::Taken { handed: None },
+            "the head's next attempt"
+        );
+        // The head gives up (its watch dropped): the next one is woken and may take the key.
+        st.vacate(&t3);
+        let left = st.leave(head.waiter);
+        assert!(Arc::ptr_eq(
+            &left.wake.unwrap(),
+            &st.wake_of(next.waiter).unwrap()
+        ));
+        assert_eq!(
+            st.try_take(&t2, TTL, Some(next), now),
+            Take::Taken { handed: None }
+        );
+    }
+
+    #[test]
+    fn a_place_lapses_at_its_deadline_and_the_next_head_is_woken_on_leave() {
+        let now = Instant::now();
+        let mut st = State::default();
+        let (soon, later) = (wait(now + TTL), wait(now + MINUTE));
+        let holder = token();
+        st.try_take(&holder, MINUTE, None, now);
+        st.try_take(&token(), TTL, Some(soon), now);
+        assert_eq!(
+            st.try_take(&token(), TTL, Some(later), now),
+            Take::Busy { wake_at: now + TTL },
+            "no later than the head's deadline"
+        );
+        let after = now + TTL;
+        assert_eq!(
+            st.try_take(&token(), TTL, Some(soon), after),
+            Take::TimedOut
+        );
+        st.vacate(&holder);
+        let left = st.leave(soon.waiter);
+        assert!(left.wake.is_some(), "the new head is woken");
+        assert_eq!(
+            st.try_take(&token(), TTL, Some(later), after),
+            Take::Taken { handed: None }
+        );
+    }
+
+    #[test]
+    fn behind_other_processes_the_next_head_waits_for_the_stores_word_once() {
+        let now = Instant::now();
+        let mut st = State::default();
+        let (a, b) = (token(), token());
+        let (first, second) = (wait(now + MINUTE), wait(now + MINUTE));
+        st.try_take(&a, TTL, Some(first), now);
+        st.try_take(&b, TTL, Some(second), now);
+        st.granted(&a, Some(first.waiter), true);
+        let own = lease(&a, TTL, now);
+        assert_eq!(
+            st.release(&own, hand_off(8, MINUTE), now),
+            Release::ToStore { store: own },
+            "others queued in the store first: no hand-off"
+        );
+        st.vacate(&a);
+        assert_eq!(st.try_take(&b, TTL, Some(second), now), Take::AfterOthers);
+        assert_eq!(
+            st.try_take(&b, TTL, Some(second), now),
+            Take::Taken { handed: None },
+            "once woken by the store, it asks"
+        );
+        // Uncontended grants, or nobody left behind, set nothing.
+        st.granted(&b, Some(second.waiter), true);
+        st.vacate(&b);
+        let c = wait(now + MINUTE);
+        assert_eq!(
+            st.try_take(&token(), TTL, Some(c), now),
+            Take::Taken { handed: None }
+        );
+    }
+
+    #[test]
+    fn the_last_waiter_to_leave_gives_back_an_unclaimed_offer() {
+        let now = Instant::now();
+        let (mut st, _, own, w) = held_with_waiter(now);
+        assert_eq!(
+            st.release(&own, hand_off(8, MINUTE), now),
+            Release::HandedOff { consecutive: 1 }
+        );
+        let left = st.leave(w.waiter);
+        assert_eq!(
+            left.orphan,
+            Some(own),
+            "the last waiter takes the orphan with it"
+        );
+        assert!(left.wake.is_none());
+        assert!(!st.in_use());
+        let (mut st, _, _, w) = held_with_waiter(now);
+        let left = st.leave(w.waiter);
+        assert!(
+            left.orphan.is_none() && left.wake.is_none(),
+            "a holder is still there"
+        );
+        assert_eq!(st.line_len(), 0);
     }
 
     #[test]
@@ -506,11 +789,11 @@ mod tests {
         st.try_take(&a, TTL, None, now);
         let own = lease(&a, TTL, now);
         assert_eq!(
-            st.release(&own, hand_off(8, Duration::from_secs(60)), now),
+            st.release(&own, hand_off(8, MINUTE), now),
             Release::ToStore { store: own.clone() }
         );
         assert!(st.in_use(), "held until the store answered");
-        assert!(!st.vacate(&a), "nobody to wake");
+        assert!(st.vacate(&a).is_none(), "nobody to wake");
         assert!(!st.in_use());
         assert_eq!(
             st.try_take(&token(), TTL, None, now),
@@ -519,49 +802,44 @@ mod tests {
     }
 
     #[test]
-    fn release_with_waiters_but_hand_off_off_wakes_one_after_the_store() {
+    fn hand_off_reserves_the_store_lease_for_the_head() {
         let now = Instant::now();
-        let (mut st, a, own) = held_with_waiter(now);
-        assert_eq!(
-            st.release(&own, NO_HAND_OFF, now),
-            Release::ToStore { store: own.clone() }
-        );
-        assert!(st.vacate(&a), "a waiter to wake");
-        st.stop_waiting();
-        assert_eq!(
-            st.try_take(&token(), TTL, Some(now + TTL), now),
-            Take::Taken { handed: None }
-        );
-    }
-
-    #[test]
-    fn hand_off_reserves_the_store_lease_for_a_waiter() {
-        let now = Instant::now();
-        let (mut st, _, own) = held_with_waiter(now);
-        let policy = hand_off(8, Duration::from_secs(60));
+        let (mut st, _, own, w) = held_with_waiter(now);
+        let later = wait(now + MINUTE);
+        st.try_take(&token(), TTL, Some(later), now);
+        let policy = hand_off(8, MINUTE);
         assert_eq!(
             st.release(&own, policy, now),
             Release::HandedOff { consecutive: 1 }
         );
+        assert!(st.head_wake().is_some());
         assert_eq!(
             st.try_take(&token(), TTL, None, now),
             Take::FastFail,
-            "a try-lock does not take an offer reserved for the waiters"
+            "a try-lock does not take an offer reserved for the line"
+        );
+        assert!(
+            matches!(
+                st.try_take(&token(), TTL, Some(later), now),
+                Take::Busy { .. }
+            ),
+            "nor does the second in line"
         );
         let b = token();
-        st.stop_waiting();
         assert_eq!(
-            st.try_take(&b, TTL, Some(now + TTL), now),
+            st.try_take(&b, TTL, Some(w), now),
             Take::Taken {
                 handed: Some(own.clone())
             }
         );
+        assert_eq!(st.line_len(), 1, "the taker left the line");
         let b_own = own.clone().with_token(b.clone());
         assert_eq!(
             st.store_lease(&b_own),
             Some(own.clone()),
             "the taker's lease maps to the store lease"
         );
+        st.leave(later.waiter);
         // No waiter left: the next release is a real one, under the store token.
         assert_eq!(
             st.release(&b_own, policy, now),
@@ -572,8 +850,8 @@ mod tests {
     #[test]
     fn hand_offs_are_bounded_in_number() {
         let now = Instant::now();
-        let (mut st, _, mut own) = held_with_waiter(now);
-        let policy = hand_off(2, Duration::from_secs(60));
+        let (mut st, _, mut own, mut w) = held_with_waiter(now);
+        let policy = hand_off(2, MINUTE);
         let store = own.clone();
         for round in 1..=2 {
             assert_eq!(
@@ -581,9 +859,12 @@ mod tests {
                 Release::HandedOff { consecutive: round }
             );
             let next = token();
-            st.stop_waiting();
-            st.try_take(&next, TTL, Some(now + TTL), now);
-            st.wait(now + TTL);
+            assert!(matches!(
+                st.try_take(&next, TTL, Some(w), now),
+                Take::Taken { handed: Some(_) }
+            ));
+            w = wait(now + TTL);
+            st.try_take(&token(), TTL, Some(w), now);
             own = store.clone().with_token(next);
         }
         assert_eq!(
@@ -596,7 +877,7 @@ mod tests {
     #[test]
     fn hand_offs_are_bounded_in_hold_time() {
         let now = Instant::now();
-        let (mut st, _, own) = held_with_waiter(now);
+        let (mut st, _, own, _) = held_with_waiter(now);
         let later = now + Duration::from_millis(100);
         assert_eq!(
             st.release(&own, hand_off(8, Duration::from_millis(100)), later),
@@ -607,9 +888,9 @@ mod tests {
     #[test]
     fn an_expired_holder_or_offer_is_dropped() {
         let now = Instant::now();
-        let (mut st, _, own) = held_with_waiter(now);
-        st.release(&own, hand_off(8, Duration::from_secs(60)), now);
-        st.stop_waiting();
+        let (mut st, _, own, w) = held_with_waiter(now);
+        st.release(&own, hand_off(8, MINUTE), now);
+        st.leave(w.waiter);
         let after = now + TTL;
         st.expire(after);
         assert!(!st.in_use(), "the offer ran out with its lease");
@@ -626,35 +907,19 @@ mod tests {
             Take::Taken { handed: None },
             "a leaked holder blocks no longer than its lease"
         );
-        assert!(
-            !st.vacate(&a),
-            "the expired holder's vacate changes nothing"
-        );
-        assert!(st.in_use(), "the new holder stays");
-    }
-
-    #[test]
-    fn a_cancelled_waiter_gives_back_an_unclaimed_offer() {
-        let now = Instant::now();
-        let (mut st, _, own) = held_with_waiter(now);
-        st.release(&own, hand_off(8, Duration::from_secs(60)), now);
-        assert_eq!(
-            st.leave(),
-            Some(own),
-            "the last waiter takes the orphan with it"
-        );
-        assert!(!st.in_use());
+        st.vacate(&a);
+        assert!(st.in_use(), "the expired holder's vacate changes nothing");
     }
 
     #[test]
     fn foreign_and_stale_leases_are_not_the_holders() {
         let now = Instant::now();
-        let (mut st, a, own) = held_with_waiter(now);
+        let (mut st, a, own, _) = held_with_waiter(now);
         let foreign = own.clone().with_token(token());
         assert_eq!(st.store_lease(&foreign), None);
         assert_eq!(st.release(&foreign, NO_HAND_OFF, now), Release::NotHolder);
         assert!(!st.renewed(foreign.token(), &foreign));
-        assert!(st.vacate(&a));
+        assert!(st.vacate(&a).is_some(), "the head is woken");
         assert_eq!(st.release(&own, NO_HAND_OFF, now), Release::NotHolder);
     }
 
@@ -667,7 +932,7 @@ mod tests {
         let renewed = lease(&a, Duration::from_secs(30), now);
         assert!(st.renewed(&a, &renewed));
         assert_eq!(
-            st.try_take(&token(), TTL, Some(now + Duration::from_secs(60)), now),
+            st.try_take(&token(), TTL, Some(wait(now + MINUTE)), now),
             Take::Busy {
                 wake_at: now + Duration::from_secs(30)
             }
@@ -695,26 +960,28 @@ mod tests {
         );
         st.pinned(now + TTL + slack);
         assert_eq!(st.expiry_change(now), None, "already pinned");
-        // The key changes hands (a waiter keeps it in use meanwhile) within the slack.
-        st.wait(now);
-        st.vacate(&a);
+        // The key changes hands within the slack (a waiter keeps it in use meanwhile).
         let b = token();
         let soon = now + slack;
-        st.stop_waiting();
-        st.try_take(&b, TTL, Some(soon + TTL), soon);
+        let w = wait(soon + TTL);
+        st.try_take(&b, TTL, Some(w), now);
+        st.vacate(&a);
+        st.try_take(&b, TTL, Some(w), soon);
+        st.granted(&b, Some(w.waiter), false);
         assert_eq!(
             st.expiry_change(soon),
             None,
             "a new holder within the slack needs no cache write"
         );
-        st.wait(now + Duration::from_secs(60));
+        let long = wait(now + MINUTE);
+        st.try_take(&token(), TTL, Some(long), now);
         assert_eq!(
             st.expiry_change(now),
             Some(now + Duration::from_secs(61)),
-            "a waiter keeps the entry until it wakes up"
+            "a waiter keeps the entry until its deadline"
         );
         st.pinned(now + Duration::from_secs(61));
-        st.stop_waiting();
+        st.leave(long.waiter);
         st.vacate(&b);
         let later = now + Duration::from_secs(2);
         assert_eq!(
@@ -743,9 +1010,9 @@ mod tests {
     #[test]
     fn a_retired_entry_is_taken_by_nobody_and_only_an_idle_one_retires() {
         let now = Instant::now();
-        let (mut st, a, _) = held_with_waiter(now);
+        let (mut st, a, _, w) = held_with_waiter(now);
         assert!(!st.retire_if_idle(now), "held and waited for");
-        st.stop_waiting();
+        st.leave(w.waiter);
         st.vacate(&a);
         assert!(st.retire_if_idle(now));
         assert!(st.is_retired());

@@ -821,3 +821,186 @@ async fn a_layer_used_alone_shuts_down_through_its_own_lifecycle() {
     );
     scripted.verify();
 }
+
+// The line: arrival order, one store talker per process, places kept between attempts.
+
+/// A waiter as the manager's wait loop is one: a watch for the whole wait, and attempts that
+/// carry its waiter id.
+struct Wait {
+    watch: crate::core::ReleaseWatch,
+    deadline: Instant,
+}
+
+impl Wait {
+    async fn new(store: &Local, entity: &str, wait: Duration) -> Wait {
+        Wait {
+            watch: store.watch(&key(entity)).await,
+            deadline: Instant::now() + wait,
+        }
+    }
+
+    fn attempt(&self, entity: &str) -> Acquire {
+        req(entity, 30_000)
+            .with_deadline(Some(self.deadline))
+            .with_waiter(Some(self.watch.waiter()))
+    }
+}
+
+/// The order in which `waiters` finish, releasing each lease at once (each release is a store
+/// release, scripted by the caller).
+async fn finishing_order(
+    store: &Local,
+    mut waiters: Vec<(usize, tokio::task::JoinHandle<Result<Lease>>)>,
+) -> Vec<usize> {
+    let mut order = Vec::new();
+    while !waiters.is_empty() {
+        settle().await;
+        let done = waiters
+            .iter()
+            .position(|(_, w)| w.is_finished())
+            .expect("one waiter has the key");
+        let (n, handle) = waiters.remove(done);
+        let lease = handle.await.unwrap().expect("granted");
+        assert!(
+            waiters.iter().all(|(_, w)| !w.is_finished()),
+            "one at a time"
+        );
+        order.push(n);
+        assert!(store.release(&lease).await.unwrap());
+    }
+    order
+}
+
+#[tokio::test(start_paused = true)]
+async fn local_waiters_are_served_in_arrival_order() {
+    let scripted = ScriptedStore::new();
+    for _ in 0..6 {
+        scripted.grant_acquire().expect_release(Ok(true));
+    }
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
+    let held = store.try_acquire(&req("a", 30_000)).await.unwrap();
+    let mut waiters = Vec::new();
+    for n in 0..4 {
+        waiters.push((
+            n,
+            spawn_waiter(&store, "a", 30_000, Duration::from_secs(60)),
+        ));
+        settle().await;
+    }
+    assert!(store.release(&held).await.unwrap());
+    // The releasing task asks again at once: it goes to the back of the line.
+    waiters.push((
+        4,
+        spawn_waiter(&store, "a", 30_000, Duration::from_secs(60)),
+    ));
+    assert_eq!(finishing_order(&store, waiters).await, [0, 1, 2, 3, 4]);
+    assert_eq!(
+        scripted.count(Op::TryAcquire),
+        6,
+        "one store acquire per grant: nobody asked out of turn"
+    );
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_head_keeps_its_place_and_nobody_behind_it_asks_the_store() {
+    let scripted = ScriptedStore::new();
+    scripted
+        .expect_acquire_with(|req| Err(Error::unavailable(&req.key)))
+        .grant_acquire()
+        .expect_release(Ok(true))
+        .grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
+    let head = Wait::new(&store, "a", Duration::from_secs(60)).await;
+    let refused = store.try_acquire(&head.attempt("a")).await.unwrap_err();
+    assert!(refused.is_unavailable(), "another process holds it");
+    // Two more tasks of this process arrive while the head waits for the store.
+    let second = spawn_waiter(&store, "a", 30_000, Duration::from_secs(60));
+    settle().await;
+    let third = spawn_waiter(&store, "a", 30_000, Duration::from_secs(60));
+    settle().await;
+    assert_eq!(
+        scripted.count(Op::TryAcquire),
+        1,
+        "they wait in memory behind the head: the process has one contender in the store"
+    );
+    assert!(
+        store.try_acquire(&req("a", 30_000)).await.is_err(),
+        "a try-lock does not pass the line"
+    );
+    // The store names this process: the head asks again, still first.
+    let lease = store.try_acquire(&head.attempt("a")).await.unwrap();
+    assert!(!second.is_finished() && !third.is_finished());
+    assert!(store.release(&lease).await.unwrap());
+    drop(head.watch);
+    let second = second.await.unwrap().expect("next in line");
+    settle().await;
+    assert!(!third.is_finished(), "still behind the second");
+    drop(second);
+    third.abort();
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_head_that_stops_waiting_hands_its_place_to_the_next() {
+    let scripted = ScriptedStore::new();
+    scripted
+        .expect_acquire_with(|req| Err(Error::unavailable(&req.key)))
+        .grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
+    let head = Wait::new(&store, "a", Duration::from_secs(60)).await;
+    assert!(store.try_acquire(&head.attempt("a")).await.is_err());
+    let next = spawn_waiter(&store, "a", 30_000, Duration::from_secs(60));
+    settle().await;
+    assert!(!next.is_finished(), "behind the head");
+    drop(head.watch); // the head's lock() call ended (timeout, cancellation)
+    next.await
+        .unwrap()
+        .expect("the next in line is woken and asks the store");
+    assert_eq!(scripted.count(Op::TryAcquire), 2);
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn behind_other_processes_the_next_head_waits_for_the_store_instead_of_asking() {
+    let scripted = ScriptedStore::new();
+    let this = scripted.clone();
+    let (open, answer) = gate();
+    scripted
+        .expect_acquire_after(answer, move |req| {
+            Ok(this.lease_for(req).with_contended(true))
+        })
+        .expect_release(Ok(true))
+        .grant_acquire();
+    // Hand-off on: a lease other processes queue for still goes back to the store.
+    let (store, seen) = local(&scripted, LocalCompetitionLayer::new().hand_off(true));
+    let first = Wait::new(&store, "a", Duration::from_secs(60)).await;
+    let taking = {
+        let (store, attempt) = (store.clone(), first.attempt("a"));
+        tokio::spawn(async move { store.try_acquire(&attempt).await })
+    };
+    settle().await;
+    // Another task of this process queues while the store grants the first.
+    let next = Wait::new(&store, "a", Duration::from_secs(60)).await;
+    let asked = {
+        let (store, attempt) = (store.clone(), next.attempt("a"));
+        tokio::spawn(async move { store.try_acquire(&attempt).await })
+    };
+    settle().await;
+    open.send(()).unwrap();
+    let lease = taking.await.unwrap().unwrap();
+    drop(first.watch);
+    assert!(store.release(&lease).await.unwrap());
+    assert!(!seen.names().contains(&"handed_off"), "yields to the queue");
+    let answer = asked.await.unwrap().unwrap_err();
+    assert!(answer.is_unavailable());
+    assert_eq!(
+        scripted.count(Op::TryAcquire),
+        1,
+        "the process went to the back of the store's line: no request only to be refused"
+    );
+    // The store's word came (a notification): it asks, keeping its place.
+    store.try_acquire(&next.attempt("a")).await.unwrap();
+    assert_eq!(scripted.count(Op::TryAcquire), 2);
+    scripted.verify();
+}
