@@ -48,7 +48,9 @@
 #![forbid(unsafe_code)]
 
 mod config;
+mod connect;
 mod error;
+mod reply;
 mod scripts;
 mod store;
 mod waiting;

@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use leasehold_core::{
     acquire_detached, validate_ttl, Acquire, Capabilities, Error, HistoryEntry, HistoryEvent,
-    HolderInfo, Lease, LockInfo, LockKey, LockMode, LockStore, OwnerToken, ReleaseWatch, Result,
-    TraceConfig,
+    Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result, TraceConfig,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
 use crate::config::RedisConfig;
+use crate::connect::{address_of, client, tls_error};
 use crate::error::{map, Op};
+use crate::reply::{describe_mode, glob_escape, mode_field, parse_inspect, writer_wait_millis};
 use crate::scripts::{
     ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_TRACED, ACQUIRE_SHARED, ACQUIRE_SHARED_TRACED,
     ACQUIRE_TRACED, APPEND_TRACE, EXTEND, EXTEND_SHARED, EXTEND_SHARED_TRACED, EXTEND_TRACED,
@@ -381,88 +382,8 @@ impl RedisStore {
 
 /// Milliseconds for `PX` / `PEXPIRE`, rounded up: the server must never expire a lock before
 /// the client's lease says it does (and a sub-millisecond TTL never becomes zero).
-fn ttl_millis(ttl: Duration) -> u64 {
+pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
-}
-
-/// The client for `config`: with the configured CA and client certificate when any is set.
-fn client(config: &RedisConfig) -> Result<redis::Client> {
-    let bad_url = |e: redis::RedisError| {
-        Error::invalid_argument(format!(
-            "{:?} is not a usable Redis URL (e.g. redis://127.0.0.1:6379)",
-            config.redacted_url()
-        ))
-        .with_source(e)
-    };
-    #[cfg(feature = "tls")]
-    if config.tls != crate::config::TlsFiles::default() {
-        let read = |path: &std::path::Path, what: &str| {
-            std::fs::read(path).map_err(|e| {
-                Error::invalid_argument(format!("cannot read the TLS {what} {}", path.display()))
-                    .with_source(e)
-            })
-        };
-        let root_cert = match &config.tls.ca {
-            Some(path) => Some(read(path, "CA file")?),
-            None => None,
-        };
-        let client_tls = match &config.tls.client {
-            Some((cert, key)) => Some(redis::ClientTlsConfig {
-                client_cert: read(cert, "client certificate")?,
-                client_key: read(key, "client key")?,
-            }),
-            None => None,
-        };
-        return redis::Client::build_with_tls(
-            config.url.as_str(),
-            redis::TlsCertificates {
-                client_tls,
-                root_cert,
-            },
-        )
-        // The redis crate's own message can quote the PEM it failed on: keep only ours.
-        .map_err(|e| {
-            Error::invalid_argument(format!(
-                "the TLS files for {} cannot be used ({:?}): check they are PEM \
-                 certificates (CA, client) and a PEM private key",
-                config.redacted_url(),
-                e.kind()
-            ))
-        });
-    }
-    redis::Client::open(config.url.as_str()).map_err(bad_url)
-}
-
-/// A failed TLS handshake, said plainly: an untrusted certificate or a wrong host name is a setup
-/// problem, not an unreachable server.
-fn tls_error(address: &str, error: &redis::RedisError) -> Option<Error> {
-    let (failure, text) = leasehold_core::TlsFailure::classify(error)?;
-    let hint = match failure {
-        leasehold_core::TlsFailure::UntrustedCa => {
-            "the server's certificate is not signed by a trusted CA: give the CA that signed it \
-             (tls_ca_file / ?tls_ca=)"
-        }
-        leasehold_core::TlsFailure::WrongName => {
-            "the server's certificate does not name the host in the URL: connect by a name the \
-             certificate lists"
-        }
-        leasehold_core::TlsFailure::Handshake => {
-            "the TLS handshake failed: check the CA, the client certificate and the host name"
-        }
-    };
-    Some(Error::new(
-        leasehold_core::ErrorKind::StoreSetup,
-        format!("TLS with Redis at {address} failed: {hint} ({text})"),
-    ))
-}
-
-fn address_of(client: &redis::Client) -> String {
-    match client.get_connection_info().addr() {
-        redis::ConnectionAddr::Tcp(host, port) => format!("{host}:{port}"),
-        redis::ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port} (TLS)"),
-        redis::ConnectionAddr::Unix(path) => path.display().to_string(),
-        other => format!("{other:?}"),
-    }
 }
 
 impl LockStore for RedisStore {
@@ -647,122 +568,6 @@ fn acquire_entries(req: &Acquire) -> (HistoryEntry, HistoryEntry) {
         ok,
         HistoryEntry::new(failed, &req.token, "held by another owner"),
     )
-}
-
-/// The `mode` field of a shared record: `shared`, or `semaphore:N`.
-fn mode_field(mode: LockMode) -> String {
-    match mode {
-        LockMode::Semaphore { permits } => format!("semaphore:{permits}"),
-        other => other.as_str().to_owned(),
-    }
-}
-
-/// The mode a record's `mode` field names (`None`: not one leasehold writes).
-fn parse_mode(field: &str) -> Option<LockMode> {
-    match field.split_once(':') {
-        Some(("semaphore", permits)) => permits
-            .parse()
-            .ok()
-            .and_then(|n| LockMode::semaphore(n).ok()),
-        None if field == "shared" => Some(LockMode::Shared),
-        None if field == "exclusive" => Some(LockMode::Exclusive),
-        _ => None,
-    }
-}
-
-/// How a conflict names the hold found: `semaphore(3)`, `a read-write lock`, `an exclusive lock`.
-fn describe_mode(field: &str) -> String {
-    match parse_mode(field) {
-        Some(LockMode::Shared) => "a read-write lock (read-held)".to_owned(),
-        Some(LockMode::Exclusive) => "an exclusive lock".to_owned(),
-        Some(mode) => mode.to_string(),
-        None => format!("a record of unknown mode {field:?}"),
-    }
-}
-
-/// How long a refused blocking writer keeps new readers out: until its deadline, at most its TTL
-/// (0 for a try).
-fn writer_wait_millis(req: &Acquire, now: Instant) -> u64 {
-    req.deadline.map_or(0, |deadline| {
-        ttl_millis(deadline.saturating_duration_since(now).min(req.ttl)).max(1)
-    })
-}
-
-/// Reads `INSPECT`'s reply (see the script).
-fn parse_inspect(key: &LockKey, reply: Vec<redis::Value>) -> redis::RedisResult<Option<LockInfo>> {
-    use redis::FromRedisValue;
-    let mut items = reply.into_iter();
-    let Some(kind) = items.next() else {
-        return Ok(None);
-    };
-    let kind = String::from_redis_value(kind)?;
-    let rest: Vec<redis::Value> = items.collect();
-    if kind == "x" {
-        let token = rest
-            .first()
-            .cloned()
-            .map(String::from_redis_value)
-            .transpose()?;
-        let Some(token) = token else { return Ok(None) };
-        let pttl = rest
-            .get(1)
-            .cloned()
-            .map(i64::from_redis_value)
-            .transpose()?
-            .unwrap_or(-2);
-        if pttl == -2 {
-            return Ok(None);
-        }
-        let fence = match rest.get(2).cloned() {
-            Some(value) => Option::<u64>::from_redis_value(value)?,
-            None => None,
-        };
-        return Ok(Some(info(key, token, pttl, fence)));
-    }
-    let mut rest = rest.into_iter();
-    let field = rest
-        .next()
-        .map(String::from_redis_value)
-        .transpose()?
-        .unwrap_or_default();
-    let marker = rest
-        .next()
-        .map(u64::from_redis_value)
-        .transpose()?
-        .unwrap_or(0);
-    let mut holders = Vec::new();
-    while let (Some(token), Some(left)) = (rest.next(), rest.next()) {
-        let token = String::from_redis_value(token)?;
-        let left = Duration::from_millis(u64::from_redis_value(left)?);
-        holders.push(HolderInfo::new(OwnerToken::from_string(token), Some(left)));
-    }
-    if holders.is_empty() {
-        return Ok(None);
-    }
-    let mode = parse_mode(&field).unwrap_or(LockMode::Shared);
-    Ok(Some(
-        LockInfo::shared(key.clone(), mode, holders).with_writer_waiting(marker > 0),
-    ))
-}
-
-fn info(key: &LockKey, token: String, pttl: i64, fence: Option<u64>) -> LockInfo {
-    // PTTL: -1 no expiry (never written so by leasehold), -2 gone since.
-    let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
-    LockInfo::new(key.clone(), Some(OwnerToken::from_string(token)))
-        .with_ttl_remaining(ttl)
-        .with_fencing_token(fence)
-}
-
-/// Escapes Redis glob metacharacters so a prefix matches literally in `SCAN MATCH`.
-fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 impl fmt::Debug for RedisStore {

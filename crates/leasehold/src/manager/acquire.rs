@@ -179,8 +179,8 @@ impl LockManager {
                 pause = pause.min(left + EXPIRY_SLACK);
             }
             // With store notifications a local release is not this task's turn (the store names
-            // the next process in line, and wakes its longest waiter), so there is no local
-            // subscription to wait on.
+            // the next process in line, and local competition lets the head of this process's
+            // line ask), so there is no local subscription to wait on.
             tokio::select! {
                 _ = async { if let Some(woken) = woken.as_mut().as_pin_mut() { woken.await } }, if local.is_some() => {}
                 _ = &mut notified => {}

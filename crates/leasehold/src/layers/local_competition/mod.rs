@@ -5,12 +5,19 @@
 //! - **try-lock** ([`Acquire::deadline`] `None`): if another local holder has the key (or is
 //!   acquiring or releasing it), the call fails at once with `LockUnavailable` and no store I/O
 //!   ([`LockEvent::FastFailed`]).
-//! - **blocking lock** (deadline set): the caller waits locally, and is woken as soon as the local
-//!   holder releases (or at its lease's expiry, or at the deadline) — no polling of the store.
-//! - **One store acquirer per key**: the contender that finds the key free locally marks it as
-//!   acquiring before sending; everyone else waits or fails fast in memory. A store-level
-//!   `LockUnavailable` (another process holds it) frees the local entry and wakes one local waiter,
-//!   which then tries the store in turn: at most one acquire per key per process in flight.
+//! - **blocking lock** (deadline set): the caller joins the key's line, in arrival order, and
+//!   waits in memory until it is the head and the key is free locally (woken by the release, or
+//!   at the holder's lease expiry, or at its deadline) — no polling of the store. A task that
+//!   releases and asks again goes to the back; a try-lock never passes anyone in line.
+//! - **One store contender per key and process**: only the head of the line asks the store, and
+//!   marks the key as acquiring before sending. When the store refuses it (another process holds
+//!   the key), a head with a [`WaiterId`](crate::core::WaiterId) (the manager's wait) keeps its
+//!   place and waits for the store in the manager's loop, while everyone behind it waits in
+//!   memory: the process is one contender in the store, as a fair store's line expects. A grant
+//!   marked contended ([`Lease::is_contended`]: other processes queued) with local waiters left
+//!   means the process went to the back of the store's line: the next head then waits for the
+//!   store's word instead of asking only to be refused. The place is given up when the wait's
+//!   [`ReleaseWatch`] is dropped, and lapses at the waiter's deadline.
 //! - **No local state outlives its lease**: a holder's expiry (the lease's, in `tokio::time`) is
 //!   checked on every access, so a crashed, cancelled or leaked holder never blocks the process
 //!   beyond its lease; drop guards free the entry on error and cancellation.
@@ -55,13 +62,15 @@
 //!
 //! # Local hand-off (opt-in: [`LocalCompetitionLayer::hand_off`])
 //! When a local holder releases while other local contenders wait, the store lease is handed
-//! straight to the next local waiter: no store release, no store acquire. The waiter extends the
+//! straight to the head of the line: no store release, no store acquire. The waiter extends the
 //! lease in the store first if less than half of its requested TTL is left. This turns a hot key
 //! from network-bound into memory-bound. To stay fair to other processes, hand-offs are bounded:
 //! after [`max_hand_offs`](LocalCompetitionLayer::max_hand_offs) consecutive hand-offs of one
 //! store lease, or once it has been held (across hand-offs) for
 //! [`max_hand_off_hold`](LocalCompetitionLayer::max_hand_off_hold), the next release is a real
-//! one and every contender, local or remote, competes in the store again.
+//! one and every contender, local or remote, competes in the store again. A lease the store
+//! granted while other processes queued for it ([`Lease::is_contended`]) is never handed off:
+//! those processes asked first.
 //!
 //! **Tokens across a hand-off.** The store record keeps the first holder's owner token and its
 //! fencing token. Each local holder's lease carries its own owner token (the layer maps it to the
