@@ -41,7 +41,7 @@ struct Shape {
 }
 
 /// What one process reports: one line per acquisition, `wait_us start_ns end_ns`, then a line
-/// `REQUESTS n`.
+/// `REQUESTS total acquires releases` (store requests).
 fn child(shape_env: &str) {
     let mut parts = shape_env.split(',');
     let mut next = || parts.next().expect("child shape").to_owned();
@@ -112,7 +112,14 @@ fn child(shape_env: &str) {
                 writeln!(out, "{wait} {start} {end}").unwrap();
             }
         }
-        writeln!(out, "REQUESTS {}", counts.total()).unwrap();
+        writeln!(
+            out,
+            "REQUESTS {} {} {}",
+            counts.total(),
+            counts.acquires(),
+            counts.releases()
+        )
+        .unwrap();
     });
 }
 
@@ -160,7 +167,7 @@ fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) {
         })
         .collect();
     let mut holds = Vec::new();
-    let mut requests = 0u64;
+    let (mut requests, mut acquires, mut releases) = (0u64, 0u64, 0u64);
     let mut per_process = Vec::new();
     for (process, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output().expect("process");
@@ -168,7 +175,10 @@ fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) {
         let mut count = 0u64;
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             if let Some(n) = line.strip_prefix("REQUESTS ") {
-                requests += n.parse::<u64>().unwrap();
+                let mut n = n.split(' ').map(|x| x.parse::<u64>().unwrap());
+                requests += n.next().unwrap();
+                acquires += n.next().unwrap();
+                releases += n.next().unwrap();
                 continue;
             }
             let mut f = line.split(' ').map(|x| x.parse::<u64>().unwrap());
@@ -230,7 +240,11 @@ fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) {
             _ => "—".to_owned(),
         },
     );
-    println!("  (acquisitions per process: {per_process:?})");
+    println!(
+        "  (acquisitions per process: {per_process:?}; store acquires / releases per acquisition: {:.2} / {:.2})",
+        acquires as f64 / n.max(1) as f64,
+        releases as f64 / n.max(1) as f64
+    );
 }
 
 fn main() {

@@ -148,10 +148,16 @@ impl LockManager {
                 .with_trace(plan.trace)
                 .with_waiter(Some(store.waiter()));
             *attempts += 1;
-            let retry_after = match self.attempt(handle, req).await {
-                Err(e) if e.is_unavailable() => e.retry_after(),
+            let (retry_after, behind_others) = match self.attempt(handle, req).await {
+                Err(e) if e.is_unavailable() => (e.retry_after(), e.is_behind_others()),
                 done => return done,
             };
+            if behind_others {
+                // A notification seen while this task waited in local competition's line was
+                // another task's turn: wait for the store's next one.
+                notified.set(store.notify().notified());
+                notified.as_mut().enable();
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Err(Error::new(

@@ -96,7 +96,7 @@ impl<S: LockStore> LocalCompetition<S> {
                         if let Some(in_line) = in_line.as_mut() {
                             in_line.armed = req.waiter.is_none();
                         }
-                        return Err(Error::unavailable(&req.key));
+                        return Err(Error::unavailable(&req.key).behind_others());
                     }
                 }
             };

@@ -993,7 +993,7 @@ async fn behind_other_processes_the_next_head_waits_for_the_store_instead_of_ask
     assert!(store.release(&lease).await.unwrap());
     assert!(!seen.names().contains(&"handed_off"), "yields to the queue");
     let answer = asked.await.unwrap().unwrap_err();
-    assert!(answer.is_unavailable());
+    assert!(answer.is_unavailable() && answer.is_behind_others());
     assert_eq!(
         scripted.count(Op::TryAcquire),
         1,
