@@ -27,6 +27,11 @@ pub struct Capabilities {
     /// The lock history is kept: traced operations ([`Acquire::trace`]) append to it and
     /// [`LockStore::history`] reads it.
     pub history: bool,
+    /// The store keeps one place in its waiter line per waiting acquisition
+    /// ([`Acquire::waiter`]), not per process: it grants in the fleet-wide order of arrival
+    /// (strict FIFO). Local competition then lets every blocking waiter take its own place in the
+    /// store instead of queueing it behind the process's head.
+    pub waiter_line: bool,
 }
 
 impl Capabilities {
@@ -37,15 +42,18 @@ impl Capabilities {
         notifications: false,
         shared_modes: false,
         history: false,
+        waiter_line: false,
     };
 
-    /// Fencing, listing, notifications and shared modes.
+    /// Fencing, listing, notifications, shared modes and history (not `waiter_line`, a choice
+    /// of order rather than a feature).
     pub const ALL: Capabilities = Capabilities {
         fencing: true,
         listing: true,
         notifications: true,
         shared_modes: true,
         history: true,
+        waiter_line: false,
     };
 
     /// Sets `fencing`.
@@ -69,6 +77,12 @@ impl Capabilities {
     /// Sets `history`.
     pub const fn with_history(mut self, history: bool) -> Self {
         self.history = history;
+        self
+    }
+
+    /// Sets `waiter_line`.
+    pub const fn with_waiter_line(mut self, waiter_line: bool) -> Self {
+        self.waiter_line = waiter_line;
         self
     }
 

@@ -56,7 +56,8 @@ pub use leasehold_core as core;
 pub use leasehold_core::{
     option_layer, Acquire, BoxStore, Capabilities, Either, Error, ErrorKind, HolderId, HolderInfo,
     Identity, Layer, LayeredStore, Lease, Lifecycle, LockEvent, LockInfo, LockKey, LockLevel,
-    LockMode, LockStore, Observer, Observers, OwnerToken, Result, SkipReason, Stack, MAX_PERMITS,
+    LockMode, LockStore, Observer, Observers, OwnerToken, ReleaseWatch, Result, SkipReason, Stack,
+    WaiterId, MAX_PERMITS,
 };
 
 pub use guard::LockGuard;

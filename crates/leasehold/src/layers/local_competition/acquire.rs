@@ -21,6 +21,11 @@ impl<S: LockStore> LocalCompetition<S> {
     /// refuses, so it is still the head when it asks again; the place goes when its watch drops.
     /// A caller without one holds a place for this call only.
     pub(super) async fn acquire_exclusive(&self, req: &Acquire) -> Result<Lease> {
+        if req.deadline.is_some() && self.inner.capabilities().waiter_line {
+            // Strict FIFO: the store keeps every waiter's place in the fleet-wide order; a local
+            // line would hold waiters back from taking theirs.
+            return self.inner.try_acquire(req).await;
+        }
         let wait = req.deadline.map(|deadline| Wait {
             waiter: req.waiter.unwrap_or_else(WaiterId::new),
             deadline,

@@ -17,7 +17,10 @@
 //!   marked contended ([`Lease::is_contended`]: other processes queued) with local waiters left
 //!   means the process went to the back of the store's line: the next head then waits for the
 //!   store's word instead of asking only to be refused. The place is given up when the wait's
-//!   [`ReleaseWatch`] is dropped, and lapses at the waiter's deadline.
+//!   [`ReleaseWatch`] is dropped, and lapses at the waiter's deadline. Over a store that keeps
+//!   one place per waiter ([`Capabilities::waiter_line`](crate::core::Capabilities::waiter_line):
+//!   strict FIFO across the fleet), blocking requests skip the local line and take their own
+//!   place in the store's.
 //! - **No local state outlives its lease**: a holder's expiry (the lease's, in `tokio::time`) is
 //!   checked on every access, so a crashed, cancelled or leaked holder never blocks the process
 //!   beyond its lease; drop guards free the entry on error and cancellation.

@@ -1004,3 +1004,29 @@ async fn behind_other_processes_the_next_head_waits_for_the_store_instead_of_ask
     assert_eq!(scripted.count(Op::TryAcquire), 2);
     scripted.verify();
 }
+
+#[tokio::test(start_paused = true)]
+async fn over_a_store_with_a_place_per_waiter_blocking_requests_take_their_own_place() {
+    let scripted = ScriptedStore::new()
+        .with_capabilities(crate::core::Capabilities::NONE.with_waiter_line(true));
+    scripted
+        .grant_acquire()
+        .expect_acquire_with(|req| Err(Error::unavailable(&req.key)))
+        .expect_acquire_with(|req| Err(Error::unavailable(&req.key)));
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
+    let held = store.try_acquire(&req("a", 30_000)).await.unwrap();
+    let first = Wait::new(&store, "a", Duration::from_secs(60)).await;
+    let second = Wait::new(&store, "a", Duration::from_secs(60)).await;
+    // Both ask the store (each joins the store's line in its own arrival order) instead of
+    // waiting in memory behind the local holder.
+    assert!(store.try_acquire(&first.attempt("a")).await.is_err());
+    assert!(store.try_acquire(&second.attempt("a")).await.is_err());
+    assert_eq!(scripted.count(Op::TryAcquire), 3);
+    assert!(
+        store.try_acquire(&req("a", 30_000)).await.is_err(),
+        "a try-lock still fails fast on the local holder"
+    );
+    assert_eq!(scripted.count(Op::TryAcquire), 3);
+    drop(held);
+    scripted.verify();
+}
