@@ -240,8 +240,15 @@ fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) {
             _ => "—".to_owned(),
         },
     );
+    // When the worst wait ended, from the first grant: a tail at the start is the fleet warming
+    // up (connections, watches), one later is the line itself.
+    let first = holds.first().map_or(0, |h| h.start);
+    let worst_at = holds
+        .iter()
+        .max_by_key(|h| h.wait_us)
+        .map_or(0.0, |h| h.start.saturating_sub(first) as f64 / 1e9);
     println!(
-        "  (acquisitions per process: {per_process:?}; store acquires / releases per acquisition: {:.2} / {:.2})",
+        "  (acquisitions per process: {per_process:?}; store acquires / releases per acquisition: {:.2} / {:.2}; worst wait ended {worst_at:.2} s into the run)",
         acquires as f64 / n.max(1) as f64,
         releases as f64 / n.max(1) as f64
     );
