@@ -342,3 +342,134 @@ impl Waiting {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::FutureExt;
+    use leasehold_core::LockKey;
+
+    use super::*;
+
+    const LOCK: &str = "p:DC#f#k";
+
+    fn waiting() -> Arc<Waiting> {
+        Arc::new(Waiting::new("p:", None, Duration::from_secs(1)))
+    }
+
+    fn recorder() -> (Leave, Arc<Mutex<Vec<String>>>) {
+        let left = Arc::new(Mutex::new(Vec::new()));
+        let record = left.clone();
+        (Arc::new(move |entry| record.lock().unwrap().push(entry)), left)
+    }
+
+    fn blocking(waiter: Option<WaiterId>) -> Acquire {
+        Acquire::new(
+            LockKey::dc("f", "c", "k").unwrap(),
+            OwnerToken::generate(),
+            Duration::from_secs(1),
+        )
+        .with_deadline(Some(tokio::time::Instant::now() + Duration::from_secs(60)))
+        .with_waiter(waiter)
+    }
+
+    fn entry_of(waiting: &Waiting, watch: &ReleaseWatch) -> String {
+        match waiting.place(LOCK, &blocking(Some(watch.waiter())), true) {
+            Place::Waiter(_, entry) => entry,
+            other => panic!("a watched wait has its own entry, not {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_named_waiter_wakes_and_the_process_id_wakes_every_waiter() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave.clone()).await;
+        let b = waiting.watch(LOCK.to_owned(), leave).await;
+        let (entry_a, entry_b) = (entry_of(&waiting, &a), entry_of(&waiting, &b));
+        assert_ne!(entry_a, entry_b);
+        assert!(entry_a.starts_with(&format!("{}#", waiting.id())));
+        let channel = waiting.channel(LOCK);
+
+        let (mut woken_a, mut woken_b) = (
+            Box::pin(a.notify().notified()),
+            Box::pin(b.notify().notified()),
+        );
+        woken_a.as_mut().enable();
+        woken_b.as_mut().enable();
+        waiting.deliver(&channel, Some(entry_b.clone()));
+        assert!(woken_b.as_mut().now_or_never().is_some(), "b was named");
+        assert!(woken_a.as_mut().now_or_never().is_none(), "a was not");
+
+        waiting.deliver(&channel, Some(format!("other-process#{entry_a}")));
+        waiting.deliver(&channel, Some("other-process".to_owned()));
+        assert!(woken_a.as_mut().now_or_never().is_none(), "not ours");
+
+        let mut woken_b = Box::pin(b.notify().notified());
+        woken_b.as_mut().enable();
+        waiting.deliver(&channel, Some(waiting.id().to_owned()));
+        assert!(woken_a.now_or_never().is_some(), "the process's turn wakes a");
+        assert!(woken_b.now_or_never().is_some(), "and b");
+    }
+
+    #[tokio::test]
+    async fn a_wake_up_is_never_stored_for_a_waiter_not_listening() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave).await;
+        waiting.deliver(&waiting.channel(LOCK), Some(entry_of(&waiting, &a)));
+        assert!(
+            a.notify().notified().now_or_never().is_none(),
+            "a turn given while nobody listened is not kept for a later round"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_gives_up_leaves_its_own_place_and_the_last_leaves_the_process() {
+        let waiting = waiting();
+        let (leave, left) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave.clone()).await;
+        let b = waiting.watch(LOCK.to_owned(), leave).await;
+        let entry_a = entry_of(&waiting, &a);
+        let place_a = Place::Waiter(a.waiter(), entry_a.clone());
+        assert_eq!(waiting.set_queued(LOCK, &place_a, true), None);
+        assert_eq!(waiting.set_queued(LOCK, &Place::Process, true), None);
+        drop(a);
+        assert_eq!(*left.lock().unwrap(), [entry_a.clone()], "a's place, at once");
+        drop(b);
+        assert_eq!(
+            *left.lock().unwrap(),
+            [entry_a.clone(), waiting.id().to_owned()],
+            "the process's place with its last waiter (b was never queued on its own)"
+        );
+        assert_eq!(
+            waiting.set_queued(LOCK, &place_a, true),
+            Some(entry_a),
+            "an attempt that queued after its wait ended is taken out by the caller"
+        );
+        assert_eq!(waiting.set_queued(LOCK, &place_a, false), None);
+    }
+
+    #[tokio::test]
+    async fn tries_never_queue_and_unknown_waits_fall_back_to_the_process_place() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave).await;
+        let try_lock = blocking(Some(a.waiter())).with_deadline(None);
+        assert_eq!(waiting.place(LOCK, &try_lock, true), Place::None);
+        assert_eq!(waiting.place(LOCK, &blocking(None), true), Place::Process);
+        assert_eq!(
+            waiting.place(LOCK, &blocking(Some(WaiterId::new())), true),
+            Place::Process,
+            "a wait this store did not mint"
+        );
+        assert_eq!(
+            waiting.place(LOCK, &blocking(Some(a.waiter())), false),
+            Place::Process,
+            "default mode: one place per process"
+        );
+        assert_eq!(waiting.entry(&Place::None), "");
+        assert_eq!(waiting.entry(&Place::Process), waiting.id());
+    }
+}
