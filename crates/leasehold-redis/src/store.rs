@@ -253,7 +253,6 @@ impl RedisStore {
             self.trace_args(invocation, &req.key, trace, Some(ok), Some(refused));
         }
     }
-
 }
 
 /// Milliseconds for `PX` / `PEXPIRE`, rounded up: the server must never expire a lock before

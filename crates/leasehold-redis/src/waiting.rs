@@ -173,15 +173,13 @@ impl Waiting {
                 }
                 None
             }
-            Place::Waiter(waiter, entry) => {
-                match found.and_then(|w| w.watchers.get_mut(waiter)) {
-                    Some(watcher) => {
-                        watcher.queued = queued;
-                        None
-                    }
-                    None => queued.then(|| entry.clone()),
+            Place::Waiter(waiter, entry) => match found.and_then(|w| w.watchers.get_mut(waiter)) {
+                Some(watcher) => {
+                    watcher.queued = queued;
+                    None
                 }
-            }
+                None => queued.then(|| entry.clone()),
+            },
         }
     }
 
@@ -361,7 +359,10 @@ mod tests {
     fn recorder() -> (Leave, Arc<Mutex<Vec<String>>>) {
         let left = Arc::new(Mutex::new(Vec::new()));
         let record = left.clone();
-        (Arc::new(move |entry| record.lock().unwrap().push(entry)), left)
+        (
+            Arc::new(move |entry| record.lock().unwrap().push(entry)),
+            left,
+        )
     }
 
     fn blocking(waiter: Option<WaiterId>) -> Acquire {
@@ -409,7 +410,10 @@ mod tests {
         let mut woken_b = Box::pin(b.notify().notified());
         woken_b.as_mut().enable();
         waiting.deliver(&channel, Some(waiting.id().to_owned()));
-        assert!(woken_a.now_or_never().is_some(), "the process's turn wakes a");
+        assert!(
+            woken_a.now_or_never().is_some(),
+            "the process's turn wakes a"
+        );
         assert!(woken_b.now_or_never().is_some(), "and b");
     }
 
@@ -436,7 +440,11 @@ mod tests {
         assert_eq!(waiting.set_queued(LOCK, &place_a, true), None);
         assert_eq!(waiting.set_queued(LOCK, &Place::Process, true), None);
         drop(a);
-        assert_eq!(*left.lock().unwrap(), [entry_a.clone()], "a's place, at once");
+        assert_eq!(
+            *left.lock().unwrap(),
+            std::slice::from_ref(&entry_a),
+            "a's place, at once"
+        );
         drop(b);
         assert_eq!(
             *left.lock().unwrap(),

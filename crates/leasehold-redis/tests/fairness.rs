@@ -413,7 +413,11 @@ async fn in_strict_fifo_a_waiter_that_gives_up_leaves_the_queue_at_once() {
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
     let left = queue_until(&url, "k", |q| q.len() == 1).await;
-    assert_eq!(left, line[1..], "the first waiter's entry went, the second's stayed");
+    assert_eq!(
+        left,
+        line[1..],
+        "the first waiter's entry went, the second's stayed"
+    );
     let deadline_kept = server
         .command(&["HEXISTS", "leasehold:queue-deadline:DC#f1#fair#k", &line[0]])
         .unwrap();
