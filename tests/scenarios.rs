@@ -371,6 +371,28 @@ fn code_registration_rejects_what_files_reject() {
         .with(Scenario::new("b").keys(""))
         .unwrap_err();
     assert_eq!(error.field(), Some("keys"));
+    // Layer settings are checked the same way as a file's.
+    use leasehold::layers::{GracefulShutdownLayer, LocalCompetitionLayer, UnlockWindowLayer};
+    let never = LocalCompetitionLayer::new().hand_off(true).max_hand_offs(0);
+    let error = ScenarioRegistry::new()
+        .with(Scenario::new("c").layers(LayerSettings::new().local_competition(never)))
+        .unwrap_err();
+    assert_eq!(error.field(), Some("layers.local_competition.max_hand_offs"));
+    assert_eq!(error.line(), None);
+    let closed = UnlockWindowLayer::new().margin(Duration::from_secs(2));
+    let error = ScenarioRegistry::new()
+        .with(
+            Scenario::new("d")
+                .ttl(Duration::from_secs(2))
+                .layers(LayerSettings::new().unlock_window(closed)),
+        )
+        .unwrap_err();
+    assert_eq!(error.field(), Some("layers.unlock_window.margin"));
+    let exit = GracefulShutdownLayer::new().exit_code(3);
+    let error = ScenarioRegistry::new()
+        .with(Scenario::new("e").layers(LayerSettings::new().graceful_shutdown(exit)))
+        .unwrap_err();
+    assert_eq!(error.field(), Some("layers.graceful_shutdown.exit_code"));
 }
 
 #[tokio::test]
@@ -554,4 +576,174 @@ async fn a_scenario_fixes_the_lock_kind() {
         .unwrap_err();
     assert!(err.is_unavailable(), "{err}");
     drop((a, b, r1));
+}
+
+/// An observer that keeps event names.
+fn recorder() -> (Arc<Mutex<Vec<&'static str>>>, impl Fn(&LockEvent) + Send + Sync) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    (events, move |e: &LockEvent| sink.lock().unwrap().push(e.name()))
+}
+
+/// Whether a release with a local waiter in line hands the lease over (no store round trip).
+async fn hands_off(locks: &LockManager, entity: &str, events: &Mutex<Vec<&'static str>>) -> bool {
+    events.lock().unwrap().clear();
+    let guard = locks.lock(entity).await.unwrap();
+    let other = locks.clone();
+    let entity_owned = entity.to_owned();
+    let waiter = tokio::spawn(async move { other.lock(entity_owned.as_str()).await });
+    // Let the waiter take its place in the line.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(guard.release().await.unwrap());
+    let taken = waiter.await.unwrap().unwrap();
+    assert!(taken.release().await.unwrap());
+    let seen = events.lock().unwrap().clone();
+    seen.contains(&"handed_off")
+}
+
+/// A scenario's own local-competition settings reach its locks: one with hand-off on hands off
+/// (`LockEvent::HandedOff`), one without does not; `true` keeps the builder's configuration and a
+/// scenario that does not mention the layer keeps the manager's.
+#[tokio::test(start_paused = true)]
+async fn a_scenarios_hand_off_setting_reaches_its_locks() {
+    use leasehold::layers::LocalCompetitionLayer;
+    // The manager without hand-off (the default); a file scenario turns it on.
+    let registry = ScenarioRegistry::from_toml_str(
+        "[[scenario]]\nname = \"hot\"\nkeys = \"hot-*\"\n[scenario.layers]\n\
+         local_competition = { hand_off = true, max_hand_offs = 4, max_hand_off_hold = \"200ms\" }\n",
+        "hot.toml",
+    )
+    .unwrap();
+    let (events, observer) = recorder();
+    let locks = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .scenarios(registry)
+        .observer(observer)
+        .build()
+        .unwrap();
+    assert!(hands_off(&locks, "hot-1", &events).await);
+    assert!(!hands_off(&locks, "cold-1", &events).await);
+    assert_eq!(locks.shutdown().await.unwrap(), 0);
+
+    // The manager with hand-off; scenarios turn it off by configuration, keep it with `true`.
+    let registry = ScenarioRegistry::new()
+        .with(
+            Scenario::new("plain")
+                .keys("plain-*")
+                .layers(LayerSettings::new().local_competition(LocalCompetitionLayer::new())),
+        )
+        .unwrap()
+        .with(
+            Scenario::new("kept")
+                .keys("kept-*")
+                .layers(LayerSettings::new().local_competition(true).reentrancy(false)),
+        )
+        .unwrap();
+    let (events, observer) = recorder();
+    let locks = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .local_competition(LocalCompetitionLayer::new().hand_off(true))
+        .scenarios(registry)
+        .observer(observer)
+        .build()
+        .unwrap();
+    assert!(!hands_off(&locks, "plain-1", &events).await);
+    assert!(hands_off(&locks, "kept-1", &events).await);
+    assert!(hands_off(&locks, "other-1", &events).await);
+    assert_eq!(locks.shutdown().await.unwrap(), 0);
+}
+
+/// A scenario's unlock-window margin decides which late releases are skipped.
+#[tokio::test(start_paused = true)]
+async fn a_scenarios_unlock_window_margin_decides_what_is_skipped() {
+    let registry = ScenarioRegistry::from_toml_str(
+        "[[scenario]]\nname = \"tight\"\nkeys = \"tight-*\"\nttl = \"1s\"\n\
+         [scenario.layers]\nunlock_window = { margin = \"600ms\" }\n",
+        "tight.toml",
+    )
+    .unwrap();
+    let (events, observer) = recorder();
+    let locks = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .scenarios(registry)
+        .observer(observer)
+        .build()
+        .unwrap();
+    let one_second = LockOptions::new().ttl(Duration::from_secs(1));
+    let tight = locks.try_lock("tight-1").await.unwrap();
+    let plain = locks.try_lock_with("plain-1", one_second).await.unwrap();
+    assert_eq!(tight.lease().ttl(), Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // 500 ms into a 1 s lease: past the scenario's 600 ms margin, within the default 150 ms one.
+    assert!(!tight.release().await.unwrap(), "skipped: the window closed");
+    assert!(plain.release().await.unwrap(), "sent: the window is open");
+    let seen = events.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().filter(|e| **e == "release_skipped").count(),
+        1,
+        "{seen:?}"
+    );
+}
+
+/// A scenario's readback retries decide how often an in-doubt acquire is sent again.
+#[tokio::test]
+async fn a_scenarios_readback_retries_reach_its_locks() {
+    use leasehold_testkit::scripted::{reply_lost, Op, ScriptedStore};
+    let registry = ScenarioRegistry::from_toml_str(
+        "[[scenario]]\nname = \"patient\"\nkeys = \"patient-*\"\n\
+         [scenario.layers]\nreadback = { retries = 2 }\n\n\
+         [[scenario]]\nname = \"once\"\nkeys = \"once-*\"\n\
+         [scenario.layers]\nreadback = { retries = 0 }\n",
+        "readback.toml",
+    )
+    .unwrap();
+    let scripted = ScriptedStore::new();
+    let locks = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .store(scripted.clone())
+        .without_layers()
+        .readback(true) // the manager's: one retry
+        .scenarios(registry)
+        .build()
+        .unwrap();
+
+    // Two lost replies: the manager's single retry would give up; the scenario's two do not.
+    scripted
+        .expect_acquire(Err(reply_lost()))
+        .expect_inspect(Ok(None))
+        .expect_acquire(Err(reply_lost()))
+        .expect_inspect(Ok(None))
+        .grant_acquire()
+        .expect_release(Ok(true));
+    let guard = locks.try_lock("patient-1").await.unwrap();
+    assert!(guard.release().await.unwrap());
+    assert_eq!(
+        scripted.ops(),
+        [
+            Op::TryAcquire,
+            Op::Inspect,
+            Op::TryAcquire,
+            Op::Inspect,
+            Op::TryAcquire,
+            Op::Release
+        ]
+    );
+
+    // No retry: read back, never sent again.
+    let scripted_before = scripted.ops().len();
+    scripted
+        .expect_acquire(Err(reply_lost()))
+        .expect_inspect(Ok(None));
+    let error = locks.try_lock("once-1").await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::RetriesExhausted, "{error}");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        scripted.ops()[scripted_before..],
+        [Op::TryAcquire, Op::Inspect]
+    );
+    scripted.verify();
 }
