@@ -377,7 +377,10 @@ fn code_registration_rejects_what_files_reject() {
     let error = ScenarioRegistry::new()
         .with(Scenario::new("c").layers(LayerSettings::new().local_competition(never)))
         .unwrap_err();
-    assert_eq!(error.field(), Some("layers.local_competition.max_hand_offs"));
+    assert_eq!(
+        error.field(),
+        Some("layers.local_competition.max_hand_offs")
+    );
     assert_eq!(error.line(), None);
     let closed = UnlockWindowLayer::new().margin(Duration::from_secs(2));
     let error = ScenarioRegistry::new()
@@ -579,10 +582,15 @@ async fn a_scenario_fixes_the_lock_kind() {
 }
 
 /// An observer that keeps event names.
-fn recorder() -> (Arc<Mutex<Vec<&'static str>>>, impl Fn(&LockEvent) + Send + Sync) {
+fn recorder() -> (
+    Arc<Mutex<Vec<&'static str>>>,
+    impl Fn(&LockEvent) + Send + Sync,
+) {
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
-    (events, move |e: &LockEvent| sink.lock().unwrap().push(e.name()))
+    (events, move |e: &LockEvent| {
+        sink.lock().unwrap().push(e.name())
+    })
 }
 
 /// Whether a release with a local waiter in line hands the lease over (no store round trip).
@@ -635,9 +643,11 @@ async fn a_scenarios_hand_off_setting_reaches_its_locks() {
         )
         .unwrap()
         .with(
-            Scenario::new("kept")
-                .keys("kept-*")
-                .layers(LayerSettings::new().local_competition(true).reentrancy(false)),
+            Scenario::new("kept").keys("kept-*").layers(
+                LayerSettings::new()
+                    .local_competition(true)
+                    .reentrancy(false),
+            ),
         )
         .unwrap();
     let (events, observer) = recorder();
@@ -678,7 +688,10 @@ async fn a_scenarios_unlock_window_margin_decides_what_is_skipped() {
     assert_eq!(tight.lease().ttl(), Duration::from_secs(1));
     tokio::time::sleep(Duration::from_millis(500)).await;
     // 500 ms into a 1 s lease: past the scenario's 600 ms margin, within the default 150 ms one.
-    assert!(!tight.release().await.unwrap(), "skipped: the window closed");
+    assert!(
+        !tight.release().await.unwrap(),
+        "skipped: the window closed"
+    );
     assert!(plain.release().await.unwrap(), "sent: the window is open");
     let seen = events.lock().unwrap().clone();
     assert_eq!(

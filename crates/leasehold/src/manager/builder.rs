@@ -116,7 +116,10 @@ impl ScenarioLayers {
     /// one it gives a configuration gets that one. [`assemble`](Self::assemble) then wires every
     /// layer to the manager's observers and lifecycle, whichever configuration it has.
     fn with_overrides(&self, settings: &LayerSettings) -> Self {
-        fn pick<L: Default + Clone>(current: &Option<L>, setting: &Option<LayerSetting<L>>) -> Option<L> {
+        fn pick<L: Default + Clone>(
+            current: &Option<L>,
+            setting: &Option<LayerSetting<L>>,
+        ) -> Option<L> {
             match setting {
                 None => current.clone(),
                 Some(setting) => setting.resolve(current.as_ref()),

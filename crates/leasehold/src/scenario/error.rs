@@ -46,8 +46,9 @@ pub enum ScenarioError {
         origin: String,
         /// 1-based line, for files.
         line: Option<usize>,
-        /// 1-based column of the value, for files.
-        column: Option<usize>,
+        /// 1-based column of the value, for files (`u32` keeps the error small enough to return
+        /// by value; no line is that long).
+        column: Option<u32>,
         /// The scenario's name.
         scenario: String,
         /// The field.
@@ -72,7 +73,7 @@ impl ScenarioError {
         match self {
             ScenarioError::Read { .. } => None,
             ScenarioError::Parse { column, .. } => Some(*column),
-            ScenarioError::Invalid { column, .. } => *column,
+            ScenarioError::Invalid { column, .. } => column.map(|c| c as usize),
         }
     }
 

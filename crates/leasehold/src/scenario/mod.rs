@@ -77,7 +77,7 @@ pub use registry::ScenarioRegistry;
 
 /// How a scenario's locks are taken.
 ///
-/// Exclusive modes only for now: read-write and semaphore modes arrive with #14 as new variants.
+/// Which kind of lock is taken is the scenario's [`lock`](Scenario::lock), not its mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum AcquireMode {

@@ -72,7 +72,7 @@ impl ScenarioRegistry {
         let invalid = |field: &str, message: String| ScenarioError::Invalid {
             origin: origin.to_owned(),
             line: position_of(field).map(|(line, _)| line),
-            column: position_of(field).map(|(_, column)| column),
+            column: position_of(field).and_then(|(_, column)| u32::try_from(column).ok()),
             scenario: scenario.name.to_string(),
             field: field.to_owned(),
             message,

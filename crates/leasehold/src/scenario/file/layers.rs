@@ -99,11 +99,9 @@ fn not_zero<T: PartialEq + Default>(
     what: &str,
 ) -> Result<(), ScenarioError> {
     match value {
-        Some(v) if *v.get_ref() == T::default() => Err(place.invalid(
-            field,
-            v.span(),
-            format!("must be at least 1 ({what})"),
-        )),
+        Some(v) if *v.get_ref() == T::default() => {
+            Err(place.invalid(field, v.span(), format!("must be at least 1 ({what})")))
+        }
         _ => Ok(()),
     }
 }

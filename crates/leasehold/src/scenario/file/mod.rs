@@ -107,7 +107,7 @@ impl Place<'_> {
         ScenarioError::Invalid {
             origin: self.origin.to_owned(),
             line: Some(line),
-            column: Some(column),
+            column: u32::try_from(column).ok(),
             scenario: self.scenario.clone(),
             field: field.to_owned(),
             message,
@@ -176,9 +176,8 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, Scenar
             origin,
             scenario: s.name.get_ref().clone(),
         };
-        let invalid = |field: &str, span: Range<usize>, message: String| {
-            place.invalid(field, span, message)
-        };
+        let invalid =
+            |field: &str, span: Range<usize>, message: String| place.invalid(field, span, message);
         let ttl = place.duration("ttl", s.ttl.as_ref())?;
         let wait = place.duration("wait", s.wait.as_ref())?;
         let renew_every = place.duration("renew_every", s.renew_every.as_ref())?;
