@@ -38,6 +38,7 @@ mod shared;
 mod store;
 #[cfg(feature = "tls")]
 mod tls;
+mod trace;
 
 pub use config::{AerospikeConfig, DEFAULT_RETRIES, DEFAULT_RETRY_DELAY, DEFAULT_SET_SUFFIX};
 pub use store::AerospikeStore;
