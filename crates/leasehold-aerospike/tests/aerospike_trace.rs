@@ -366,3 +366,38 @@ async fn a_failed_trace_write_leaves_the_lock_operation_as_it_was() {
     fixture.faults().clear();
     assert!(store.history(&k).await.unwrap().is_empty());
 }
+
+/// Fixture only (it counts the data requests): what the trace costs, as docs/AEROSPIKE.md says.
+/// One more round trip per traced acquire and release, none per renewal that works, none for an
+/// untraced lock.
+#[tokio::test]
+async fn a_traced_operation_costs_one_more_round_trip() {
+    let target = AerospikeTarget::fixture_only().await.unwrap();
+    let store = AerospikeStore::connect(config(&target, false))
+        .await
+        .unwrap();
+    let faults = target.fixture().expect("a fixture").faults();
+    faults.inject(Fault::PassThrough, Target::NextRequests(u32::MAX));
+    let cycle = |trace: Option<TraceConfig>, entity: &'static str| {
+        let req = Acquire::new(
+            key(&target, entity),
+            OwnerToken::generate(),
+            Duration::from_secs(30),
+        )
+        .with_trace(trace);
+        let store = store.clone();
+        async move {
+            let before = faults.applied();
+            let lease = store.try_acquire(&req).await.unwrap();
+            let lease = store.extend(&lease, Duration::from_secs(30)).await.unwrap();
+            store.release(&lease).await.unwrap();
+            faults.applied() - before
+        }
+    };
+    assert_eq!(cycle(None, "plain").await, 3, "create, touch, delete");
+    assert_eq!(
+        cycle(Some(TraceConfig::default()), "traced").await,
+        5,
+        "and one history operate after the acquire and after the release"
+    );
+}
