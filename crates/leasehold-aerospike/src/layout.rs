@@ -23,6 +23,9 @@ pub const HOLDERS_BIN: &str = "lh_holders";
 pub const WRITER_BIN: &str = "lh_writer";
 /// Bin of the fence counter record.
 pub const COUNTER_BIN: &str = "lh_counter";
+/// List bin of a lock's history record (the lock trace): encoded
+/// [`HistoryEntry`](leasehold_core::HistoryEntry)s, newest first.
+pub const TRACE_BIN: &str = "lh_trace";
 
 /// Set and bin names for one farm and set suffix, validated against Aerospike's limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +131,12 @@ pub fn fence_set(lock_set: &str) -> String {
     format!("{lock_set}#fence")
 }
 
+/// The lock history set of a lock set: `<lock set>#trace` (as long as the fence set's name, so
+/// the set-name check of [`Layout::lock_set`] covers it too).
+pub fn trace_set(lock_set: &str) -> String {
+    format!("{lock_set}#trace")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +153,10 @@ mod tests {
         assert_eq!(
             fence_set("XDC#distributed_lock"),
             "XDC#distributed_lock#fence"
+        );
+        assert_eq!(
+            trace_set("XDC#distributed_lock").len(),
+            fence_set("XDC#distributed_lock").len()
         );
     }
 

@@ -12,6 +12,7 @@
 //! | expiration | the TTL in whole seconds, rounded up (never 0 = "namespace default") |
 //! | fence counter | record `<lock set>#fence` / lock id, bin `lh_counter`, never expires |
 //! | readers, permits | same record key, own format: `lh_mode` (`shared` / `semaphore:N`), `lh_holders` (map token → expiry ms), `lh_writer` (waiting writer); changed by filtered `operate`s |
+//! | lock history (traced keys) | record `<lock set>#trace` / lock id, list bin `lh_trace` (newest first, bounded), expires the trace TTL after its last write |
 //!
 //! ```no_run
 //! use leasehold::LockManager;
@@ -38,6 +39,7 @@ mod shared;
 mod store;
 #[cfg(feature = "tls")]
 mod tls;
+mod trace;
 
 pub use config::{AerospikeConfig, DEFAULT_RETRIES, DEFAULT_RETRY_DELAY, DEFAULT_SET_SUFFIX};
 pub use store::AerospikeStore;
