@@ -55,8 +55,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod acquire;
 mod config;
 mod error;
+mod info;
+mod layout;
+mod shared;
 mod store;
 mod waiting;
 
