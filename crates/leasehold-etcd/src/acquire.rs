@@ -20,7 +20,7 @@ impl EtcdStore {
     /// a blocking attempt that already has a place in line first reads whether it is its turn.
     pub(crate) async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
         let lock_key = self.lock_key(&req.key);
-        let waiting = &self.waiting();
+        let waiting = self.waiting();
         let fair = self.config().fair;
         // A blocking attempt of a process that watches the key waits in line: its first attempt
         // is a plain try (free and nobody waiting), and joins the line if that fails.
