@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `<lock>` | the exclusive (write) hold: value = owner token, on its own lease |
 //! | `<lock>#holder#<mode>#<token>` | one reader (`shared`) or permit holder (`semaphore:N`), on its own lease |
-//! | `<lock>#writer#<token>` | a blocking writer refused by readers: keeps new readers out |
+//! | `<lock>#writer#<store id>` | a blocking writer refused by readers: keeps new readers out |
 //! | `<lock>#waiter#<lease id hex>` | fair waiting: one waiting process's place in line |
 //!
 //! A lock key has a fixed number of `#`-separated parts and no part holds a `#`, so none of these
@@ -34,9 +34,9 @@ pub(crate) fn writer_prefix(lock_key: &str) -> String {
     format!("{lock_key}#writer#")
 }
 
-/// One waiting writer's marker.
-pub(crate) fn writer_key(lock_key: &str, token: &str) -> String {
-    format!("{}{token}", writer_prefix(lock_key))
+/// The marker of the writers waiting in one process (`store_id`: the store's waiter id).
+pub(crate) fn writer_key(lock_key: &str, store_id: &str) -> String {
+    format!("{}{store_id}", writer_prefix(lock_key))
 }
 
 /// `<lock>#waiter#`: the line of one lock.

@@ -40,7 +40,7 @@ pub(crate) struct Rule {
     /// Where the hold is written: the lock record (exclusive) or the holder's own key.
     pub(crate) key: String,
     pub(crate) when: Vec<Compare>,
-    /// Writes besides the hold, when it is granted: a writer deletes its own marker.
+    /// Writes besides the hold, when it is granted: a writer deletes the writers' markers.
     pub(crate) also: Vec<TxnOp>,
 }
 
@@ -56,13 +56,13 @@ impl Rule {
                     none(lock_key.to_owned()),
                     none(holder_prefix(lock_key)).with_prefix(),
                 ],
-                also: match req.deadline {
-                    Some(_) => vec![TxnOp::delete(
-                        writer_key(lock_key, req.token.as_str()),
-                        Some(DeleteOptions::new().with_prev_key()),
-                    )],
-                    None => Vec::new(),
-                },
+                // A writer that gets in clears every marker, as the other stores' writers replace
+                // the record that held it: the writers still waiting mark again if readers
+                // refuse them later.
+                also: vec![TxnOp::delete(
+                    writer_prefix(lock_key),
+                    Some(DeleteOptions::new().with_prefix().with_prev_key()),
+                )],
             },
             mode => {
                 let mut when = vec![none(lock_key.to_owned())];
@@ -222,10 +222,12 @@ pub(crate) async fn permits_taken(
     Ok((response.count(), revision))
 }
 
-/// Leaves (or renews) the marker of a blocking writer that readers refused: `<lock>#writer#<token>`
-/// on a lease of its wait left, at most its TTL (whole seconds, rounded up), put only if readers
-/// still hold and no record exists. The marker goes when the writer gets in (its acquire deletes
-/// it), or with its lease: a writer that gave up or crashed keeps readers out no longer.
+/// Leaves (or renews) the marker of a blocking writer that readers refused:
+/// `<lock>#writer#<store id>` (one per waiting process: the manager sends every attempt with a
+/// new token) on a lease of its wait left, at most its TTL (whole seconds, rounded up), put only
+/// if readers still hold and no record exists. The marker goes when a writer gets in (its acquire
+/// deletes every marker), or with its lease: a writer that gave up or crashed keeps readers out
+/// no longer.
 ///
 /// `attempt` is the lease the refused attempt granted; when the marker's lease would have the
 /// same TTL it is reused (no second grant). Returns whether it was (so the caller keeps it).
@@ -264,7 +266,7 @@ pub(crate) async fn mark_writer(
             Compare::create_revision(readers, CompareOp::Greater, 0).with_prefix(),
         ])
         .and_then([TxnOp::put(
-            writer_key(lock_key, req.token.as_str()),
+            writer_key(lock_key, store.waiting().id()),
             req.token.as_str(),
             Some(PutOptions::new().with_lease(lease).with_prev_key()),
         )]);

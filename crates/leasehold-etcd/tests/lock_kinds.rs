@@ -190,6 +190,36 @@ async fn a_writer_that_gave_up_keeps_readers_out_until_its_deadline_not_its_ttl(
 }
 
 #[tokio::test]
+async fn a_writer_that_gets_in_takes_the_marker_of_its_earlier_attempts_with_it() {
+    let server = EtcdServer::start().unwrap();
+    let store = store(&server, false).await;
+    let long = Duration::from_secs(60);
+    let reader = store
+        .try_acquire(&request("marked", LockMode::Shared, long))
+        .await
+        .unwrap();
+    // The manager sends every attempt of one wait with a new token.
+    let attempt =
+        || request("marked", LockMode::Exclusive, long).with_deadline(Some(Instant::now() + long));
+    assert!(store
+        .try_acquire(&attempt())
+        .await
+        .unwrap_err()
+        .is_unavailable());
+    assert!(store.release(&reader).await.unwrap());
+    let writer = store
+        .try_acquire(&attempt())
+        .await
+        .expect("the writer gets in");
+    assert!(store.release(&writer).await.unwrap());
+    let reader = store
+        .try_acquire(&request("marked", LockMode::Shared, long))
+        .await
+        .expect("no marker of the first attempt keeps readers out");
+    assert!(store.release(&reader).await.unwrap());
+}
+
+#[tokio::test]
 async fn inspect_and_list_show_every_holder_and_the_waiting_writer() {
     let server = EtcdServer::start().unwrap();
     let store = store(&server, true).await;
