@@ -111,10 +111,12 @@ impl EtcdStore {
         waiter_prefix(&self.lock_key(key))
     }
 
+    /// A handle on the KV service (clones share the connection).
     pub(crate) fn kv(&self) -> KvClient {
         self.inner.kv.clone()
     }
 
+    /// A handle on the lease service.
     pub(crate) fn lease_client(&self) -> LeaseClient {
         self.inner.lease.clone()
     }
@@ -124,6 +126,7 @@ impl EtcdStore {
         &self.inner.address
     }
 
+    /// Maps a failed request on `key` (see [`map`]).
     pub(crate) fn err(&self, op: Op, key: &LockKey, e: etcd_client::Error) -> Error {
         map(op, key.as_str(), &self.inner.address, e)
     }
