@@ -8,6 +8,8 @@
 //!    create revision that puts the token on the lease, a `Txn` comparing the value that deletes
 //!    it, the lease revoked in the background) vs leasehold's `try_lock` + `release` through the
 //!    default layer stack (and over the bare store).
+//!    Then the same pair for a read (`try_read`) and a permit (`try_semaphore(3)`): a read costs
+//!    what a lock does; a permit one more read (it counts the taken permits first).
 //! 2. A hot key: 64 tasks in one process, bare store vs local competition: acquisitions per
 //!    second and store round trips per acquisition.
 
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, TxnOpResponse};
 use leasehold::layers::CountingLayer;
-use leasehold::{LockManager, LockManagerBuilder, LockOptions};
+use leasehold::{LockManager, LockManagerBuilder, LockMode, LockOptions};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;
 
@@ -110,6 +112,23 @@ async fn leasehold_pairs(label: &str, locks: &LockManager) -> Duration {
     summary(label, samples, start.elapsed())
 }
 
+/// Like [`leasehold_pairs`], for a read or a permit of a 3-permit semaphore.
+async fn shared_pairs(label: &str, locks: &LockManager, mode: LockMode) -> Duration {
+    let mut samples = Vec::with_capacity(ROUNDS);
+    let start = Instant::now();
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        let guard = match mode.permits() {
+            Some(permits) => locks.try_semaphore("uncontended-permit", permits).await,
+            None => locks.try_read("uncontended-read").await,
+        }
+        .unwrap();
+        assert!(guard.release().await.unwrap());
+        samples.push(t.elapsed());
+    }
+    summary(label, samples, start.elapsed())
+}
+
 async fn hot_key(
     endpoint: &str,
     label: &str,
@@ -177,6 +196,21 @@ async fn main() {
         "\ndefault stack p50 / raw p50 = {:.3} (goal ≤ 1.05; mean of two interleaved runs each)\n",
         full.as_secs_f64() / raw.as_secs_f64()
     );
+
+    shared_pairs(
+        "leasehold try_read + release, default stack",
+        &stacked,
+        LockMode::Shared,
+    )
+    .await;
+    let permit = LockMode::semaphore(3).unwrap();
+    shared_pairs(
+        "leasehold try_semaphore(3) + release, default stack",
+        &stacked,
+        permit,
+    )
+    .await;
+    println!();
 
     hot_key(&endpoint, "bare store", |b| b).await;
     hot_key(&endpoint, "local competition", |b| b.default_layers()).await;

@@ -1,6 +1,7 @@
 //! The `leasehold` binary end to end against a private etcd: `run` holding a lock while a second
 //! `run` fails or waits (and sees a higher fencing token), SIGTERM releasing at once, `inspect`,
-//! `list` and a forced `release`, and an unreachable cluster.
+//! `list` and a forced `release`, `run --permits` and `run --shared` across processes, and an
+//! unreachable cluster.
 
 use leasehold_testkit::etcd::EtcdServer;
 use nix::sys::signal::{kill, Signal};
@@ -101,6 +102,91 @@ fn inspect_list_and_forced_release_against_etcd() {
     assert_eq!(out.status.code(), Some(1), "broken");
     let _ = kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM);
     run.wait().unwrap();
+}
+
+#[test]
+fn permits_bound_how_many_runs_go_at_once_across_processes() {
+    let server = EtcdServer::start().unwrap();
+    let url = server.url();
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, log) = (tmp.path().join("inside"), tmp.path().join("counts"));
+    std::fs::create_dir(&dir).unwrap();
+    // Each run adds a file, logs how many it sees, holds, and removes its file.
+    let script = format!(
+        "f={dir}/$$; touch $f; ls {dir} | wc -l >> {log}; sleep 0.3; rm -f $f",
+        dir = dir.display(),
+        log = log.display()
+    );
+    let runs = format!(
+        "for i in 1 2; do {bin} run --permits 2 --wait 60s --ttl 10s batch -- sh -c '{script}' || exit 1; done",
+        bin = env!("CARGO_BIN_EXE_leasehold")
+    );
+    let workers: Vec<std::process::Child> = (0..3)
+        .map(|_| {
+            std::process::Command::new("sh")
+                .args(["-c", &runs])
+                .env("LEASEHOLD_STORE", &url)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut worker in workers {
+        assert!(worker.wait().unwrap().success(), "every run finished");
+    }
+    let counts: Vec<usize> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 6, "all 6 runs ran");
+    assert!(
+        counts.iter().all(|&c| c <= 2),
+        "at most 2 at once: {counts:?}"
+    );
+}
+
+#[test]
+fn shared_runs_hold_together_exclude_a_plain_run_and_break_with_release_force() {
+    let server = EtcdServer::start().unwrap();
+    let url = server.url();
+    let readers: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            started(
+                &url,
+                &["--shared", "doc", "--ttl", "20s"],
+                "echo ready; exec sleep 30",
+            )
+        })
+        .collect();
+    let out = output(leasehold(&url).args(["run", "doc", "--", "true"]));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+
+    let out = output(leasehold(&url).args(["inspect", "doc"]));
+    let shown = text(&out.stdout);
+    assert!(shown.contains("read-held by 2 reader(s)"), "{shown}");
+    let out = output(leasehold(&url).args(["list", "--json"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json[0]["mode"], "shared", "{json}");
+    assert_eq!(json[0]["holders"].as_array().unwrap().len(), 2, "{json}");
+
+    let out = output(leasehold(&url).args(["release", "doc", "--force"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("released 2 of 2"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = output(leasehold(&url).args(["run", "doc", "--", "true"]));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "free for a writer: {}",
+        text(&out.stderr)
+    );
+    for mut reader in readers {
+        let _ = kill(Pid::from_raw(reader.id() as i32), Signal::SIGTERM);
+        reader.wait().unwrap();
+    }
 }
 
 #[test]

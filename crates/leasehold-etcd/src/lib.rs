@@ -7,11 +7,12 @@
 //!
 //! | operation | etcd |
 //! |---|---|
-//! | acquire | `LeaseGrant(ttl)`, then one `Txn`: if the record's `create_revision == 0` (and, fair, no waiter is ahead) put `token` on the lease |
-//! | release | one `Txn`: if the record's value is our token, delete it; its lease is revoked in the background |
+//! | acquire | `LeaseGrant(ttl)`, then one `Txn`: if the record's `create_revision == 0`, no reader or permit holds (and, fair, no waiter is ahead) put `token` on the lease |
+//! | read, permit | the same, putting the holder's own key if no holder of another mode, no waiting writer (and, for a permit, nobody took one since the count read just before) |
+//! | release | one `Txn`: if the hold's value is our token, delete it; its lease is revoked in the background |
 //! | extend | `LeaseGrant(ttl)`, then one `Txn`: if the value is our token, put it again on the new lease (the old one is revoked in the background) |
-//! | inspect | `Range` of the record, then `LeaseTimeToLive` |
-//! | list | one `Range` over the prefix, then `LeaseTimeToLive` per lock, concurrently |
+//! | inspect | one read-only `Txn` (record, holders, waiting writers), then `LeaseTimeToLive` per hold |
+//! | list | one `Range` over the prefix, then `LeaseTimeToLive` per hold, concurrently |
 //! | wait | a `Watch` (delete events) on the lock's key prefix; fair: a waiter key per process |
 //!
 //! ## Record layout
@@ -22,8 +23,12 @@
 //!   lives longer in etcd than the client counts on, never shorter.
 //! - fencing token: the record's `create_revision`, which etcd makes strictly greater for every
 //!   new key in the cluster: hold-ordered and monotonic without a second counter.
+//! - readers and permits: `<prefix><lock key>#holder#<mode>#<token>` each, on its own lease;
+//!   a blocking writer refused by readers: `<prefix><lock key>#writer#<token>`, on a lease of its
+//!   wait left (new readers stay out while it lives).
 //! - fair waiting: `<prefix><lock key>#waiter#<lease id>` per waiting process, on a waiter lease
-//!   the store keeps alive (default 5 s). The oldest waiter key (by create revision) is next.
+//!   the store keeps alive (default 5 s). The oldest waiter key (by create revision) is next;
+//!   writers, readers and permits share the line.
 //!
 //! ## Why `etcd-client`
 //! It is the maintained, tokio-native etcd v3 gRPC client (tonic): transactions with range
@@ -55,8 +60,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod acquire;
 mod config;
 mod error;
+mod info;
+mod layout;
+mod shared;
 mod store;
 mod waiting;
 

@@ -5,18 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, GetOptions, KvClient, LeaseClient, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, KvClient, LeaseClient, PutOptions, Txn, TxnOp,
+    TxnOpResponse,
 };
 use leasehold_core::{
     acquire_detached, validate_ttl, Acquire, Capabilities, Error, ErrorKind, Lease, LockInfo,
-    LockKey, LockStore, OwnerToken, ReleaseWatch, Result,
+    LockKey, LockMode, LockStore, ReleaseWatch, Result,
 };
 use tokio::time::Instant;
 
 use crate::config::{lease_seconds, EtcdConfig};
-use crate::error::{map, unexpected, Op};
-use crate::waiting::{Place, Waiting};
+use crate::error::{map, Op};
+use crate::layout::holder_key;
+pub(crate) use crate::layout::waiter_prefix;
+use crate::waiting::Waiting;
 
 /// A lock store on an etcd v3 cluster. Cheap to clone.
 #[derive(Clone)]
@@ -93,6 +95,11 @@ impl EtcdStore {
         &self.inner.config
     }
 
+    /// This store's place in waiter lines, its waiter lease and its watches.
+    pub(crate) fn waiting(&self) -> &Waiting {
+        &self.inner.waiting
+    }
+
     /// The etcd key of a lock record: `<prefix><lock key>`.
     pub fn lock_key(&self, key: &LockKey) -> String {
         format!("{}{}", self.inner.config.prefix, key.as_str())
@@ -104,16 +111,37 @@ impl EtcdStore {
         waiter_prefix(&self.lock_key(key))
     }
 
-    fn kv(&self) -> KvClient {
+    /// A handle on the KV service (clones share the connection).
+    pub(crate) fn kv(&self) -> KvClient {
         self.inner.kv.clone()
     }
 
-    fn err(&self, op: Op, key: &LockKey, e: etcd_client::Error) -> Error {
+    /// A handle on the lease service.
+    pub(crate) fn lease_client(&self) -> LeaseClient {
+        self.inner.lease.clone()
+    }
+
+    /// `host:port,…`, for messages.
+    pub(crate) fn address(&self) -> &str {
+        &self.inner.address
+    }
+
+    /// Maps a failed request on `key` (see [`map`]).
+    pub(crate) fn err(&self, op: Op, key: &LockKey, e: etcd_client::Error) -> Error {
         map(op, key.as_str(), &self.inner.address, e)
     }
 
+    /// The key a lease's hold lives in: the lock record (exclusive), or the holder's own key.
+    fn hold_key(&self, lease: &Lease) -> String {
+        let lock_key = self.lock_key(lease.key());
+        match lease.mode() {
+            LockMode::Exclusive => lock_key,
+            mode => holder_key(&lock_key, mode, lease.token().as_str()),
+        }
+    }
+
     /// Grants a lease of `ttl` (rounded up to whole seconds) for `key`.
-    async fn grant(&self, key: &LockKey, ttl: Duration) -> Result<i64> {
+    pub(crate) async fn grant(&self, key: &LockKey, ttl: Duration) -> Result<i64> {
         let secs = seconds(ttl)?;
         let mut lease = self.inner.lease.clone();
         lease
@@ -125,7 +153,7 @@ impl EtcdStore {
 
     /// Revokes a lease in the background: its record is already gone or was never written, so
     /// nobody waits for this; if it fails, the lease expires at its TTL.
-    fn revoke_later(&self, id: i64) {
+    pub(crate) fn revoke_later(&self, id: i64) {
         if id == 0 {
             return;
         }
@@ -140,197 +168,17 @@ impl EtcdStore {
         });
     }
 
-    /// The acquire itself (see `try_acquire` for cancel safety): a lease, then one transaction;
-    /// a blocking attempt that already has a place in line first reads whether it is its turn.
-    async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
-        let lock_key = self.lock_key(&req.key);
-        let waiting = &self.inner.waiting;
-        let fair = self.inner.config.fair;
-        // A blocking attempt of a process that watches the key waits in line: its first attempt
-        // is a plain try (free and nobody waiting), and joins the line if that fails.
-        let blocking = fair && req.deadline.is_some() && waiting.is_watched(&lock_key);
-        let place = if blocking {
-            waiting.current_place(&lock_key)
-        } else {
-            None
-        };
-        if let Some(place) = &place {
-            if !self.is_my_turn(&req.key, &lock_key, place).await? {
-                return Err(Error::unavailable(&req.key));
-            }
-        }
-        let join = match (&place, blocking) {
-            (None, true) => match waiting.session().await {
-                Ok(session) => Some((Waiting::waiter_key(&lock_key, session), session)),
-                Err(error) => {
-                    tracing::debug!(key = %req.key, %error,
-                        "could not grant the waiter lease; waiting without a place in line");
-                    None
-                }
-            },
-            _ => None,
-        };
-        let sent_at = Instant::now();
-        let lease_id = self.grant(&req.key, req.ttl).await?;
-        let waiters = waiter_prefix(&lock_key);
-        let mut when = vec![Compare::create_revision(
-            lock_key.as_str(),
-            CompareOp::Equal,
-            0,
-        )];
-        let mut then = vec![TxnOp::put(
-            lock_key.as_str(),
-            req.token.as_str(),
-            Some(PutOptions::new().with_lease(lease_id)),
-        )];
-        let mut otherwise = Vec::new();
-        match &place {
-            Some(place) => {
-                // Ours is still in line, and every waiter key was created at or after ours.
-                when.push(Compare::create_revision(
-                    place.key.as_str(),
-                    CompareOp::Equal,
-                    place.revision,
-                ));
-                when.push(
-                    Compare::create_revision(
-                        waiters.as_str(),
-                        CompareOp::Greater,
-                        place.revision - 1,
-                    )
-                    .with_prefix(),
-                );
-                then.push(TxnOp::delete(place.key.as_str(), None));
-            }
-            None if fair => {
-                // No waiter key at all (an empty range compares as create revision 0).
-                when.push(
-                    Compare::create_revision(waiters.as_str(), CompareOp::Equal, 0).with_prefix(),
-                );
-            }
-            None => {}
-        }
-        if let Some((key, session)) = &join {
-            otherwise.push(TxnOp::put(
-                key.as_str(),
-                waiting.id(),
-                Some(PutOptions::new().with_lease(*session).with_prev_key()),
-            ));
-        }
-        then.push(TxnOp::get(
-            waiters.as_str(),
-            Some(GetOptions::new().with_prefix().with_count_only()),
-        ));
-        let txn = Txn::new().when(when).and_then(then).or_else(otherwise);
-        let response = match self.kv().txn(txn).await {
-            Ok(response) => response,
-            Err(e) => {
-                let error = self.err(Op::Acquire, &req.key, e);
-                if !error.is_in_doubt() {
-                    self.revoke_later(lease_id);
-                }
-                // In doubt: the record may live on this lease; it expires at its TTL, or the
-                // caller's release (or the readback layer) revokes it.
-                return Err(error);
-            }
-        };
-        let revision = response.header().map(|h| h.revision()).unwrap_or(0);
-        let responses = response.op_responses();
-        if !response.succeeded() {
-            self.revoke_later(lease_id);
-            if let (Some((key, _)), Some(TxnOpResponse::Put(put))) = (join, responses.first()) {
-                // Joined the line: a key that existed keeps its create revision.
-                let created = put.prev_key().map_or(revision, |p| p.create_revision());
-                waiting.set_place(
-                    &lock_key,
-                    Place {
-                        key,
-                        revision: created,
-                    },
-                );
-            }
-            // With a place: the turn was lost between the read and the transaction; the next
-            // attempt reads again (and rejoins if the waiter lease lapsed).
-            return Err(Error::unavailable(&req.key));
-        }
-        if let Some(place) = &place {
-            waiting.forget(&lock_key, place);
-        }
-        if revision <= 0 {
-            return Err(unexpected(
-                Op::Acquire,
-                req.key.as_str(),
-                "no revision in its header",
-            ));
-        }
-        let others = match responses.last() {
-            Some(TxnOpResponse::Get(g)) => g.count(),
-            _ => 0,
-        };
-        Ok(
-            Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                .with_fencing_token(u64::try_from(revision).ok())
-                .with_contended(others > 0),
-        )
-    }
-
-    /// One read-only transaction (served by etcd without a Raft write): is the record absent and
-    /// our waiter key first in line? A place whose key is gone (the waiter lease lapsed) is
-    /// forgotten, so the next attempt joins the line again.
-    async fn is_my_turn(&self, key: &LockKey, lock_key: &str, place: &Place) -> Result<bool> {
-        let read = Txn::new().and_then([
-            TxnOp::get(lock_key, Some(GetOptions::new().with_count_only())),
-            TxnOp::get(
-                waiter_prefix(lock_key),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_sort(SortTarget::Create, SortOrder::Ascend)
-                        .with_limit(1)
-                        .with_keys_only(),
-                ),
-            ),
-            TxnOp::get(
-                place.key.as_str(),
-                Some(GetOptions::new().with_count_only()),
-            ),
-        ]);
-        let response = self
-            .kv()
-            .txn(read)
-            .await
-            .map_err(|e| self.err(Op::Inspect, key, e))?;
-        let responses = response.op_responses();
-        let (
-            Some(TxnOpResponse::Get(record)),
-            Some(TxnOpResponse::Get(head)),
-            Some(TxnOpResponse::Get(mine)),
-        ) = (responses.first(), responses.get(1), responses.get(2))
-        else {
-            return Err(unexpected(
-                Op::Acquire,
-                key.as_str(),
-                "a read without its three ranges",
-            ));
-        };
-        if mine.count() == 0 {
-            self.inner.waiting.forget(lock_key, place);
-            return Ok(false);
-        }
-        let first = head.kvs().first().map(|kv| kv.key());
-        Ok(record.count() == 0 && first == Some(place.key.as_bytes()))
-    }
-
+    /// Deletes the lease's hold (the record, or its holder key) if it holds our token.
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
-        let lock_key = self.lock_key(lease.key());
+        let hold_key = self.hold_key(lease);
         let txn = Txn::new()
             .when([Compare::value(
-                lock_key.as_str(),
+                hold_key.as_str(),
                 CompareOp::Equal,
                 lease.token().as_str(),
             )])
             .and_then([TxnOp::delete(
-                lock_key.as_str(),
+                hold_key.as_str(),
                 Some(DeleteOptions::new().with_prev_key()),
             )]);
         let response = self
@@ -348,38 +196,6 @@ impl EtcdStore {
         }
         Ok(true)
     }
-
-    /// Remaining TTL of a lease, `None` if it has none (0) or is gone.
-    async fn lease_ttl(&self, key: &LockKey, id: i64) -> Result<Option<Duration>> {
-        if id == 0 {
-            return Ok(None);
-        }
-        let mut lease = self.inner.lease.clone();
-        let ttl = lease
-            .time_to_live(id, None)
-            .await
-            .map_err(|e| self.err(Op::Inspect, key, e))?
-            .ttl();
-        Ok(u64::try_from(ttl).ok().map(Duration::from_secs))
-    }
-
-    async fn info(&self, key: LockKey, kv: &etcd_client::KeyValue) -> Result<Option<LockInfo>> {
-        let ttl = self.lease_ttl(&key, kv.lease()).await?;
-        if kv.lease() != 0 && ttl.is_none() {
-            return Ok(None); // expired between the read and the lease lookup
-        }
-        let token = String::from_utf8_lossy(kv.value()).into_owned();
-        Ok(Some(
-            LockInfo::new(key, Some(OwnerToken::from_string(token)))
-                .with_ttl_remaining(ttl)
-                .with_fencing_token(u64::try_from(kv.create_revision()).ok()),
-        ))
-    }
-}
-
-/// `<lock key>#waiter#`: the line of one lock.
-pub(crate) fn waiter_prefix(lock_key: &str) -> String {
-    format!("{lock_key}#waiter#")
 }
 
 /// Whole lease seconds for `ttl`, or `InvalidArgument` when etcd cannot hold it.
@@ -458,11 +274,12 @@ impl LockStore for EtcdStore {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // Read-write locks, semaphores and the lock trace are not on etcd yet (docs/ETCD.md).
+        // The lock trace is not on etcd yet (docs/ETCD.md).
         Capabilities::NONE
             .with_fencing(true)
             .with_listing(true)
             .with_notifications(true)
+            .with_shared_modes(true)
     }
 
     /// Watches the lock record and its waiter line for deletions (a release, a lease that
@@ -473,18 +290,13 @@ impl LockStore for EtcdStore {
         self.inner.waiting.watch(self.lock_key(key)).await
     }
 
-    /// A lease grant, then one transaction. Cancel safe: the requests run on their own task; if
+    /// A lease grant, then one transaction (a permit first counts the taken ones; see
+    /// `shared`). Cancel safe: the requests run on their own task; if
     /// the caller stops waiting, the task finishes and releases (owner-checked) what it acquired,
     /// or what it may have acquired if the reply was lost.
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         seconds(req.ttl)?;
         req.mode.validate()?;
-        if req.mode.is_shared_record() {
-            return Err(
-                Error::unsupported("etcd", "read-write locks and semaphores")
-                    .with_key(req.key.as_str()),
-            );
-        }
         let (acquirer, releaser) = (self.clone(), self.clone());
         acquire_detached(
             req,
@@ -494,29 +306,29 @@ impl LockStore for EtcdStore {
         .await
     }
 
-    /// One transaction: delete the record if its value is our token; the lease it lived on is
-    /// revoked in the background.
+    /// One transaction: delete the hold (the record, or a reader's or permit's own key) if its
+    /// value is our token; the lease it lived on is revoked in the background.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.release_once(lease).await
     }
 
-    /// A new lease of `ttl`, then one transaction that moves the record onto it if its value is
-    /// still our token (the create revision, our fencing token, does not change); the old lease
+    /// A new lease of `ttl`, then one transaction that moves the hold (the record, or a reader's
+    /// or permit's own key) onto it if its value is still our token (the create revision, our fencing token, does not change); the old lease
     /// is revoked in the background. A keep-alive could only renew the lease's first TTL, and
     /// would not check the owner.
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         seconds(ttl)?;
-        let lock_key = self.lock_key(lease.key());
+        let hold_key = self.hold_key(lease);
         let sent_at = Instant::now();
         let new_lease = self.grant(lease.key(), ttl).await?;
         let txn = Txn::new()
             .when([Compare::value(
-                lock_key.as_str(),
+                hold_key.as_str(),
                 CompareOp::Equal,
                 lease.token().as_str(),
             )])
             .and_then([TxnOp::put(
-                lock_key.as_str(),
+                hold_key.as_str(),
                 lease.token().as_str(),
                 Some(PutOptions::new().with_lease(new_lease).with_prev_key()),
             )]);
@@ -542,40 +354,15 @@ impl LockStore for EtcdStore {
         Ok(lease.renewed(ttl, sent_at))
     }
 
-    /// A read of the record, then of its lease's remaining TTL.
+    /// One read-only transaction (the record, every reader or permit holder, whether a writer
+    /// waits), then the remaining TTL of each lease, concurrently.
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        let response = self
-            .kv()
-            .get(self.lock_key(key), None)
-            .await
-            .map_err(|e| self.err(Op::Inspect, key, e))?;
-        match response.kvs().first() {
-            Some(kv) => self.info(key.clone(), kv).await,
-            None => Ok(None),
-        }
+        self.inspect_lock(key).await
     }
 
     /// One range read over `<prefix><filter>`, then the remaining TTL of every lease, concurrently.
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
-        let store_prefix = &self.inner.config.prefix;
-        let response = self
-            .kv()
-            .get(
-                format!("{store_prefix}{prefix}"),
-                Some(GetOptions::new().with_prefix()),
-            )
-            .await
-            .map_err(|e| map(Op::List, prefix, &self.inner.address, e))?;
-        let found = response.kvs().iter().filter_map(|kv| {
-            let name = std::str::from_utf8(kv.key()).ok()?;
-            let key = name.strip_prefix(store_prefix)?.parse::<LockKey>().ok()?;
-            Some((key, kv))
-        });
-        let infos =
-            futures::future::try_join_all(found.map(|(key, kv)| self.info(key, kv))).await?;
-        let mut locks: Vec<LockInfo> = infos.into_iter().flatten().collect();
-        locks.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(locks)
+        self.list_locks(prefix).await
     }
 
     /// Revokes this store's waiter lease (its waiter keys leave every line at once).
@@ -611,12 +398,5 @@ mod tests {
                 .kind(),
             ErrorKind::InvalidArgument
         );
-    }
-
-    #[test]
-    fn waiter_keys_never_parse_as_lock_keys() {
-        let key = LockKey::dc("f", "c", "e").unwrap();
-        let waiter = format!("{}1f", waiter_prefix(key.as_str()));
-        assert!(waiter.parse::<LockKey>().is_err());
     }
 }

@@ -1,0 +1,319 @@
+//! Acquiring on etcd: the lease, the one transaction that decides (its compares by mode from
+//! [`crate::shared`], the fair line's from [`crate::waiting`]), and what a refusal leaves behind
+//! (a place in line, a waiting writer's marker).
+
+use etcd_client::{
+    Compare, CompareOp, GetOptions, PutOptions, PutResponse, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse,
+};
+use leasehold_core::{Acquire, Error, Lease, LockKey, LockMode, Result};
+use tokio::time::Instant;
+
+use crate::error::{unexpected, Op};
+use crate::layout::waiter_prefix;
+use crate::shared::{self, Refusal, Rule, Seen, MAX_ROUNDS};
+use crate::store::EtcdStore;
+use crate::waiting::{Place, Waiting};
+
+impl EtcdStore {
+    /// The acquire itself (see `try_acquire` for cancel safety): a lease, then one transaction;
+    /// a blocking attempt that already has a place in line first reads whether it is its turn.
+    pub(crate) async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
+        let lock_key = self.lock_key(&req.key);
+        let waiting = self.waiting();
+        let fair = self.config().fair;
+        // A blocking attempt of a process that watches the key waits in line: its first attempt
+        // is a plain try (free and nobody waiting), and joins the line if that fails.
+        let blocking = fair && req.deadline.is_some() && waiting.is_watched(&lock_key);
+        let place = if blocking {
+            waiting.current_place(&lock_key)
+        } else {
+            None
+        };
+        if let Some(place) = &place {
+            if !self.is_my_turn(&req.key, &lock_key, place).await? {
+                return Err(Error::unavailable(&req.key));
+            }
+        }
+        let join = match (&place, blocking) {
+            (None, true) => match waiting.session().await {
+                Ok(session) => Some((Waiting::waiter_key(&lock_key, session), session)),
+                Err(error) => {
+                    tracing::debug!(key = %req.key, %error,
+                        "could not grant the waiter lease; waiting without a place in line");
+                    None
+                }
+            },
+            _ => None,
+        };
+        let sent_at = Instant::now();
+        let mut lease_id = 0;
+        for round in 1..=MAX_ROUNDS {
+            // A permit counts the taken ones first (etcd compares cannot count): no room, no
+            // write — but a blocking request still takes its place in line.
+            let counted = match req.mode.permits() {
+                Some(permits) => {
+                    let (taken, revision) = shared::permits_taken(self, req, &lock_key).await?;
+                    if taken >= i64::from(permits) {
+                        self.revoke_later(lease_id);
+                        if let Some((key, session)) = &join {
+                            self.join_line(req, &lock_key, key, *session).await;
+                        }
+                        return Err(Error::unavailable(&req.key));
+                    }
+                    Some(revision)
+                }
+                None => None,
+            };
+            if lease_id == 0 {
+                lease_id = self.grant(&req.key, req.ttl).await?;
+            }
+            let rule = Rule::new(req, &lock_key, counted);
+            let txn = self.acquire_txn(req, &lock_key, rule, lease_id, place.as_ref(), &join);
+            let response = match self.kv().txn(txn).await {
+                Ok(response) => response,
+                Err(e) => {
+                    let error = self.err(Op::Acquire, &req.key, e);
+                    if !error.is_in_doubt() {
+                        self.revoke_later(lease_id);
+                    }
+                    // In doubt: the hold may live on this lease; it expires at its TTL, or the
+                    // caller's release (or the readback layer) revokes it.
+                    return Err(error);
+                }
+            };
+            let revision = response.header().map_or(0, |h| h.revision());
+            let responses = response.op_responses();
+            if response.succeeded() {
+                return self.granted(
+                    req,
+                    &lock_key,
+                    place.as_ref(),
+                    lease_id,
+                    sent_at,
+                    revision,
+                    &responses,
+                );
+            }
+            if let (Some((key, _)), Some(TxnOpResponse::Put(put))) = (&join, responses.last()) {
+                self.took_place(&lock_key, key, put, revision);
+            }
+            // With a place, a lost turn (between the read and the transaction) reads again on the
+            // next attempt (and rejoins if the waiter lease lapsed).
+            let seen = Seen::read(req, &self.config().prefix, &responses)?;
+            let line_free = !fair
+                || match &place {
+                    Some(place) => seen.head.as_deref() == Some(place.key.as_bytes()),
+                    None => seen.head.is_none(),
+                };
+            let refusal = seen.refusal(req);
+            let keep = match refusal {
+                Refusal::Room if line_free && round < MAX_ROUNDS => continue,
+                Refusal::Conflict(error) => {
+                    self.revoke_later(lease_id);
+                    return Err(error);
+                }
+                // Only the writer whose turn it is marks: one behind others in line must not
+                // shut out a reader ahead of it.
+                Refusal::ReadersHold if line_free => {
+                    shared::mark_writer(self, req, &lock_key, lease_id).await
+                }
+                _ => false,
+            };
+            if !keep {
+                self.revoke_later(lease_id);
+            }
+            break;
+        }
+        Err(Error::unavailable(&req.key))
+    }
+
+    /// The acquire transaction: `rule`'s compares and the line's (fair: nobody waiting, or our
+    /// place first in line); then the hold, `rule`'s writes, leaving the line and a count of who
+    /// still waits; else the reads that say why it was refused, and joining the line.
+    fn acquire_txn(
+        &self,
+        req: &Acquire,
+        lock_key: &str,
+        rule: Rule,
+        lease_id: i64,
+        place: Option<&Place>,
+        join: &Option<(String, i64)>,
+    ) -> Txn {
+        let waiters = waiter_prefix(lock_key);
+        let mut when = rule.when;
+        let mut then = vec![TxnOp::put(
+            rule.key.as_str(),
+            req.token.as_str(),
+            Some(PutOptions::new().with_lease(lease_id)),
+        )];
+        then.extend(rule.also);
+        match place {
+            Some(place) => {
+                // Ours is still in line, and every waiter key was created at or after ours.
+                when.push(Compare::create_revision(
+                    place.key.as_str(),
+                    CompareOp::Equal,
+                    place.revision,
+                ));
+                when.push(
+                    Compare::create_revision(
+                        waiters.as_str(),
+                        CompareOp::Greater,
+                        place.revision - 1,
+                    )
+                    .with_prefix(),
+                );
+                then.push(TxnOp::delete(place.key.as_str(), None));
+            }
+            None if self.config().fair => {
+                // No waiter key at all (an empty range compares as create revision 0).
+                when.push(
+                    Compare::create_revision(waiters.as_str(), CompareOp::Equal, 0).with_prefix(),
+                );
+            }
+            None => {}
+        }
+        then.push(TxnOp::get(
+            waiters.as_str(),
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        ));
+        let mut otherwise = shared::why_refused(lock_key, req.mode);
+        if let Some((key, session)) = join {
+            otherwise.push(join_op(self.waiting(), key, *session));
+        }
+        Txn::new().when(when).and_then(then).or_else(otherwise)
+    }
+
+    /// The lease of a granted acquisition; a writer's marker (deleted with it) loses its lease.
+    #[allow(clippy::too_many_arguments)]
+    fn granted(
+        &self,
+        req: &Acquire,
+        lock_key: &str,
+        place: Option<&Place>,
+        lease_id: i64,
+        sent_at: Instant,
+        revision: i64,
+        responses: &[TxnOpResponse],
+    ) -> Result<Lease> {
+        if let Some(place) = place {
+            self.waiting().forget(lock_key, place);
+        }
+        if revision <= 0 {
+            return Err(unexpected(
+                Op::Acquire,
+                req.key.as_str(),
+                "no revision in its header",
+            ));
+        }
+        for response in responses {
+            if let TxnOpResponse::Delete(deleted) = response {
+                for old in deleted.prev_kvs() {
+                    if old.lease() != lease_id {
+                        self.revoke_later(old.lease());
+                    }
+                }
+            }
+        }
+        let others = match responses.last() {
+            Some(TxnOpResponse::Get(g)) => g.count(),
+            _ => 0,
+        };
+        // Only writers are fenced: readers and permit holders are many at once by design.
+        let fence = match req.mode {
+            LockMode::Exclusive => u64::try_from(revision).ok(),
+            _ => None,
+        };
+        Ok(
+            Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
+                .with_mode(req.mode)
+                .with_fencing_token(fence)
+                .with_contended(others > 0),
+        )
+    }
+
+    /// Takes a place in line without trying (a permit request that found no room).
+    async fn join_line(&self, req: &Acquire, lock_key: &str, key: &str, session: i64) {
+        let txn = Txn::new().and_then([join_op(self.waiting(), key, session)]);
+        match self.kv().txn(txn).await {
+            Ok(response) => {
+                let revision = response.header().map_or(0, |h| h.revision());
+                if let Some(TxnOpResponse::Put(put)) = response.op_responses().first() {
+                    self.took_place(lock_key, key, put, revision);
+                }
+            }
+            Err(error) => tracing::debug!(key = %req.key, %error,
+                "could not join the waiter line; waiting without a place in line"),
+        }
+    }
+
+    /// Records the place a put of our waiter key took (a key that existed keeps its create
+    /// revision).
+    fn took_place(&self, lock_key: &str, key: &str, put: &PutResponse, revision: i64) {
+        let created = put.prev_key().map_or(revision, |p| p.create_revision());
+        self.waiting().set_place(
+            lock_key,
+            Place {
+                key: key.to_owned(),
+                revision: created,
+            },
+        );
+    }
+
+    /// One read-only transaction (served by etcd without a Raft write): is the record absent and
+    /// our waiter key first in line? A place whose key is gone (the waiter lease lapsed) is
+    /// forgotten, so the next attempt joins the line again.
+    async fn is_my_turn(&self, key: &LockKey, lock_key: &str, place: &Place) -> Result<bool> {
+        let read = Txn::new().and_then([
+            TxnOp::get(lock_key, Some(GetOptions::new().with_count_only())),
+            TxnOp::get(
+                waiter_prefix(lock_key),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend)
+                        .with_limit(1)
+                        .with_keys_only(),
+                ),
+            ),
+            TxnOp::get(
+                place.key.as_str(),
+                Some(GetOptions::new().with_count_only()),
+            ),
+        ]);
+        let response = self
+            .kv()
+            .txn(read)
+            .await
+            .map_err(|e| self.err(Op::Inspect, key, e))?;
+        let responses = response.op_responses();
+        let (
+            Some(TxnOpResponse::Get(record)),
+            Some(TxnOpResponse::Get(head)),
+            Some(TxnOpResponse::Get(mine)),
+        ) = (responses.first(), responses.get(1), responses.get(2))
+        else {
+            return Err(unexpected(
+                Op::Acquire,
+                key.as_str(),
+                "a read without its three ranges",
+            ));
+        };
+        if mine.count() == 0 {
+            self.waiting().forget(lock_key, place);
+            return Ok(false);
+        }
+        let first = head.kvs().first().map(|kv| kv.key());
+        Ok(record.count() == 0 && first == Some(place.key.as_bytes()))
+    }
+}
+
+/// Puts our waiter key in a lock's line, on the waiter lease.
+fn join_op(waiting: &Waiting, key: &str, session: i64) -> TxnOp {
+    TxnOp::put(
+        key,
+        waiting.id(),
+        Some(PutOptions::new().with_lease(session).with_prev_key()),
+    )
+}
