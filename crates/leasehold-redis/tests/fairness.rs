@@ -2,14 +2,14 @@
 //! a crashed waiter drops out of the queue by its waiter timeout, a release wakes the next
 //! process at once, and a lost notification only costs a poll.
 //!
-//! The test binary is its own worker: spawned with `LEASEHOLD_FAIR_ROLE` set, it plays a role
-//! (a contending process, or a waiter that will be killed) instead of coordinating.
+//! The test binary is its own worker (`leasehold_testkit::fleet`): spawned with a role, it plays
+//! it (a contending process, or a waiter that will be killed) instead of coordinating.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold::{ErrorKind, LockManager, LockOptions};
 use leasehold_redis::{RedisConfig, RedisStore};
+use leasehold_testkit::fleet;
 use leasehold_testkit::redis::RedisServer;
 
 const PROCESSES: usize = 4;
@@ -29,38 +29,21 @@ async fn manager(url: &str, config: impl FnOnce(RedisConfig) -> RedisConfig) -> 
         .expect("manager")
 }
 
-/// A contending process: `TASKS` tasks take the hot key for `HOLD` again and again for `RUN`,
-/// then print how many times and the longest wait.
+/// A contending process: `TASKS` tasks take the hot key for `HOLD` again and again for `RUN`.
 async fn contend(url: String) {
     let locks = manager(&url, |c| c).await;
-    let until = Instant::now() + RUN;
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|_| {
-            let locks = locks.clone();
-            tokio::spawn(async move {
-                let (mut count, mut worst) = (0u64, Duration::ZERO);
-                while Instant::now() < until {
-                    let asked = Instant::now();
-                    let guard = locks
-                        .lock_with("hot", LockOptions::new().wait(Duration::from_secs(20)))
-                        .await
-                        .expect("no request starves for 20 s");
-                    worst = worst.max(asked.elapsed());
-                    tokio::time::sleep(HOLD).await;
-                    guard.release().await.expect("release");
-                    count += 1;
-                }
-                (count, worst)
-            })
-        })
-        .collect();
-    let (mut count, mut worst) = (0, Duration::ZERO);
-    for task in tasks {
-        let (c, w) = task.await.expect("task");
-        count += c;
-        worst = worst.max(w);
-    }
-    println!("RESULT {count} {}", worst.as_millis());
+    fleet::contend(TASKS, RUN, move || {
+        let locks = locks.clone();
+        async move {
+            let guard = locks
+                .lock_with("hot", LockOptions::new().wait(Duration::from_secs(20)))
+                .await
+                .expect("no request starves for 20 s");
+            tokio::time::sleep(HOLD).await;
+            guard.release().await.expect("release");
+        }
+    })
+    .await;
 }
 
 /// A waiter that queues itself on `held` and then hangs until killed.
@@ -84,35 +67,14 @@ async fn polling_every(url: &str, first: Duration, most: Duration) -> LockManage
         .unwrap()
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn spawn_role(role: &str, test: &str, url: &str) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
-        .env("LEASEHOLD_FAIR_ROLE", role)
-        .env("LEASEHOLD_FAIR_URL", url)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn worker")
-}
-
 /// Runs the role this process was spawned for, if any.
 fn play_role() -> bool {
-    let (Ok(role), Ok(url)) = (
-        std::env::var("LEASEHOLD_FAIR_ROLE"),
-        std::env::var("LEASEHOLD_FAIR_URL"),
-    ) else {
+    let Some((role, url)) = fleet::role() else {
         return false;
     };
     match role.as_str() {
-        "contend" => runtime().block_on(contend(url)),
-        "hang" => runtime().block_on(queue_and_hang(url)),
+        "contend" => fleet::runtime().block_on(contend(url)),
+        "hang" => fleet::runtime().block_on(queue_and_hang(url)),
         other => panic!("unknown role {other}"),
     }
     true
@@ -126,33 +88,17 @@ fn every_process_gets_a_hot_key_none_starves() {
     let server = RedisServer::start().expect("start redis-server");
     let children: Vec<_> = (0..PROCESSES)
         .map(|_| {
-            spawn_role(
+            fleet::spawn_role(
                 "contend",
                 "every_process_gets_a_hot_key_none_starves",
                 &server.url(),
             )
         })
         .collect();
-    let mut counts = Vec::new();
-    for child in children {
-        let out = child.wait_with_output().expect("worker");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "a worker failed:\n{stdout}");
-        let result = stdout
-            .split_once("RESULT ")
-            .map(|(_, rest)| rest)
-            .unwrap_or_else(|| panic!("no result line in:\n{stdout}"));
-        let count: u64 = result.split_whitespace().next().unwrap().parse().unwrap();
-        counts.push(count);
-    }
+    let counts: Vec<u64> = fleet::results(children).iter().map(|r| r.0).collect();
     // Before fair waiting, one process took most of the acquisitions and the least-served got a
     // hundredth of that (first-come: [5, 494, 41, 4, 445, 494, 13, 32] in the fleet benchmark).
-    // In line, each process gets one turn per round; a late start costs a few rounds at most.
-    let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
-    assert!(
-        min > 0 && min * 4 >= max,
-        "every process got a fair share of the lock: {counts:?}"
-    );
+    fleet::assert_fair_shares(&counts);
 }
 
 #[test]
@@ -162,10 +108,10 @@ fn a_crashed_waiter_leaves_the_queue_by_its_waiter_timeout() {
     }
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
-    runtime().block_on(async {
+    fleet::runtime().block_on(async {
         let holder = manager(&url, |c| c).await;
         let held = holder.try_lock("held").await.expect("free");
-        let mut waiter = spawn_role(
+        let mut waiter = fleet::spawn_role(
             "hang",
             "a_crashed_waiter_leaves_the_queue_by_its_waiter_timeout",
             &url,
@@ -205,7 +151,7 @@ fn a_release_wakes_the_next_process_and_a_lost_notification_costs_a_poll() {
     }
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
-    runtime().block_on(async {
+    fleet::runtime().block_on(async {
         let slow = Duration::from_secs(30);
         let (a, b) = (
             polling_every(&url, slow, slow).await,
