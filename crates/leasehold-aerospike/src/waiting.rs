@@ -57,6 +57,11 @@ struct Watched {
     queued: bool,
     /// Refusals of this process at the head of the line since the holder's expected release.
     late: u32,
+    /// The line as last read, when it showed this process at the head and the lock record then
+    /// refused it: the next attempt soon after goes straight to the lock record (a place only
+    /// moves forward, so the process is still the head, or its place lapsed — and trying then is
+    /// safe, exclusion being the create's).
+    head: Option<(Instant, Line)>,
     /// When the key's driver wakes this process's waiters next.
     wake_at: watch::Sender<Option<Instant>>,
 }
@@ -123,6 +128,7 @@ impl Waiting {
                     watchers: 0,
                     queued: false,
                     late: 0,
+                    head: None,
                     wake_at,
                 }
             });
@@ -160,6 +166,20 @@ impl Waiting {
                 entry.wake_at.send_replace(Some(Instant::now() + again_in));
             }
         }
+    }
+
+    /// Remembers (`Some`) or forgets the line that showed this process at the head.
+    fn set_head(&self, key: &str, line: Option<Line>) {
+        if let Some(entry) = self.lock().get_mut(key) {
+            entry.head = line.map(|line| (Instant::now(), line));
+        }
+    }
+
+    /// The line that showed this process at the head, if read less than `within` ago.
+    fn head(&self, key: &str, within: Duration) -> Option<Line> {
+        let watched = self.lock();
+        let (at, line) = watched.get(key)?.head.as_ref()?;
+        (at.elapsed() < within).then(|| line.clone())
     }
 
     /// Refusals at the head past the holder's expected release, counting this one (`overdue`), or
@@ -336,8 +356,15 @@ impl AerospikeStore {
     /// After a grant to a process in line: it leaves the line, or goes to its end when other tasks
     /// of it still wait; the places `line` showed lapsed are swept (each only if unchanged since,
     /// so a waiter that asked again meanwhile keeps its place); and when and for how long it took
-    /// the key is published. Best effort: a place left behind lapses by the waiter timeout.
-    async fn taken(&self, req: &Acquire, queue_key: &Key, line: &Line, requeue: bool) {
+    /// the key is published. Answers the line as it is now (`None` if the write failed: best
+    /// effort, a place left behind lapses by the waiter timeout).
+    async fn taken(
+        &self,
+        req: &Acquire,
+        queue_key: &Key,
+        line: &Line,
+        requeue: bool,
+    ) -> Option<Line> {
         let me = self.inner.waiting.id();
         let now = now_us();
         let mut ops: Vec<Operation> = line
@@ -368,9 +395,21 @@ impl AerospikeStore {
         if let Some(hold) = self.inner.waiting.hold_estimate(req.key.as_str()) {
             ops.push(operations::put(&as_bin!(HOLD_BIN, hold)));
         }
-        if let Err(error) = self.queue_operate("queue", &req.key, queue_key, &ops).await {
-            tracing::debug!(key = %req.key, %error,
-                "could not update the waiter line after a grant; the place lapses by the waiter timeout");
+        ops.push(operations::get_bin(LINE_BIN));
+        let read_at = ops.len() - 1;
+        match self.queue_operate("queue", &req.key, queue_key, &ops).await {
+            Ok(record) => {
+                let results = record.results.unwrap_or_default();
+                Some(Line {
+                    granted: Some(now),
+                    ..Line::parse(results.get(read_at), None, None)
+                })
+            }
+            Err(error) => {
+                tracing::debug!(key = %req.key, %error,
+                    "could not update the waiter line after a grant; the place lapses by the waiter timeout");
+                None
+            }
         }
     }
 
@@ -423,10 +462,16 @@ impl AerospikeStore {
         let me = waiting.id();
         let blocking = req.deadline.is_some();
         let cap = self.waiter_timeout() / 3;
-        let line = if blocking {
-            self.enter(req, &queue_key).await?
-        } else {
-            self.peek(req, &queue_key).await?
+        // The head refused by the lock record asks the record again directly, for a while: one
+        // round trip per hand-over instead of two.
+        let known_head = blocking.then(|| waiting.head(key, cap)).flatten();
+        // Only a fresh reading is remembered: the process enters again (refreshing its place)
+        // at least every `cap`.
+        let fresh = known_head.is_none();
+        let line = match known_head {
+            Some(line) => line,
+            None if blocking => self.enter(req, &queue_key).await?,
+            None => self.peek(req, &queue_key).await?,
         };
         let now = now_us();
         let ahead = line.ahead_of(me, now);
@@ -440,16 +485,27 @@ impl AerospikeStore {
         }
         match self.acquire_record(req).await {
             Ok(lease) => {
-                let others = line.others(me, now);
-                if blocking {
-                    let requeue = waiting.others_wait(key);
-                    self.taken(req, &queue_key, &line, requeue).await;
-                    waiting.late(key, false);
-                    // Back at the end: this process's next waiter looks again when the others
-                    // ahead should have had their turn.
-                    let again_in = requeue.then(|| line.ask_again_in(others, now_us(), 0, cap));
-                    waiting.attempted(key, requeue, again_in);
+                if !blocking {
+                    return Ok(lease.with_contended(line.others(me, now) > 0));
                 }
+                waiting.set_head(key, None);
+                waiting.late(key, false);
+                let requeue = waiting.others_wait(key);
+                // The line after the grant (the one read before it may be stale, when the head
+                // went straight to the lock record): who else waits, and this process's new
+                // place when it went back to the end.
+                let mut after = self
+                    .taken(req, &queue_key, &line, requeue)
+                    .await
+                    .unwrap_or(line);
+                let now = now_us();
+                let others = after.others(me, now);
+                // Back at the end: this process's next waiter looks again when the others ahead
+                // should have had their turn (this hold first).
+                after.hold = waiting.hold_estimate(key).or(after.hold);
+                let again_in =
+                    requeue.then(|| after.ask_again_in(after.ahead_of(me, now), now, 0, cap));
+                waiting.attempted(key, requeue, again_in);
                 Ok(lease.with_contended(others > 0))
             }
             Err(e) if e.is_unavailable() => {
@@ -459,12 +515,16 @@ impl AerospikeStore {
                 let now = now_us();
                 let late = waiting.late(key, line.holder_overdue(now));
                 let again_in = line.ask_again_in(0, now, late, cap);
+                if fresh {
+                    waiting.set_head(key, Some(line));
+                }
                 waiting.attempted(key, true, Some(again_in));
                 let again_in = e.retry_after().map_or(again_in, |left| left.min(again_in));
                 Err(e.with_retry_after(again_in))
             }
             Err(e) => {
                 if blocking {
+                    waiting.set_head(key, None);
                     waiting.attempted(key, true, None);
                 }
                 Err(e)
