@@ -64,8 +64,10 @@ async fn join(
     ticket: i64,
     deadline: i64,
 ) -> Vec<(String, i64, i64)> {
-    let mut policy = WritePolicy::default();
-    policy.expiration = Expiration::Seconds(60);
+    let policy = WritePolicy {
+        expiration: Expiration::Seconds(60),
+        ..WritePolicy::default()
+    };
     let keep = MapPolicy::new(
         MapOrder::Unordered,
         MapWriteFlags::CREATE_ONLY | MapWriteFlags::NO_FAIL,
