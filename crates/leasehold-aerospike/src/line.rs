@@ -13,7 +13,7 @@ use aerospike::Value;
 /// the hold estimate to predict when a later place becomes the head.
 const GAP_GUESS_US: i64 = 1_000;
 /// First pause of a head that is refused after the holder's expected release.
-const HEAD_POLL_US: i64 = 1_000;
+const HEAD_POLL_US: i64 = 500;
 /// Longest pause of a head refused again and again (a holder that keeps the lock long, or one
 /// that never says when it took it: the Java manager, a first-come client).
 const HEAD_POLL_MAX_US: i64 = 50_000;
@@ -128,7 +128,7 @@ impl Line {
     }
 
     /// When a waiter `ahead` places from the head (0: the head) should ask again, after a
-    /// refusal: the head when the holder is expected to release (then after `HEAD_POLL_US`,
+    /// refusal: the head when the holder is expected to release (then after [`HEAD_POLL_US`],
     /// doubling with each `late` refusal past that); a later place halfway through the hold of
     /// the holder just before it, when it has become the head and before that holder releases.
     /// Never longer than `cap` (the waiter must ask again before its place lapses), never 0.
@@ -232,14 +232,14 @@ mod tests {
             l.ask_again_in(0, 1_000_500, 0, cap),
             Duration::from_micros(1_500)
         );
-        // Past the expected release: 1 ms, then 2, 4 … up to 50 ms.
+        // Past the expected release: 0.5 ms, then 1, 2 … up to 50 ms.
         assert_eq!(
             l.ask_again_in(0, 1_010_000, 0, cap),
-            Duration::from_millis(1)
+            Duration::from_micros(500)
         );
         assert_eq!(
             l.ask_again_in(0, 1_010_000, 2, cap),
-            Duration::from_millis(4)
+            Duration::from_millis(2)
         );
         assert_eq!(
             l.ask_again_in(0, 1_010_000, 30, cap),
