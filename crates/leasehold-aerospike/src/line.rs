@@ -12,8 +12,14 @@ use aerospike::Value;
 /// Guess of the hand-over gap between one holder's release and the next one's grant, added to
 /// the hold estimate to predict when a later place becomes the head.
 const GAP_GUESS_US: i64 = 1_000;
+/// How long after a holder's expected release its delete has probably landed (half a round
+/// trip and the holder's own path to it), so the head's first try is not refused for being a
+/// hair early.
+const RELEASE_IN_FLIGHT_US: i64 = 100;
 /// First pause of a head that is refused after the holder's expected release.
-const HEAD_POLL_US: i64 = 500;
+const HEAD_POLL_US: i64 = 200;
+/// Refusals past the expected release answered with [`HEAD_POLL_US`] before the pause doubles.
+const QUICK_LOOKS: u32 = 4;
 /// Longest pause of a head refused again and again (a holder that keeps the lock long, or one
 /// that never says when it took it: the Java manager, a first-come client).
 const HEAD_POLL_MAX_US: i64 = 50_000;
@@ -128,8 +134,8 @@ impl Line {
     }
 
     /// When a waiter `ahead` places from the head (0: the head) should ask again, after a
-    /// refusal: the head when the holder is expected to release (then after [`HEAD_POLL_US`],
-    /// doubling with each `late` refusal past that); a later place halfway through the hold of
+    /// refusal: the head when the holder is expected to release (then every [`HEAD_POLL_US`],
+    /// doubling after [`QUICK_LOOKS`] `late` refusals past that); a later place halfway through the hold of
     /// the holder just before it, when it has become the head and before that holder releases.
     /// Never longer than `cap` (the waiter must ask again before its place lapses), never 0.
     pub(crate) fn ask_again_in(
@@ -142,10 +148,13 @@ impl Line {
         let left = self.hold_left(now);
         let us = if ahead == 0 {
             if left > 0 {
-                left
+                // The holder's estimate ends when it sends its delete, which lands a little later.
+                left + RELEASE_IN_FLIGHT_US
             } else {
+                // Holds vary (a loaded host, a slower holder): a few quick looks first, then
+                // doubling.
                 HEAD_POLL_US
-                    .saturating_mul(1 << late.min(8))
+                    .saturating_mul(1 << late.saturating_sub(QUICK_LOOKS).min(8))
                     .min(HEAD_POLL_MAX_US)
             }
         } else {
@@ -227,19 +236,21 @@ mod tests {
         let mut l = line(&[("p1", 1, i64::MAX)]);
         l.granted = Some(1_000_000);
         l.hold = Some(2_000);
-        // Granted 500 µs ago, holds 2 ms: ask in 1.5 ms.
+        // Granted 500 µs ago, holds 2 ms: ask in 1.5 ms, when its delete should have landed.
         assert_eq!(
             l.ask_again_in(0, 1_000_500, 0, cap),
-            Duration::from_micros(1_500)
+            Duration::from_micros(1_500 + 100)
         );
-        // Past the expected release: 0.5 ms, then 1, 2 … up to 50 ms.
+        // Past the expected release: 0.2 ms five times, then 0.4, 0.8 … up to 50 ms.
+        for late in 0..=4 {
+            assert_eq!(
+                l.ask_again_in(0, 1_010_000, late, cap),
+                Duration::from_micros(200)
+            );
+        }
         assert_eq!(
-            l.ask_again_in(0, 1_010_000, 0, cap),
-            Duration::from_micros(500)
-        );
-        assert_eq!(
-            l.ask_again_in(0, 1_010_000, 2, cap),
-            Duration::from_millis(2)
+            l.ask_again_in(0, 1_010_000, 6, cap),
+            Duration::from_micros(800)
         );
         assert_eq!(
             l.ask_again_in(0, 1_010_000, 30, cap),

@@ -341,9 +341,7 @@ impl AerospikeStore {
         let record_key = self.record_key(lease.key())?;
         if self.inner.config.fair {
             // How long holds of this key last: what this process tells waiters when it takes it.
-            self.inner
-                .waiting
-                .held(lease.key().as_str(), lease.acquired_at().elapsed());
+            self.inner.waiting.released(lease.key().as_str());
         }
         let policy = self.owned_by(lease.token(), self.inner.config.commit_levels.release);
         let result = self

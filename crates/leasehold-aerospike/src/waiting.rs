@@ -74,9 +74,9 @@ pub(crate) struct Waiting {
     /// orders the tasks inside one.
     id: String,
     watched: Mutex<HashMap<String, Watched>>,
-    /// Key → how long this process holds it (a moving average), published when it takes the
-    /// key so waiters elsewhere know when to look again.
-    holds: Mutex<HashMap<String, i64>>,
+    /// Key → how long this process holds it (a moving average, µs), published when it takes the
+    /// key so waiters elsewhere know when to look again; and when its current hold began.
+    holds: Mutex<HashMap<String, (Option<i64>, Option<Instant>)>>,
 }
 
 impl std::fmt::Debug for Waiting {
@@ -199,22 +199,36 @@ impl Waiting {
         entry.late.saturating_sub(1)
     }
 
-    /// A hold of `key` ended after `held`: folded into the key's estimate (weight 1/4).
-    pub(crate) fn held(&self, key: &str, held: Duration) {
-        let mut holds = self.holds.lock().unwrap_or_else(PoisonError::into_inner);
+    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Option<i64>, Option<Instant>)>> {
+        self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// This process was granted `key` now (measured from here, not from when the request was
+    /// sent: the grant time waiters see is also taken after the grant).
+    fn granted(&self, key: &str) {
+        let mut holds = self.holds();
         if holds.len() >= MAX_HOLD_ESTIMATES && !holds.contains_key(key) {
             holds.clear();
         }
-        let sample = us(held);
-        holds
-            .entry(key.to_owned())
-            .and_modify(|avg| *avg += (sample - *avg) / 4)
-            .or_insert(sample);
+        holds.entry(key.to_owned()).or_default().1 = Some(Instant::now());
+    }
+
+    /// This process releases `key`: the hold since its grant is folded into the key's estimate
+    /// (weight 1/4).
+    pub(crate) fn released(&self, key: &str) {
+        let mut holds = self.holds();
+        let Some((avg, since)) = holds.get_mut(key) else {
+            return;
+        };
+        let Some(since) = since.take() else {
+            return;
+        };
+        let sample = us(since.elapsed());
+        *avg = Some(avg.map_or(sample, |avg| avg + (sample - avg) / 4));
     }
 
     fn hold_estimate(&self, key: &str) -> Option<i64> {
-        let holds = self.holds.lock().unwrap_or_else(PoisonError::into_inner);
-        holds.get(key).copied()
+        self.holds().get(key).and_then(|(avg, _)| *avg)
     }
 }
 
@@ -504,6 +518,7 @@ impl AerospikeStore {
         }
         match self.acquire_record(req).await {
             Ok(lease) => {
+                waiting.granted(key);
                 if !blocking {
                     return Ok(lease.with_contended(line.others(me, now) > 0));
                 }
@@ -640,13 +655,23 @@ mod tests {
         drop(watch);
     }
 
-    #[test]
-    fn hold_estimates_follow_a_moving_average() {
+    #[tokio::test(start_paused = true)]
+    async fn hold_estimates_follow_a_moving_average_of_grant_to_release() {
         let waiting = Waiting::new();
         assert_eq!(waiting.hold_estimate("k"), None);
-        waiting.held("k", Duration::from_millis(4));
-        assert_eq!(waiting.hold_estimate("k"), Some(4_000));
-        waiting.held("k", Duration::from_millis(8));
+        waiting.released("k");
+        assert_eq!(waiting.hold_estimate("k"), None, "no grant, no sample");
+        for held in [4, 8] {
+            waiting.granted("k");
+            tokio::time::sleep(Duration::from_millis(held)).await;
+            waiting.released("k");
+        }
         assert_eq!(waiting.hold_estimate("k"), Some(5_000));
+        waiting.released("k");
+        assert_eq!(
+            waiting.hold_estimate("k"),
+            Some(5_000),
+            "one sample per grant"
+        );
     }
 }
