@@ -7,7 +7,10 @@
 //!   owner token — the cheapest cycle with owner-checked release (2 round trips);
 //! - `unfenced`: leasehold's store with `fencing(false)`, the Java manager's cycle (2 round trips);
 //! - `fenced`: leasehold's store with fencing in hold order: create, fence increment, owner-filtered
-//!   fence write, then the filtered delete (4 round trips).
+//!   fence write, then the filtered delete (4 round trips);
+//! - `traced`: `fencing(false)` with the lock trace on: each of the two operations is followed by
+//!   the history record's `operate` (4 round trips); with the default bound (the history list at
+//!   its 100 entries, rewritten by every entry) and with a bound of 1 (the round trip alone).
 //!
 //! After the criterion groups it prints the data requests per cycle, counted by the fixture.
 //! The fixture answers from memory on the same machine, so the numbers are the client's and the
@@ -20,6 +23,7 @@ use aerospike::expressions::{eq, string_bin, string_val};
 use aerospike::policy::{Expiration, RecordExistsAction};
 use aerospike::{as_bin, Client, ClientPolicy, Key, Value, WritePolicy};
 use criterion::Criterion;
+use leasehold::core::TraceConfig;
 use leasehold::{Acquire, LockKey, LockStore, OwnerToken};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::{AerospikeFixture, Fault, Target};
@@ -108,6 +112,9 @@ fn main() {
     let fenced = rt.block_on(store(&hosts, true));
     let unfenced = rt.block_on(store(&hosts, false));
     let (req_fenced, req_unfenced) = (request("fenced"), request("unfenced"));
+    let req_traced = request("traced").with_trace(Some(TraceConfig::default()));
+    let one_entry = TraceConfig::new(1, Duration::from_secs(3600)).expect("trace config");
+    let req_traced_1 = request("traced-1").with_trace(Some(one_entry));
 
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -147,6 +154,22 @@ fn main() {
             })
         })
     });
+    for (name, req) in [
+        ("leasehold fencing(false), traced (100)", &req_traced),
+        ("leasehold fencing(false), traced (1)", &req_traced_1),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        store_cycle(&unfenced, req).await;
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+    }
     group.finish();
     criterion.final_summary();
 
@@ -183,6 +206,13 @@ fn main() {
         rt.block_on(async {
             for _ in 0..CYCLES {
                 store_cycle(&fenced, &req_fenced).await;
+            }
+        })
+    });
+    count("leasehold fencing(false), traced", &|| {
+        rt.block_on(async {
+            for _ in 0..CYCLES {
+                store_cycle(&unfenced, &req_traced).await;
             }
         })
     });

@@ -39,6 +39,8 @@ struct Shape {
     hand_off: bool,
     /// The store-kept fair line (the default) or first come, first served.
     fair: bool,
+    /// Redis: strict FIFO (one place in the line per waiting call, not per process).
+    strict: bool,
 }
 
 /// What one process reports: one line per acquisition, `wait_us start_ns end_ns`, then a line
@@ -46,8 +48,16 @@ struct Shape {
 fn child(shape_env: &str) {
     let mut parts = shape_env.split(',');
     let mut next = || parts.next().expect("child shape").to_owned();
-    let (store, address, tasks, hold_us, run_ms, hand_off, fair) =
-        (next(), next(), next(), next(), next(), next(), next());
+    let (store, address, tasks, hold_us, run_ms, hand_off, fair, strict) = (
+        next(),
+        next(),
+        next(),
+        next(),
+        next(),
+        next(),
+        next(),
+        next(),
+    );
     let tasks: usize = tasks.parse().unwrap();
     let hold = Duration::from_micros(hold_us.parse().unwrap());
     let run = Duration::from_millis(run_ms.parse().unwrap());
@@ -62,9 +72,13 @@ fn child(shape_env: &str) {
         let builder = LockManager::builder().client_id("fleet").farm_id("f1");
         let builder = match store.as_str() {
             "redis" => builder.store(
-                RedisStore::connect(RedisConfig::new(address).fair(fair == "1"))
-                    .await
-                    .expect("redis"),
+                RedisStore::connect(
+                    RedisConfig::new(address)
+                        .fair(fair == "1")
+                        .strict_fifo(strict == "1"),
+                )
+                .await
+                .expect("redis"),
             ),
             "etcd" => builder.store(
                 EtcdStore::connect(EtcdConfig::new([address]).fair(fair == "1"))
@@ -151,14 +165,15 @@ fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) {
     let before = commands();
     let me = std::env::current_exe().unwrap();
     let env = format!(
-        "{},{},{},{},{},{},{}",
+        "{},{},{},{},{},{},{},{}",
         shape.store,
         address,
         shape.tasks,
         shape.hold.as_micros(),
         shape.run.as_millis(),
         u8::from(shape.hand_off),
-        u8::from(shape.fair)
+        u8::from(shape.fair),
+        u8::from(shape.strict)
     );
     let children: Vec<_> = (0..shape.processes)
         .map(|_| {
@@ -243,8 +258,15 @@ fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) {
             _ => "—".to_owned(),
         },
     );
+    // When the worst wait ended, from the first grant: a tail at the start is the fleet warming
+    // up (connections, watches), one later is the line itself.
+    let first = holds.first().map_or(0, |h| h.start);
+    let worst_at = holds
+        .iter()
+        .max_by_key(|h| h.wait_us)
+        .map_or(0.0, |h| h.start.saturating_sub(first) as f64 / 1e9);
     println!(
-        "  (acquisitions per process: {per_process:?}; store acquires / releases per acquisition: {:.2} / {:.2})",
+        "  (acquisitions per process: {per_process:?}; store acquires / releases per acquisition: {:.2} / {:.2}; worst wait ended {worst_at:.2} s into the run)",
         acquires as f64 / n.max(1) as f64,
         releases as f64 / n.max(1) as f64
     );
@@ -271,6 +293,7 @@ fn main() {
         run: Duration::from_secs(secs),
         hand_off,
         fair,
+        strict: false,
     };
     println!(
         "| configuration | P×T | acq/s | utilization | gap p50 / p99 ms | cross-process gap p50 / p99 ms | worst wait ms | worst / median wait | Jain | store requests / acq | server commands / acq |"
@@ -292,6 +315,10 @@ fn main() {
         for shape in [
             fleet("redis, default stack (fair)", "redis", false, true),
             fleet("redis, fair + hand-off", "redis", true, true),
+            Shape {
+                strict: true,
+                ..fleet("redis, strict FIFO", "redis", false, true)
+            },
             fleet(
                 "redis, first-come (fair off, as before)",
                 "redis",

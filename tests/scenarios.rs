@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::scenario::{
-    AcquireMode, LayerSettings, Scenario, ScenarioError, ScenarioRegistry, StoreDownPolicy,
+    AcquireMode, LayerSetting, LayerSettings, Scenario, ScenarioError, ScenarioRegistry,
+    StoreDownPolicy,
 };
 use leasehold::{ErrorKind, LockEvent, LockManager, LockOptions};
 
@@ -48,16 +49,77 @@ on_store_down = "fail"    # or "proceed"
     assert_eq!(full, ScenarioRegistry::from_toml_str(GOOD, "good").unwrap());
     assert!(full.is_strict());
     let names: Vec<_> = full.iter().map(Scenario::name).collect();
-    assert_eq!(names, ["checkout", "feed", "nightly"]);
+    assert_eq!(names, ["checkout", "feed", "nightly", "hot", "bulk"]);
     let feed = full.get("feed").unwrap();
     assert_eq!(feed.acquire_mode(), AcquireMode::Try);
     assert_eq!(feed.store_down_policy(), StoreDownPolicy::Proceed);
-    assert_eq!(feed.layer_settings().local_competition, Some(false));
+    assert_eq!(
+        feed.layer_settings().local_competition,
+        Some(LayerSetting::Off)
+    );
     let nightly = full.get("nightly").unwrap();
     assert_eq!(nightly.renewal(), Some(true));
     let trace = nightly.trace_config().unwrap();
     assert_eq!(trace.max_entries(), 20);
     assert_eq!(trace.ttl(), Duration::from_secs(3600));
+}
+
+/// Each layer takes `true`/`false` or a table of its settings (inline or as a sub-table); a
+/// table starts from the layer's defaults.
+#[test]
+fn a_file_gives_layers_their_settings() {
+    use leasehold::layers::{
+        GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer,
+        UnlockWindowLayer,
+    };
+    let registry = ScenarioRegistry::from_toml_str(GOOD, "good.toml").unwrap();
+    let hot = registry.get("hot").unwrap().layer_settings();
+    let expected = LayerSettings::new()
+        .readback(ReadbackLayer::new().retries(2))
+        .unlock_window(UnlockWindowLayer::new().margin(Duration::from_millis(50)))
+        .local_competition(
+            LocalCompetitionLayer::new()
+                .hand_off(true)
+                .max_hand_offs(4)
+                .max_hand_off_hold(Duration::from_millis(200)),
+        )
+        .reentrancy(false)
+        .graceful_shutdown(true);
+    assert_eq!(*hot, expected);
+    assert_eq!(
+        hot.describe(),
+        "readback=retries(2), unlock_window=margin(50ms), \
+         local_competition=hand_off(max 4, 200ms), reentrancy=off, graceful_shutdown=on"
+    );
+    let lc = hot.local_competition.as_ref().unwrap().config().unwrap();
+    assert_eq!(lc.hand_off_limits(), Some((4, Duration::from_millis(200))));
+
+    let bulk = registry.get("bulk").unwrap().layer_settings();
+    assert_eq!(
+        *bulk,
+        LayerSettings::new()
+            .local_competition(LocalCompetitionLayer::new().capacity(1000))
+            .reentrancy(ReentrancyLayer::new().max_depth(8))
+            .graceful_shutdown(
+                GracefulShutdownLayer::new()
+                    .deadline(Duration::from_secs(2))
+                    .purge_interval(Duration::from_millis(250))
+            )
+    );
+    assert_eq!(
+        bulk.describe(),
+        "local_competition=no_hand_off capacity(1000), reentrancy=max_depth(8), \
+         graceful_shutdown=deadline(2s) purge(250ms)"
+    );
+    // Settings differ from `true`, and from each other.
+    assert_ne!(
+        LayerSettings::new().readback(true),
+        LayerSettings::new().readback(ReadbackLayer::new())
+    );
+    assert_ne!(
+        LayerSettings::new().readback(ReadbackLayer::new().retries(2)),
+        LayerSettings::new().readback(ReadbackLayer::new().retries(3))
+    );
 }
 
 /// Each kind of bad file fails at load, naming the file, the line and the field.
@@ -152,6 +214,113 @@ fn bad_files_name_the_file_line_and_field() {
             4,
             "permits",
         ),
+        // a layer that is neither a bool nor a table
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nreadback = \"yes\"\n",
+            "layer type",
+            4,
+            "readback",
+        ),
+        // an unknown layer setting (a typo), inline
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nunlock_window = { window = \"50ms\" }\n",
+            "layer setting",
+            4,
+            "window",
+        ),
+        // an unknown layer setting in a sub-table
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers.readback]\nretries = 1\nretry = 2\n",
+            "layer setting table",
+            5,
+            "retry",
+        ),
+        // a setting of the wrong type
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nlocal_competition = { hand_off = \"yes\" }\n",
+            "setting type",
+            4,
+            "hand_off",
+        ),
+        // a negative count (out of range for the type)
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nreadback = { retries = -1 }\n",
+            "negative",
+            4,
+            "retries",
+        ),
+        // a bad duration
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nunlock_window = { margin = \"fifty\" }\n",
+            "layer duration",
+            4,
+            "margin",
+        ),
+        // zero where zero is invalid: the layer's setter would raise it silently
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nreentrancy = { max_depth = 0 }\n",
+            "zero depth",
+            4,
+            "max_depth",
+        ),
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nlocal_competition = { capacity = 0 }\n",
+            "zero capacity",
+            4,
+            "capacity",
+        ),
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers.graceful_shutdown]\npurge_interval = \"0s\"\n",
+            "zero purge",
+            4,
+            "purge_interval",
+        ),
+        // zero where zero is invalid: checked by the registry (as for code)
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nlocal_competition = { hand_off = true, max_hand_offs = 0 }\n",
+            "zero hand-offs",
+            4,
+            "max_hand_offs",
+        ),
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nlocal_competition = { hand_off = true, max_hand_off_hold = \"0ms\" }\n",
+            "zero hold",
+            4,
+            "max_hand_off_hold",
+        ),
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\ngraceful_shutdown = { deadline = \"0s\" }\n",
+            "zero deadline",
+            4,
+            "deadline",
+        ),
+        // out of range: a margin that closes the window before the lock is taken
+        (
+            "[[scenario]]\nname = \"a\"\nttl = \"1s\"\n[scenario.layers]\nunlock_window = { margin = \"1s\" }\n",
+            "margin",
+            5,
+            "margin",
+        ),
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nunlock_window = { margin = \"31days\" }\n",
+            "margin range",
+            4,
+            "margin",
+        ),
+        // hand-off bounds with hand-off off
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nlocal_competition = { max_hand_offs = 4 }\n",
+            "bounds without hand-off",
+            4,
+            "max_hand_offs",
+        ),
+        // a process-wide setting
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\ngraceful_shutdown = { exit_code = 3 }\n",
+            "exit code",
+            4,
+            "exit_code",
+        ),
         // a trace bound out of range
         (
             "[[scenario]]\nname = \"a\"\ntrace_len = 0\n",
@@ -165,6 +334,19 @@ fn bad_files_name_the_file_line_and_field() {
         let message = error.to_string();
         assert!(message.starts_with("ops/locks.toml:"), "{what}: {message}");
         assert_eq!(error.line(), Some(*line), "{what}: {message}");
+        // Settings of a layer are located by the column of their value, on the line.
+        if text.contains("[scenario.layers") {
+            let column = error.column().unwrap_or(0);
+            let line_text = text.lines().nth(line - 1).unwrap();
+            assert!(
+                (1..=line_text.len()).contains(&column),
+                "{what}: column {column} off line {line_text:?}: {message}"
+            );
+            assert!(
+                message.starts_with(&format!("ops/locks.toml:{line}:{column}:")),
+                "{what}: {message}"
+            );
+        }
         assert!(
             message.contains(field),
             "{what}: field {field} not in {message}"
@@ -189,6 +371,31 @@ fn code_registration_rejects_what_files_reject() {
         .with(Scenario::new("b").keys(""))
         .unwrap_err();
     assert_eq!(error.field(), Some("keys"));
+    // Layer settings are checked the same way as a file's.
+    use leasehold::layers::{GracefulShutdownLayer, LocalCompetitionLayer, UnlockWindowLayer};
+    let never = LocalCompetitionLayer::new().hand_off(true).max_hand_offs(0);
+    let error = ScenarioRegistry::new()
+        .with(Scenario::new("c").layers(LayerSettings::new().local_competition(never)))
+        .unwrap_err();
+    assert_eq!(
+        error.field(),
+        Some("layers.local_competition.max_hand_offs")
+    );
+    assert_eq!(error.line(), None);
+    let closed = UnlockWindowLayer::new().margin(Duration::from_secs(2));
+    let error = ScenarioRegistry::new()
+        .with(
+            Scenario::new("d")
+                .ttl(Duration::from_secs(2))
+                .layers(LayerSettings::new().unlock_window(closed)),
+        )
+        .unwrap_err();
+    assert_eq!(error.field(), Some("layers.unlock_window.margin"));
+    let exit = GracefulShutdownLayer::new().exit_code(3);
+    let error = ScenarioRegistry::new()
+        .with(Scenario::new("e").layers(LayerSettings::new().graceful_shutdown(exit)))
+        .unwrap_err();
+    assert_eq!(error.field(), Some("layers.graceful_shutdown.exit_code"));
 }
 
 #[tokio::test]
@@ -372,4 +579,184 @@ async fn a_scenario_fixes_the_lock_kind() {
         .unwrap_err();
     assert!(err.is_unavailable(), "{err}");
     drop((a, b, r1));
+}
+
+/// An observer that keeps event names.
+fn recorder() -> (
+    Arc<Mutex<Vec<&'static str>>>,
+    impl Fn(&LockEvent) + Send + Sync,
+) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    (events, move |e: &LockEvent| {
+        sink.lock().unwrap().push(e.name())
+    })
+}
+
+/// Whether a release with a local waiter in line hands the lease over (no store round trip).
+async fn hands_off(locks: &LockManager, entity: &str, events: &Mutex<Vec<&'static str>>) -> bool {
+    events.lock().unwrap().clear();
+    let guard = locks.lock(entity).await.unwrap();
+    let other = locks.clone();
+    let entity_owned = entity.to_owned();
+    let waiter = tokio::spawn(async move { other.lock(entity_owned.as_str()).await });
+    // Let the waiter take its place in the line.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(guard.release().await.unwrap());
+    let taken = waiter.await.unwrap().unwrap();
+    assert!(taken.release().await.unwrap());
+    let seen = events.lock().unwrap().clone();
+    seen.contains(&"handed_off")
+}
+
+/// A scenario's own local-competition settings reach its locks: one with hand-off on hands off
+/// (`LockEvent::HandedOff`), one without does not; `true` keeps the builder's configuration and a
+/// scenario that does not mention the layer keeps the manager's.
+#[tokio::test(start_paused = true)]
+async fn a_scenarios_hand_off_setting_reaches_its_locks() {
+    use leasehold::layers::LocalCompetitionLayer;
+    // The manager without hand-off (the default); a file scenario turns it on.
+    let registry = ScenarioRegistry::from_toml_str(
+        "[[scenario]]\nname = \"hot\"\nkeys = \"hot-*\"\n[scenario.layers]\n\
+         local_competition = { hand_off = true, max_hand_offs = 4, max_hand_off_hold = \"200ms\" }\n",
+        "hot.toml",
+    )
+    .unwrap();
+    let (events, observer) = recorder();
+    let locks = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .scenarios(registry)
+        .observer(observer)
+        .build()
+        .unwrap();
+    assert!(hands_off(&locks, "hot-1", &events).await);
+    assert!(!hands_off(&locks, "cold-1", &events).await);
+    assert_eq!(locks.shutdown().await.unwrap(), 0);
+
+    // The manager with hand-off; scenarios turn it off by configuration, keep it with `true`.
+    let registry = ScenarioRegistry::new()
+        .with(
+            Scenario::new("plain")
+                .keys("plain-*")
+                .layers(LayerSettings::new().local_competition(LocalCompetitionLayer::new())),
+        )
+        .unwrap()
+        .with(
+            Scenario::new("kept").keys("kept-*").layers(
+                LayerSettings::new()
+                    .local_competition(true)
+                    .reentrancy(false),
+            ),
+        )
+        .unwrap();
+    let (events, observer) = recorder();
+    let locks = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .local_competition(LocalCompetitionLayer::new().hand_off(true))
+        .scenarios(registry)
+        .observer(observer)
+        .build()
+        .unwrap();
+    assert!(!hands_off(&locks, "plain-1", &events).await);
+    assert!(hands_off(&locks, "kept-1", &events).await);
+    assert!(hands_off(&locks, "other-1", &events).await);
+    assert_eq!(locks.shutdown().await.unwrap(), 0);
+}
+
+/// A scenario's unlock-window margin decides which late releases are skipped.
+#[tokio::test(start_paused = true)]
+async fn a_scenarios_unlock_window_margin_decides_what_is_skipped() {
+    let registry = ScenarioRegistry::from_toml_str(
+        "[[scenario]]\nname = \"tight\"\nkeys = \"tight-*\"\nttl = \"1s\"\n\
+         [scenario.layers]\nunlock_window = { margin = \"600ms\" }\n",
+        "tight.toml",
+    )
+    .unwrap();
+    let (events, observer) = recorder();
+    let locks = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .scenarios(registry)
+        .observer(observer)
+        .build()
+        .unwrap();
+    let one_second = LockOptions::new().ttl(Duration::from_secs(1));
+    let tight = locks.try_lock("tight-1").await.unwrap();
+    let plain = locks.try_lock_with("plain-1", one_second).await.unwrap();
+    assert_eq!(tight.lease().ttl(), Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // 500 ms into a 1 s lease: past the scenario's 600 ms margin, within the default 150 ms one.
+    assert!(
+        !tight.release().await.unwrap(),
+        "skipped: the window closed"
+    );
+    assert!(plain.release().await.unwrap(), "sent: the window is open");
+    let seen = events.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().filter(|e| **e == "release_skipped").count(),
+        1,
+        "{seen:?}"
+    );
+}
+
+/// A scenario's readback retries decide how often an in-doubt acquire is sent again.
+#[tokio::test]
+async fn a_scenarios_readback_retries_reach_its_locks() {
+    use leasehold_testkit::scripted::{reply_lost, Op, ScriptedStore};
+    let registry = ScenarioRegistry::from_toml_str(
+        "[[scenario]]\nname = \"patient\"\nkeys = \"patient-*\"\n\
+         [scenario.layers]\nreadback = { retries = 2 }\n\n\
+         [[scenario]]\nname = \"once\"\nkeys = \"once-*\"\n\
+         [scenario.layers]\nreadback = { retries = 0 }\n",
+        "readback.toml",
+    )
+    .unwrap();
+    let scripted = ScriptedStore::new();
+    let locks = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .store(scripted.clone())
+        .without_layers()
+        .readback(true) // the manager's: one retry
+        .scenarios(registry)
+        .build()
+        .unwrap();
+
+    // Two lost replies: the manager's single retry would give up; the scenario's two do not.
+    scripted
+        .expect_acquire(Err(reply_lost()))
+        .expect_inspect(Ok(None))
+        .expect_acquire(Err(reply_lost()))
+        .expect_inspect(Ok(None))
+        .grant_acquire()
+        .expect_release(Ok(true));
+    let guard = locks.try_lock("patient-1").await.unwrap();
+    assert!(guard.release().await.unwrap());
+    assert_eq!(
+        scripted.ops(),
+        [
+            Op::TryAcquire,
+            Op::Inspect,
+            Op::TryAcquire,
+            Op::Inspect,
+            Op::TryAcquire,
+            Op::Release
+        ]
+    );
+
+    // No retry: read back, never sent again.
+    let scripted_before = scripted.ops().len();
+    scripted
+        .expect_acquire(Err(reply_lost()))
+        .expect_inspect(Ok(None));
+    let error = locks.try_lock("once-1").await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::RetriesExhausted, "{error}");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        scripted.ops()[scripted_before..],
+        [Op::TryAcquire, Op::Inspect]
+    );
+    scripted.verify();
 }

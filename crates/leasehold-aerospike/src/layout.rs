@@ -31,6 +31,9 @@ pub const LINE_BIN: &str = "lh_line";
 pub const GRANTED_BIN: &str = "lh_granted";
 /// Bin of a key's queue record: that process's estimate of how long it holds the key (µs).
 pub const HOLD_BIN: &str = "lh_hold";
+/// List bin of a lock's history record (the lock trace): encoded
+/// [`HistoryEntry`](leasehold_core::HistoryEntry)s, newest first.
+pub const TRACE_BIN: &str = "lh_trace";
 
 /// Set and bin names for one farm and set suffix, validated against Aerospike's limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +145,12 @@ pub fn queue_set(lock_set: &str) -> String {
     format!("{lock_set}#queue")
 }
 
+/// The lock history set of a lock set: `<lock set>#trace` (as long as the fence set's name, so
+/// the set-name check of [`Layout::lock_set`] covers it too).
+pub fn trace_set(lock_set: &str) -> String {
+    format!("{lock_set}#trace")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +170,10 @@ mod tests {
         );
         assert_eq!(
             queue_set("XDC#distributed_lock").len(),
+            fence_set("XDC#distributed_lock").len()
+        );
+        assert_eq!(
+            trace_set("XDC#distributed_lock").len(),
             fence_set("XDC#distributed_lock").len()
         );
     }

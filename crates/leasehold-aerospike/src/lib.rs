@@ -13,6 +13,7 @@
 //! | fence counter | record `<lock set>#fence` / lock id, bin `lh_counter`, never expires |
 //! | waiter line (fair) | record `<lock set>#queue` / lock id: `lh_line` (map waiter id → [ticket µs, deadline µs]), `lh_granted`, `lh_hold` |
 //! | readers, permits | same record key, own format: `lh_mode` (`shared` / `semaphore:N`), `lh_holders` (map token → expiry ms), `lh_writer` (waiting writer); changed by filtered `operate`s |
+//! | lock history (traced keys) | record `<lock set>#trace` / lock id, list bin `lh_trace` (newest first, bounded), expires the trace TTL after its last write |
 //!
 //! ```no_run
 //! use leasehold::LockManager;
@@ -40,6 +41,7 @@ mod shared;
 mod store;
 #[cfg(feature = "tls")]
 mod tls;
+mod trace;
 mod waiting;
 
 pub use config::{

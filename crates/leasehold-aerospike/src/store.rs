@@ -14,8 +14,8 @@ use aerospike::{
 };
 use futures::StreamExt;
 use leasehold_core::{
-    acquire_detached, validate_ttl, Acquire, Capabilities, Error, ErrorKind, Lease, LockInfo,
-    LockKey, LockLevel, LockStore, OwnerToken, ReleaseWatch, Result,
+    acquire_detached, validate_ttl, Acquire, Capabilities, Error, ErrorKind, HistoryEntry, Lease,
+    LockInfo, LockKey, LockLevel, LockStore, OwnerToken, ReleaseWatch, Result, TraceConfig,
 };
 use tokio::time::Instant;
 
@@ -358,6 +358,34 @@ impl AerospikeStore {
         }
     }
 
+    /// The renewal itself (see `LockStore::extend`).
+    pub(crate) async fn extend_once(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        if lease.mode().is_shared_record() {
+            return self.extend_shared(lease, ttl).await;
+        }
+        let record_key = self.record_key(lease.key())?;
+        let mut policy = self.owned_by(lease.token(), self.inner.config.commit_levels.extend);
+        policy.expiration = Expiration::Seconds(ttl_seconds(ttl));
+        let sent_at = Instant::now();
+        let result = self
+            .with_retries("extend", lease.key(), || {
+                self.inner.client.touch(&policy, &record_key)
+            })
+            .await;
+        match result {
+            Ok(()) => Ok(lease.renewed(ttl, sent_at)),
+            Err(e) => match classify(&e) {
+                Class::Server(ResultCode::FilteredOut | ResultCode::KeyNotFoundError) => {
+                    Err(Error::not_held(
+                        "the lease expired or was taken by another owner before it could be extended",
+                    )
+                    .with_key(lease.key().as_str()))
+                }
+                _ => Err(self.exhausted_or("extend", lease.key(), e)),
+            },
+        }
+    }
+
     /// What a lock record says: `None` for a shared record whose holders have all expired.
     fn info(&self, key: LockKey, record: &Record) -> Option<LockInfo> {
         if crate::shared::is_shared(record) {
@@ -401,6 +429,22 @@ impl LockStore for AerospikeStore {
             .with_fencing(self.inner.config.fencing)
             .with_listing(true)
             .with_shared_modes(true)
+            .with_history(true)
+    }
+
+    /// One read of the key's history record (module `trace`), newest first.
+    async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
+        self.read_history(key).await
+    }
+
+    /// One `operate` on the key's history record: insert, trim, expiration.
+    async fn append_history(
+        &self,
+        key: &LockKey,
+        trace: &TraceConfig,
+        entry: &HistoryEntry,
+    ) -> Result<()> {
+        self.write_trace(key, trace, entry).await
     }
 
     /// Exclusive: create-only write with expiration = TTL rounded up to whole seconds; with
@@ -408,11 +452,10 @@ impl LockStore for AerospikeStore {
     /// the record (3 round trips, tokens in hold order). With fair waiting (the default), first
     /// one round trip on the key's waiter line, and only the head (or anyone, if nobody waits)
     /// tries; a blocking attempt that gets the lock leaves the line (one more, module
-    /// `waiting`). A create refused by an existing record
-    /// reads it once to tell a held lock from a shared record (see docs/AEROSPIKE.md). Readers and
-    /// permits: one filtered `operate` when admitted (module `shared`). Cancel safe: the requests
-    /// run on their own task, and an acquisition nobody receives is released again
-    /// (owner-checked).
+    /// `waiting`). A create refused by an existing record reads it once to tell a held lock from a shared record (see docs/AEROSPIKE.md). Readers and
+    /// permits: one filtered `operate` when admitted (module `shared`). Traced: one more round
+    /// trip for the history entry (module `trace`). Cancel safe: the requests run on their own
+    /// task, and an acquisition nobody receives is released again (owner-checked).
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         validate_ttl(req.ttl)?;
         req.mode.validate()?;
@@ -420,8 +463,11 @@ impl LockStore for AerospikeStore {
         let (acquirer, releaser) = (self.clone(), self.clone());
         acquire_detached(
             req,
-            move |req| async move { acquirer.acquire_once(&req).await },
-            move |lease| async move { releaser.release_once(&lease).await },
+            move |req| async move {
+                let result = acquirer.acquire_once(&req).await;
+                acquirer.trace_acquire(&req, result).await
+            },
+            move |lease| async move { releaser.release(&lease).await },
         )
         .await
     }
@@ -439,39 +485,19 @@ impl LockStore for AerospikeStore {
 
     /// Exclusive: one round trip, a delete with a filter expression `lh_token == token`. Readers
     /// and permits: one `operate` removing the holder's entry, and a filtered delete of the
-    /// record when it was the last live holder.
+    /// record when it was the last live holder. Traced: one more round trip.
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.release_once(lease).await
+        let result = self.release_once(lease).await;
+        self.trace_release(lease, result).await
     }
 
     /// Exclusive: one round trip, a touch with the same filter and the new expiration. Readers
-    /// and permits: one filtered `operate` (two when the record must keep a longer TTL).
+    /// and permits: one filtered `operate` (two when the record must keep a longer TTL). Traced:
+    /// one more round trip when the lease was lost.
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         validate_ttl(ttl)?;
-        if lease.mode().is_shared_record() {
-            return self.extend_shared(lease, ttl).await;
-        }
-        let record_key = self.record_key(lease.key())?;
-        let mut policy = self.owned_by(lease.token(), self.inner.config.commit_levels.extend);
-        policy.expiration = Expiration::Seconds(ttl_seconds(ttl));
-        let sent_at = Instant::now();
-        let result = self
-            .with_retries("extend", lease.key(), || {
-                self.inner.client.touch(&policy, &record_key)
-            })
-            .await;
-        match result {
-            Ok(()) => Ok(lease.renewed(ttl, sent_at)),
-            Err(e) => match classify(&e) {
-                Class::Server(ResultCode::FilteredOut | ResultCode::KeyNotFoundError) => {
-                    Err(Error::not_held(
-                        "the lease expired or was taken by another owner before it could be extended",
-                    )
-                    .with_key(lease.key().as_str()))
-                }
-                _ => Err(self.exhausted_or("extend", lease.key(), e)),
-            },
-        }
+        let result = self.extend_once(lease, ttl).await;
+        self.trace_extend(lease, result).await
     }
 
     /// One round trip: the lock record's bins and TTL (every live holder of a shared record), read from the node the configured read

@@ -39,6 +39,8 @@ fn row(s: &Scenario) -> [String; 10] {
                 humantime::format_duration(t.ttl())
             )
         }),
+        // The layers the scenario sets, each `off`, `on` (the manager's configuration) or its
+        // own settings, e.g. `local_competition=hand_off(max 4, 200ms)`.
         s.layer_settings().describe(),
     ]
 }
@@ -58,10 +60,12 @@ pub(crate) fn scenarios(args: ScenariosArgs) -> Result<u8, CliError> {
         "LAYERS",
     ]
     .map(str::to_owned);
+    let header_len = header.len();
     let rows: Vec<[String; 10]> = std::iter::once(header)
         .chain(registry.iter().map(row))
         .collect();
-    let widths: Vec<usize> = (0..9)
+    // Every column, the last (layers) included: `zip` would drop a column without a width.
+    let widths: Vec<usize> = (0..header_len)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
     for r in &rows {

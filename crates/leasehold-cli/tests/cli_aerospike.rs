@@ -1,8 +1,8 @@
-//! The `leasehold` binary against Aerospike: `run`, `inspect`, `list` and `release --force`, a
-//! missing namespace, and credentials kept out of the output. Against the cluster in
-//! `AEROSPIKE_HOSTS` when it is set (its first host; `AEROSPIKE_NAMESPACE`, `AEROSPIKE_USER`,
-//! `AEROSPIKE_PASSWORD`), the wire fixture otherwise (`AerospikeTarget`); key names are unique per
-//! run.
+//! The `leasehold` binary against Aerospike: `run`, `inspect`, `list`, `release --force` and
+//! `history` (the lock trace of a traced scenario), a missing namespace, and credentials kept out
+//! of the output. Against the cluster in `AEROSPIKE_HOSTS` when it is set (its first host;
+//! `AEROSPIKE_NAMESPACE`, `AEROSPIKE_USER`, `AEROSPIKE_PASSWORD`), the wire fixture otherwise
+//! (`AerospikeTarget`); key names are unique per run.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -191,4 +191,56 @@ async fn farm_id_names_the_set_and_the_bins_alike() {
     );
     let _ = kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM);
     run.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_prints_the_trace_kept_in_the_namespace() {
+    let target = AerospikeTarget::from_env().await.unwrap();
+    let url = url(&target, target.namespace(), "set_suffix=dlm&farm=farm1");
+    let name = target.unique("job");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("scenarios.toml");
+    std::fs::write(
+        &config,
+        "[[scenario]]\nname = \"jobs\"\nkeys = \"job-*\"\nttl = \"7s\"\ntrace = true\n",
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let out = tokio::task::spawn_blocking({
+        let (url, name) = (url.clone(), name.clone());
+        move || leasehold(&url, &["run", "--config", &config, &name, "--", "true"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    if let Some(fixture) = target.fixture() {
+        assert!(
+            fixture
+                .record_by_key("DC#farm1#dlm#trace", &format!("cli#{name}"))
+                .is_some(),
+            "the history record, beside the lock set"
+        );
+    }
+    let (lines, json) = tokio::task::spawn_blocking({
+        let (url, name) = (url.clone(), name.clone());
+        move || {
+            (
+                leasehold(&url, &["history", &name]),
+                leasehold(&url, &["history", &name, "--json"]),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(lines.status.code(), Some(0), "{}", text(&lines.stderr));
+    let lines = text(&lines.stdout);
+    assert!(
+        lines.contains(&format!("DC#farm1#cli#{name}: 2 entries")),
+        "{lines}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let entries = json["entries"].as_array().unwrap();
+    assert_eq!(entries[0]["event"], "released", "{json}");
+    assert_eq!(entries[1]["event"], "acquired", "{json}");
+    assert!(entries[1]["pid"].as_u64().is_some(), "{json}");
 }

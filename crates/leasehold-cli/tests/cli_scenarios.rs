@@ -67,6 +67,60 @@ fn scenarios_prints_a_table_and_names_the_line_of_a_bad_file() {
 }
 
 #[test]
+fn scenarios_shows_layer_settings_and_run_uses_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let hot = file(
+        &dir,
+        "hot.toml",
+        r#"
+[[scenario]]
+name = "hot"
+keys = "counter-*"
+ttl = "10s"
+
+[scenario.layers]
+readback = { retries = 2 }
+local_competition = { hand_off = true, max_hand_offs = 4, max_hand_off_hold = "200ms" }
+reentrancy = false
+"#,
+    );
+    let out = leasehold(&["scenarios", "--config", &hot]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(
+        table.contains(
+            "readback=retries(2), local_competition=hand_off(max 4, 200ms), reentrancy=off"
+        ),
+        "{table}"
+    );
+    let out = leasehold(&[
+        "run",
+        "--config",
+        &hot,
+        "--scenario",
+        "hot",
+        "counter-1",
+        "--",
+        "sh",
+        "-c",
+        "echo $LEASEHOLD_KEY",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "DC#local#cli#counter-1");
+
+    let bad = file(
+        &dir,
+        "bad.toml",
+        "[[scenario]]\nname = \"x\"\n[scenario.layers]\nreentrancy = { max_depth = 0 }\n",
+    );
+    let out = leasehold(&["scenarios", "--config", &bad]);
+    assert_eq!(out.status.code(), Some(2));
+    let error = text(&out.stderr);
+    assert!(error.contains(&format!("{bad}:4:28:")), "{error}");
+    assert!(error.contains("layers.reentrancy.max_depth"), "{error}");
+}
+
+#[test]
 fn run_takes_the_scenarios_settings() {
     let dir = tempfile::tempdir().unwrap();
     let good = file(&dir, "good.toml", GOOD);

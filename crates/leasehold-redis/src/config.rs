@@ -27,6 +27,7 @@ pub struct RedisConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) fencing: bool,
     pub(crate) fair: bool,
+    pub(crate) strict_fifo: bool,
     pub(crate) waiter_timeout: Duration,
     pub(crate) tls: TlsFiles,
 }
@@ -52,6 +53,7 @@ impl RedisConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             fencing: true,
             fair: true,
+            strict_fifo: false,
             waiter_timeout: DEFAULT_WAITER_TIMEOUT,
             tls: TlsFiles::default(),
         }
@@ -108,6 +110,40 @@ impl RedisConfig {
     pub fn fair(mut self, on: bool) -> Self {
         self.fair = on;
         self
+    }
+
+    /// Strict FIFO across the fleet (default off; on implies [`fair`](Self::fair)): every blocking
+    /// `lock()` call takes its own place in the key's queue (the store's id plus the wait's
+    /// [`WaiterId`](leasehold_core::WaiterId)), so grants follow the order in which calls started
+    /// waiting, whichever process they are in, instead of one turn per process in round-robin.
+    /// A release wakes only the waiter named next; a waiter that gives up leaves the queue at
+    /// once; readers and semaphore permits queue the same way. The store then reports
+    /// [`Capabilities::waiter_line`](leasehold_core::Capabilities::waiter_line), so local
+    /// competition lets every blocking waiter ask the store itself. Costs: every waiting call
+    /// keeps its own place fresh (one request per poll interval each), and local hand-off never
+    /// applies to blocking waiters. See docs/REDIS.md, "Strict FIFO".
+    ///
+    /// ```
+    /// use leasehold_redis::RedisConfig;
+    /// let config = RedisConfig::new("redis://127.0.0.1:6379").strict_fifo(true);
+    /// assert!(config.is_strict_fifo() && config.is_fair());
+    /// ```
+    pub fn strict_fifo(mut self, on: bool) -> Self {
+        self.strict_fifo = on;
+        if on {
+            self.fair = true;
+        }
+        self
+    }
+
+    /// Whether fair waiting is on (see [`fair`](Self::fair)).
+    pub fn is_fair(&self) -> bool {
+        self.fair
+    }
+
+    /// Whether strict FIFO is on (see [`strict_fifo`](Self::strict_fifo)).
+    pub fn is_strict_fifo(&self) -> bool {
+        self.strict_fifo
     }
 
     /// How long a waiting process keeps its place in line without asking again (default
@@ -173,6 +209,12 @@ impl RedisConfig {
                 self.prefix
             )));
         }
+        if self.strict_fifo && !self.fair {
+            return Err(Error::invalid_argument(
+                "strict FIFO keeps its order in the fair waiter queue, but fair waiting was turned \
+                 off (fair(false) after strict_fifo(true)): drop fair(false), or strict_fifo(false)",
+            ));
+        }
         if self.waiter_timeout < Duration::from_millis(100) {
             return Err(Error::invalid_argument(format!(
                 "waiter timeout {:?} is too short for waiters to keep their place (at least 100ms; \
@@ -198,6 +240,7 @@ impl fmt::Debug for RedisConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("fencing", &self.fencing)
             .field("fair", &self.fair)
+            .field("strict_fifo", &self.strict_fifo)
             .field("waiter_timeout", &self.waiter_timeout)
             .field("tls_ca_file", &self.tls.ca)
             .field("tls_client_cert", &self.tls.client.as_ref().map(|(c, _)| c))
@@ -261,6 +304,17 @@ mod tests {
             .response_timeout(Duration::ZERO)
             .validate()
             .is_err());
+        let err = RedisConfig::new("redis://h:1")
+            .strict_fifo(true)
+            .fair(false)
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("drop fair(false)"), "{err}");
+        assert!(RedisConfig::new("redis://h:1")
+            .fair(false)
+            .strict_fifo(true)
+            .validate()
+            .is_ok());
         assert!(RedisConfig::new("redis+unix:///tmp/r.sock")
             .validate()
             .is_ok());

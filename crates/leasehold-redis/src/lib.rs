@@ -5,8 +5,8 @@
 //!
 //! | operation | Redis |
 //! |---|---|
-//! | acquire | fair (default): a script that lets only the first process in the key's waiter queue take it (`SET NX PX`, `INCR` of the fence counter), else queues this process and returns the holder's TTL left; `fair(false)`: `SET key token NX PX ttl`, with fencing in a script that also `INCR`s the fence counter |
-//! | release | a script: `DEL` only if the value is our token; fair: then `PUBLISH` the next waiter's id |
+//! | acquire | fair (default): a script that lets only the first entry in the key's waiter queue take it (`SET NX PX`, `INCR` of the fence counter), else queues this process (strict FIFO: this waiting call) and returns the holder's TTL left; `fair(false)`: `SET key token NX PX ttl`, with fencing in a script that also `INCR`s the fence counter |
+//! | release | a script: `DEL` only if the value is our token; fair: then `PUBLISH` the next entry's id |
 //! | extend | a script: `PEXPIRE` only if the value is our token |
 //! | inspect | a script: token, `PTTL` and fence counter |
 //! | list | `SCAN MATCH <prefix><filter>*` (never `KEYS`), then one pipeline of `GET`/`PTTL` per batch |
@@ -17,7 +17,9 @@
 //! - fence counter: `<prefix>fence:<lock key>`, an integer without TTL that only grows;
 //! - fair waiting: the waiter queue `<prefix>queue:<lock key>` (a list), waiter deadlines
 //!   `<prefix>queue-deadline:<lock key>` (a hash), and the channel `<prefix>released:<lock key>`
-//!   (one subscriber connection per store; see docs/REDIS.md).
+//!   (one subscriber connection per store; see docs/REDIS.md). An entry is a process (the
+//!   store's id) by default, one waiting call (`<store id>#<n>`) with
+//!   [`RedisConfig::strict_fifo`].
 //!
 //! The prefix defaults to `leasehold:`. Lock keys always start with `DC#` or `XDC#`, so they can
 //! never collide with the `fence:`, `queue:`, `queue-deadline:` or `released:` namespaces.

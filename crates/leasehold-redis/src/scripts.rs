@@ -165,7 +165,11 @@ return out
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&script_text(INSPECT_LUA, true)));
 
-/// Fair acquire: the lock goes to the first process in the key's waiter queue.
+/// Fair acquire: the lock goes to the first entry in the key's waiter queue.
+///
+/// An entry is a process (the store's id: the default, one place per process, round-robin) or,
+/// in strict FIFO mode, one waiting call (`<store id>#<n>`, never re-queued: `ARGV[6]` is then
+/// always 0); the script treats both alike.
 ///
 /// `KEYS[1]` lock, `KEYS[2]` fence counter, `KEYS[3]` waiter queue (a list of waiter ids, oldest
 /// first), `KEYS[4]` waiter deadlines (a hash: id → ms since the epoch, server time);
@@ -223,6 +227,7 @@ if (not head) or head == me then
   if taken then
     if head == me then
       redis.call('LPOP', KEYS[3])
+      redis.call('HDEL', KEYS[4], me)
     end
     if ARGV[6] == '1' and me ~= '' then
       local keep = tonumber(ARGV[4])
@@ -277,11 +282,13 @@ return 0
 pub(crate) static RELEASE_FAIR: LazyLock<Script> =
     LazyLock::new(|| Script::new(&script_text(RELEASE_FAIR_LUA, false)));
 
-/// Leave a key's waiter queue (the process stopped waiting without the lock); if it was first in
-/// line and the lock is free, tell the next one.
-/// `KEYS[1]` waiter queue, `KEYS[2]` lock, `KEYS[3]` channel; `ARGV[1]` waiter id.
+/// Leave a key's waiter queue (the process, or in strict mode the waiting call, stopped waiting
+/// without the lock); if it was first in line and the lock is free, tell the next one.
+/// `KEYS[1]` waiter queue, `KEYS[2]` lock, `KEYS[3]` channel, `KEYS[4]` waiter deadlines;
+/// `ARGV[1]` waiter id.
 const LEAVE_QUEUE_LUA: &str = r"
 local head = redis.call('LINDEX', KEYS[1], 0)
+redis.call('HDEL', KEYS[4], ARGV[1])
 if redis.call('LREM', KEYS[1], 0, ARGV[1]) > 0 and head == ARGV[1]
     and redis.call('EXISTS', KEYS[2]) == 0 then
   local next = redis.call('LINDEX', KEYS[1], 0)
@@ -299,7 +306,8 @@ pub(crate) static LEAVE_QUEUE: LazyLock<Script> =
 ///
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` waiter deadlines, `KEYS[4]` channel;
 /// `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` mode (`shared` or `semaphore:N`), `ARGV[4]`
-/// permits (0 for a reader), `ARGV[5]` waiter id (empty: a try, never queued), `ARGV[6]` waiter
+/// permits (0 for a reader), `ARGV[5]` waiter id (empty: a try, never queued; in strict FIFO
+/// mode the waiting call's own entry, as in `ACQUIRE_FAIR`), `ARGV[6]` waiter
 /// timeout ms, `ARGV[7]` `1` to re-queue (other tasks of this process still wait), `ARGV[8]` `1`
 /// for fair waiting (the queue of `ACQUIRE_FAIR`, shared with writers).
 ///

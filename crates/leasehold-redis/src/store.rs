@@ -14,14 +14,15 @@ use tokio::time::Instant;
 use crate::config::RedisConfig;
 use crate::connect::{address_of, client, tls_error};
 use crate::error::{map, Op};
-use crate::reply::{describe_mode, glob_escape, mode_field, parse_inspect, writer_wait_millis};
+use crate::reply::{describe_mode, glob_escape, parse_inspect, writer_wait_millis};
 use crate::scripts::{
-    ACQUIRE, ACQUIRE_FAIR, ACQUIRE_FAIR_TRACED, ACQUIRE_SHARED, ACQUIRE_SHARED_TRACED,
-    ACQUIRE_TRACED, APPEND_TRACE, EXTEND, EXTEND_SHARED, EXTEND_SHARED_TRACED, EXTEND_TRACED,
-    INSPECT, LEAVE_QUEUE, RELEASE, RELEASE_FAIR, RELEASE_FAIR_TRACED, RELEASE_SHARED,
+    ACQUIRE, ACQUIRE_TRACED, APPEND_TRACE, EXTEND, EXTEND_SHARED, EXTEND_SHARED_TRACED,
+    EXTEND_TRACED, INSPECT, RELEASE, RELEASE_FAIR, RELEASE_FAIR_TRACED, RELEASE_SHARED,
     RELEASE_SHARED_TRACED, RELEASE_TRACED,
 };
 use crate::waiting::Waiting;
+
+mod queue;
 
 /// Keys returned by one `SCAN` step.
 const SCAN_COUNT: usize = 500;
@@ -193,57 +194,6 @@ impl RedisStore {
         Err(Error::unavailable(&req.key).with_retry_after(left))
     }
 
-    /// A reader or a semaphore permit: one script, in the fair queue when fair waiting is on.
-    async fn acquire_shared(&self, req: &Acquire) -> Result<Lease> {
-        let lock_key = self.lock_key(&req.key);
-        let fair = self.inner.config.fair;
-        let waiter = if fair && req.deadline.is_some() {
-            self.waiter_id()
-        } else {
-            ""
-        };
-        let requeue = !waiter.is_empty() && self.inner.waiting.others_wait(&lock_key);
-        let sent_at = Instant::now();
-        let mut conn = self.conn();
-        let script = if req.trace.is_some() {
-            &*ACQUIRE_SHARED_TRACED
-        } else {
-            &*ACQUIRE_SHARED
-        };
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&lock_key)
-            .key(self.queue_key(&req.key))
-            .key(self.queue_deadline_key(&req.key))
-            .key(self.inner.waiting.channel(&lock_key))
-            .arg(req.token.as_str())
-            .arg(ttl_millis(req.ttl))
-            .arg(mode_field(req.mode))
-            .arg(req.mode.permits().unwrap_or(0))
-            .arg(waiter)
-            .arg(self.inner.config.waiter_timeout.as_millis() as u64)
-            .arg(if requeue { "1" } else { "0" })
-            .arg(if fair { "1" } else { "0" });
-        self.trace_acquire(&mut invocation, req);
-        let (acquired, left): (i64, u64) = invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.acquire_err(req, e))?;
-        if !waiter.is_empty() {
-            self.inner
-                .waiting
-                .set_queued(&lock_key, acquired != 1 || requeue);
-        }
-        if acquired == 1 {
-            return Ok(
-                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                    .with_mode(req.mode)
-                    .with_trace(req.trace),
-            );
-        }
-        Err(Error::unavailable(&req.key).with_retry_after(Duration::from_millis(left.max(1))))
-    }
-
     /// Maps an acquire script's error: `MODECONFLICT <mode>` is the key held as another kind.
     fn acquire_err(&self, req: &Acquire, e: redis::RedisError) -> Error {
         if e.code() == Some("MODECONFLICT") {
@@ -253,58 +203,6 @@ impl RedisStore {
             return req.mode.conflict(&held, &req.key);
         }
         self.err(Op::Acquire, &req.key, e)
-    }
-
-    /// The fair acquire script: a blocking attempt (with a deadline) queues this process; a
-    /// try-lock never passes a queued waiter.
-    async fn acquire_fair(&self, req: &Acquire) -> Result<Lease> {
-        let lock_key = self.lock_key(&req.key);
-        let waiter = if req.deadline.is_some() {
-            self.waiter_id()
-        } else {
-            ""
-        };
-        let requeue = !waiter.is_empty() && self.inner.waiting.others_wait(&lock_key);
-        let sent_at = Instant::now();
-        let mut conn = self.conn();
-        let script = if req.trace.is_some() {
-            &*ACQUIRE_FAIR_TRACED
-        } else {
-            &*ACQUIRE_FAIR
-        };
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&lock_key)
-            .key(self.fence_key(&req.key))
-            .key(self.queue_key(&req.key))
-            .key(self.queue_deadline_key(&req.key))
-            .arg(req.token.as_str())
-            .arg(ttl_millis(req.ttl))
-            .arg(waiter)
-            .arg(self.inner.config.waiter_timeout.as_millis() as u64)
-            .arg(if self.inner.config.fencing { "1" } else { "0" })
-            .arg(if requeue { "1" } else { "0" })
-            .arg(writer_wait_millis(req, sent_at));
-        self.trace_acquire(&mut invocation, req);
-        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.acquire_err(req, e))?;
-        if !waiter.is_empty() {
-            self.inner
-                .waiting
-                .set_queued(&lock_key, acquired != 1 || requeue);
-        }
-        if acquired == 1 {
-            return Ok(
-                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                    .with_fencing_token(value)
-                    .with_contended(others.unwrap_or(0) > 0)
-                    .with_trace(req.trace),
-            );
-        }
-        let left = Duration::from_millis(value.unwrap_or(1));
-        Err(Error::unavailable(&req.key).with_retry_after(left))
     }
 
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
@@ -355,29 +253,6 @@ impl RedisStore {
             self.trace_args(invocation, &req.key, trace, Some(ok), Some(refused));
         }
     }
-
-    /// Gives up this process's place in `key`'s queue, in the background.
-    fn leave_queue(&self, key: LockKey) {
-        let store = self.clone();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // the place lapses after the waiter timeout
-        };
-        runtime.spawn(async move {
-            let lock_key = store.lock_key(&key);
-            let mut conn = store.conn();
-            let left: redis::RedisResult<i64> = LEAVE_QUEUE
-                .key(store.queue_key(&key))
-                .key(&lock_key)
-                .key(store.inner.waiting.channel(&lock_key))
-                .arg(store.waiter_id())
-                .invoke_async(&mut conn)
-                .await;
-            if let Err(error) = left {
-                tracing::debug!(%key, %error,
-                    "could not leave the waiter queue; the place lapses after the waiter timeout");
-            }
-        });
-    }
 }
 
 /// Milliseconds for `PX` / `PEXPIRE`, rounded up: the server must never expire a lock before
@@ -396,6 +271,7 @@ impl LockStore for RedisStore {
             .with_fencing(self.inner.config.fencing)
             .with_listing(true)
             .with_notifications(self.inner.config.fair)
+            .with_waiter_line(self.inner.config.strict_fifo)
             .with_shared_modes(true)
             .with_history(true)
     }
@@ -433,14 +309,16 @@ impl LockStore for RedisStore {
     /// With fair waiting (the default): subscribes this process to the key's release
     /// announcements (one subscriber connection per store, shared by every key), confirmed
     /// before it returns. When the last waiter of this process goes away without the lock, the
-    /// process leaves the key's queue.
+    /// process leaves the key's queue; in strict FIFO mode a waiter that goes away leaves its own
+    /// place at once.
     async fn watch(&self, key: &LockKey) -> ReleaseWatch {
         if !self.inner.config.fair {
             return ReleaseWatch::none();
         }
         let store = self.clone();
         let owned_key = key.clone();
-        let leave: crate::waiting::Leave = Arc::new(move || store.leave_queue(owned_key.clone()));
+        let leave: crate::waiting::Leave =
+            Arc::new(move |entry| store.leave_queue(owned_key.clone(), entry));
         self.inner.waiting.watch(self.lock_key(key), leave).await
     }
 

@@ -1,39 +1,76 @@
-//! Waiting across processes: this store's place in each key's waiter queue, and the one pub/sub
+//! Waiting across processes: this store's places in each key's waiter queue, and the one pub/sub
 //! connection that tells this process when it is its turn.
 //!
-//! A release (the fair release script) publishes the id of the next process in line on the key's
-//! channel; every process waiting on the key is subscribed, and only the one named wakes its
-//! waiters. A message is a hint: waiters always try the store again, and a lost message (the
-//! subscriber connection dropped, a publish during a reconnect) only costs one poll interval,
-//! bounded by the holder's TTL left and the manager's retry interval.
+//! A release (the fair release script) publishes the next entry in line on the key's channel;
+//! every process waiting on the key is subscribed. By default an entry is a process (the store's
+//! id), and the process named wakes all its waiters on the key. In strict FIFO mode an entry is
+//! one waiting call (`<store id>#<n>`), and only that call's watch wakes. A message is a hint:
+//! waiters always try the store again, and a lost message (the subscriber connection dropped, a
+//! publish during a reconnect) only costs one poll interval, bounded by the holder's TTL left and
+//! the manager's retry interval.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
-use leasehold_core::{OwnerToken, ReleaseWatch};
+use leasehold_core::{Acquire, OwnerToken, ReleaseWatch, WaiterId};
 use redis::aio::PubSubSink;
 use tokio::sync::Notify;
 
-/// One key some task of this process waits on.
+/// One blocking `lock()` call of this process on a key: its own wake-up, and (strict FIFO) its
+/// own entry in the key's queue.
 #[derive(Debug)]
-struct Watched {
+struct Watcher {
+    /// Woken with `notify_waiters`, never `notify_one`: a wake-up is never stored for a task
+    /// that is not listening (it would fire, stale, on the waiter's next round).
     notify: Arc<Notify>,
-    /// Live watches on the key (blocking `lock()` calls in this process).
-    watchers: usize,
-    /// Whether this process's last attempt on the key left it in the store's queue.
+    /// `<store id>#<n>`: the call's entry in strict FIFO mode.
+    entry: String,
+    /// Whether the call's last attempt left its own entry in the store's queue.
     queued: bool,
 }
 
-/// How this process gives up its place in a key's queue: called when the last watcher of a
-/// queued key goes away.
-pub(crate) type Leave = Arc<dyn Fn() + Send + Sync>;
+/// One key some task of this process waits on.
+#[derive(Debug, Default)]
+struct Watched {
+    /// The live watches on the key (blocking `lock()` calls in this process).
+    watchers: HashMap<WaiterId, Watcher>,
+    /// Whether the last attempt under the process's entry (the store's id) left it queued.
+    queued: bool,
+}
+
+impl Watched {
+    fn wake_all(&self) {
+        for watcher in self.watchers.values() {
+            watcher.notify.notify_waiters();
+        }
+    }
+}
+
+/// How this process gives up an entry (its own id, or a waiting call's) in a key's queue.
+pub(crate) type Leave = Arc<dyn Fn(String) + Send + Sync>;
+
+/// The entry a blocking attempt holds in a key's queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// A try: never queued (the empty id in the scripts).
+    None,
+    /// The process's entry (the store's id): the default, and in strict mode the fallback for an
+    /// attempt whose wait this store does not know.
+    Process,
+    /// A waiting call's own entry (strict FIFO).
+    Waiter(WaiterId, String),
+}
 
 /// This store's waiting state: its waiter id and its subscriptions.
 pub(crate) struct Waiting {
     /// This store's id in every waiter queue: one place in line per process (per store), so
-    /// fairness is between processes and local competition orders the tasks inside one.
+    /// fairness is between processes and local competition orders the tasks inside one. Strict
+    /// FIFO entries start with it.
     id: String,
+    /// Numbers this store's watches for their strict FIFO entries.
+    next_watch: AtomicU64,
     /// `<prefix>released:` — a lock's channel is this plus the Redis lock key.
     channel_prefix: String,
     /// `None` when the store was built from a connection manager (no client to subscribe with):
@@ -63,6 +100,7 @@ impl Waiting {
         Waiting {
             // host/pid/uuid: unique per store instance, readable in the store.
             id: OwnerToken::generate().as_str().to_owned(),
+            next_watch: AtomicU64::new(1),
             channel_prefix: format!("{prefix}released:"),
             client,
             watched: Mutex::new(HashMap::new()),
@@ -87,28 +125,89 @@ impl Waiting {
 
     /// Whether more than one task of this process waits on `lock_key` (the one asking, and others).
     pub(crate) fn others_wait(&self, lock_key: &str) -> bool {
-        self.lock().get(lock_key).is_some_and(|w| w.watchers > 1)
+        self.lock()
+            .get(lock_key)
+            .is_some_and(|w| w.watchers.len() > 1)
     }
 
-    /// Records whether the last attempt on `lock_key` left this process queued.
-    pub(crate) fn set_queued(&self, lock_key: &str, queued: bool) {
-        if let Some(watched) = self.lock().get_mut(lock_key) {
-            watched.queued = queued;
+    /// The entry `req` asks under: none for a try; in strict mode the waiting call's own entry
+    /// when this store minted its wait ([`Acquire::waiter`]), else the process's.
+    pub(crate) fn place(&self, lock_key: &str, req: &Acquire, strict: bool) -> Place {
+        if req.deadline.is_none() {
+            return Place::None;
+        }
+        if strict {
+            if let Some(waiter) = req.waiter {
+                if let Some(watcher) = self
+                    .lock()
+                    .get(lock_key)
+                    .and_then(|w| w.watchers.get(&waiter))
+                {
+                    return Place::Waiter(waiter, watcher.entry.clone());
+                }
+            }
+        }
+        Place::Process
+    }
+
+    /// The id a place is queued under in the scripts (empty: never queued).
+    pub(crate) fn entry<'a>(&'a self, place: &'a Place) -> &'a str {
+        match place {
+            Place::None => "",
+            Place::Process => &self.id,
+            Place::Waiter(_, entry) => entry,
         }
     }
 
-    /// Registers a waiter on `lock_key`; the first one subscribes to the key's channel (the
-    /// subscription is confirmed before this returns, so no release after it is missed).
+    /// Records whether the last attempt under `place` left it in the key's queue. Returns the
+    /// entry to leave at once when a waiting call's attempt queued it after the call stopped
+    /// waiting (its watch is gone, so nobody else would take it out).
+    pub(crate) fn set_queued(&self, lock_key: &str, place: &Place, queued: bool) -> Option<String> {
+        let mut watched = self.lock();
+        let found = watched.get_mut(lock_key);
+        match place {
+            Place::None => None,
+            Place::Process => {
+                if let Some(watched) = found {
+                    watched.queued = queued;
+                }
+                None
+            }
+            Place::Waiter(waiter, entry) => match found.and_then(|w| w.watchers.get_mut(waiter)) {
+                Some(watcher) => {
+                    watcher.queued = queued;
+                    None
+                }
+                None => queued.then(|| entry.clone()),
+            },
+        }
+    }
+
+    /// Registers a waiting call on `lock_key`; the first one subscribes to the key's channel
+    /// (the subscription is confirmed before this returns, so no release after it is missed).
     pub(crate) async fn watch(self: &Arc<Self>, lock_key: String, leave: Leave) -> ReleaseWatch {
-        let (notify, first) = {
+        let notify = Arc::new(Notify::new());
+        // The watch mints the wait's id; the registration follows under that id, before any
+        // attempt of the wait can queue or be named.
+        let watch = ReleaseWatch::new(notify.clone(), || {});
+        let waiter = watch.waiter();
+        let entry = format!(
+            "{}#{}",
+            self.id,
+            self.next_watch.fetch_add(1, Ordering::Relaxed)
+        );
+        let first = {
             let mut watched = self.lock();
-            let entry = watched.entry(lock_key.clone()).or_insert_with(|| Watched {
-                notify: Arc::new(Notify::new()),
-                watchers: 0,
-                queued: false,
-            });
-            entry.watchers += 1;
-            (entry.notify.clone(), entry.watchers == 1)
+            let watched = watched.entry(lock_key.clone()).or_default();
+            watched.watchers.insert(
+                waiter,
+                Watcher {
+                    notify,
+                    entry,
+                    queued: false,
+                },
+            );
+            watched.watchers.len() == 1
         };
         if first {
             if let Err(error) = self.subscribe(&lock_key).await {
@@ -116,26 +215,39 @@ impl Waiting {
                     "could not subscribe to release notifications; waiting by polling");
             }
         }
-        let (waiting, key) = (self.clone(), lock_key);
-        ReleaseWatch::new(notify, move || waiting.unwatch(key, leave))
+        let waiting = self.clone();
+        watch.also_on_drop(move || waiting.unwatch(lock_key, waiter, leave))
     }
 
-    fn unwatch(self: &Arc<Self>, lock_key: String, leave: Leave) {
-        let queued = {
+    fn unwatch(self: &Arc<Self>, lock_key: String, waiter: WaiterId, leave: Leave) {
+        let (own, process, last) = {
             let mut watched = self.lock();
             let Some(entry) = watched.get_mut(&lock_key) else {
                 return;
             };
-            entry.watchers -= 1;
-            if entry.watchers > 0 {
-                return;
+            let own = entry
+                .watchers
+                .remove(&waiter)
+                .filter(|w| w.queued)
+                .map(|w| w.entry);
+            if entry.watchers.is_empty() {
+                let process = watched.remove(&lock_key).is_some_and(|w| w.queued);
+                (own, process, true)
+            } else {
+                (own, false, false)
             }
-            watched.remove(&lock_key).is_some_and(|w| w.queued)
         };
-        // The last waiter of this process is gone: stop listening, and give up the place in line
-        // (if the last attempt left one) so the next process need not wait out its timeout.
-        if queued {
-            leave();
+        // A waiting call that gave up leaves its own place at once (strict FIFO); the last
+        // waiter of this process gives up the process's place (if the last attempt left one), so
+        // the next in line need not wait out its timeout.
+        if let Some(own) = own {
+            leave(own);
+        }
+        if process {
+            leave(self.id.clone());
+        }
+        if !last {
+            return;
         }
         let waiting = self.clone();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -193,7 +305,7 @@ impl Waiting {
                 // Whoever waits now must not sleep out a whole poll interval for a message that
                 // cannot come: wake them to ask the store again.
                 for watched in waiting.lock().values() {
-                    watched.notify.notify_waiters();
+                    watched.wake_all();
                 }
             }
         });
@@ -201,19 +313,171 @@ impl Waiting {
         Ok(Some(new_sink))
     }
 
-    /// A release was announced on `channel`, naming the next process in line.
+    /// A release was announced on `channel`, naming the next entry in line.
     fn deliver(&self, channel: &str, next: Option<String>) {
         let Some(lock_key) = channel.strip_prefix(&self.channel_prefix) else {
             return;
         };
-        if next.as_deref() != Some(self.id.as_str()) {
+        let Some(next) = next else {
+            return;
+        };
+        let Some(rest) = next.strip_prefix(self.id.as_str()) else {
             return; // another process's turn
+        };
+        let watched = self.lock();
+        let Some(watched) = watched.get(lock_key) else {
+            return;
+        };
+        if rest.is_empty() {
+            // The process's turn: every waiter of this process on the key. Which one asks is
+            // local competition's call (the head of its line; the others wait in memory and
+            // ignore this). Picking one here could pick a task that is not listening, and the
+            // turn would be lost.
+            watched.wake_all();
+        } else if let Some(watcher) = watched.watchers.values().find(|w| w.entry == next) {
+            // Strict FIFO: the one waiting call named (its own watch, so nobody else wakes).
+            watcher.notify.notify_waiters();
         }
-        if let Some(watched) = self.lock().get(lock_key) {
-            // Every waiter of this process on the key: which one asks is local competition's
-            // call (the head of its line; the others wait in memory and ignore this). Picking
-            // one here could pick a task that is not listening, and the turn would be lost.
-            watched.notify.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::FutureExt;
+    use leasehold_core::LockKey;
+
+    use super::*;
+
+    const LOCK: &str = "p:DC#f#k";
+
+    fn waiting() -> Arc<Waiting> {
+        Arc::new(Waiting::new("p:", None, Duration::from_secs(1)))
+    }
+
+    fn recorder() -> (Leave, Arc<Mutex<Vec<String>>>) {
+        let left = Arc::new(Mutex::new(Vec::new()));
+        let record = left.clone();
+        (
+            Arc::new(move |entry| record.lock().unwrap().push(entry)),
+            left,
+        )
+    }
+
+    fn blocking(waiter: Option<WaiterId>) -> Acquire {
+        Acquire::new(
+            LockKey::dc("f", "c", "k").unwrap(),
+            OwnerToken::generate(),
+            Duration::from_secs(1),
+        )
+        .with_deadline(Some(tokio::time::Instant::now() + Duration::from_secs(60)))
+        .with_waiter(waiter)
+    }
+
+    fn entry_of(waiting: &Waiting, watch: &ReleaseWatch) -> String {
+        match waiting.place(LOCK, &blocking(Some(watch.waiter())), true) {
+            Place::Waiter(_, entry) => entry,
+            other => panic!("a watched wait has its own entry, not {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn only_the_named_waiter_wakes_and_the_process_id_wakes_every_waiter() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave.clone()).await;
+        let b = waiting.watch(LOCK.to_owned(), leave).await;
+        let (entry_a, entry_b) = (entry_of(&waiting, &a), entry_of(&waiting, &b));
+        assert_ne!(entry_a, entry_b);
+        assert!(entry_a.starts_with(&format!("{}#", waiting.id())));
+        let channel = waiting.channel(LOCK);
+
+        let (mut woken_a, mut woken_b) = (
+            Box::pin(a.notify().notified()),
+            Box::pin(b.notify().notified()),
+        );
+        woken_a.as_mut().enable();
+        woken_b.as_mut().enable();
+        waiting.deliver(&channel, Some(entry_b.clone()));
+        assert!(woken_b.as_mut().now_or_never().is_some(), "b was named");
+        assert!(woken_a.as_mut().now_or_never().is_none(), "a was not");
+
+        waiting.deliver(&channel, Some(format!("other-process#{entry_a}")));
+        waiting.deliver(&channel, Some("other-process".to_owned()));
+        assert!(woken_a.as_mut().now_or_never().is_none(), "not ours");
+
+        let mut woken_b = Box::pin(b.notify().notified());
+        woken_b.as_mut().enable();
+        waiting.deliver(&channel, Some(waiting.id().to_owned()));
+        assert!(
+            woken_a.now_or_never().is_some(),
+            "the process's turn wakes a"
+        );
+        assert!(woken_b.now_or_never().is_some(), "and b");
+    }
+
+    #[tokio::test]
+    async fn a_wake_up_is_never_stored_for_a_waiter_not_listening() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave).await;
+        waiting.deliver(&waiting.channel(LOCK), Some(entry_of(&waiting, &a)));
+        assert!(
+            a.notify().notified().now_or_never().is_none(),
+            "a turn given while nobody listened is not kept for a later round"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_gives_up_leaves_its_own_place_and_the_last_leaves_the_process() {
+        let waiting = waiting();
+        let (leave, left) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave.clone()).await;
+        let b = waiting.watch(LOCK.to_owned(), leave).await;
+        let entry_a = entry_of(&waiting, &a);
+        let place_a = Place::Waiter(a.waiter(), entry_a.clone());
+        assert_eq!(waiting.set_queued(LOCK, &place_a, true), None);
+        assert_eq!(waiting.set_queued(LOCK, &Place::Process, true), None);
+        drop(a);
+        assert_eq!(
+            *left.lock().unwrap(),
+            std::slice::from_ref(&entry_a),
+            "a's place, at once"
+        );
+        drop(b);
+        assert_eq!(
+            *left.lock().unwrap(),
+            [entry_a.clone(), waiting.id().to_owned()],
+            "the process's place with its last waiter (b was never queued on its own)"
+        );
+        assert_eq!(
+            waiting.set_queued(LOCK, &place_a, true),
+            Some(entry_a),
+            "an attempt that queued after its wait ended is taken out by the caller"
+        );
+        assert_eq!(waiting.set_queued(LOCK, &place_a, false), None);
+    }
+
+    #[tokio::test]
+    async fn tries_never_queue_and_unknown_waits_fall_back_to_the_process_place() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave).await;
+        let try_lock = blocking(Some(a.waiter())).with_deadline(None);
+        assert_eq!(waiting.place(LOCK, &try_lock, true), Place::None);
+        assert_eq!(waiting.place(LOCK, &blocking(None), true), Place::Process);
+        assert_eq!(
+            waiting.place(LOCK, &blocking(Some(WaiterId::new())), true),
+            Place::Process,
+            "a wait this store did not mint"
+        );
+        assert_eq!(
+            waiting.place(LOCK, &blocking(Some(a.waiter())), false),
+            Place::Process,
+            "default mode: one place per process"
+        );
+        assert_eq!(waiting.entry(&Place::None), "");
+        assert_eq!(waiting.entry(&Place::Process), waiting.id());
     }
 }

@@ -2,14 +2,19 @@
 //! a crashed waiter drops out of the queue by its waiter timeout, a release wakes the next
 //! process at once, and a lost notification only costs a poll.
 //!
-//! The test binary is its own worker (`leasehold_testkit::fleet`): spawned with a role, it plays
-//! it (a contending process, or a waiter that will be killed) instead of coordinating.
+//! Strict FIFO mode (`RedisConfig::strict_fifo`): waiters from several processes, and several
+//! tasks of one process, are granted in the order they started waiting; a waiter that gives up
+//! leaves the queue at once; a SIGKILLed waiter lapses after its waiter timeout.
+//!
+//! The test binary is its own worker: spawned with `LEASEHOLD_FAIR_ROLE` set, it plays a role
+//! (a contending process, a waiter that records its turn, or a waiter that will be killed)
+//! instead of coordinating.
 
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold::{ErrorKind, LockManager, LockOptions};
 use leasehold_redis::{RedisConfig, RedisStore};
-use leasehold_testkit::fleet;
 use leasehold_testkit::redis::RedisServer;
 
 const PROCESSES: usize = 4;
@@ -29,26 +34,43 @@ async fn manager(url: &str, config: impl FnOnce(RedisConfig) -> RedisConfig) -> 
         .expect("manager")
 }
 
-/// A contending process: `TASKS` tasks take the hot key for `HOLD` again and again for `RUN`.
+/// A contending process: `TASKS` tasks take the hot key for `HOLD` again and again for `RUN`,
+/// then print how many times and the longest wait.
 async fn contend(url: String) {
     let locks = manager(&url, |c| c).await;
-    fleet::contend(TASKS, RUN, move || {
-        let locks = locks.clone();
-        async move {
-            let guard = locks
-                .lock_with("hot", LockOptions::new().wait(Duration::from_secs(20)))
-                .await
-                .expect("no request starves for 20 s");
-            tokio::time::sleep(HOLD).await;
-            guard.release().await.expect("release");
-        }
-    })
-    .await;
+    let until = Instant::now() + RUN;
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let locks = locks.clone();
+            tokio::spawn(async move {
+                let (mut count, mut worst) = (0u64, Duration::ZERO);
+                while Instant::now() < until {
+                    let asked = Instant::now();
+                    let guard = locks
+                        .lock_with("hot", LockOptions::new().wait(Duration::from_secs(20)))
+                        .await
+                        .expect("no request starves for 20 s");
+                    worst = worst.max(asked.elapsed());
+                    tokio::time::sleep(HOLD).await;
+                    guard.release().await.expect("release");
+                    count += 1;
+                }
+                (count, worst)
+            })
+        })
+        .collect();
+    let (mut count, mut worst) = (0, Duration::ZERO);
+    for task in tasks {
+        let (c, w) = task.await.expect("task");
+        count += c;
+        worst = worst.max(w);
+    }
+    println!("RESULT {count} {}", worst.as_millis());
 }
 
-/// A waiter that queues itself on `held` and then hangs until killed.
-async fn queue_and_hang(url: String) {
-    let locks = manager(&url, |c| c).await;
+/// A waiter that queues itself on `held` and then hangs until killed (strict FIFO if `strict`).
+async fn queue_and_hang(url: String, strict: bool) {
+    let locks = manager(&url, |c| c.strict_fifo(strict)).await;
     let _ = locks
         .lock_with("held", LockOptions::new().wait(Duration::from_secs(600)))
         .await;
@@ -67,14 +89,104 @@ async fn polling_every(url: &str, first: Duration, most: Duration) -> LockManage
         .unwrap()
 }
 
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn spawn_role(role: &str, test: &str, url: &str) -> std::process::Child {
+    spawn_named(role, test, url, "")
+}
+
+fn spawn_named(role: &str, test: &str, url: &str, name: &str) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .env("LEASEHOLD_FAIR_ROLE", role)
+        .env("LEASEHOLD_FAIR_URL", url)
+        .env("LEASEHOLD_FAIR_NAME", name)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn worker")
+}
+
+/// Where a strict-FIFO test's waiters write their names when they get the lock.
+const GRANTED: &str = "granted";
+
+/// Waits for the hot key, then, holding it, appends `name` to the `GRANTED` list: the list is the
+/// order of the grants.
+async fn wait_and_record(locks: &LockManager, url: &str, name: &str) {
+    let guard = locks
+        .lock_with("hot", LockOptions::new().wait(Duration::from_secs(60)))
+        .await
+        .expect("granted in turn");
+    let mut conn = connection(url).await;
+    let () = redis::cmd("RPUSH")
+        .arg(GRANTED)
+        .arg(name)
+        .query_async(&mut conn)
+        .await
+        .expect("record the grant");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    guard.release().await.expect("release");
+}
+
+/// A connection of the test's own, beside the code under test.
+async fn connection(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// The entries of a key's waiter queue, oldest first.
+async fn queue(url: &str, key: &str) -> Vec<String> {
+    let mut conn = connection(url).await;
+    redis::cmd("LRANGE")
+        .arg(format!("leasehold:queue:DC#f1#fair#{key}"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .expect("LRANGE")
+}
+
+/// Waits (at most 20 s) until `key`'s queue satisfies `done`, and returns it.
+async fn queue_until(url: &str, key: &str, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let entries = queue(url, key).await;
+        if done(&entries) {
+            return entries;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the queue of {key} never got there: {entries:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Runs the role this process was spawned for, if any.
 fn play_role() -> bool {
-    let Some((role, url)) = fleet::role() else {
+    let (Ok(role), Ok(url)) = (
+        std::env::var("LEASEHOLD_FAIR_ROLE"),
+        std::env::var("LEASEHOLD_FAIR_URL"),
+    ) else {
         return false;
     };
     match role.as_str() {
-        "contend" => fleet::runtime().block_on(contend(url)),
-        "hang" => fleet::runtime().block_on(queue_and_hang(url)),
+        "contend" => runtime().block_on(contend(url)),
+        "hang" => runtime().block_on(queue_and_hang(url, false)),
+        "hang-strict" => runtime().block_on(queue_and_hang(url, true)),
+        "wait-strict" => runtime().block_on(async move {
+            let name = std::env::var("LEASEHOLD_FAIR_NAME").expect("the waiter's name");
+            let locks = manager(&url, |c| c.strict_fifo(true)).await;
+            wait_and_record(&locks, &url, &name).await;
+        }),
         other => panic!("unknown role {other}"),
     }
     true
@@ -88,17 +200,33 @@ fn every_process_gets_a_hot_key_none_starves() {
     let server = RedisServer::start().expect("start redis-server");
     let children: Vec<_> = (0..PROCESSES)
         .map(|_| {
-            fleet::spawn_role(
+            spawn_role(
                 "contend",
                 "every_process_gets_a_hot_key_none_starves",
                 &server.url(),
             )
         })
         .collect();
-    let counts: Vec<u64> = fleet::results(children).iter().map(|r| r.0).collect();
+    let mut counts = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().expect("worker");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "a worker failed:\n{stdout}");
+        let result = stdout
+            .split_once("RESULT ")
+            .map(|(_, rest)| rest)
+            .unwrap_or_else(|| panic!("no result line in:\n{stdout}"));
+        let count: u64 = result.split_whitespace().next().unwrap().parse().unwrap();
+        counts.push(count);
+    }
     // Before fair waiting, one process took most of the acquisitions and the least-served got a
     // hundredth of that (first-come: [5, 494, 41, 4, 445, 494, 13, 32] in the fleet benchmark).
-    fleet::assert_fair_shares(&counts);
+    // In line, each process gets one turn per round; a late start costs a few rounds at most.
+    let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
+    assert!(
+        min > 0 && min * 4 >= max,
+        "every process got a fair share of the lock: {counts:?}"
+    );
 }
 
 #[test]
@@ -108,10 +236,10 @@ fn a_crashed_waiter_leaves_the_queue_by_its_waiter_timeout() {
     }
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
-    fleet::runtime().block_on(async {
+    runtime().block_on(async {
         let holder = manager(&url, |c| c).await;
         let held = holder.try_lock("held").await.expect("free");
-        let mut waiter = fleet::spawn_role(
+        let mut waiter = spawn_role(
             "hang",
             "a_crashed_waiter_leaves_the_queue_by_its_waiter_timeout",
             &url,
@@ -151,7 +279,7 @@ fn a_release_wakes_the_next_process_and_a_lost_notification_costs_a_poll() {
     }
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
-    fleet::runtime().block_on(async {
+    runtime().block_on(async {
         let slow = Duration::from_secs(30);
         let (a, b) = (
             polling_every(&url, slow, slow).await,
@@ -203,5 +331,138 @@ fn a_release_wakes_the_next_process_and_a_lost_notification_costs_a_poll() {
             .await
             .unwrap()
             .expect("the waiter took the lock by polling");
+    });
+}
+
+#[test]
+fn strict_fifo_grants_in_the_order_waiters_started_across_processes_and_tasks() {
+    const TEST: &str = "strict_fifo_grants_in_the_order_waiters_started_across_processes_and_tasks";
+    if play_role() {
+        return;
+    }
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    runtime().block_on(async {
+        let holder = manager(&url, |c| c.strict_fifo(true)).await;
+        let here = manager(&url, |c| c.strict_fifo(true)).await;
+        let held = holder.try_lock("hot").await.expect("free");
+        // Other processes and tasks of this one, interleaved: by default the tasks here would
+        // share one place (and be served together, in one turn of this process); in strict FIFO
+        // each keeps its own. Each starts once the one before is known to be in line.
+        let names = ["p0", "t1", "p2", "t3", "t4", "p5"];
+        let (mut children, mut tasks) = (Vec::new(), Vec::new());
+        for (i, name) in names.iter().enumerate() {
+            if name.starts_with('p') {
+                children.push(spawn_named("wait-strict", TEST, &url, name));
+            } else {
+                let (here, url, name) = (here.clone(), url.clone(), name.to_string());
+                tasks.push(tokio::spawn(async move {
+                    wait_and_record(&here, &url, &name).await
+                }));
+            }
+            let line = queue_until(&url, "hot", |q| q.len() == i + 1).await;
+            assert!(
+                line.iter().all(|entry| entry.contains('#')),
+                "one entry per waiting call (<store id>#<n>), not per process: {line:?}"
+            );
+        }
+        held.release().await.unwrap();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        for child in children {
+            let out = child.wait_with_output().expect("worker");
+            assert!(
+                out.status.success(),
+                "a waiter failed:\n{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        let mut conn = connection(&url).await;
+        let granted: Vec<String> = redis::cmd("LRANGE")
+            .arg(GRANTED)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(granted, names, "granted in the order they started waiting");
+        assert!(queue(&url, "hot").await.is_empty(), "nobody left in line");
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_strict_fifo_a_waiter_that_gives_up_leaves_the_queue_at_once() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let holder = manager(&url, |c| c.strict_fifo(true)).await;
+    let here = manager(&url, |c| c.strict_fifo(true)).await;
+    let held = holder.try_lock("k").await.expect("free");
+    let wait = |here: LockManager| async move {
+        here.lock_with("k", LockOptions::new().wait(Duration::from_secs(60)))
+            .await
+            .map(drop)
+    };
+    let first = tokio::spawn(wait(here.clone()));
+    queue_until(&url, "k", |q| q.len() == 1).await;
+    let second = tokio::spawn(wait(here.clone()));
+    let line = queue_until(&url, "k", |q| q.len() == 2).await;
+
+    // The first waiter gives up (its call is dropped) while the second of the same process
+    // still waits: its own place goes at once, the second's stays.
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    let left = queue_until(&url, "k", |q| q.len() == 1).await;
+    assert_eq!(
+        left,
+        line[1..],
+        "the first waiter's entry went, the second's stayed"
+    );
+    let deadline_kept = server
+        .command(&["HEXISTS", "leasehold:queue-deadline:DC#f1#fair#k", &line[0]])
+        .unwrap();
+    assert_eq!(deadline_kept, ":0", "its deadline went with it");
+
+    held.release().await.unwrap();
+    second
+        .await
+        .unwrap()
+        .expect("the second waiter is next and is granted");
+}
+
+#[test]
+fn in_strict_fifo_a_sigkilled_waiter_lapses_after_its_waiter_timeout() {
+    const TEST: &str = "in_strict_fifo_a_sigkilled_waiter_lapses_after_its_waiter_timeout";
+    if play_role() {
+        return;
+    }
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    runtime().block_on(async {
+        let holder = manager(&url, |c| c.strict_fifo(true)).await;
+        let held = holder.try_lock("held").await.expect("free");
+        let mut waiter = spawn_role("hang-strict", TEST, &url);
+        let line = queue_until(&url, "held", |q| q.len() == 1).await;
+        assert!(line[0].contains('#'), "the call's own entry: {line:?}");
+        let pid = nix::unistd::Pid::from_raw(waiter.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+        waiter.wait().unwrap();
+        held.release().await.unwrap();
+
+        // The dead waiter is first in line (its place kept for the default 5 s waiter timeout
+        // after its last attempt); it is dropped once that passes.
+        let next = manager(&url, |c| c.strict_fifo(true)).await;
+        let refused = next.try_lock("held").await.unwrap_err();
+        assert_eq!(
+            refused.kind(),
+            ErrorKind::LockUnavailable,
+            "a try-lock does not pass a queued waiter"
+        );
+        let guard = next
+            .lock_with("held", LockOptions::new().wait(Duration::from_secs(20)))
+            .await
+            .expect("the crashed waiter's place lapsed");
+        guard.release().await.unwrap();
+        assert!(queue(&url, "held").await.is_empty());
     });
 }

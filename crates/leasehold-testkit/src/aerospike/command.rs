@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::cdt_map;
 use super::exp::Filter;
 use super::result_code as rc;
 use super::store::{
     next_generation, Expiry, Record, Store, TTL_DONT_UPDATE, TTL_NAMESPACE_DEFAULT, TTL_NEVER,
 };
 use super::wire::{self, Message, Op, Particle, Reply};
+use super::{cdt_list, cdt_map};
 
 // Operation types.
 const OP_READ: u8 = 1;
@@ -189,6 +189,11 @@ fn read_reply(record: &Record, msg: &Message) -> Reply {
                 Ok(value) => bins.push((op.name.clone(), value)),
                 Err(code) => return Reply::code(code),
             }
+        } else if op.op_type == OP_CDT_READ && cdt_list::is_list_op(op) {
+            match cdt_list::read(record, op) {
+                Ok(value) => bins.push((op.name.clone(), value)),
+                Err(code) => return Reply::code(code),
+            }
         } else if respond_all {
             bins.push((op.name.clone(), None));
         }
@@ -354,6 +359,9 @@ fn apply_op(record: &mut Record, op: &Op, deleted: &mut bool) -> Result<OpResult
         OP_TOUCH => Ok(OpResult::Written),
         OP_CDT_READ | OP_CDT_MODIFY if cdt_map::is_map_op(op) => {
             Ok(OpResult::Value(cdt_map::apply(record, op)?))
+        }
+        OP_CDT_READ | OP_CDT_MODIFY if cdt_list::is_list_op(op) => {
+            Ok(OpResult::Value(cdt_list::apply(record, op)?))
         }
         OP_DELETE => {
             record.bins.clear();

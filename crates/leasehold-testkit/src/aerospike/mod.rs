@@ -39,8 +39,9 @@
 //!   expect-greater), expiration (namespace default, seconds, never, don't-update); get (all
 //!   bins, header only, named bins), exists, delete (with generation check), touch, and operate
 //!   with read, write, add (integer), append/prepend (string, blob), touch and delete ops and CDT
-//!   map ops (`cdt_map`: put, clear, get/remove by key, key interval, value interval, size), with
-//!   one result per op in order when the client sets respond-all-ops. The user key is stored
+//!   map ops (`cdt_map`: put, clear, get/remove by key, key interval, value interval, size) and
+//!   CDT list ops (`cdt_list`: append, insert, trim, clear, size, get, get by index or index
+//!   range), with one result per op in order when the client sets respond-all-ops. The user key is stored
 //!   when the client sends it (`send_key`).
 //! - Filter expressions (field 43) on reads, writes, deletes, operates and scans: comparisons
 //!   of bins, literals, `and`/`or`/`not`, `bin_type`, `key_exists`, `set_name`, `ttl`, and map
@@ -54,7 +55,8 @@
 //!   with user and bcrypt credential (answers a session token and TTL) and `AUTHENTICATE` with a
 //!   token; without a user, a login answers `SECURITY_NOT_ENABLED`.
 //! - Not served (answered `PARAMETER_ERROR`): batch, UDF, secondary-index queries, background
-//!   queries, CDT list/bit/HLL/expression operations, user and role administration.
+//!   queries, CDT bit/HLL/expression operations, list ops by value or rank, user and role
+//!   administration.
 //!
 //! Result codes are the server's ([`result_code`]).
 //!
@@ -85,7 +87,9 @@
 //!   the connection logged in or authenticated with a token.
 
 mod admin;
+mod cdt_list;
 mod cdt_map;
+mod cdt_value;
 mod command;
 mod exp;
 mod faults;

@@ -13,7 +13,7 @@ use crate::handle::Handle;
 use crate::layers::{
     GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer, UnlockWindowLayer,
 };
-use crate::scenario::{LayerSettings, ScenarioRegistry};
+use crate::scenario::{LayerSetting, LayerSettings, ScenarioRegistry};
 use crate::waiters::Waiters;
 use crate::MemoryStore;
 
@@ -111,22 +111,26 @@ impl ScenarioLayers {
         }
     }
 
-    /// These layers with a scenario's overrides: a layer turned on keeps the configuration given
-    /// to the builder (or gets its default).
+    /// These layers with a scenario's settings: a layer it does not set stays as it is; one it
+    /// turns on with `true` keeps the configuration given to the builder (or gets its default);
+    /// one it gives a configuration gets that one. [`assemble`](Self::assemble) then wires every
+    /// layer to the manager's observers and lifecycle, whichever configuration it has.
     fn with_overrides(&self, settings: &LayerSettings) -> Self {
-        fn pick<L: Default + Clone>(current: &Option<L>, on: Option<bool>) -> Option<L> {
-            match on {
+        fn pick<L: Default + Clone>(
+            current: &Option<L>,
+            setting: &Option<LayerSetting<L>>,
+        ) -> Option<L> {
+            match setting {
                 None => current.clone(),
-                Some(false) => None,
-                Some(true) => Some(current.clone().unwrap_or_default()),
+                Some(setting) => setting.resolve(current.as_ref()),
             }
         }
         ScenarioLayers {
-            readback: pick(&self.readback, settings.readback),
-            unlock_window: pick(&self.unlock_window, settings.unlock_window),
-            local_competition: pick(&self.local_competition, settings.local_competition),
-            reentrancy: pick(&self.reentrancy, settings.reentrancy),
-            graceful_shutdown: pick(&self.graceful_shutdown, settings.graceful_shutdown),
+            readback: pick(&self.readback, &settings.readback),
+            unlock_window: pick(&self.unlock_window, &settings.unlock_window),
+            local_competition: pick(&self.local_competition, &settings.local_competition),
+            reentrancy: pick(&self.reentrancy, &settings.reentrancy),
+            graceful_shutdown: pick(&self.graceful_shutdown, &settings.graceful_shutdown),
         }
     }
 
@@ -311,8 +315,12 @@ impl LockManagerBuilder {
 
     /// The scenarios lock calls are resolved against (see [`crate::scenario`]): registered in
     /// code or loaded from a file with
-    /// [`ScenarioRegistry::from_toml_file`]. A scenario that changes the layers gets its own layer
-    /// stack over the same store. Default: none (every call gets the manager's settings).
+    /// [`ScenarioRegistry::from_toml_file`]. A scenario that sets any layer
+    /// ([`LayerSettings`](crate::scenario::LayerSettings)) gets its own layer stack over the same
+    /// store: the layers it leaves alone as configured here, the ones it turns on with `true` with
+    /// the configuration given here (or their default), the ones it configures with its own
+    /// settings; every layer reports to this builder's observers and shuts down with the manager.
+    /// Default: none (every call gets the manager's settings).
     pub fn scenarios(mut self, registry: ScenarioRegistry) -> Self {
         self.registry = registry;
         self

@@ -36,14 +36,19 @@ pub enum ScenarioError {
         #[source]
         source: Option<Box<toml::de::Error>>,
     },
-    /// A scenario's setting is invalid (a bad duration, a TTL out of range, a duplicate name...).
-    #[error("{origin}{}: scenario `{scenario}`, field `{field}`: {message}",
-        line.map(|l| format!(":{l}")).unwrap_or_default())]
+    /// A scenario's setting is invalid (a bad duration, a TTL out of range, a duplicate name, a
+    /// layer setting out of range...).
+    #[error("{origin}{}{}: scenario `{scenario}`, field `{field}`: {message}",
+        line.map(|l| format!(":{l}")).unwrap_or_default(),
+        column.map(|c| format!(":{c}")).unwrap_or_default())]
     Invalid {
         /// The file (or `code`).
         origin: String,
         /// 1-based line, for files.
         line: Option<usize>,
+        /// 1-based column of the value, for files (`u32` keeps the error small enough to return
+        /// by value; no line is that long).
+        column: Option<u32>,
         /// The scenario's name.
         scenario: String,
         /// The field.
@@ -60,6 +65,15 @@ impl ScenarioError {
             ScenarioError::Read { .. } => None,
             ScenarioError::Parse { line, .. } => Some(*line),
             ScenarioError::Invalid { line, .. } => *line,
+        }
+    }
+
+    /// The column of a file the error points at, if any.
+    pub fn column(&self) -> Option<usize> {
+        match self {
+            ScenarioError::Read { .. } => None,
+            ScenarioError::Parse { column, .. } => Some(*column),
+            ScenarioError::Invalid { column, .. } => column.map(|c| c as usize),
         }
     }
 

@@ -1,11 +1,12 @@
 //! Scenarios: named business uses of locks, each with its own lock model (Bond phase 2).
 //!
 //! A [`Scenario`] fixes, for the keys it covers (a [`KeyPattern`] on the entity name), the lock
-//! [`AcquireMode`], TTL, wait, renewal, which scenario layers run, whether the key's history is
-//! kept in the store ([`TraceConfig`]), and what to do when the store is unreachable
-//! ([`StoreDownPolicy`]: fail closed by default). A [`ScenarioRegistry`] holds them: registered
-//! in code through [`LockManagerBuilder::scenarios`](crate::LockManagerBuilder::scenarios), or
-//! loaded from a TOML file ops can change without a rebuild ([`ScenarioRegistry::from_toml_file`]).
+//! [`AcquireMode`], TTL, wait, renewal, which scenario layers run and with which settings, whether
+//! the key's history is kept in the store ([`TraceConfig`]), and what to do when the store is
+//! unreachable ([`StoreDownPolicy`]: fail closed by default). A [`ScenarioRegistry`] holds them:
+//! registered in code through
+//! [`LockManagerBuilder::scenarios`](crate::LockManagerBuilder::scenarios), or loaded from a TOML
+//! file ops can change without a rebuild ([`ScenarioRegistry::from_toml_file`]).
 //!
 //! A lock call that names a scenario ([`LockOptions::scenario`](crate::LockOptions::scenario))
 //! gets its settings; otherwise the first scenario whose pattern matches the entity name does; a
@@ -31,6 +32,27 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Layers: a scenario can turn each scenario layer off, on (with the manager's configuration of
+//! it), or on with a configuration of its own ([`LayerSettings`], [`LayerSetting`]); a layer it
+//! does not mention keeps the manager's setting. A scenario that sets any layer gets its own layer
+//! stack over the same store, wired to the manager's observers and lifecycle.
+//!
+//! ```
+//! use std::time::Duration;
+//! use leasehold::layers::{LocalCompetitionLayer, ReadbackLayer};
+//! use leasehold::scenario::{LayerSettings, Scenario};
+//! let hot = Scenario::new("hot").keys("counter-*").layers(
+//!     LayerSettings::new()
+//!         .local_competition(LocalCompetitionLayer::new().hand_off(true).max_hand_offs(4))
+//!         .readback(ReadbackLayer::new().retries(2))
+//!         .unlock_window(false),
+//! );
+//! assert!(hot.layer_settings().overrides_any());
+//! ```
+//!
+//! In a file, each layer is `true`/`false` or a table of its settings (docs/SCENARIOS.md):
+//! `local_competition = { hand_off = true, max_hand_offs = 4, max_hand_off_hold = "200ms" }`.
+//!
 //! Lock kinds: a scenario's `mode` says how `acquire` takes the lock ([`AcquireMode::Try`] or
 //! [`AcquireMode::Blocking`]); its `lock` says which kind (`lock = "exclusive"`, the default and a
 //! read-write lock's write side; `"read"`; `"semaphore"` with `permits = N`; see
@@ -45,15 +67,17 @@ use crate::core::{validate_ttl, TraceConfig, MAX_TTL};
 mod error;
 mod file;
 mod glob;
+mod layers;
 mod registry;
 
 pub use error::ScenarioError;
 pub use glob::KeyPattern;
+pub use layers::{LayerSetting, LayerSettings};
 pub use registry::ScenarioRegistry;
 
 /// How a scenario's locks are taken.
 ///
-/// Exclusive modes only for now: read-write and semaphore modes arrive with #14 as new variants.
+/// Which kind of lock is taken is the scenario's [`lock`](Scenario::lock), not its mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum AcquireMode {
@@ -112,82 +136,6 @@ impl StoreDownPolicy {
 impl fmt::Display for StoreDownPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// Which scenario layers a scenario's locks go through. `None` keeps the manager's setting;
-/// `Some(true)` turns a layer on (with the configuration given to the builder, or its default),
-/// `Some(false)` off. A scenario that changes any layer gets its own layer stack over the same
-/// store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub struct LayerSettings {
-    /// [Readback](crate::layers::readback).
-    pub readback: Option<bool>,
-    /// [Unlock window](crate::layers::unlock_window).
-    pub unlock_window: Option<bool>,
-    /// [Local competition](crate::layers::local_competition).
-    pub local_competition: Option<bool>,
-    /// [Reentrancy](crate::layers::reentrancy).
-    pub reentrancy: Option<bool>,
-    /// [Graceful shutdown](crate::layers::graceful_shutdown).
-    pub graceful_shutdown: Option<bool>,
-}
-
-macro_rules! layer_setters {
-    ($($name:ident),*) => {$(
-        #[doc = concat!("Turns the `", stringify!($name), "` layer on or off for this scenario.")]
-        pub fn $name(mut self, on: bool) -> Self {
-            self.$name = Some(on);
-            self
-        }
-    )*};
-}
-
-impl LayerSettings {
-    /// The manager's settings for every layer.
-    ///
-    /// ```
-    /// use leasehold::scenario::LayerSettings;
-    /// let raw = LayerSettings::new().local_competition(false).reentrancy(false);
-    /// assert_eq!(raw.describe(), "local_competition=off,reentrancy=off");
-    /// ```
-    pub fn new() -> Self {
-        LayerSettings::default()
-    }
-
-    layer_setters!(
-        readback,
-        unlock_window,
-        local_competition,
-        reentrancy,
-        graceful_shutdown
-    );
-
-    /// Whether any layer differs from the manager's setting.
-    pub fn overrides_any(&self) -> bool {
-        *self != LayerSettings::default()
-    }
-
-    /// The layers turned on or off, as `name=on|off` words (for tables and logs).
-    pub fn describe(&self) -> String {
-        let mut words = Vec::new();
-        for (name, on) in [
-            ("readback", self.readback),
-            ("unlock_window", self.unlock_window),
-            ("local_competition", self.local_competition),
-            ("reentrancy", self.reentrancy),
-            ("graceful_shutdown", self.graceful_shutdown),
-        ] {
-            if let Some(on) = on {
-                words.push(format!("{name}={}", if on { "on" } else { "off" }));
-            }
-        }
-        if words.is_empty() {
-            "manager".to_owned()
-        } else {
-            words.join(",")
-        }
     }
 }
 
@@ -273,7 +221,7 @@ impl Scenario {
         self
     }
 
-    /// Which layers run (see [`LayerSettings`]).
+    /// Which layers run, and with which configuration (see [`LayerSettings`]).
     pub fn layers(mut self, layers: LayerSettings) -> Self {
         self.layers = layers;
         self
@@ -387,6 +335,6 @@ impl Scenario {
                 ));
             }
         }
-        Ok(())
+        self.layers.check(self.ttl)
     }
 }

@@ -61,16 +61,18 @@ impl ScenarioRegistry {
         self.register_at(scenario, "code", |_| None)
     }
 
-    /// [`register`](Self::register), with errors located by `line_of(field)` in `origin`.
+    /// [`register`](Self::register), with errors located by `position_of(field)` (line and
+    /// column) in `origin`.
     pub(super) fn register_at(
         &mut self,
         scenario: Scenario,
         origin: &str,
-        line_of: impl Fn(&str) -> Option<usize>,
+        position_of: impl Fn(&str) -> Option<(usize, usize)>,
     ) -> Result<(), ScenarioError> {
         let invalid = |field: &str, message: String| ScenarioError::Invalid {
             origin: origin.to_owned(),
-            line: line_of(field),
+            line: position_of(field).map(|(line, _)| line),
+            column: position_of(field).and_then(|(_, column)| u32::try_from(column).ok()),
             scenario: scenario.name.to_string(),
             field: field.to_owned(),
             message,

@@ -199,6 +199,19 @@ impl LocalCompetitionLayer {
         self
     }
 
+    /// The hand-off bounds, `(max_hand_offs, max_hand_off_hold)`, when hand-off is on; `None`
+    /// when it is off.
+    pub fn hand_off_limits(&self) -> Option<(u32, Duration)> {
+        self.hand_off
+            .enabled
+            .then_some((self.hand_off.max_hand_offs, self.hand_off.max_hold))
+    }
+
+    /// How many keys may have a local entry at once (see [`capacity`](Self::capacity)).
+    pub fn key_capacity(&self) -> u64 {
+        self.capacity
+    }
+
     /// Reports events to `observers`.
     pub fn with_observers(mut self, observers: Observers) -> Self {
         self.observers = observers;

@@ -1,16 +1,17 @@
 //! The scenario file: TOML, parsed with serde, every value kept with its position so an error
-//! names the line.
+//! names the line and column. The `[scenario.layers]` table is in [`layers`].
+
+mod layers;
 
 use std::ops::Range;
+use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use crate::core::TraceConfig;
 
-use super::{
-    AcquireMode, LayerSettings, Scenario, ScenarioError, ScenarioRegistry, StoreDownPolicy,
-};
+use super::{AcquireMode, Scenario, ScenarioError, ScenarioRegistry, StoreDownPolicy};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,16 +47,6 @@ enum RawPolicy {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawLayers {
-    readback: Option<bool>,
-    unlock_window: Option<bool>,
-    local_competition: Option<bool>,
-    reentrancy: Option<bool>,
-    graceful_shutdown: Option<bool>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawScenario {
     name: Spanned<String>,
     keys: Option<Spanned<String>>,
@@ -70,7 +61,7 @@ struct RawScenario {
     trace: Option<bool>,
     trace_len: Option<Spanned<u32>>,
     trace_ttl: Option<Spanned<String>>,
-    layers: Option<RawLayers>,
+    layers: Option<layers::RawLayers>,
 }
 
 /// 1-based line and column of byte `offset` in `text`.
@@ -82,6 +73,68 @@ fn position(text: &str, offset: usize) -> (usize, usize) {
         .map_or(before.len(), |nl| before.len() - nl - 1)
         + 1;
     (line, column)
+}
+
+/// The key whose value starts at byte `offset`: the last `key =` before it on its line (so a
+/// setting inside an inline table is named, not the table), else the key at the line's start.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let before = &text[..offset.min(text.len())];
+    let line_start = before.rfind('\n').map_or(0, |nl| nl + 1);
+    let (key, _) = before[line_start..].rsplit_once('=')?;
+    let key = key.trim_end().trim_end_matches('"');
+    let start = key
+        .rfind(|c: char| !(c.is_alphanumeric() || "_-.".contains(c)))
+        .map_or(0, |i| i + 1);
+    let key = &key[start..];
+    (!key.is_empty()).then(|| key.to_owned())
+}
+
+/// Where a scenario's values are, to name the file, line, column, scenario and field in errors.
+struct Place<'a> {
+    text: &'a str,
+    origin: &'a str,
+    scenario: String,
+}
+
+impl Place<'_> {
+    /// Line and column of the value at `span`.
+    fn at(&self, span: &Range<usize>) -> (usize, usize) {
+        position(self.text, span.start)
+    }
+
+    fn invalid(&self, field: &str, span: Range<usize>, message: String) -> ScenarioError {
+        let (line, column) = self.at(&span);
+        ScenarioError::Invalid {
+            origin: self.origin.to_owned(),
+            line: Some(line),
+            column: u32::try_from(column).ok(),
+            scenario: self.scenario.clone(),
+            field: field.to_owned(),
+            message,
+        }
+    }
+
+    /// A humantime duration, if written.
+    fn duration(
+        &self,
+        field: &str,
+        value: Option<&Spanned<String>>,
+    ) -> Result<Option<Duration>, ScenarioError> {
+        value
+            .map(|v| {
+                humantime::parse_duration(v.get_ref()).map_err(|e| {
+                    self.invalid(
+                        field,
+                        v.span(),
+                        format!(
+                            "{:?} is not a duration ({e}); write it as \"5s\", \"200ms\" or \"1m 30s\"",
+                            v.get_ref()
+                        ),
+                    )
+                })
+            })
+            .transpose()
+    }
 }
 
 /// The key written at the start of `line` (`key = value`), if any.
@@ -98,15 +151,14 @@ fn key_on_line(text: &str, line: usize) -> Option<String> {
 
 pub(super) fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, ScenarioError> {
     let raw: RawFile = toml::from_str(text).map_err(|error| {
-        let (line, column) = error
-            .span()
-            .map_or((1, 1), |span| position(text, span.start));
+        let start = error.span().map_or(0, |span| span.start);
+        let (line, column) = position(text, start);
         let message = error.message().trim().to_owned();
-        // Serde names unknown and missing fields itself; otherwise the key on the line is it.
+        // Serde names unknown and missing fields itself; otherwise the key the value belongs to.
         let field = if message.contains("field `") {
             None
         } else {
-            key_on_line(text, line)
+            key_at(text, start).or_else(|| key_on_line(text, line))
         };
         ScenarioError::Parse {
             origin: origin.to_owned(),
@@ -119,37 +171,18 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, Scenar
     })?;
     let mut registry = ScenarioRegistry::new().strict(raw.strict);
     for s in raw.scenario {
-        let line_at = |span: Range<usize>| position(text, span.start).0;
-        let name = s.name.get_ref().clone();
-        let invalid = |field: &str, span: Range<usize>, message: String| ScenarioError::Invalid {
-            origin: origin.to_owned(),
-            line: Some(line_at(span)),
-            scenario: name.clone(),
-            field: field.to_owned(),
-            message,
+        let place = Place {
+            text,
+            origin,
+            scenario: s.name.get_ref().clone(),
         };
-        let duration = |field: &str, value: &Option<Spanned<String>>| {
-            value
-                .as_ref()
-                .map(|v| {
-                    humantime::parse_duration(v.get_ref()).map_err(|e| {
-                        invalid(
-                            field,
-                            v.span(),
-                            format!(
-                                "{:?} is not a duration ({e}); write it as \"5s\", \"200ms\" or \"1m 30s\"",
-                                v.get_ref()
-                            ),
-                        )
-                    })
-                })
-                .transpose()
-        };
-        let ttl = duration("ttl", &s.ttl)?;
-        let wait = duration("wait", &s.wait)?;
-        let renew_every = duration("renew_every", &s.renew_every)?;
-        let trace_ttl = duration("trace_ttl", &s.trace_ttl)?;
-        let mut scenario = Scenario::new(name.as_str());
+        let invalid =
+            |field: &str, span: Range<usize>, message: String| place.invalid(field, span, message);
+        let ttl = place.duration("ttl", s.ttl.as_ref())?;
+        let wait = place.duration("wait", s.wait.as_ref())?;
+        let renew_every = place.duration("renew_every", s.renew_every.as_ref())?;
+        let trace_ttl = place.duration("trace_ttl", s.trace_ttl.as_ref())?;
+        let mut scenario = Scenario::new(place.scenario.as_str());
         scenario.keys = s.keys.as_ref().map(|k| super::KeyPattern::new(k.get_ref()));
         scenario.mode = match s.mode {
             Some(RawMode::Try) => AcquireMode::Try,
@@ -189,14 +222,10 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, Scenar
             Some(RawPolicy::Proceed) => StoreDownPolicy::Proceed,
             Some(RawPolicy::Fail) | None => StoreDownPolicy::Fail,
         };
-        if let Some(l) = &s.layers {
-            scenario.layers = LayerSettings {
-                readback: l.readback,
-                unlock_window: l.unlock_window,
-                local_competition: l.local_competition,
-                reentrancy: l.reentrancy,
-                graceful_shutdown: l.graceful_shutdown,
-            };
+        // Where each layer setting was written, for the registry's own checks.
+        let mut spans: Vec<(&str, Range<usize>)> = Vec::new();
+        if let Some(layers) = &s.layers {
+            scenario.layers = layers.settings(&place, &mut spans)?;
         }
         let traced = s.trace.unwrap_or(false) || s.trace_len.is_some() || trace_ttl.is_some();
         if traced {
@@ -216,23 +245,24 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, Scenar
             scenario.trace = Some(config);
         }
         // Where each field was written, for the registry's own checks.
-        let spans: Vec<(&str, Range<usize>)> = [
-            ("name", Some(s.name.span())),
-            ("keys", s.keys.as_ref().map(Spanned::span)),
-            ("ttl", s.ttl.as_ref().map(Spanned::span)),
-            ("wait", s.wait.as_ref().map(Spanned::span)),
-            ("renew_every", s.renew_every.as_ref().map(Spanned::span)),
-        ]
-        .into_iter()
-        .filter_map(|(f, span)| span.map(|span| (f, span)))
-        .collect();
+        spans.extend(
+            [
+                ("name", Some(s.name.span())),
+                ("keys", s.keys.as_ref().map(Spanned::span)),
+                ("ttl", s.ttl.as_ref().map(Spanned::span)),
+                ("wait", s.wait.as_ref().map(Spanned::span)),
+                ("renew_every", s.renew_every.as_ref().map(Spanned::span)),
+            ]
+            .into_iter()
+            .filter_map(|(f, span)| span.map(|span| (f, span))),
+        );
         let name_span = s.name.span();
         registry.register_at(scenario, origin, |field| {
             let span = spans
                 .iter()
                 .find(|(f, _)| *f == field)
-                .map_or(name_span.clone(), |(_, span)| span.clone());
-            Some(line_at(span))
+                .map_or(&name_span, |(_, span)| span);
+            Some(place.at(span))
         })?;
     }
     Ok(registry)
@@ -250,5 +280,9 @@ mod tests {
         assert_eq!(position(text, 11), (2, 6));
         assert_eq!(key_on_line(text, 2).as_deref(), Some("bb"));
         assert_eq!(key_on_line("[[scenario]]", 1), None);
+        let inline = "lc = { hand_off = true, max_hand_offs = -1 }";
+        let value = inline.find("-1").unwrap();
+        assert_eq!(key_at(inline, value).as_deref(), Some("max_hand_offs"));
+        assert_eq!(key_at("ttl = 5s", 6).as_deref(), Some("ttl"));
     }
 }

@@ -1,0 +1,154 @@
+//! Fair waiting on the store side: the acquires that keep a key's waiter queue (exclusive, and
+//! readers / permits), and leaving the queue.
+//!
+//! By default a blocking attempt queues its process (the store's id; local competition orders the
+//! tasks inside the process, and a process that takes the lock while more of its tasks wait goes
+//! back to the end of the line). In strict FIFO mode it queues its own waiting call
+//! (`<store id>#<n>`, see [`Place`]) and is never re-queued: grants follow the fleet-wide order in
+//! which calls started waiting.
+
+use std::time::Duration;
+
+use leasehold_core::{Acquire, Error, Lease, LockKey, Result};
+use tokio::time::Instant;
+
+use super::{ttl_millis, RedisStore};
+use crate::reply::{mode_field, writer_wait_millis};
+use crate::scripts::{
+    ACQUIRE_FAIR, ACQUIRE_FAIR_TRACED, ACQUIRE_SHARED, ACQUIRE_SHARED_TRACED, LEAVE_QUEUE,
+};
+use crate::waiting::Place;
+
+impl RedisStore {
+    /// The queue entry `req` asks under, and whether taking the lock puts it back at the end of
+    /// the line (default mode only: other tasks of this process still wait on the key).
+    fn queue_place(&self, lock_key: &str, req: &Acquire) -> (Place, bool) {
+        let waiting = &self.inner.waiting;
+        let strict = self.inner.config.strict_fifo;
+        let place = waiting.place(lock_key, req, strict);
+        let requeue = !strict && place == Place::Process && waiting.others_wait(lock_key);
+        (place, requeue)
+    }
+
+    /// Records where an attempt left its entry; an entry queued for a wait that already ended
+    /// (its watch dropped while the script ran) is taken out at once.
+    fn queued(&self, key: &LockKey, lock_key: &str, place: &Place, queued: bool) {
+        if let Some(orphan) = self.inner.waiting.set_queued(lock_key, place, queued) {
+            self.leave_queue(key.clone(), orphan);
+        }
+    }
+
+    /// A reader or a semaphore permit: one script, in the fair queue when fair waiting is on.
+    pub(super) async fn acquire_shared(&self, req: &Acquire) -> Result<Lease> {
+        let lock_key = self.lock_key(&req.key);
+        let fair = self.inner.config.fair;
+        let (place, requeue) = if fair {
+            self.queue_place(&lock_key, req)
+        } else {
+            (Place::None, false)
+        };
+        let sent_at = Instant::now();
+        let mut conn = self.conn();
+        let script = if req.trace.is_some() {
+            &*ACQUIRE_SHARED_TRACED
+        } else {
+            &*ACQUIRE_SHARED
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&lock_key)
+            .key(self.queue_key(&req.key))
+            .key(self.queue_deadline_key(&req.key))
+            .key(self.inner.waiting.channel(&lock_key))
+            .arg(req.token.as_str())
+            .arg(ttl_millis(req.ttl))
+            .arg(mode_field(req.mode))
+            .arg(req.mode.permits().unwrap_or(0))
+            .arg(self.inner.waiting.entry(&place))
+            .arg(self.inner.config.waiter_timeout.as_millis() as u64)
+            .arg(if requeue { "1" } else { "0" })
+            .arg(if fair { "1" } else { "0" });
+        self.trace_acquire(&mut invocation, req);
+        let (acquired, left): (i64, u64) = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.acquire_err(req, e))?;
+        self.queued(&req.key, &lock_key, &place, acquired != 1 || requeue);
+        if acquired == 1 {
+            return Ok(
+                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
+                    .with_mode(req.mode)
+                    .with_trace(req.trace),
+            );
+        }
+        Err(Error::unavailable(&req.key).with_retry_after(Duration::from_millis(left.max(1))))
+    }
+
+    /// The fair acquire script: a blocking attempt (with a deadline) queues its process, or in
+    /// strict FIFO mode its own waiting call; a try-lock never passes a queued waiter.
+    pub(super) async fn acquire_fair(&self, req: &Acquire) -> Result<Lease> {
+        let lock_key = self.lock_key(&req.key);
+        let (place, requeue) = self.queue_place(&lock_key, req);
+        let sent_at = Instant::now();
+        let mut conn = self.conn();
+        let script = if req.trace.is_some() {
+            &*ACQUIRE_FAIR_TRACED
+        } else {
+            &*ACQUIRE_FAIR
+        };
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&lock_key)
+            .key(self.fence_key(&req.key))
+            .key(self.queue_key(&req.key))
+            .key(self.queue_deadline_key(&req.key))
+            .arg(req.token.as_str())
+            .arg(ttl_millis(req.ttl))
+            .arg(self.inner.waiting.entry(&place))
+            .arg(self.inner.config.waiter_timeout.as_millis() as u64)
+            .arg(if self.inner.config.fencing { "1" } else { "0" })
+            .arg(if requeue { "1" } else { "0" })
+            .arg(writer_wait_millis(req, sent_at));
+        self.trace_acquire(&mut invocation, req);
+        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.acquire_err(req, e))?;
+        self.queued(&req.key, &lock_key, &place, acquired != 1 || requeue);
+        if acquired == 1 {
+            return Ok(
+                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
+                    .with_fencing_token(value)
+                    .with_contended(others.unwrap_or(0) > 0)
+                    .with_trace(req.trace),
+            );
+        }
+        let left = Duration::from_millis(value.unwrap_or(1));
+        Err(Error::unavailable(&req.key).with_retry_after(left))
+    }
+
+    /// Gives up `entry`'s place in `key`'s queue (this process's, or one waiting call's), in the
+    /// background.
+    pub(crate) fn leave_queue(&self, key: LockKey, entry: String) {
+        let store = self.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the place lapses after the waiter timeout
+        };
+        runtime.spawn(async move {
+            let lock_key = store.lock_key(&key);
+            let mut conn = store.conn();
+            let left: redis::RedisResult<i64> = LEAVE_QUEUE
+                .key(store.queue_key(&key))
+                .key(&lock_key)
+                .key(store.inner.waiting.channel(&lock_key))
+                .key(store.queue_deadline_key(&key))
+                .arg(&entry)
+                .invoke_async(&mut conn)
+                .await;
+            if let Err(error) = left {
+                tracing::debug!(%key, %error,
+                    "could not leave the waiter queue; the place lapses after the waiter timeout");
+            }
+        });
+    }
+}
