@@ -68,6 +68,15 @@ struct Watched {
     wake_at: watch::Sender<Option<Instant>>,
 }
 
+/// What this process knows of its holds of one key.
+#[derive(Debug, Default)]
+struct Hold {
+    /// Moving average of its holds, µs.
+    average: Option<i64>,
+    /// When its current hold began.
+    since: Option<Instant>,
+}
+
 /// This store's waiting state: its id in every line, the keys it waits on, its hold estimates.
 pub(crate) struct Waiting {
     /// One place per process (per store): fairness is between processes, and local competition
@@ -76,7 +85,7 @@ pub(crate) struct Waiting {
     watched: Mutex<HashMap<String, Watched>>,
     /// Key → how long this process holds it (a moving average, µs), published when it takes the
     /// key so waiters elsewhere know when to look again; and when its current hold began.
-    holds: Mutex<HashMap<String, (Option<i64>, Option<Instant>)>>,
+    holds: Mutex<HashMap<String, Hold>>,
 }
 
 impl std::fmt::Debug for Waiting {
@@ -199,7 +208,7 @@ impl Waiting {
         entry.late.saturating_sub(1)
     }
 
-    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Option<i64>, Option<Instant>)>> {
+    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<String, Hold>> {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -210,25 +219,25 @@ impl Waiting {
         if holds.len() >= MAX_HOLD_ESTIMATES && !holds.contains_key(key) {
             holds.clear();
         }
-        holds.entry(key.to_owned()).or_default().1 = Some(Instant::now());
+        holds.entry(key.to_owned()).or_default().since = Some(Instant::now());
     }
 
     /// This process releases `key`: the hold since its grant is folded into the key's estimate
     /// (weight 1/4).
     pub(crate) fn released(&self, key: &str) {
         let mut holds = self.holds();
-        let Some((avg, since)) = holds.get_mut(key) else {
+        let Some(hold) = holds.get_mut(key) else {
             return;
         };
-        let Some(since) = since.take() else {
+        let Some(since) = hold.since.take() else {
             return;
         };
         let sample = us(since.elapsed());
-        *avg = Some(avg.map_or(sample, |avg| avg + (sample - avg) / 4));
+        hold.average = Some(hold.average.map_or(sample, |avg| avg + (sample - avg) / 4));
     }
 
     fn hold_estimate(&self, key: &str) -> Option<i64> {
-        self.holds().get(key).and_then(|(avg, _)| *avg)
+        self.holds().get(key).and_then(|hold| hold.average)
     }
 }
 
@@ -541,7 +550,7 @@ impl AerospikeStore {
                         if let Some(mine) = after.entries.iter_mut().find(|e| e.id == me) {
                             mine.ticket = i64::MAX;
                         }
-                        after.entries.sort_by(|a, b| a.ticket.cmp(&b.ticket));
+                        after.entries.sort_by_key(|e| e.ticket);
                     }
                     after
                 } else {
