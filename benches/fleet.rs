@@ -11,7 +11,8 @@
 //! - the worst wait of any request, and the worst wait over the median wait;
 //! - Jain's fairness index over acquisitions per process (1.0 = equal shares);
 //! - store requests per acquisition (requests that reached the store, counted in each process),
-//!   and on Redis the server's own command count per acquisition (scripts' commands included).
+//!   and the server's own count per acquisition: Redis commands (scripts' commands included), or
+//!   Aerospike requests (round trips, as the fixture counts them).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -36,7 +37,7 @@ struct Shape {
     hold: Duration,
     run: Duration,
     hand_off: bool,
-    /// Redis and etcd: the store-kept fair line (the default) or first come, first served.
+    /// The store-kept fair line (the default) or first come, first served.
     fair: bool,
     /// Redis: strict FIFO (one place in the line per waiting call, not per process).
     strict: bool,
@@ -85,9 +86,11 @@ fn child(shape_env: &str) {
                     .expect("etcd"),
             ),
             "aerospike" => builder.store(
-                AerospikeStore::connect(AerospikeConfig::new(address, "test", "f1"))
-                    .await
-                    .expect("aerospike"),
+                AerospikeStore::connect(
+                    AerospikeConfig::new(address, "test", "f1").fair(fair == "1"),
+                )
+                .await
+                .expect("aerospike"),
             ),
             other => panic!("unknown store {other}"),
         };
@@ -293,7 +296,7 @@ fn main() {
         strict: false,
     };
     println!(
-        "| configuration | P×T | acq/s | utilization | gap p50 / p99 ms | cross-process gap p50 / p99 ms | worst wait ms | worst / median wait | Jain | store requests / acq | Redis commands / acq |"
+        "| configuration | P×T | acq/s | utilization | gap p50 / p99 ms | cross-process gap p50 / p99 ms | worst wait ms | worst / median wait | Jain | store requests / acq | server commands / acq |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -355,11 +358,28 @@ fn main() {
             .block_on(AerospikeFixture::start())
             .expect("fixture");
         let _enter = runtime.enter();
+        let requests = || Some(fixture.requests());
         for shape in [
-            fleet("aerospike fixture, default stack", "aerospike", false, true),
-            fleet("aerospike fixture, hand-off", "aerospike", true, true),
+            fleet(
+                "aerospike fixture, default stack (fair)",
+                "aerospike",
+                false,
+                true,
+            ),
+            fleet(
+                "aerospike fixture, fair + hand-off",
+                "aerospike",
+                true,
+                true,
+            ),
+            fleet(
+                "aerospike fixture, first-come (fair off)",
+                "aerospike",
+                false,
+                false,
+            ),
         ] {
-            run(&shape, &fixture.host_string(), || None);
+            run(&shape, &fixture.host_string(), requests);
             fixture.clear();
         }
     }

@@ -16,6 +16,9 @@ pub const DEFAULT_SET_SUFFIX: &str = "distributed_lock";
 pub const DEFAULT_RETRIES: u32 = 5;
 /// Pause between those attempts (the seed: 80 ms).
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(80);
+/// How long a waiting process keeps its place in a key's line without asking again (Redisson's
+/// fair lock: 5 s).
+pub const DEFAULT_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How an [`AerospikeStore`](crate::AerospikeStore) connects and names its records.
 ///
@@ -48,6 +51,8 @@ pub struct AerospikeConfig {
     pub(crate) fencing: bool,
     pub(crate) max_error_rate: Option<usize>,
     pub(crate) send_key: bool,
+    pub(crate) fair: bool,
+    pub(crate) waiter_timeout: Duration,
     pub(crate) tls: TlsSettings,
 }
 
@@ -114,6 +119,8 @@ impl AerospikeConfig {
             fencing: true,
             max_error_rate: None,
             send_key: true,
+            fair: true,
+            waiter_timeout: DEFAULT_WAITER_TIMEOUT,
             tls: TlsSettings::default(),
         }
     }
@@ -296,6 +303,25 @@ impl AerospikeConfig {
         self
     }
 
+    /// Fair waiting across processes (default on): a waiter line per key in its own record
+    /// (`<lock set>#queue`), one place per process (per store), served in arrival order; only the
+    /// head of the line tries the lock record's create-only write, a try-lock never passes a
+    /// queued process, and waiters ask again when the line says their turn is near (see
+    /// docs/AEROSPIKE.md). Off: first come, first served (the Java manager's behaviour).
+    /// Readers and permits stay first-come either way.
+    pub fn fair(mut self, on: bool) -> Self {
+        self.fair = on;
+        self
+    }
+
+    /// How long a waiting process keeps its place in line without asking again (default
+    /// [`DEFAULT_WAITER_TIMEOUT`], at least 100 ms). A waiter asks again well within it; a
+    /// crashed waiter holds the line up at most this long.
+    pub fn waiter_timeout(mut self, timeout: Duration) -> Self {
+        self.waiter_timeout = timeout;
+        self
+    }
+
     /// Checks names and values before any I/O, and returns the record layout.
     pub(crate) fn validate(&self) -> Result<Layout> {
         if self.hosts.trim().is_empty() {
@@ -342,6 +368,13 @@ impl AerospikeConfig {
                 "Aerospike timeouts must be greater than zero",
             ));
         }
+        if self.waiter_timeout < Duration::from_millis(100) {
+            return Err(Error::invalid_argument(format!(
+                "waiter timeout {:?} is too short: a waiting process must be able to ask again \
+                 within it (at least 100 ms; the default is 5 s)",
+                self.waiter_timeout
+            )));
+        }
         Layout::new(&self.farm_id, &self.set_suffix)
     }
 }
@@ -365,6 +398,8 @@ impl fmt::Debug for AerospikeConfig {
             .field("fencing", &self.fencing)
             .field("max_error_rate", &self.max_error_rate)
             .field("send_key", &self.send_key)
+            .field("fair", &self.fair)
+            .field("waiter_timeout", &self.waiter_timeout)
             .field("tls", &self.tls)
             .finish()
     }

@@ -23,6 +23,14 @@ pub const HOLDERS_BIN: &str = "lh_holders";
 pub const WRITER_BIN: &str = "lh_writer";
 /// Bin of the fence counter record.
 pub const COUNTER_BIN: &str = "lh_counter";
+/// Map bin of a key's queue record: waiter id (one per process) → `[ticket, deadline]`, both µs
+/// since the Unix epoch on the waiter's clock (the ticket is its arrival time: the line's order).
+pub const LINE_BIN: &str = "lh_line";
+/// Bin of a key's queue record: when (µs since the Unix epoch) a queued process last took the
+/// lock.
+pub const GRANTED_BIN: &str = "lh_granted";
+/// Bin of a key's queue record: that process's estimate of how long it holds the key (µs).
+pub const HOLD_BIN: &str = "lh_hold";
 /// List bin of a lock's history record (the lock trace): encoded
 /// [`HistoryEntry`](leasehold_core::HistoryEntry)s, newest first.
 pub const TRACE_BIN: &str = "lh_trace";
@@ -131,6 +139,12 @@ pub fn fence_set(lock_set: &str) -> String {
     format!("{lock_set}#fence")
 }
 
+/// The queue set of a lock set (fair waiting's lines): `<lock set>#queue`, as long as the fence
+/// set, so the set-name check of [`Layout::lock_set`] covers it.
+pub fn queue_set(lock_set: &str) -> String {
+    format!("{lock_set}#queue")
+}
+
 /// The lock history set of a lock set: `<lock set>#trace` (as long as the fence set's name, so
 /// the set-name check of [`Layout::lock_set`] covers it too).
 pub fn trace_set(lock_set: &str) -> String {
@@ -153,6 +167,10 @@ mod tests {
         assert_eq!(
             fence_set("XDC#distributed_lock"),
             "XDC#distributed_lock#fence"
+        );
+        assert_eq!(
+            queue_set("XDC#distributed_lock").len(),
+            fence_set("XDC#distributed_lock").len()
         );
         assert_eq!(
             trace_set("XDC#distributed_lock").len(),

@@ -11,6 +11,7 @@
 //! | bins | `<farmId>##data` = 1, `<farmId>##uat` = acquisition epoch ms (the Java manager's); `lh_token` = owner token, `lh_fence` = fencing token (leasehold's, ignored by Java) |
 //! | expiration | the TTL in whole seconds, rounded up (never 0 = "namespace default") |
 //! | fence counter | record `<lock set>#fence` / lock id, bin `lh_counter`, never expires |
+//! | waiter line (fair) | record `<lock set>#queue` / lock id: `lh_line` (map waiter id → [ticket µs, deadline µs]), `lh_granted`, `lh_hold` |
 //! | readers, permits | same record key, own format: `lh_mode` (`shared` / `semaphore:N`), `lh_holders` (map token → expiry ms), `lh_writer` (waiting writer); changed by filtered `operate`s |
 //! | lock history (traced keys) | record `<lock set>#trace` / lock id, list bin `lh_trace` (newest first, bounded), expires the trace TTL after its last write |
 //!
@@ -35,11 +36,16 @@ mod config;
 mod error;
 mod fencing;
 pub mod layout;
+mod line;
 mod shared;
 mod store;
 #[cfg(feature = "tls")]
 mod tls;
 mod trace;
+mod waiting;
 
-pub use config::{AerospikeConfig, DEFAULT_RETRIES, DEFAULT_RETRY_DELAY, DEFAULT_SET_SUFFIX};
+pub use config::{
+    AerospikeConfig, DEFAULT_RETRIES, DEFAULT_RETRY_DELAY, DEFAULT_SET_SUFFIX,
+    DEFAULT_WAITER_TIMEOUT,
+};
 pub use store::AerospikeStore;

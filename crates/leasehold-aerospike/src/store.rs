@@ -15,13 +15,14 @@ use aerospike::{
 use futures::StreamExt;
 use leasehold_core::{
     acquire_detached, validate_ttl, Acquire, Capabilities, Error, ErrorKind, HistoryEntry, Lease,
-    LockInfo, LockKey, LockLevel, LockStore, OwnerToken, Result, TraceConfig,
+    LockInfo, LockKey, LockLevel, LockStore, OwnerToken, ReleaseWatch, Result, TraceConfig,
 };
 use tokio::time::Instant;
 
 use crate::config::AerospikeConfig;
 use crate::error::{classify, map, Class};
 use crate::layout::{Layout, FENCE_BIN, TOKEN_BIN};
+use crate::waiting::Waiting;
 
 /// A lock store on an Aerospike namespace, record-compatible with the Java lock manager. Cheap to
 /// clone.
@@ -35,6 +36,8 @@ pub(crate) struct Inner {
     owns_client: bool,
     pub(crate) config: AerospikeConfig,
     pub(crate) layout: Layout,
+    /// Fair waiting: this store's place in lines, and its waiters' schedules.
+    pub(crate) waiting: Arc<Waiting>,
 }
 
 /// How often an exclusive acquisition removes a shared record nobody holds and creates again
@@ -117,6 +120,7 @@ impl AerospikeStore {
                 owns_client,
                 config,
                 layout,
+                waiting: Arc::new(Waiting::new()),
             }),
         })
     }
@@ -279,7 +283,23 @@ impl AerospikeStore {
         .await
     }
 
+    /// This store's id in waiter lines (one per store instance).
+    pub fn waiter_id(&self) -> &str {
+        self.inner.waiting.id()
+    }
+
     async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
+        if req.mode.is_shared_record() {
+            self.acquire_shared(req).await
+        } else if self.inner.config.fair {
+            self.acquire_fair(req).await
+        } else {
+            self.acquire_record(req).await
+        }
+    }
+
+    /// The exclusive lock record's acquisition: what decides exclusion, fair or not.
+    pub(crate) async fn acquire_record(&self, req: &Acquire) -> Result<Lease> {
         if self.inner.config.fencing {
             return self.acquire_fenced(req).await;
         }
@@ -319,6 +339,10 @@ impl AerospikeStore {
             return self.release_shared(lease).await;
         }
         let record_key = self.record_key(lease.key())?;
+        if self.inner.config.fair {
+            // How long holds of this key last: what this process tells waiters when it takes it.
+            self.inner.waiting.released(lease.key().as_str());
+        }
         let policy = self.owned_by(lease.token(), self.inner.config.commit_levels.release);
         let result = self
             .with_retries("release", lease.key(), || {
@@ -425,8 +449,10 @@ impl LockStore for AerospikeStore {
 
     /// Exclusive: create-only write with expiration = TTL rounded up to whole seconds; with
     /// fencing, then the fence counter's increment and an owner-filtered write of its value into
-    /// the record (3 round trips, tokens in hold order). A create refused by an existing record
-    /// reads it once to tell a held lock from a shared record (see docs/AEROSPIKE.md). Readers and
+    /// the record (3 round trips, tokens in hold order). With fair waiting (the default), first
+    /// one round trip on the key's waiter line, and only the head (or anyone, if nobody waits)
+    /// tries; a blocking attempt that gets the lock leaves the line (one more, module
+    /// `waiting`). A create refused by an existing record reads it once to tell a held lock from a shared record (see docs/AEROSPIKE.md). Readers and
     /// permits: one filtered `operate` when admitted (module `shared`). Traced: one more round
     /// trip for the history entry (module `trace`). Cancel safe: the requests run on their own
     /// task, and an acquisition nobody receives is released again (owner-checked).
@@ -438,16 +464,23 @@ impl LockStore for AerospikeStore {
         acquire_detached(
             req,
             move |req| async move {
-                let result = if req.mode.is_shared_record() {
-                    acquirer.acquire_shared(&req).await
-                } else {
-                    acquirer.acquire_once(&req).await
-                };
+                let result = acquirer.acquire_once(&req).await;
                 acquirer.trace_acquire(&req, result).await
             },
             move |lease| async move { releaser.release(&lease).await },
         )
         .await
+    }
+
+    /// With fair waiting (the default): registers the waiter with this process's schedule for the
+    /// key, which wakes the process's waiters when the line says their turn is near (Aerospike
+    /// cannot notify: this is polling, timed by the line). When the last waiter of this process
+    /// goes away without the lock, the process leaves the key's line. Without: no watch.
+    async fn watch(&self, key: &LockKey) -> ReleaseWatch {
+        if !self.inner.config.fair {
+            return ReleaseWatch::none();
+        }
+        self.watch_line(key)
     }
 
     /// Exclusive: one round trip, a delete with a filter expression `lh_token == token`. Readers

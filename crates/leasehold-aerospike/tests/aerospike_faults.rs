@@ -15,8 +15,12 @@ use leasehold_testkit::aerospike::{AerospikeFixture, Fault, Target};
 
 const FARM: &str = "farm1";
 
+/// First-come: these faults hit the lock record's own round trips (the create, the fence steps,
+/// the delete), which a try-lock over the fair line reaches only after reading the line; the
+/// line's requests have their own fault test below.
 fn config(fixture: &AerospikeFixture) -> AerospikeConfig {
     AerospikeConfig::new(fixture.host_string(), "test", FARM)
+        .fair(false)
         .max_error_rate(0)
         .total_timeout(Duration::from_millis(300))
         .socket_timeout(Duration::from_millis(300))

@@ -373,7 +373,9 @@ async fn a_failed_trace_write_leaves_the_lock_operation_as_it_was() {
 #[tokio::test]
 async fn a_traced_operation_costs_one_more_round_trip() {
     let target = AerospikeTarget::fixture_only().await.unwrap();
-    let store = AerospikeStore::connect(config(&target, false))
+    // First-come, so the count is the lock record's and the trace's alone (a fair try-lock reads
+    // the waiter line first: one more, in docs/AEROSPIKE.md's fair waiting section).
+    let store = AerospikeStore::connect(config(&target, false).fair(false))
         .await
         .unwrap();
     let faults = target.fixture().expect("a fixture").faults();

@@ -6,12 +6,13 @@ use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::AerospikeTarget;
 
 /// The cluster in `AEROSPIKE_HOSTS`, or a fixture (kept alive next to the store).
-async fn store(fencing: bool) -> (AerospikeStore, AerospikeTarget) {
+async fn store(fencing: bool, fair: bool) -> (AerospikeStore, AerospikeTarget) {
     let target = AerospikeTarget::from_env()
         .await
         .expect("start the fixture");
     let mut config = AerospikeConfig::new(target.hosts(), target.namespace(), "conf")
         .fencing(fencing)
+        .fair(fair)
         .max_error_rate(0);
     if let Some((user, password)) = target.credentials() {
         config = config.credentials(user, password);
@@ -21,9 +22,14 @@ async fn store(fencing: bool) -> (AerospikeStore, AerospikeTarget) {
 }
 
 mod fenced {
-    leasehold_testkit::conformance_tests!(with_guard: super::store(true));
+    leasehold_testkit::conformance_tests!(with_guard: super::store(true, true));
 }
 
 mod unfenced {
-    leasehold_testkit::conformance_tests!(with_guard: super::store(false));
+    leasehold_testkit::conformance_tests!(with_guard: super::store(false, true));
+}
+
+/// First come, first served (`fair(false)`): the Java manager's behaviour.
+mod first_come {
+    leasehold_testkit::conformance_tests!(with_guard: super::store(true, false));
 }

@@ -274,6 +274,7 @@ impl AerospikeFixtureBuilder {
             faults: Faults::new(),
             tls,
             security,
+            requests: std::sync::atomic::AtomicU64::new(0),
         });
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(server::serve(listener, shared.clone(), stop_rx));
@@ -462,6 +463,15 @@ impl AerospikeFixture {
     /// client need not have sent the key), if any.
     pub fn record_by_key(&self, set: &str, user_key: &str) -> Option<StoredRecord> {
         self.record(&faults::string_key_digest(set.as_bytes(), user_key))
+    }
+
+    /// Data messages received so far (single-record commands and scans, each one round trip of
+    /// the client; info and login messages are not counted): what a benchmark reports as
+    /// Aerospike requests.
+    pub fn requests(&self) -> u64 {
+        self.shared
+            .requests
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Removes every record.

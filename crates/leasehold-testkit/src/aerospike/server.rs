@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     pub(crate) tls: Option<TlsAcceptor>,
     /// Set when the fixture has a user: data messages need a login first.
     pub(crate) security: Option<super::admin::Security>,
+    /// Data messages received (single-record commands and scans), faulted ones included.
+    pub(crate) requests: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -182,6 +184,9 @@ async fn data_message<S>(stream: &mut S, shared: &Shared, msg: &Message) -> Resu
 where
     S: AsyncWrite + Unpin,
 {
+    shared
+        .requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     shared.faults.wait_resumed().await;
     let digest = command::digest_of(msg);
     let fault = shared.faults.take(RequestKey {

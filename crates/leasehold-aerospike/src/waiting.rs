@@ -1,0 +1,686 @@
+//! Fair waiting across processes on Aerospike: a waiter line per key in its own record, one place
+//! per process (per store), served in arrival order; and since Aerospike cannot notify, a
+//! per-key schedule in each process that wakes its waiters when the line says their turn is near.
+//!
+//! The line only orders who may *try*: exclusion is still decided by the lock record's
+//! create-only write alone, so the Java manager and first-come clients, which never look at the
+//! line, exclude and are excluded exactly as before. docs/AEROSPIKE.md walks through every
+//! interleaving.
+//!
+//! Queue record `<lock set>#queue` / lock id (expires 2 × the waiter timeout after its last
+//! write): `lh_line` map waiter id → `[ticket, deadline]`, `lh_granted` and `lh_hold` (when the
+//! last queued process took the lock, and how long it expects to hold it: what waiters schedule
+//! their next look by).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aerospike::operations::maps::{self, MapOrder, MapPolicy, MapReturnType, MapWriteFlags};
+use aerospike::operations::{self, Operation};
+use aerospike::policy::{Expiration, RecordExistsAction};
+use aerospike::{as_bin, Bins, Key, ReadPolicy, Replica, ResultCode, Value};
+use leasehold_core::{Acquire, Error, Lease, LockKey, OwnerToken, ReleaseWatch, Result};
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::error::{classify, Class};
+use crate::layout::{queue_set, GRANTED_BIN, HOLD_BIN, LINE_BIN};
+use crate::line::Line;
+use crate::store::{ttl_seconds, AerospikeStore};
+
+/// How soon a process whose waiters were woken but did not ask the store (none was listening,
+/// or the one woken was refused in memory) is woken again: the net under a lost wake-up.
+const FALLBACK: Duration = Duration::from_millis(25);
+/// The last stretch of a scheduled wake-up slept precisely (see [`sleep_until`]).
+const PRECISE: Duration = Duration::from_millis(2);
+/// Hold estimates kept per store (one per key): past this, they are forgotten and relearned.
+const MAX_HOLD_ESTIMATES: usize = 4096;
+
+/// µs since the Unix epoch on this client's clock.
+pub(crate) fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn us(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// A key some task of this process waits on.
+#[derive(Debug)]
+struct Watched {
+    notify: Arc<Notify>,
+    /// Live watches on the key (blocking `lock()` calls in this process).
+    watchers: usize,
+    /// Whether the last attempt on the key left this process in the line.
+    queued: bool,
+    /// Refusals of this process at the head of the line since the holder's expected release.
+    late: u32,
+    /// The line as last read, when it showed this process at the head and the lock record then
+    /// refused it: the next attempt soon after goes straight to the lock record (a place only
+    /// moves forward, so the process is still the head, or its place lapsed — and trying then is
+    /// safe, exclusion being the create's).
+    head: Option<(Instant, Line)>,
+    /// When the key's driver wakes this process's waiters next.
+    wake_at: watch::Sender<Option<Instant>>,
+}
+
+/// What this process knows of its holds of one key.
+#[derive(Debug, Default)]
+struct Hold {
+    /// Moving average of its holds, µs.
+    average: Option<i64>,
+    /// When its current hold began.
+    since: Option<Instant>,
+}
+
+/// This store's waiting state: its id in every line, the keys it waits on, its hold estimates.
+pub(crate) struct Waiting {
+    /// One place per process (per store): fairness is between processes, and local competition
+    /// orders the tasks inside one.
+    id: String,
+    watched: Mutex<HashMap<String, Watched>>,
+    /// Key → how long this process holds it (a moving average, µs), published when it takes the
+    /// key so waiters elsewhere know when to look again; and when its current hold began.
+    holds: Mutex<HashMap<String, Hold>>,
+}
+
+impl std::fmt::Debug for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiting").field("id", &self.id).finish()
+    }
+}
+
+impl Waiting {
+    pub(crate) fn new() -> Self {
+        Waiting {
+            // host/pid/uuid: unique per store instance, readable in the record.
+            id: OwnerToken::generate().as_str().to_owned(),
+            watched: Mutex::new(HashMap::new()),
+            holds: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// This store's waiter id.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watched>> {
+        self.watched.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether more than one task of this process waits on `key` (the one asking, and others).
+    fn others_wait(&self, key: &str) -> bool {
+        self.lock().get(key).is_some_and(|w| w.watchers > 1)
+    }
+
+    /// Registers a waiter on `key`; the first one starts the key's driver, which wakes this
+    /// process's waiters when the line says to look again. The last one to go leaves the line
+    /// (`leave`) if the process is still in it.
+    pub(crate) fn watch(
+        self: &Arc<Self>,
+        key: String,
+        leave: impl FnOnce() + Send + Sync + 'static,
+    ) -> ReleaseWatch {
+        let notify = {
+            let mut watched = self.lock();
+            let entry = watched.entry(key.clone()).or_insert_with(|| {
+                let (wake_at, rx) = watch::channel(None);
+                let notify = Arc::new(Notify::new());
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(drive(rx, notify.clone()));
+                }
+                Watched {
+                    notify,
+                    watchers: 0,
+                    queued: false,
+                    late: 0,
+                    head: None,
+                    wake_at,
+                }
+            });
+            entry.watchers += 1;
+            entry.notify.clone()
+        };
+        let waiting = self.clone();
+        ReleaseWatch::new(notify, move || {
+            if waiting.unwatch(&key) {
+                leave();
+            }
+        })
+    }
+
+    /// One waiter on `key` is gone; `true` when it was the last and the process is in line.
+    fn unwatch(&self, key: &str) -> bool {
+        let mut watched = self.lock();
+        let Some(entry) = watched.get_mut(key) else {
+            return false;
+        };
+        entry.watchers -= 1;
+        if entry.watchers > 0 {
+            return false;
+        }
+        // Dropping the entry drops its sender: the driver ends.
+        watched.remove(key).is_some_and(|w| w.queued)
+    }
+
+    /// After an attempt on `key`: whether the process is in line now, and when its waiters should
+    /// look again (`None`: nothing scheduled).
+    fn attempted(&self, key: &str, queued: bool, again_in: Option<Duration>) {
+        if let Some(entry) = self.lock().get_mut(key) {
+            entry.queued = queued;
+            if let Some(again_in) = again_in {
+                entry.wake_at.send_replace(Some(Instant::now() + again_in));
+            }
+        }
+    }
+
+    /// Remembers (`Some`) or forgets the line that showed this process at the head.
+    fn set_head(&self, key: &str, line: Option<Line>) {
+        if let Some(entry) = self.lock().get_mut(key) {
+            entry.head = line.map(|line| (Instant::now(), line));
+        }
+    }
+
+    /// The line that showed this process at the head, if read less than `within` ago.
+    fn head(&self, key: &str, within: Duration) -> Option<Line> {
+        let watched = self.lock();
+        let (at, line) = watched.get(key)?.head.as_ref()?;
+        (at.elapsed() < within).then(|| line.clone())
+    }
+
+    /// Refusals at the head past the holder's expected release, counting this one (`overdue`), or
+    /// back to 0.
+    fn late(&self, key: &str, overdue: bool) -> u32 {
+        let mut watched = self.lock();
+        let Some(entry) = watched.get_mut(key) else {
+            return 0;
+        };
+        entry.late = if overdue {
+            entry.late.saturating_add(1)
+        } else {
+            0
+        };
+        entry.late.saturating_sub(1)
+    }
+
+    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<String, Hold>> {
+        self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// This process was granted `key` now (measured from here, not from when the request was
+    /// sent: the grant time waiters see is also taken after the grant).
+    fn granted(&self, key: &str) {
+        let mut holds = self.holds();
+        if holds.len() >= MAX_HOLD_ESTIMATES && !holds.contains_key(key) {
+            holds.clear();
+        }
+        holds.entry(key.to_owned()).or_default().since = Some(Instant::now());
+    }
+
+    /// This process releases `key`: the hold since its grant is folded into the key's estimate
+    /// (weight 1/4).
+    pub(crate) fn released(&self, key: &str) {
+        let mut holds = self.holds();
+        let Some(hold) = holds.get_mut(key) else {
+            return;
+        };
+        let Some(since) = hold.since.take() else {
+            return;
+        };
+        let sample = us(since.elapsed());
+        hold.average = Some(hold.average.map_or(sample, |avg| avg + (sample - avg) / 4));
+    }
+
+    fn hold_estimate(&self, key: &str) -> Option<i64> {
+        self.holds().get(key).and_then(|hold| hold.average)
+    }
+}
+
+/// A key's driver: wakes the process's waiters at the scheduled time, and again every
+/// [`FALLBACK`] until an attempt reschedules; ends when the last waiter goes (the sender drops).
+async fn drive(mut wake_at: watch::Receiver<Option<Instant>>, notify: Arc<Notify>) {
+    let mut next = *wake_at.borrow_and_update();
+    loop {
+        let sleep = async {
+            match next {
+                Some(at) => sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            changed = wake_at.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                next = *wake_at.borrow_and_update();
+            }
+            () = sleep => {
+                // Every waiter of the process: which one asks is local competition's call.
+                notify.notify_waiters();
+                next = Some(Instant::now() + FALLBACK);
+            }
+        }
+    }
+}
+
+/// Sleeps until `at`, to the tenth of a millisecond rather than tokio's whole milliseconds (a
+/// timer fires on the next millisecond tick, up to one late): on a key held for a couple of
+/// milliseconds, that lateness would be a third of the lock's time. The last [`PRECISE`] is slept
+/// on a blocking thread.
+async fn sleep_until(at: Instant) {
+    if let Some(coarse) = at.checked_sub(PRECISE) {
+        if coarse > Instant::now() {
+            tokio::time::sleep_until(coarse).await;
+        }
+    }
+    let left = at.saturating_duration_since(Instant::now());
+    if !left.is_zero() {
+        // Cancelled (rescheduled) meanwhile, the thread only finishes its short sleep.
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
+    }
+}
+
+impl AerospikeStore {
+    fn queue_key(&self, key: &LockKey) -> Result<Key> {
+        let set = queue_set(&self.inner.layout.lock_set(key)?);
+        Key::new(
+            self.inner.config.namespace.clone(),
+            set,
+            Value::from(key.lock_id()),
+        )
+        .map_err(|e| Error::invalid_argument("cannot build the queue key").with_source(e))
+    }
+
+    fn waiter_timeout(&self) -> Duration {
+        self.inner.config.waiter_timeout
+    }
+
+    /// A place in line: `[ticket, deadline]`, the ticket being now.
+    fn place(&self, now: i64) -> Value {
+        Value::List(vec![
+            Value::Int(now),
+            Value::Int(now.saturating_add(us(self.waiter_timeout()))),
+        ])
+    }
+
+    /// One `operate` on the queue record, which lives 2 × the waiter timeout past its last write.
+    /// Every queue write is harmless to repeat, so it is retried whatever happened to it.
+    async fn queue_operate(
+        &self,
+        what: &str,
+        key: &LockKey,
+        queue_key: &Key,
+        ops: &[Operation],
+    ) -> Result<aerospike::Record> {
+        let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
+        policy.expiration = Expiration::Seconds(ttl_seconds(self.waiter_timeout() * 2));
+        policy.send_key = self.inner.config.send_key;
+        self.retrying(what, key, true, || {
+            self.inner.client.operate(&policy, queue_key, ops)
+        })
+        .await
+        .map_err(|e| self.exhausted_or(what, key, e))
+    }
+
+    /// Takes a place in line if the process has none (create-only, so a kept place stays where it
+    /// is) and reads the line. A kept place that is more than half way to lapsing is refreshed
+    /// (one more write, about once per half waiter timeout of waiting).
+    async fn enter(&self, req: &Acquire, queue_key: &Key) -> Result<Line> {
+        let me = self.inner.waiting.id();
+        let join = MapPolicy::new(
+            MapOrder::Unordered,
+            MapWriteFlags::CREATE_ONLY | MapWriteFlags::NO_FAIL,
+        );
+        let ops = [
+            maps::put(&join, LINE_BIN, Value::from(me), self.place(now_us())),
+            operations::get_bin(LINE_BIN),
+            operations::get_bin(GRANTED_BIN),
+            operations::get_bin(HOLD_BIN),
+        ];
+        let record = self
+            .queue_operate("queue", &req.key, queue_key, &ops)
+            .await?;
+        let results = record.results.unwrap_or_default();
+        let line = Line::parse(results.get(1), results.get(2), results.get(3));
+        let now = now_us();
+        if let Some(mine) = line.entry(me) {
+            if mine.deadline - now < us(self.waiter_timeout()) / 2 {
+                let refreshed = Value::List(vec![
+                    Value::Int(mine.ticket),
+                    Value::Int(now.saturating_add(us(self.waiter_timeout()))),
+                ]);
+                let ops = [maps::put(
+                    &MapPolicy::default(),
+                    LINE_BIN,
+                    Value::from(me),
+                    refreshed,
+                )];
+                self.queue_operate("queue", &req.key, queue_key, &ops)
+                    .await?;
+            }
+        }
+        Ok(line)
+    }
+
+    /// Reads the line without joining it (a try-lock); an absent record is an empty line.
+    async fn peek(&self, req: &Acquire, queue_key: &Key) -> Result<Line> {
+        let mut base_policy = self.base(0);
+        base_policy.replica = Replica::Master;
+        let policy = ReadPolicy { base_policy };
+        let bins = Bins::Some(vec![
+            LINE_BIN.to_owned(),
+            GRANTED_BIN.to_owned(),
+            HOLD_BIN.to_owned(),
+        ]);
+        let read = self
+            .retrying("queue read", &req.key, true, || {
+                self.inner.client.get(&policy, queue_key, bins.clone())
+            })
+            .await;
+        match read {
+            Ok(record) => Ok(Line::parse(
+                record.bins.get(LINE_BIN),
+                record.bins.get(GRANTED_BIN),
+                record.bins.get(HOLD_BIN),
+            )),
+            Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => {
+                Ok(Line::default())
+            }
+            Err(e) => Err(self.exhausted_or("queue read", &req.key, e)),
+        }
+    }
+
+    /// After a grant to a process in line: it leaves the line, or goes to its end when other tasks
+    /// of it still wait; the places `line` showed lapsed are swept (each only if unchanged since,
+    /// so a waiter that asked again meanwhile keeps its place); and when and for how long it took
+    /// the key is published. Answers the line as it is now (`None` if the write failed: best
+    /// effort, a place left behind lapses by the waiter timeout).
+    async fn taken(
+        &self,
+        req: &Acquire,
+        queue_key: &Key,
+        line: &Line,
+        requeue: bool,
+    ) -> Option<Line> {
+        let me = self.inner.waiting.id();
+        let now = now_us();
+        let mut ops: Vec<Operation> = line
+            .lapsed(now)
+            .filter(|e| e.id != me)
+            .map(|e| {
+                let exact =
+                    |deadline: i64| Value::List(vec![Value::Int(e.ticket), Value::Int(deadline)]);
+                maps::remove_by_value_range(
+                    LINE_BIN,
+                    exact(e.deadline),
+                    exact(e.deadline.saturating_add(1)),
+                    MapReturnType::NONE,
+                )
+            })
+            .collect();
+        ops.push(if requeue {
+            maps::put(
+                &MapPolicy::default(),
+                LINE_BIN,
+                Value::from(me),
+                self.place(now),
+            )
+        } else {
+            maps::remove_by_key(LINE_BIN, Value::from(me), MapReturnType::NONE)
+        });
+        ops.push(operations::put(&as_bin!(GRANTED_BIN, now)));
+        if let Some(hold) = self.inner.waiting.hold_estimate(req.key.as_str()) {
+            ops.push(operations::put(&as_bin!(HOLD_BIN, hold)));
+        }
+        ops.push(operations::get_bin(LINE_BIN));
+        let read_at = ops.len() - 1;
+        match self.queue_operate("queue", &req.key, queue_key, &ops).await {
+            Ok(record) => {
+                let results = record.results.unwrap_or_default();
+                Some(Line {
+                    granted: Some(now),
+                    ..Line::parse(results.get(read_at), None, None)
+                })
+            }
+            Err(error) => {
+                tracing::debug!(key = %req.key, %error,
+                    "could not update the waiter line after a grant; the place lapses by the waiter timeout");
+                None
+            }
+        }
+    }
+
+    /// Gives up this process's place in `key`'s line, in the background.
+    pub(crate) fn leave_line(&self, key: LockKey) {
+        let store = self.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the place lapses by the waiter timeout
+        };
+        runtime.spawn(async move {
+            let Ok(queue_key) = store.queue_key(&key) else {
+                return;
+            };
+            let me = store.inner.waiting.id().to_owned();
+            let mut policy = store.write_policy(store.inner.config.commit_levels.acquire);
+            policy.record_exists_action = RecordExistsAction::UpdateOnly;
+            policy.expiration = Expiration::DontUpdate;
+            let ops = [maps::remove_by_key(
+                LINE_BIN,
+                Value::from(me),
+                MapReturnType::NONE,
+            )];
+            if let Err(error) = store.inner.client.operate(&policy, &queue_key, &ops).await {
+                if classify(&error) != Class::Server(ResultCode::KeyNotFoundError) {
+                    tracing::debug!(%key, %error,
+                        "could not leave the waiter line; the place lapses by the waiter timeout");
+                }
+            }
+        });
+    }
+
+    /// With fair waiting, `watch` registers the waiter; see [`Waiting::watch`].
+    pub(crate) fn watch_line(&self, key: &LockKey) -> ReleaseWatch {
+        let store = self.clone();
+        let owned = key.clone();
+        self.inner
+            .waiting
+            .watch(key.as_str().to_owned(), move || store.leave_line(owned))
+    }
+
+    /// The fair exclusive acquire. A blocking attempt (with a deadline) takes or keeps the
+    /// process's place and reads the line (1 round trip); a try-lock only reads it. Only with
+    /// nobody live ahead does it try the lock record (the create-only write, and the fence steps);
+    /// granted, a process in line leaves it or goes to its end (1 more). Refused, the error says
+    /// when the line suggests looking again, and the process's waiters are woken then.
+    pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Result<Lease> {
+        let queue_key = self.queue_key(&req.key)?;
+        let key = req.key.as_str();
+        let waiting = &self.inner.waiting;
+        let me = waiting.id();
+        let blocking = req.deadline.is_some();
+        let cap = self.waiter_timeout() / 3;
+        // The head refused by the lock record asks the record again directly, for a while: one
+        // round trip per hand-over instead of two.
+        let known_head = blocking.then(|| waiting.head(key, cap)).flatten();
+        // Only a fresh reading is remembered: the process enters again (refreshing its place)
+        // at least every `cap`.
+        let fresh = known_head.is_none();
+        let line = match known_head {
+            Some(line) => line,
+            None if blocking => self.enter(req, &queue_key).await?,
+            None => self.peek(req, &queue_key).await?,
+        };
+        let now = now_us();
+        let ahead = line.ahead_of(me, now);
+        if ahead > 0 {
+            let again_in = line.ask_again_in(ahead, now, 0, cap);
+            if blocking {
+                waiting.late(key, false);
+                waiting.attempted(key, true, Some(again_in));
+            }
+            return Err(Error::unavailable(&req.key).with_retry_after(again_in));
+        }
+        match self.acquire_record(req).await {
+            Ok(lease) => {
+                waiting.granted(key);
+                if !blocking {
+                    return Ok(lease.with_contended(line.others(me, now) > 0));
+                }
+                waiting.set_head(key, None);
+                waiting.late(key, false);
+                let requeue = waiting.others_wait(key);
+                let others = line.others(me, now);
+                let mut after = if others > 0 {
+                    // Others wait (the lease says so whatever else the line holds now): the line
+                    // is updated in the background, so the holder starts at once, and the next
+                    // head, which tries at this holder's expected release, is not delayed by it.
+                    let (store, req, queue_key, read) =
+                        (self.clone(), req.clone(), queue_key.clone(), line.clone());
+                    tokio::spawn(async move {
+                        store.taken(&req, &queue_key, &read, requeue).await;
+                    });
+                    let mut after = line;
+                    if requeue {
+                        // This process's new place: behind everyone now in line.
+                        if let Some(mine) = after.entries.iter_mut().find(|e| e.id == me) {
+                            mine.ticket = i64::MAX;
+                        }
+                        after.entries.sort_by_key(|e| e.ticket);
+                    }
+                    after
+                } else {
+                    // The line read showed nobody else (it may be stale, when the head went
+                    // straight to the lock record): the update reads it back, fresh.
+                    self.taken(req, &queue_key, &line, requeue)
+                        .await
+                        .unwrap_or(line)
+                };
+                let now = now_us();
+                let others = after.others(me, now);
+                // Back at the end: this process's next waiter looks again when the others ahead
+                // should have had their turn (this hold first).
+                after.granted = Some(now);
+                after.hold = waiting.hold_estimate(key).or(after.hold);
+                let again_in =
+                    requeue.then(|| after.ask_again_in(after.ahead_of(me, now), now, 0, cap));
+                waiting.attempted(key, requeue, again_in);
+                Ok(lease.with_contended(others > 0))
+            }
+            Err(e) if e.is_unavailable() => {
+                if !blocking {
+                    return Err(e);
+                }
+                let now = now_us();
+                let late = waiting.late(key, line.holder_overdue(now));
+                let again_in = line.ask_again_in(0, now, late, cap);
+                if fresh {
+                    waiting.set_head(key, Some(line));
+                }
+                waiting.attempted(key, true, Some(again_in));
+                let again_in = e.retry_after().map_or(again_in, |left| left.min(again_in));
+                Err(e.with_retry_after(again_in))
+            }
+            Err(e) => {
+                if blocking {
+                    waiting.set_head(key, None);
+                    waiting.attempted(key, true, None);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `notify` fires (to an enabled waiter) within `within`.
+    async fn fires(notify: &Notify, within: Duration) -> bool {
+        tokio::time::timeout(within, notify.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_driver_wakes_at_the_schedule_then_keeps_a_net_until_the_last_waiter_goes() {
+        let waiting = Arc::new(Waiting::new());
+        let left = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = left.clone();
+        let watch = waiting.watch("k".to_owned(), move || {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst)
+        });
+        let second = waiting.watch("k".to_owned(), || panic!("not the last waiter"));
+        assert!(waiting.others_wait("k"));
+        assert!(
+            !fires(watch.notify(), Duration::from_secs(60)).await,
+            "nothing scheduled"
+        );
+
+        waiting.attempted("k", true, Some(Duration::from_millis(40)));
+        let start = Instant::now();
+        // The last `PRECISE` is slept on a thread, outside paused time.
+        let at = |d: Duration| d.checked_sub(PRECISE).unwrap()..=d;
+        assert!(fires(watch.notify(), Duration::from_secs(1)).await);
+        assert!(at(Duration::from_millis(40)).contains(&start.elapsed()));
+        // Nobody asked the store again: the net wakes again.
+        let start = Instant::now();
+        assert!(fires(watch.notify(), Duration::from_secs(1)).await);
+        assert!(at(FALLBACK).contains(&start.elapsed()));
+        // A new attempt reschedules.
+        waiting.attempted("k", true, Some(Duration::from_millis(5)));
+        let start = Instant::now();
+        assert!(fires(watch.notify(), Duration::from_secs(1)).await);
+        assert!(at(Duration::from_millis(5)).contains(&start.elapsed()));
+
+        drop(second);
+        assert!(!waiting.others_wait("k"));
+        drop(watch);
+        assert!(
+            left.load(std::sync::atomic::Ordering::SeqCst),
+            "the last waiter of a queued process leaves the line"
+        );
+        assert!(waiting.lock().is_empty());
+    }
+
+    #[test]
+    fn a_process_not_in_line_does_not_leave_it_and_late_refusals_count_up() {
+        let waiting = Arc::new(Waiting::new());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let _enter = rt.enter();
+        let watch = waiting.watch("k".to_owned(), || panic!("was never in line"));
+        waiting.attempted("k", false, None);
+        assert_eq!(waiting.late("k", true), 0, "first overdue refusal");
+        assert_eq!(waiting.late("k", true), 1);
+        assert_eq!(waiting.late("k", false), 0, "reset");
+        drop(watch);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hold_estimates_follow_a_moving_average_of_grant_to_release() {
+        let waiting = Waiting::new();
+        assert_eq!(waiting.hold_estimate("k"), None);
+        waiting.released("k");
+        assert_eq!(waiting.hold_estimate("k"), None, "no grant, no sample");
+        for held in [4, 8] {
+            waiting.granted("k");
+            tokio::time::sleep(Duration::from_millis(held)).await;
+            waiting.released("k");
+        }
+        assert_eq!(waiting.hold_estimate("k"), Some(5_000));
+        waiting.released("k");
+        assert_eq!(
+            waiting.hold_estimate("k"),
+            Some(5_000),
+            "one sample per grant"
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! Fair waiting across processes on Aerospike, through the wire fixture or a real cluster
+//! (`AEROSPIKE_HOSTS`, never skipped): every process gets a hot key (none starves), a crashed
+//! waiter drops out of the line by its waiter timeout, a try-lock never passes a queued process,
+//! the line is served in arrival order, and a process that takes the key while other tasks of it
+//! wait goes to the end of the line. Set suffixes are unique per run, so a persistent cluster's
+//! earlier records never interfere.
+//!
+//! The test binary is its own worker (`leasehold_testkit::fleet`): spawned with a role, it plays
+//! it (a contending process, or a waiter that will be killed) instead of coordinating.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use aerospike::{Bins, Client, ClientPolicy, Key, ReadPolicy, Value};
+use leasehold::{Acquire, ErrorKind, LockKey, LockManager, LockOptions, LockStore, OwnerToken};
+use leasehold_aerospike::layout::{queue_set, LINE_BIN};
+use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
+use leasehold_testkit::aerospike::{AerospikeTarget, PASSWORD_ENV, USER_ENV};
+use leasehold_testkit::fleet;
+
+const PROCESSES: usize = 4;
+const TASKS: usize = 2;
+const RUN: Duration = Duration::from_secs(3);
+const HOLD: Duration = Duration::from_millis(2);
+const FARM: &str = "f1";
+
+/// Where the records go: hosts, namespace and a set suffix unique to this run, as one string a
+/// worker process is given (`hosts;namespace;suffix`).
+#[derive(Debug, Clone)]
+struct Place {
+    hosts: String,
+    namespace: String,
+    suffix: String,
+}
+
+impl Place {
+    fn new(target: &AerospikeTarget) -> Place {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        Place {
+            hosts: target.hosts().to_owned(),
+            namespace: target.namespace().to_owned(),
+            suffix: format!("fair{:x}{nanos:x}", std::process::id()),
+        }
+    }
+
+    fn encode(&self) -> String {
+        format!("{};{};{}", self.hosts, self.namespace, self.suffix)
+    }
+
+    fn decode(s: &str) -> Place {
+        let mut parts = s.splitn(3, ';');
+        let mut next = || parts.next().expect("hosts;namespace;suffix").to_owned();
+        Place {
+            hosts: next(),
+            namespace: next(),
+            suffix: next(),
+        }
+    }
+
+    /// The store configuration; a secured cluster's credentials come from the environment.
+    fn config(&self) -> AerospikeConfig {
+        let mut config = AerospikeConfig::new(&self.hosts, &self.namespace, FARM)
+            .set_suffix(&self.suffix)
+            .max_error_rate(0);
+        if let (Ok(user), Ok(password)) = (std::env::var(USER_ENV), std::env::var(PASSWORD_ENV)) {
+            config = config.credentials(user, password);
+        }
+        config
+    }
+
+    async fn store(
+        &self,
+        config: impl FnOnce(AerospikeConfig) -> AerospikeConfig,
+    ) -> AerospikeStore {
+        AerospikeStore::connect(config(self.config()))
+            .await
+            .expect("connect")
+    }
+
+    async fn manager(
+        &self,
+        config: impl FnOnce(AerospikeConfig) -> AerospikeConfig,
+    ) -> LockManager {
+        LockManager::builder()
+            .client_id("fair")
+            .farm_id(FARM)
+            .store(self.store(config).await)
+            .default_layers()
+            .build()
+            .expect("manager")
+    }
+
+    /// How many places `entity`'s line holds (lapsed ones included), read with a plain client.
+    async fn line_len(&self, entity: &str) -> usize {
+        let mut policy = ClientPolicy::default();
+        if let (Ok(user), Ok(password)) = (std::env::var(USER_ENV), std::env::var(PASSWORD_ENV)) {
+            policy.auth_mode = aerospike::policy::AuthMode::Internal(user, password);
+        }
+        let client = Client::new(&policy, &self.hosts).await.expect("client");
+        let set = queue_set(&format!("DC#{FARM}#{}", self.suffix));
+        let key = Key::new(
+            self.namespace.clone(),
+            set,
+            Value::from(format!("fair#{entity}")),
+        )
+        .unwrap();
+        let len = match client.get(&ReadPolicy::default(), &key, Bins::All).await {
+            Ok(record) => match record.bins.get(LINE_BIN) {
+                Some(Value::HashMap(m)) => m.len(),
+                Some(Value::OrderedMap(m)) => m.len(),
+                _ => 0,
+            },
+            Err(_) => 0,
+        };
+        client.close().await.ok();
+        len
+    }
+}
+
+async fn target() -> AerospikeTarget {
+    let target = AerospikeTarget::from_env()
+        .await
+        .expect("start the fixture");
+    eprintln!("running against {target}");
+    target
+}
+
+/// A contending process: `TASKS` tasks take the hot key for `HOLD` again and again for `RUN`.
+async fn contend(place: Place) {
+    let locks = place.manager(|c| c).await;
+    fleet::contend(TASKS, RUN, move || {
+        let locks = locks.clone();
+        async move {
+            let guard = locks
+                .lock_with("hot", LockOptions::new().wait(Duration::from_secs(20)))
+                .await
+                .expect("no request starves for 20 s");
+            tokio::time::sleep(HOLD).await;
+            guard.release().await.expect("release");
+        }
+    })
+    .await;
+}
+
+/// A waiter that queues itself on `held` and then hangs until killed.
+async fn queue_and_hang(place: Place) {
+    let locks = place.manager(|c| c).await;
+    let _ = locks
+        .lock_with("held", LockOptions::new().wait(Duration::from_secs(600)))
+        .await;
+}
+
+/// Runs the role this process was spawned for, if any.
+fn play_role() -> bool {
+    let Some((role, place)) = fleet::role() else {
+        return false;
+    };
+    let place = Place::decode(&place);
+    match role.as_str() {
+        "contend" => fleet::runtime().block_on(contend(place)),
+        "hang" => fleet::runtime().block_on(queue_and_hang(place)),
+        other => panic!("unknown role {other}"),
+    }
+    true
+}
+
+#[test]
+fn every_process_gets_a_hot_key_none_starves() {
+    if play_role() {
+        return;
+    }
+    let runtime = fleet::runtime();
+    // The fixture (if no cluster is named) serves from this process's runtime while it waits.
+    let target = runtime.block_on(target());
+    let place = Place::new(&target);
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            fleet::spawn_role(
+                "contend",
+                "every_process_gets_a_hot_key_none_starves",
+                &place.encode(),
+            )
+        })
+        .collect();
+    let counts: Vec<u64> = fleet::results(children).iter().map(|r| r.0).collect();
+    // First-come on this fixture: one process took most of the acquisitions (fleet benchmark,
+    // Jain 0.57). In line, each process gets one turn per round.
+    fleet::assert_fair_shares(&counts);
+    drop(target);
+}
+
+#[test]
+fn a_crashed_waiter_leaves_the_line_by_its_waiter_timeout() {
+    if play_role() {
+        return;
+    }
+    let runtime = fleet::runtime();
+    let target = runtime.block_on(target());
+    let place = Place::new(&target);
+    runtime.block_on(async {
+        let holder = place.manager(|c| c).await;
+        let held = holder.try_lock("held").await.expect("free");
+        let mut waiter = fleet::spawn_role(
+            "hang",
+            "a_crashed_waiter_leaves_the_line_by_its_waiter_timeout",
+            &place.encode(),
+        );
+        // Wait until the child is in line, then SIGKILL it: it never leaves by itself.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while place.line_len("held").await != 1 {
+            assert!(Instant::now() < deadline, "the waiter never queued");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let pid = nix::unistd::Pid::from_raw(waiter.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+        waiter.wait().unwrap();
+        held.release().await.unwrap();
+
+        // The dead waiter is first in line until its place lapses (its waiter timeout, 5 s).
+        let next = place.manager(|c| c).await;
+        let refused = next.try_lock("held").await.unwrap_err();
+        assert_eq!(
+            refused.kind(),
+            ErrorKind::LockUnavailable,
+            "a try-lock does not pass a queued waiter"
+        );
+        let guard = next
+            .lock_with("held", LockOptions::new().wait(Duration::from_secs(15)))
+            .await
+            .expect("the crashed waiter's place lapsed (waiter timeout 5 s)");
+        guard.release().await.unwrap();
+    });
+    drop(target);
+}
+
+fn blocking(key: &LockKey) -> Acquire {
+    Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(30))
+        .with_deadline(Some(tokio::time::Instant::now() + Duration::from_secs(30)))
+}
+
+fn trying(key: &LockKey) -> Acquire {
+    Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(30))
+}
+
+#[tokio::test]
+async fn the_line_is_served_in_order_and_a_try_lock_passes_nobody() {
+    let target = target().await;
+    let place = Place::new(&target);
+    let key = LockKey::dc(FARM, "fair", "ordered").unwrap();
+    let (a, b, c, d) = (
+        place.store(|c| c).await,
+        place.store(|c| c).await,
+        place.store(|c| c).await,
+        place.store(|c| c).await,
+    );
+    let held = a.try_acquire(&trying(&key)).await.expect("free");
+    // B, then C queue (each refused once while A holds).
+    for store in [&b, &c] {
+        let refused = store.try_acquire(&blocking(&key)).await.unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::LockUnavailable);
+        assert!(
+            refused.retry_after().is_some(),
+            "the line says when to look again"
+        );
+    }
+    a.release(&held).await.unwrap();
+
+    // The lock record is free, but B and C wait: a try-lock (D) and the later C do not pass B.
+    let refused = d.try_acquire(&trying(&key)).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::LockUnavailable, "{refused}");
+    assert_eq!(a.inspect(&key).await.unwrap(), None, "nothing was written");
+    let refused = c.try_acquire(&blocking(&key)).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::LockUnavailable);
+
+    // B's turn; it leaves the line, and its lease says another process waits.
+    let b_lease = b
+        .try_acquire(&blocking(&key))
+        .await
+        .expect("B is first in line");
+    assert!(b_lease.is_contended(), "C waits behind B");
+    b.release(&b_lease).await.unwrap();
+    // A newcomer (D, blocking) queues behind C.
+    d.try_acquire(&blocking(&key)).await.unwrap_err();
+    let c_lease = c.try_acquire(&blocking(&key)).await.expect("C is next");
+    c.release(&c_lease).await.unwrap();
+    let d_lease = d.try_acquire(&blocking(&key)).await.expect("then D");
+    assert!(!d_lease.is_contended(), "nobody else waits");
+    d.release(&d_lease).await.unwrap();
+    assert_eq!(place.line_len("ordered").await, 0, "everyone left the line");
+
+    // Nobody waits: a try-lock takes the key.
+    let free = d.try_acquire(&trying(&key)).await.expect("nobody waits");
+    d.release(&free).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lapsed_place_blocks_nobody() {
+    let target = target().await;
+    let place = Place::new(&target);
+    let key = LockKey::dc(FARM, "fair", "lapsing").unwrap();
+    let holder = place.store(|c| c).await;
+    let gone = place
+        .store(|c| c.waiter_timeout(Duration::from_millis(200)))
+        .await;
+    let other = place.store(|c| c).await;
+    let held = holder.try_acquire(&trying(&key)).await.unwrap();
+    gone.try_acquire(&blocking(&key)).await.unwrap_err();
+    holder.release(&held).await.unwrap();
+    // `gone` never asks again: past its 200 ms waiter timeout its place counts for nothing, and
+    // the next taker sweeps it.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let lease = other
+        .try_acquire(&blocking(&key))
+        .await
+        .expect("the lapsed place blocks nobody");
+    assert!(!lease.is_contended());
+    other.release(&lease).await.unwrap();
+    assert_eq!(
+        place.line_len("lapsing").await,
+        0,
+        "swept, and the taker left"
+    );
+}
+
+#[tokio::test]
+async fn a_process_whose_other_tasks_wait_goes_to_the_end_of_the_line_and_leaves_with_them() {
+    let target = target().await;
+    let place = Place::new(&target);
+    let key = LockKey::dc(FARM, "fair", "requeue").unwrap();
+    let (holder, b, c) = (
+        place.store(|c| c).await,
+        place.store(|c| c).await,
+        place.store(|c| c).await,
+    );
+    let held = holder.try_acquire(&trying(&key)).await.unwrap();
+    // Two tasks of B wait (two watches); B queues, then C.
+    let (first, second) = (b.watch(&key).await, b.watch(&key).await);
+    assert!(first.is_live(), "fair waiting registers the waiter");
+    b.try_acquire(&blocking(&key)).await.unwrap_err();
+    c.try_acquire(&blocking(&key)).await.unwrap_err();
+    holder.release(&held).await.unwrap();
+
+    let b_lease = b.try_acquire(&blocking(&key)).await.expect("B first");
+    assert!(b_lease.is_contended());
+    drop(first); // that task has the lock; the other still waits
+    b.release(&b_lease).await.unwrap();
+    // B went back to the end, behind C.
+    b.try_acquire(&blocking(&key)).await.unwrap_err();
+    let c_lease = c
+        .try_acquire(&blocking(&key))
+        .await
+        .expect("C before B's second turn");
+    c.release(&c_lease).await.unwrap();
+    assert_eq!(place.line_len("requeue").await, 1, "B still waits");
+
+    // B's last waiter gives up: B leaves the line (in the background) and blocks nobody.
+    drop(second);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while place.line_len("requeue").await != 0 {
+        assert!(Instant::now() < deadline, "B never left the line");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let free = c.try_acquire(&trying(&key)).await.expect("nobody waits");
+    c.release(&free).await.unwrap();
+}
