@@ -6,15 +6,15 @@
 //! tasks of one process, are granted in the order they started waiting; a waiter that gives up
 //! leaves the queue at once; a SIGKILLed waiter lapses after its waiter timeout.
 //!
-//! The test binary is its own worker: spawned with `LEASEHOLD_FAIR_ROLE` set, it plays a role
-//! (a contending process, a waiter that records its turn, or a waiter that will be killed)
+//! The test binary is its own worker (`leasehold_testkit::fleet`): spawned with a role, it plays
+//! it (a contending process, a waiter that records its turn, or a waiter that will be killed)
 //! instead of coordinating.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold::{ErrorKind, LockManager, LockOptions};
 use leasehold_redis::{RedisConfig, RedisStore};
+use leasehold_testkit::fleet;
 use leasehold_testkit::redis::RedisServer;
 
 const PROCESSES: usize = 4;
@@ -32,40 +32,6 @@ async fn manager(url: &str, config: impl FnOnce(RedisConfig) -> RedisConfig) -> 
         .store(store)
         .build()
         .expect("manager")
-}
-
-/// A contending process: `TASKS` tasks take the hot key for `HOLD` again and again for `RUN`,
-/// then print how many times and the longest wait.
-async fn contend(url: String) {
-    let locks = manager(&url, |c| c).await;
-    let until = Instant::now() + RUN;
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|_| {
-            let locks = locks.clone();
-            tokio::spawn(async move {
-                let (mut count, mut worst) = (0u64, Duration::ZERO);
-                while Instant::now() < until {
-                    let asked = Instant::now();
-                    let guard = locks
-                        .lock_with("hot", LockOptions::new().wait(Duration::from_secs(20)))
-                        .await
-                        .expect("no request starves for 20 s");
-                    worst = worst.max(asked.elapsed());
-                    tokio::time::sleep(HOLD).await;
-                    guard.release().await.expect("release");
-                    count += 1;
-                }
-                (count, worst)
-            })
-        })
-        .collect();
-    let (mut count, mut worst) = (0, Duration::ZERO);
-    for task in tasks {
-        let (c, w) = task.await.expect("task");
-        count += c;
-        worst = worst.max(w);
-    }
-    println!("RESULT {count} {}", worst.as_millis());
 }
 
 /// A waiter that queues itself on `held` and then hangs until killed (strict FIFO if `strict`).
@@ -89,27 +55,9 @@ async fn polling_every(url: &str, first: Duration, most: Duration) -> LockManage
         .unwrap()
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn spawn_role(role: &str, test: &str, url: &str) -> std::process::Child {
-    spawn_named(role, test, url, "")
-}
-
+/// A worker (see `leasehold_testkit::fleet`) that also knows its `name`.
 fn spawn_named(role: &str, test: &str, url: &str, name: &str) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
-        .env("LEASEHOLD_FAIR_ROLE", role)
-        .env("LEASEHOLD_FAIR_URL", url)
-        .env("LEASEHOLD_FAIR_NAME", name)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn worker")
+    fleet::spawn_role_with(role, test, url, &[("LEASEHOLD_FAIR_NAME", name)])
 }
 
 /// Where a strict-FIFO test's waiters write their names when they get the lock.
@@ -172,23 +120,36 @@ async fn queue_until(url: &str, key: &str, done: impl Fn(&[String]) -> bool) -> 
 
 /// Runs the role this process was spawned for, if any.
 fn play_role() -> bool {
-    let (Ok(role), Ok(url)) = (
-        std::env::var("LEASEHOLD_FAIR_ROLE"),
-        std::env::var("LEASEHOLD_FAIR_URL"),
-    ) else {
+    let Some((role, url)) = fleet::role() else {
         return false;
     };
-    match role.as_str() {
-        "contend" => runtime().block_on(contend(url)),
-        "hang" => runtime().block_on(queue_and_hang(url, false)),
-        "hang-strict" => runtime().block_on(queue_and_hang(url, true)),
-        "wait-strict" => runtime().block_on(async move {
-            let name = std::env::var("LEASEHOLD_FAIR_NAME").expect("the waiter's name");
-            let locks = manager(&url, |c| c.strict_fifo(true)).await;
-            wait_and_record(&locks, &url, &name).await;
-        }),
-        other => panic!("unknown role {other}"),
-    }
+    fleet::runtime().block_on(async move {
+        match role.as_str() {
+            "contend" => {
+                let locks = manager(&url, |c| c).await;
+                fleet::contend(TASKS, RUN, move || {
+                    let locks = locks.clone();
+                    async move {
+                        let guard = locks
+                            .lock_with("hot", LockOptions::new().wait(Duration::from_secs(20)))
+                            .await
+                            .expect("no request starves for 20 s");
+                        tokio::time::sleep(HOLD).await;
+                        guard.release().await.expect("release");
+                    }
+                })
+                .await
+            }
+            "hang" => queue_and_hang(url, false).await,
+            "hang-strict" => queue_and_hang(url, true).await,
+            "wait-strict" => {
+                let name = std::env::var("LEASEHOLD_FAIR_NAME").expect("the waiter's name");
+                let locks = manager(&url, |c| c.strict_fifo(true)).await;
+                wait_and_record(&locks, &url, &name).await;
+            }
+            other => panic!("unknown role {other}"),
+        }
+    });
     true
 }
 
@@ -200,33 +161,18 @@ fn every_process_gets_a_hot_key_none_starves() {
     let server = RedisServer::start().expect("start redis-server");
     let children: Vec<_> = (0..PROCESSES)
         .map(|_| {
-            spawn_role(
+            fleet::spawn_role(
                 "contend",
                 "every_process_gets_a_hot_key_none_starves",
                 &server.url(),
             )
         })
         .collect();
-    let mut counts = Vec::new();
-    for child in children {
-        let out = child.wait_with_output().expect("worker");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "a worker failed:\n{stdout}");
-        let result = stdout
-            .split_once("RESULT ")
-            .map(|(_, rest)| rest)
-            .unwrap_or_else(|| panic!("no result line in:\n{stdout}"));
-        let count: u64 = result.split_whitespace().next().unwrap().parse().unwrap();
-        counts.push(count);
-    }
     // Before fair waiting, one process took most of the acquisitions and the least-served got a
     // hundredth of that (first-come: [5, 494, 41, 4, 445, 494, 13, 32] in the fleet benchmark).
-    // In line, each process gets one turn per round; a late start costs a few rounds at most.
-    let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
-    assert!(
-        min > 0 && min * 4 >= max,
-        "every process got a fair share of the lock: {counts:?}"
-    );
+    // In line, each process gets one turn per round.
+    let counts: Vec<u64> = fleet::results(children).iter().map(|r| r.0).collect();
+    fleet::assert_fair_shares(&counts);
 }
 
 #[test]
@@ -236,10 +182,10 @@ fn a_crashed_waiter_leaves_the_queue_by_its_waiter_timeout() {
     }
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
-    runtime().block_on(async {
+    fleet::runtime().block_on(async {
         let holder = manager(&url, |c| c).await;
         let held = holder.try_lock("held").await.expect("free");
-        let mut waiter = spawn_role(
+        let mut waiter = fleet::spawn_role(
             "hang",
             "a_crashed_waiter_leaves_the_queue_by_its_waiter_timeout",
             &url,
@@ -279,7 +225,7 @@ fn a_release_wakes_the_next_process_and_a_lost_notification_costs_a_poll() {
     }
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
-    runtime().block_on(async {
+    fleet::runtime().block_on(async {
         let slow = Duration::from_secs(30);
         let (a, b) = (
             polling_every(&url, slow, slow).await,
@@ -342,7 +288,7 @@ fn strict_fifo_grants_in_the_order_waiters_started_across_processes_and_tasks() 
     }
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
-    runtime().block_on(async {
+    fleet::runtime().block_on(async {
         let holder = manager(&url, |c| c.strict_fifo(true)).await;
         let here = manager(&url, |c| c.strict_fifo(true)).await;
         let held = holder.try_lock("hot").await.expect("free");
@@ -438,10 +384,10 @@ fn in_strict_fifo_a_sigkilled_waiter_lapses_after_its_waiter_timeout() {
     }
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
-    runtime().block_on(async {
+    fleet::runtime().block_on(async {
         let holder = manager(&url, |c| c.strict_fifo(true)).await;
         let held = holder.try_lock("held").await.expect("free");
-        let mut waiter = spawn_role("hang-strict", TEST, &url);
+        let mut waiter = fleet::spawn_role("hang-strict", TEST, &url);
         let line = queue_until(&url, "held", |q| q.len() == 1).await;
         assert!(line[0].contains('#'), "the call's own entry: {line:?}");
         let pid = nix::unistd::Pid::from_raw(waiter.id() as i32);

@@ -47,10 +47,16 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// Starts this test binary again as a worker playing `role` against `address`, running only
 /// `test` (the test that calls this), with its stdout piped.
 pub fn spawn_role(role: &str, test: &str, address: &str) -> Child {
+    spawn_role_with(role, test, address, &[])
+}
+
+/// [`spawn_role`] with more environment for the worker (what else its role needs to know).
+pub fn spawn_role_with(role: &str, test: &str, address: &str, env: &[(&str, &str)]) -> Child {
     Command::new(std::env::current_exe().expect("the test binary's path"))
         .args(["--exact", test, "--nocapture", "--test-threads", "1"])
         .env(ROLE_ENV, role)
         .env(ADDRESS_ENV, address)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn a worker process")
