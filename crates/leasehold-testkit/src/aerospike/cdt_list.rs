@@ -334,35 +334,11 @@ pub(crate) fn read(record: &Record, op: &Op) -> Result<Option<Particle>, u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::store::Expiry;
-    use super::super::wire::{PARTICLE_BLOB, PARTICLE_STRING};
     use super::*;
-
-    fn s(text: &str) -> Mv {
-        let mut bytes = vec![PARTICLE_STRING];
-        bytes.extend_from_slice(text.as_bytes());
-        Mv::Str(bytes)
-    }
-
-    fn record() -> Record {
-        Record {
-            set: "s".into(),
-            user_key: None,
-            bins: vec![],
-            generation: 1,
-            expiry: Expiry::Never,
-        }
-    }
+    use crate::aerospike::cdt_value::test_support::{cdt_op, record, s};
 
     fn op(op_type: u8, args: Vec<Mv>) -> Op {
-        let mut value = Vec::new();
-        encode(&Mv::Array(args), &mut value);
-        Op {
-            op_type,
-            particle: PARTICLE_BLOB,
-            name: "l".into(),
-            value,
-        }
+        cdt_op("l", op_type, args)
     }
 
     fn list(rec: &Record) -> Vec<Mv> {

@@ -292,15 +292,48 @@ pub(crate) fn from_mp(m: &Mp) -> Mv {
     }
 }
 
+/// What the CDT modules' tests build their records and operations from.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(super) mod test_support {
+    use super::super::store::{Expiry, Record};
+    use super::super::wire::{Op, PARTICLE_BLOB, PARTICLE_STRING};
+    use super::{encode, Mv};
 
-    fn s(text: &str) -> Mv {
+    /// A string value as the client sends it.
+    pub(in super::super) fn s(text: &str) -> Mv {
         let mut bytes = vec![PARTICLE_STRING];
         bytes.extend_from_slice(text.as_bytes());
         Mv::Str(bytes)
     }
+
+    /// An empty record that never expires.
+    pub(in super::super) fn record() -> Record {
+        Record {
+            set: "s".into(),
+            user_key: None,
+            bins: vec![],
+            generation: 1,
+            expiry: Expiry::Never,
+        }
+    }
+
+    /// A CDT operation of `op_type` on bin `bin` with `args`.
+    pub(in super::super) fn cdt_op(bin: &str, op_type: u8, args: Vec<Mv>) -> Op {
+        let mut value = Vec::new();
+        encode(&Mv::Array(args), &mut value);
+        Op {
+            op_type,
+            particle: PARTICLE_BLOB,
+            name: bin.into(),
+            value,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::s;
+    use super::*;
 
     #[test]
     fn msgpack_round_trips() {
