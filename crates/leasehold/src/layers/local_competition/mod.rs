@@ -93,8 +93,11 @@
 //! entry's expiry has to move (taking with a new lease, emptying), a clock read and a few short
 //! mutex sections: ≈ 1 µs for the layer alone against ≈ 0.35 µs for the hand-written map it
 //! replaces (docs/PERFORMANCE.md has the numbers; moka records every read for its policies).
-//! Contended: a woken waiter looks at the entry it waited on without a cache read, and no store
-//! I/O at all for fast-fails and local waits.
+//! Contended: one cache read per look at the line (a woken waiter looks the key up again, so an
+//! entry that left the cache meanwhile is never used), and no store I/O at all for fast-fails
+//! and local waits. Serving the line in arrival order wakes a different task at every
+//! hand-over: on the embedded store that task switch, not the layer, bounds a hot key's
+//! throughput (docs/PERFORMANCE.md).
 
 mod acquire;
 mod entries;
