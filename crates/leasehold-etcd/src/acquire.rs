@@ -265,41 +265,29 @@ impl EtcdStore {
     /// our waiter key first in line? A place whose key is gone (the waiter lease lapsed) is
     /// forgotten, so the next attempt joins the line again.
     async fn is_my_turn(&self, key: &LockKey, lock_key: &str, place: &Place) -> Result<bool> {
-        let read = Txn::new().and_then([
-            TxnOp::get(lock_key, Some(GetOptions::new().with_count_only())),
-            TxnOp::get(
-                waiter_prefix(lock_key),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_sort(SortTarget::Create, SortOrder::Ascend)
-                        .with_limit(1)
-                        .with_keys_only(),
-                ),
-            ),
-            TxnOp::get(
-                place.key.as_str(),
-                Some(GetOptions::new().with_count_only()),
-            ),
-        ]);
-        let response = self
-            .kv()
-            .txn(read)
-            .await
-            .map_err(|e| self.err(Op::Inspect, key, e))?;
-        let responses = response.op_responses();
-        let (
-            Some(TxnOpResponse::Get(record)),
-            Some(TxnOpResponse::Get(head)),
-            Some(TxnOpResponse::Get(mine)),
-        ) = (responses.first(), responses.get(1), responses.get(2))
-        else {
-            return Err(unexpected(
+        let [record, head, mine] = self
+            .read_ranges(
+                key,
                 Op::Acquire,
-                key.as_str(),
-                "a read without its three ranges",
-            ));
-        };
+                [
+                    TxnOp::get(lock_key, Some(GetOptions::new().with_count_only())),
+                    TxnOp::get(
+                        waiter_prefix(lock_key),
+                        Some(
+                            GetOptions::new()
+                                .with_prefix()
+                                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                                .with_limit(1)
+                                .with_keys_only(),
+                        ),
+                    ),
+                    TxnOp::get(
+                        place.key.as_str(),
+                        Some(GetOptions::new().with_count_only()),
+                    ),
+                ],
+            )
+            .await?;
         if mine.count() == 0 {
             self.waiting().forget(lock_key, place);
             return Ok(false);

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use etcd_client::{GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{GetOptions, KeyValue, TxnOp};
 use leasehold_core::{HolderInfo, LockInfo, LockKey, LockMode, OwnerToken, Result};
 
-use crate::error::{map, unexpected, Op};
+use crate::error::{map, Op};
 use crate::layout::{holder_prefix, writer_prefix, Entry};
 use crate::store::EtcdStore;
 
@@ -24,35 +24,23 @@ impl EtcdStore {
     /// remaining TTL of every lease, concurrently.
     pub(crate) async fn inspect_lock(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let lock_key = self.lock_key(key);
-        let read = Txn::new().and_then([
-            TxnOp::get(lock_key.as_str(), None),
-            TxnOp::get(
-                holder_prefix(&lock_key),
-                Some(GetOptions::new().with_prefix()),
-            ),
-            TxnOp::get(
-                writer_prefix(&lock_key),
-                Some(GetOptions::new().with_prefix().with_count_only()),
-            ),
-        ]);
-        let response = self
-            .kv()
-            .txn(read)
-            .await
-            .map_err(|e| self.err(Op::Inspect, key, e))?;
-        let responses = response.op_responses();
-        let (
-            Some(TxnOpResponse::Get(record)),
-            Some(TxnOpResponse::Get(holders)),
-            Some(TxnOpResponse::Get(writers)),
-        ) = (responses.first(), responses.get(1), responses.get(2))
-        else {
-            return Err(unexpected(
+        let [record, holders, writers] = self
+            .read_ranges(
+                key,
                 Op::Inspect,
-                key.as_str(),
-                "a read without its three ranges",
-            ));
-        };
+                [
+                    TxnOp::get(lock_key.as_str(), None),
+                    TxnOp::get(
+                        holder_prefix(&lock_key),
+                        Some(GetOptions::new().with_prefix()),
+                    ),
+                    TxnOp::get(
+                        writer_prefix(&lock_key),
+                        Some(GetOptions::new().with_prefix().with_count_only()),
+                    ),
+                ],
+            )
+            .await?;
         let mut found = Found {
             record: record.kvs().first(),
             writer_waiting: writers.count() > 0,

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, GetOptions, KvClient, LeaseClient, PutOptions, Txn, TxnOp,
-    TxnOpResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, KvClient, LeaseClient, PutOptions,
+    Txn, TxnOp, TxnOpResponse,
 };
 use leasehold_core::{
     acquire_detached, validate_ttl, Acquire, Capabilities, Error, ErrorKind, Lease, LockInfo,
@@ -124,6 +124,32 @@ impl EtcdStore {
     /// `host:port,…`, for messages.
     pub(crate) fn address(&self) -> &str {
         &self.inner.address
+    }
+
+    /// One read-only transaction of `N` range reads (served without a Raft write), answered in
+    /// order.
+    pub(crate) async fn read_ranges<const N: usize>(
+        &self,
+        key: &LockKey,
+        op: Op,
+        reads: [TxnOp; N],
+    ) -> Result<[GetResponse; N]> {
+        let response = self
+            .kv()
+            .txn(Txn::new().and_then(reads))
+            .await
+            .map_err(|e| self.err(op, key, e))?;
+        let gets: Vec<GetResponse> = response
+            .op_responses()
+            .into_iter()
+            .filter_map(|r| match r {
+                TxnOpResponse::Get(get) => Some(get),
+                _ => None,
+            })
+            .collect();
+        gets.try_into().map_err(|_| {
+            crate::error::unexpected(op, key.as_str(), "a read without all its ranges")
+        })
     }
 
     /// Maps a failed request on `key` (see [`map`]).
