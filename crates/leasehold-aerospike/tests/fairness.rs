@@ -213,8 +213,7 @@ fn a_crashed_waiter_leaves_the_line_by_its_waiter_timeout() {
             assert!(Instant::now() < deadline, "the waiter never queued");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let pid = nix::unistd::Pid::from_raw(waiter.id() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+        waiter.kill().unwrap(); // SIGKILL, by pid
         waiter.wait().unwrap();
         held.release().await.unwrap();
 

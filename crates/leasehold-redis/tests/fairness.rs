@@ -197,8 +197,7 @@ fn a_crashed_waiter_leaves_the_queue_by_its_waiter_timeout() {
             assert!(Instant::now() < deadline, "the waiter never queued");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let pid = nix::unistd::Pid::from_raw(waiter.id() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+        waiter.kill().unwrap(); // SIGKILL, by pid
         waiter.wait().unwrap();
         held.release().await.unwrap();
 
@@ -390,8 +389,7 @@ fn in_strict_fifo_a_sigkilled_waiter_lapses_after_its_waiter_timeout() {
         let mut waiter = fleet::spawn_role("hang-strict", TEST, &url);
         let line = queue_until(&url, "held", |q| q.len() == 1).await;
         assert!(line[0].contains('#'), "the call's own entry: {line:?}");
-        let pid = nix::unistd::Pid::from_raw(waiter.id() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+        waiter.kill().unwrap(); // SIGKILL, by pid
         waiter.wait().unwrap();
         held.release().await.unwrap();
 
