@@ -11,20 +11,13 @@ use aerospike::operations::lists::{
     self, ListOrderType, ListPolicy, ListReturnType, ListWriteFlags,
 };
 use aerospike::policy::Expiration;
-use aerospike::{Bins, Client, ClientPolicy, Key, ReadPolicy, ResultCode, Value, WritePolicy};
+use aerospike::{Bins, Key, ReadPolicy, ResultCode, Value, WritePolicy};
 use leasehold_testkit::aerospike::AerospikeTarget;
 
-const SET: &str = "cdtlist";
+mod common;
+use common::client;
 
-async fn client(target: &AerospikeTarget) -> Client {
-    let mut policy = ClientPolicy::default();
-    if let Some((user, password)) = target.credentials() {
-        policy.auth_mode = aerospike::policy::AuthMode::Internal(user.into(), password.into());
-    }
-    Client::new(&policy, &target.hosts())
-        .await
-        .expect("connect")
-}
+const SET: &str = "cdtlist";
 
 fn key(target: &AerospikeTarget, name: &str) -> Key {
     Key::new(target.namespace(), SET, Value::from(target.unique(name))).unwrap()

@@ -12,20 +12,13 @@ use aerospike::operations::maps::{self, MapPolicy, MapReturnType, MapWriteFlags}
 use aerospike::operations::{self as ops};
 use aerospike::policy::{Expiration, RecordExistsAction};
 use aerospike::WritePolicy;
-use aerospike::{as_bin, Bins, Client, ClientPolicy, Key, ReadPolicy, ResultCode, Value};
+use aerospike::{as_bin, Bins, Client, Key, ReadPolicy, ResultCode, Value};
 use leasehold_testkit::aerospike::AerospikeTarget;
 
-const SET: &str = "cdtmap";
+mod common;
+use common::client;
 
-async fn client(target: &AerospikeTarget) -> Client {
-    let mut policy = ClientPolicy::default();
-    if let Some((user, password)) = target.credentials() {
-        policy.auth_mode = aerospike::policy::AuthMode::Internal(user.into(), password.into());
-    }
-    Client::new(&policy, &target.hosts())
-        .await
-        .expect("connect")
-}
+const SET: &str = "cdtmap";
 
 fn key(target: &AerospikeTarget, name: &str) -> Key {
     Key::new(target.namespace(), SET, Value::from(target.unique(name))).unwrap()

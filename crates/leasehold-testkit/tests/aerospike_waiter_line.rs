@@ -13,21 +13,14 @@ use aerospike::operations::maps::{self, MapOrder, MapPolicy, MapReturnType, MapW
 use aerospike::operations::{self as ops};
 use aerospike::policy::Expiration;
 use aerospike::WritePolicy;
-use aerospike::{as_bin, Client, ClientPolicy, Key, Value};
+use aerospike::{as_bin, Client, Key, Value};
 use leasehold_testkit::aerospike::AerospikeTarget;
+
+mod common;
+use common::client;
 
 const SET: &str = "waiterline";
 const LINE: &str = "line";
-
-async fn client(target: &AerospikeTarget) -> Client {
-    let mut policy = ClientPolicy::default();
-    if let Some((user, password)) = target.credentials() {
-        policy.auth_mode = aerospike::policy::AuthMode::Internal(user.into(), password.into());
-    }
-    Client::new(&policy, &target.hosts())
-        .await
-        .expect("connect")
-}
 
 fn place(ticket: i64, deadline: i64) -> Value {
     Value::List(vec![Value::Int(ticket), Value::Int(deadline)])
