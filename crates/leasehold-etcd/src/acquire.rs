@@ -3,17 +3,17 @@
 //! (a place in line, a waiting writer's marker).
 
 use etcd_client::{
-    Compare, CompareOp, GetOptions, PutOptions, PutResponse, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse,
+    Compare, CompareOp, GetOptions, PutOptions, PutResponse, Txn, TxnOp, TxnOpResponse,
 };
 use leasehold_core::{Acquire, Error, Lease, LockKey, LockMode, Result};
 use tokio::time::Instant;
 
+use crate::config::lease_seconds;
 use crate::error::{unexpected, Op};
 use crate::layout::waiter_prefix;
 use crate::shared::{self, Refusal, Rule, Seen, MAX_ROUNDS};
 use crate::store::EtcdStore;
-use crate::waiting::{Place, Waiting};
+use crate::waiting::{Place, Spare, Waiting};
 
 impl EtcdStore {
     /// The acquire itself (see `try_acquire` for cancel safety): a lease, then one transaction;
@@ -31,7 +31,11 @@ impl EtcdStore {
             None
         };
         if let Some(place) = &place {
-            if !self.is_my_turn(&req.key, &lock_key, place).await? {
+            // First in line and the watch saw the hold go: the transaction alone decides, and the
+            // read is a round trip less in the hand-over.
+            if !waiting.take_turn(&lock_key, place)
+                && !self.is_my_turn(&req.key, &lock_key, place).await?
+            {
                 return Err(Error::unavailable(&req.key));
             }
         }
@@ -46,8 +50,33 @@ impl EtcdStore {
             },
             _ => None,
         };
-        let sent_at = Instant::now();
+        let mut sent_at = Instant::now();
         let mut lease_id = 0;
+        if place.is_some() {
+            // Its turn, as far as the read can tell: the lease its refused attempt kept saves a
+            // Raft write in the hand-over. It counts from its grant, so it claims no more time
+            // than etcd gives it; past a tenth of its TTL a new one is worth the write.
+            let seconds = lease_seconds(req.ttl).unwrap_or(0);
+            if let Some(spare) = waiting.take_spare(&lock_key, seconds, req.ttl / 10) {
+                lease_id = spare.id;
+                sent_at = spare.granted_at;
+            }
+        }
+        // A refused attempt of a waiter in line keeps its lease for the next one.
+        let set_aside = |lease_id: i64, sent_at: Instant| {
+            if blocking && lease_id != 0 {
+                waiting.keep_spare(
+                    &lock_key,
+                    Spare {
+                        id: lease_id,
+                        seconds: lease_seconds(req.ttl).unwrap_or(0),
+                        granted_at: sent_at,
+                    },
+                );
+            } else {
+                self.revoke_later(lease_id);
+            }
+        };
         for round in 1..=MAX_ROUNDS {
             // A permit counts the taken ones first (etcd compares cannot count): no room, no
             // write — but a blocking request still takes its place in line.
@@ -55,7 +84,7 @@ impl EtcdStore {
                 Some(permits) => {
                     let (taken, revision) = shared::permits_taken(self, req, &lock_key).await?;
                     if taken >= i64::from(permits) {
-                        self.revoke_later(lease_id);
+                        set_aside(lease_id, sent_at);
                         if let Some((key, session)) = &join {
                             self.join_line(req, &lock_key, key, *session).await;
                         }
@@ -121,7 +150,7 @@ impl EtcdStore {
                 _ => false,
             };
             if !keep {
-                self.revoke_later(lease_id);
+                set_aside(lease_id, sent_at);
             }
             break;
         }
@@ -262,11 +291,13 @@ impl EtcdStore {
     }
 
     /// One read-only transaction (served by etcd without a Raft write): is the record absent and
-    /// our waiter key first in line? A place whose key is gone (the waiter lease lapsed) is
-    /// forgotten, so the next attempt joins the line again.
+    /// nobody ahead of our place in line? The waiter keys ahead are remembered, so that the watch
+    /// wakes this process only when the last of them leaves (see [`crate::ahead`]). A place whose
+    /// key is gone (the waiter lease lapsed) is forgotten, so the next attempt joins the line
+    /// again.
     async fn is_my_turn(&self, key: &LockKey, lock_key: &str, place: &Place) -> Result<bool> {
-        let [record, head, mine] = self
-            .read_ranges(
+        let ([record, ahead, mine], read_at) = self
+            .read_ranges_at(
                 key,
                 Op::Acquire,
                 [
@@ -276,8 +307,7 @@ impl EtcdStore {
                         Some(
                             GetOptions::new()
                                 .with_prefix()
-                                .with_sort(SortTarget::Create, SortOrder::Ascend)
-                                .with_limit(1)
+                                .with_max_create_revision(place.revision - 1)
                                 .with_keys_only(),
                         ),
                     ),
@@ -292,8 +322,18 @@ impl EtcdStore {
             self.waiting().forget(lock_key, place);
             return Ok(false);
         }
-        let first = head.kvs().first().map(|kv| kv.key());
-        Ok(record.count() == 0 && first == Some(place.key.as_bytes()))
+        // The range is already cut at our place; the filter also keeps a server that ignores
+        // `max_create_revision` (or a place at revision 1, where 0 means "no limit") correct.
+        let keys = ahead
+            .kvs()
+            .iter()
+            .filter(|kv| kv.create_revision() < place.revision)
+            .map(|kv| kv.key().to_vec());
+        let Some(learned) = self.waiting().learn_ahead(lock_key, place, keys, read_at) else {
+            return Ok(false);
+        };
+        // A release the watch saw after the read makes it worth trying: the transaction decides.
+        Ok(learned.first && (record.count() == 0 || learned.hold_gone_since))
     }
 }
 

@@ -13,7 +13,7 @@
 //! | extend | `LeaseGrant(ttl)`, then one `Txn`: if the value is our token, put it again on the new lease (the old one is revoked in the background) |
 //! | inspect | one read-only `Txn` (record, holders, waiting writers), then `LeaseTimeToLive` per hold |
 //! | list | one `Range` over the prefix, then `LeaseTimeToLive` per hold, concurrently |
-//! | wait | a `Watch` (delete events) on the lock's key prefix; fair: a waiter key per process |
+//! | wait | a `Watch` (delete events) on the lock's key prefix that wakes a process only for its predecessor in line; fair: a waiter key per process, and the first in line takes the lock on a lease it granted while waiting |
 //!
 //! ## Record layout
 //! - lock: `<prefix><lock key>`, e.g. `leasehold:DC#farm1#orders#order-42`, value = owner token,
@@ -61,6 +61,7 @@
 #![forbid(unsafe_code)]
 
 mod acquire;
+mod ahead;
 mod config;
 mod error;
 mod info;

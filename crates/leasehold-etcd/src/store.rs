@@ -134,11 +134,22 @@ impl EtcdStore {
         op: Op,
         reads: [TxnOp; N],
     ) -> Result<[GetResponse; N]> {
+        Ok(self.read_ranges_at(key, op, reads).await?.0)
+    }
+
+    /// [`read_ranges`](Self::read_ranges), with the revision the reads saw.
+    pub(crate) async fn read_ranges_at<const N: usize>(
+        &self,
+        key: &LockKey,
+        op: Op,
+        reads: [TxnOp; N],
+    ) -> Result<([GetResponse; N], i64)> {
         let response = self
             .kv()
             .txn(Txn::new().and_then(reads))
             .await
             .map_err(|e| self.err(op, key, e))?;
+        let revision = response.header().map_or(0, |h| h.revision());
         let gets: Vec<GetResponse> = response
             .op_responses()
             .into_iter()
@@ -147,9 +158,10 @@ impl EtcdStore {
                 _ => None,
             })
             .collect();
-        gets.try_into().map_err(|_| {
+        let gets = gets.try_into().map_err(|_| {
             crate::error::unexpected(op, key.as_str(), "a read without all its ranges")
-        })
+        })?;
+        Ok((gets, revision))
     }
 
     /// Maps a failed request on `key` (see [`map`]).

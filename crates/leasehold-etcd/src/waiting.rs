@@ -6,9 +6,17 @@
 //! the key's create revision is its place in line, as in etcd's own `concurrency.Mutex`. Its next
 //! attempts first read (no write) whether the record is gone and it is first in line; only then
 //! do they grant a lease and send the transaction, which takes the lock only if the record is
-//! still absent and no waiter key in the line is older than its own (a range compare). A watch on the lock's key prefix (delete events only) wakes one waiter of the
-//! process when the record goes (release or lease expiry) or a waiter ahead leaves. A wake-up is a
-//! hint: the waiter always asks etcd again, and a lost one costs a poll interval.
+//! still absent and no waiter key in the line is older than its own (a range compare).
+//!
+//! A watch on the lock's key prefix (delete events only) wakes the waiters of the process when a
+//! deletion concerns it: the last waiter ahead of it left, or a hold went while it is first in
+//! line (see [`crate::ahead`]: only the process whose turn it may be wakes). A wake-up is a hint:
+//! the waiter always asks etcd again, and a lost one costs a poll interval.
+//!
+//! A process in line keeps the lease its refused attempt granted (a *spare*), so that when its
+//! turn comes the hand-over costs one transaction and not a lease grant too: each is a Raft write
+//! with an fsync. A spare is used only while young (a tenth of its TTL), and the lease it gives
+//! counts its TTL from the grant, so it never claims longer than etcd keeps it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +29,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::ahead::{Ahead, Learned};
 use crate::config::{lease_seconds, EtcdConfig};
 use crate::store::waiter_prefix;
 
@@ -42,8 +51,23 @@ struct Watched {
     watchers: usize,
     /// Our waiter key, once a blocking attempt put it.
     place: Option<Place>,
+    /// Who is ahead of `place`: which deletions wake this process.
+    ahead: Ahead,
+    /// A lease a refused attempt granted, kept for the next attempt.
+    spare: Option<Spare>,
     /// The task reading the watch stream.
     task: Option<JoinHandle<()>>,
+}
+
+/// A lease granted for an attempt that was refused, kept for this process's next attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spare {
+    /// The lease.
+    pub(crate) id: i64,
+    /// Its TTL in whole seconds, as granted.
+    pub(crate) seconds: i64,
+    /// When its grant was sent: the lease's TTL counts from about then.
+    pub(crate) granted_at: Instant,
 }
 
 /// The waiter lease: the lease every waiter key of this store lives on.
@@ -103,6 +127,8 @@ impl Waiting {
                 notify: Arc::new(Notify::new()),
                 watchers: 0,
                 place: None,
+                ahead: Ahead::default(),
+                spare: None,
                 task: None,
             });
             entry.watchers += 1;
@@ -135,7 +161,7 @@ impl Waiting {
     }
 
     fn unwatch(self: &Arc<Self>, lock_key: &str) {
-        let place = {
+        let (place, spare) = {
             let mut watched = self.lock();
             let Some(entry) = watched.get_mut(lock_key) else {
                 return;
@@ -150,13 +176,63 @@ impl Waiting {
             if let Some(task) = entry.task {
                 task.abort(); // dropping the stream cancels the watch
             }
-            entry.place
+            (entry.place, entry.spare)
         };
+        if let Some(spare) = spare {
+            self.revoke_later(spare.id);
+        }
         // The last waiter of this process is gone: leave the line, so the next process need not
         // wait for the waiter lease to lapse.
         if let Some(place) = place {
             self.remove_key_later(place.key);
         }
+    }
+
+    /// Revokes a lease nobody holds anything on, in the background (if that fails, it lapses).
+    pub(crate) fn revoke_later(&self, id: i64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut lease = self.lease.clone();
+        runtime.spawn(async move {
+            if let Err(error) = lease.revoke(id).await {
+                tracing::debug!(lease = id, %error, "could not revoke a spare lease; it lapses at its TTL");
+            }
+        });
+    }
+
+    /// Keeps `spare` for the next attempt on `lock_key` while a task of this process waits on it;
+    /// otherwise (or if a spare is already kept) revokes it.
+    pub(crate) fn keep_spare(&self, lock_key: &str, spare: Spare) {
+        let unused = {
+            let mut watched = self.lock();
+            match watched.get_mut(lock_key) {
+                Some(entry) if entry.spare.is_none() => {
+                    entry.spare = Some(spare);
+                    None
+                }
+                _ => Some(spare),
+            }
+        };
+        if let Some(unused) = unused {
+            self.revoke_later(unused.id);
+        }
+    }
+
+    /// The spare lease kept for `lock_key`, if it has `seconds` of TTL and is younger than
+    /// `max_age`; one that is not is revoked.
+    pub(crate) fn take_spare(
+        &self,
+        lock_key: &str,
+        seconds: i64,
+        max_age: Duration,
+    ) -> Option<Spare> {
+        let spare = self.lock().get_mut(lock_key)?.spare.take()?;
+        if spare.seconds == seconds && spare.granted_at.elapsed() <= max_age {
+            return Some(spare);
+        }
+        self.revoke_later(spare.id);
+        None
     }
 
     fn remove_key_later(&self, key: String) {
@@ -198,7 +274,12 @@ impl Waiting {
     pub(crate) fn set_place(&self, lock_key: &str, place: Place) {
         let mut watched = self.lock();
         match watched.get_mut(lock_key) {
-            Some(entry) => entry.place = Some(place),
+            Some(entry) => {
+                if entry.place.as_ref() != Some(&place) {
+                    entry.ahead.forget();
+                }
+                entry.place = Some(place);
+            }
             None => {
                 drop(watched);
                 self.remove_key_later(place.key);
@@ -211,16 +292,53 @@ impl Waiting {
         if let Some(entry) = self.lock().get_mut(lock_key) {
             if entry.place.as_ref() == Some(place) {
                 entry.place = None;
+                entry.ahead.forget();
             }
         }
     }
 
-    /// Whether `key` is this process's own waiter key on `lock_key`.
-    fn is_own(&self, lock_key: &str, key: &[u8]) -> bool {
-        self.lock()
-            .get(lock_key)
-            .and_then(|w| w.place.as_ref())
+    /// A read of `lock_key`'s line at revision `read_at` found `keys` ahead of `place`: what that
+    /// says once the deletions seen since are applied (`None` if the place changed meanwhile).
+    pub(crate) fn learn_ahead(
+        &self,
+        lock_key: &str,
+        place: &Place,
+        keys: impl IntoIterator<Item = Vec<u8>>,
+        read_at: i64,
+    ) -> Option<Learned> {
+        let mut watched = self.lock();
+        let entry = watched.get_mut(lock_key)?;
+        if entry.place.as_ref() != Some(place) {
+            return None;
+        }
+        Some(entry.ahead.learn(keys, read_at))
+    }
+
+    /// Whether the watch alone says it is `place`'s turn on `lock_key` (see [`Ahead::take_turn`]).
+    pub(crate) fn take_turn(&self, lock_key: &str, place: &Place) -> bool {
+        let mut watched = self.lock();
+        watched
+            .get_mut(lock_key)
+            .filter(|entry| entry.place.as_ref() == Some(place))
+            .is_some_and(|entry| entry.ahead.take_turn())
+    }
+
+    /// The watch saw `key` deleted at `revision`: whether this process's waiters should wake.
+    /// Our own waiter key never wakes them.
+    fn deleted(&self, lock_key: &str, key: &[u8], revision: i64) -> bool {
+        let mut watched = self.lock();
+        let Some(entry) = watched.get_mut(lock_key) else {
+            return false;
+        };
+        if entry
+            .place
+            .as_ref()
             .is_some_and(|p| p.key.as_bytes() == key)
+        {
+            return false;
+        }
+        let waiter = key.starts_with(waiter_prefix(lock_key).as_bytes());
+        entry.ahead.deleted(key, revision, waiter)
     }
 
     /// The waiter lease, granted (and kept alive in the background) when first needed or after it
@@ -248,6 +366,16 @@ impl Waiting {
 
     /// Revokes the waiter lease: every waiter key of this store leaves its line.
     pub(crate) async fn close(&self) {
+        let spares: Vec<i64> = self
+            .lock()
+            .values_mut()
+            .filter_map(|w| w.spare.take().map(|spare| spare.id))
+            .collect();
+        for id in spares {
+            if let Err(error) = self.lease.clone().revoke(id).await {
+                tracing::debug!(lease = id, %error, "could not revoke a spare lease; it lapses at its TTL");
+            }
+        }
         let Some(session) = self.session.lock().await.take() else {
             return;
         };
@@ -303,8 +431,9 @@ async fn keep_alive(mut lease: LeaseClient, id: i64, ttl: i64, alive: Arc<Atomic
     alive.store(false, Ordering::SeqCst);
 }
 
-/// Reads one lock's watch stream (deletes under the lock's key prefix), waking one waiter of the
-/// process per delete that is not our own waiter key; watches again after the stream breaks.
+/// Reads one lock's watch stream (deletes under the lock's key prefix), waking the waiters of the
+/// process on a deletion that concerns it (see [`Waiting::deleted`]); watches again after the
+/// stream breaks.
 async fn watch_loop(
     waiting: Weak<Waiting>,
     mut client: WatchClient,
@@ -331,12 +460,22 @@ async fn watch_loop(
                     let Some(waiting) = waiting.upgrade() else {
                         return;
                     };
-                    let wake = response.events().iter().any(|event| {
-                        event.event_type() == EventType::Delete
-                            && event
-                                .kv()
-                                .is_some_and(|kv| !waiting.is_own(&lock_key, kv.key()))
-                    });
+                    let at = response.header().map_or(0, |h| h.revision());
+                    // Every event updates what the process knows of its line, so no `any`.
+                    let mut wake = false;
+                    for event in response.events() {
+                        if event.event_type() != EventType::Delete {
+                            continue;
+                        }
+                        if let Some(kv) = event.kv() {
+                            let revision = if kv.mod_revision() > 0 {
+                                kv.mod_revision()
+                            } else {
+                                at
+                            };
+                            wake |= waiting.deleted(&lock_key, kv.key(), revision);
+                        }
+                    }
                     if wake {
                         // Every waiter of this process: local competition decides which one asks
                         // (the head of its line); one picked here might not be listening.

@@ -139,3 +139,188 @@ fn a_crashed_waiter_leaves_the_line_when_its_waiter_lease_lapses() {
         guard.release().await.unwrap();
     });
 }
+
+/// A manager with its own store (its own place in line, as another process would have) whose
+/// store requests are counted.
+async fn counted(
+    endpoint: &str,
+) -> (
+    LockManager,
+    std::sync::Arc<leasehold::layers::RequestCounts>,
+) {
+    let store = EtcdStore::connect(EtcdConfig::new([endpoint]))
+        .await
+        .expect("connect");
+    let counting = leasehold::layers::CountingLayer::new();
+    let counts = counting.counts();
+    let locks = LockManager::builder()
+        .client_id("fair")
+        .farm_id("f1")
+        .store(store)
+        .layer(counting)
+        .build()
+        .expect("manager");
+    (locks, counts)
+}
+
+/// How many processes wait in `key`'s line, read straight from etcd.
+async fn line_length(raw: &mut etcd_client::Client, key: &str) -> i64 {
+    let line = format!("leasehold:DC#f1#fair#{key}#waiter#");
+    raw.get(
+        line,
+        Some(
+            etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_count_only(),
+        ),
+    )
+    .await
+    .unwrap()
+    .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_wakes_the_next_in_line_not_everyone_behind_it() {
+    let server = EtcdServer::start().expect("start etcd");
+    let endpoint = server.endpoint();
+    let mut raw = etcd_client::Client::connect([endpoint.clone()], None)
+        .await
+        .unwrap();
+    let (holder, _) = counted(&endpoint).await;
+    let held = holder.try_lock("line").await.expect("free");
+
+    // Five processes queue one after another, each taking the lock and letting it go at once;
+    // the last one, queued behind all of them, is the one watched.
+    const AHEAD: i64 = 5;
+    let mut ahead = Vec::new();
+    for place in 1..=AHEAD {
+        let (locks, _) = counted(&endpoint).await;
+        ahead.push(tokio::spawn(async move {
+            let guard = locks
+                .lock_with("line", LockOptions::new().wait(Duration::from_secs(30)))
+                .await
+                .expect("its turn comes");
+            guard.release().await.expect("release");
+        }));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while line_length(&mut raw, "line").await < place {
+            assert!(Instant::now() < deadline, "waiter {place} never queued");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let (last, counts) = counted(&endpoint).await;
+    let waiting = tokio::spawn(async move {
+        let guard = last
+            .lock_with("line", LockOptions::new().wait(Duration::from_secs(30)))
+            .await
+            .expect("its turn comes");
+        guard.release().await.expect("release");
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while line_length(&mut raw, "line").await < AHEAD + 1 {
+        assert!(Instant::now() < deadline, "the last waiter never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let queued = counts.acquires();
+
+    held.release().await.expect("release");
+    for waiter in ahead {
+        waiter.await.expect("each waiter ahead got its turn");
+    }
+    waiting.await.expect("the last waiter got its turn");
+
+    // Five hand-overs ahead of it deleted ten keys under the lock (each holder's record and each
+    // taker's place). Woken by all of them it would have asked ten times; woken only when the
+    // one just ahead of it left and then by the release it waited for, it asks twice, plus at
+    // most a couple of safety-net polls (every 0.5–1 s) on a slow machine.
+    let asked = counts.acquires() - queued;
+    assert!(
+        (2..=4).contains(&asked),
+        "the last waiter asked {asked} times during five hand-overs ahead of it"
+    );
+}
+
+/// Every lease etcd holds now.
+async fn leases(raw: &mut etcd_client::Client) -> std::collections::HashSet<i64> {
+    raw.leases()
+        .await
+        .unwrap()
+        .leases()
+        .iter()
+        .map(|lease| lease.id())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_in_line_takes_its_turn_on_the_lease_it_granted_while_waiting() {
+    let server = EtcdServer::start().expect("start etcd");
+    let endpoint = server.endpoint();
+    let mut raw = etcd_client::Client::connect([endpoint.clone()], None)
+        .await
+        .unwrap();
+    let (holder, _) = counted(&endpoint).await;
+    let held = holder.try_lock("spare").await.expect("free");
+    let (waiter, _) = counted(&endpoint).await;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock_with("spare", LockOptions::new().wait(Duration::from_secs(30)))
+            .await
+            .expect("its turn comes");
+        let _ = tx.send(());
+        tokio::time::sleep(Duration::from_secs(60)).await; // hold until the test ends
+        drop(guard);
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while line_length(&mut raw, "spare").await < 1 {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before_its_turn = leases(&mut raw).await;
+
+    held.release().await.expect("release");
+    rx.await.expect("the waiter took the lock");
+    let record = raw
+        .get("leasehold:DC#f1#fair#spare", None)
+        .await
+        .unwrap();
+    let lease = record.kvs().first().expect("the waiter's hold").lease();
+    assert!(
+        before_its_turn.contains(&lease),
+        "the hand-over granted a new lease ({lease}) instead of using the one kept in line"
+    );
+    waiting.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_revokes_the_lease_it_kept() {
+    let server = EtcdServer::start().expect("start etcd");
+    let endpoint = server.endpoint();
+    let mut raw = etcd_client::Client::connect([endpoint.clone()], None)
+        .await
+        .unwrap();
+    let (holder, _) = counted(&endpoint).await;
+    let held = holder.try_lock("given-up").await.expect("free");
+    let holding = leases(&mut raw).await;
+    let (waiter, _) = counted(&endpoint).await;
+    let refused = waiter
+        .lock_with("given-up", LockOptions::new().wait(Duration::from_millis(300)))
+        .await
+        .expect_err("held all along");
+    assert_eq!(refused.kind(), ErrorKind::Timeout);
+    // What is left of the waiter is its waiter lease (kept alive for the next wait); the lease
+    // its refused attempt kept for its turn is revoked (in the background: poll for it).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let extra = leases(&mut raw).await.difference(&holding).count();
+        if extra <= 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{extra} leases of the waiter outlived its wait"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    held.release().await.unwrap();
+}
