@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::config::lease_seconds;
 use crate::error::{unexpected, Op};
 use crate::layout::waiter_prefix;
+use crate::renew::HeldLease;
 use crate::shared::{self, Refusal, Rule, Seen, MAX_ROUNDS};
 use crate::store::EtcdStore;
 use crate::waiting::{Place, Spare, Waiting};
@@ -245,6 +246,13 @@ impl EtcdStore {
                 }
             }
         }
+        self.held_leases().insert(
+            &req.token,
+            HeldLease {
+                id: lease_id,
+                seconds: lease_seconds(req.ttl).unwrap_or(0),
+            },
+        );
         let others = match responses.last() {
             Some(TxnOpResponse::Get(g)) => g.count(),
             _ => 0,

@@ -10,7 +10,8 @@
 //! | acquire | `LeaseGrant(ttl)`, then one `Txn`: if the record's `create_revision == 0`, no reader or permit holds (and, fair, no waiter is ahead) put `token` on the lease |
 //! | read, permit | the same, putting the holder's own key if no holder of another mode, no waiting writer (and, for a permit, nobody took one since the count read just before) |
 //! | release | one `Txn`: if the hold's value is our token, delete it; its lease is revoked in the background |
-//! | extend | `LeaseGrant(ttl)`, then one `Txn`: if the value is our token, put it again on the new lease (the old one is revoked in the background) |
+//! | extend, same TTL (renewal) | `LeaseKeepAlive` of the hold's lease, then a read-only `Txn` checking the hold is still our token on that lease |
+//! | extend, another TTL | `LeaseGrant(ttl)`, then one `Txn`: if the value is our token, put it again on the new lease (the old one is revoked in the background) |
 //! | inspect | one read-only `Txn` (record, holders, waiting writers), then `LeaseTimeToLive` per hold |
 //! | list | one `Range` over the prefix, then `LeaseTimeToLive` per hold, concurrently |
 //! | wait | a `Watch` (delete events) on the lock's key prefix that wakes a process only for its predecessor in line; fair: a waiter key per process, and the first in line takes the lock on a lease it granted while waiting |
@@ -66,6 +67,7 @@ mod config;
 mod error;
 mod info;
 mod layout;
+mod renew;
 mod shared;
 mod store;
 mod waiting;

@@ -18,6 +18,7 @@ use crate::config::{lease_seconds, EtcdConfig};
 use crate::error::{map, Op};
 use crate::layout::holder_key;
 pub(crate) use crate::layout::waiter_prefix;
+use crate::renew::{HeldLease, HeldLeases};
 use crate::waiting::Waiting;
 
 /// A lock store on an etcd v3 cluster. Cheap to clone.
@@ -34,6 +35,8 @@ struct Inner {
     address: String,
     /// This store's place in waiter lines, its waiter lease and its watches.
     waiting: Arc<Waiting>,
+    /// The etcd lease of each live hold: what a renewal keeps alive.
+    held: HeldLeases,
 }
 
 impl EtcdStore {
@@ -86,6 +89,7 @@ impl EtcdStore {
                 config,
                 address,
                 waiting: Arc::new(waiting),
+                held: HeldLeases::default(),
             }),
         })
     }
@@ -93,6 +97,11 @@ impl EtcdStore {
     /// The configuration.
     pub fn config(&self) -> &EtcdConfig {
         &self.inner.config
+    }
+
+    /// The etcd lease of each live hold of this store.
+    pub(crate) fn held_leases(&self) -> &HeldLeases {
+        &self.inner.held
     }
 
     /// This store's place in waiter lines, its waiter lease and its watches.
@@ -170,7 +179,7 @@ impl EtcdStore {
     }
 
     /// The key a lease's hold lives in: the lock record (exclusive), or the holder's own key.
-    fn hold_key(&self, lease: &Lease) -> String {
+    pub(crate) fn hold_key(&self, lease: &Lease) -> String {
         let lock_key = self.lock_key(lease.key());
         match lease.mode() {
             LockMode::Exclusive => lock_key,
@@ -208,6 +217,7 @@ impl EtcdStore {
 
     /// Deletes the lease's hold (the record, or its holder key) if it holds our token.
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
+        self.inner.held.remove(lease.token());
         let hold_key = self.hold_key(lease);
         let txn = Txn::new()
             .when([Compare::value(
@@ -350,12 +360,18 @@ impl LockStore for EtcdStore {
         self.release_once(lease).await
     }
 
-    /// A new lease of `ttl`, then one transaction that moves the hold (the record, or a reader's
-    /// or permit's own key) onto it if its value is still our token (the create revision, our fencing token, does not change); the old lease
-    /// is revoked in the background. A keep-alive could only renew the lease's first TTL, and
-    /// would not check the owner.
+    /// For the TTL the hold's lease was granted with (a renewal): a keep-alive of that lease, then
+    /// a read-only check that the hold is still our token on it (see `renew`). For another TTL:
+    /// a new lease of `ttl`, then one transaction that moves the hold (the record, or a reader's
+    /// or permit's own key) onto it if its value is still our token (the create revision, our
+    /// fencing token, does not change); the old lease is revoked in the background.
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        seconds(ttl)?;
+        let secs = seconds(ttl)?;
+        if let Some(held) = self.inner.held.get(lease.token()) {
+            if held.seconds == secs {
+                return self.renew_by_keep_alive(lease, ttl, held).await;
+            }
+        }
         let hold_key = self.hold_key(lease);
         let sent_at = Instant::now();
         let new_lease = self.grant(lease.key(), ttl).await?;
@@ -377,6 +393,7 @@ impl LockStore for EtcdStore {
             .map_err(|e| self.err(Op::Extend, lease.key(), e))?;
         if !response.succeeded() {
             self.revoke_later(new_lease);
+            self.inner.held.remove(lease.token());
             return Err(Error::not_held(
                 "the lease expired or was taken by another owner before it could be extended",
             )
@@ -389,6 +406,13 @@ impl LockStore for EtcdStore {
                 }
             }
         }
+        self.inner.held.insert(
+            lease.token(),
+            HeldLease {
+                id: new_lease,
+                seconds: secs,
+            },
+        );
         Ok(lease.renewed(ttl, sent_at))
     }
 

@@ -280,10 +280,7 @@ async fn a_waiter_in_line_takes_its_turn_on_the_lease_it_granted_while_waiting()
 
     held.release().await.expect("release");
     rx.await.expect("the waiter took the lock");
-    let record = raw
-        .get("leasehold:DC#f1#fair#spare", None)
-        .await
-        .unwrap();
+    let record = raw.get("leasehold:DC#f1#fair#spare", None).await.unwrap();
     let lease = record.kvs().first().expect("the waiter's hold").lease();
     assert!(
         before_its_turn.contains(&lease),
@@ -304,7 +301,10 @@ async fn a_waiter_that_gives_up_revokes_the_lease_it_kept() {
     let holding = leases(&mut raw).await;
     let (waiter, _) = counted(&endpoint).await;
     let refused = waiter
-        .lock_with("given-up", LockOptions::new().wait(Duration::from_millis(300)))
+        .lock_with(
+            "given-up",
+            LockOptions::new().wait(Duration::from_millis(300)),
+        )
         .await
         .expect_err("held all along");
     assert_eq!(refused.kind(), ErrorKind::Timeout);
