@@ -11,7 +11,8 @@
 //!     docs/PERFORMANCE.md derives the lowest cost the default stack can have.
 //! (b) hand-off latency (printed): a holder releases, a task waiting in `lock()` holds the lock;
 //!     p50/p99 over many rounds, with local competition off, on, and on with hand-off.
-//! (c) hot key (printed): 64 tasks × many acquisitions of one key over a request-counting store:
+//! (c) hot key (printed): 64 tasks × many acquisitions of one key over a request-counting store
+//!     (first, the floor: the same on tokio's FIFO `Mutex`, no store):
 //!     acquisitions per second and store requests per acquisition, local competition off / on /
 //!     on with hand-off.
 
@@ -333,6 +334,43 @@ fn hot_key(label: &str, builder: LockManagerBuilder, per_task: usize) {
     );
 }
 
+/// The floor under (c): 64 tasks × `per_task` lock + unlock of one in-process async mutex, no
+/// store. tokio's `Mutex` serves waiters in FIFO order, as local competition's line does; with
+/// one await inside the critical section (without it, a task never holds the mutex across a
+/// yield and nobody ever waits), every release hands over to the oldest waiter, which must be
+/// woken: what a fair hand-over costs on a 2-worker runtime, without any lock-store work.
+fn hot_key_floor(per_task: usize) {
+    const TASKS: usize = 64;
+    let rt = multi_thread();
+    let mutex = std::sync::Arc::new(tokio::sync::Mutex::new(0u64));
+    let elapsed = rt.block_on(async {
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|_| {
+                let mutex = mutex.clone();
+                tokio::spawn(async move {
+                    for _ in 0..per_task {
+                        let mut held = mutex.lock().await;
+                        *held += 1;
+                        black_box(*held);
+                        // One await while holding, as any real critical section has: the
+                        // others queue, and every release hands over to the oldest waiter.
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        start.elapsed()
+    });
+    println!(
+        "hot key floor [tokio::sync::Mutex, FIFO, no store]: {:.0} acquisitions/s",
+        (TASKS * per_task) as f64 / elapsed.as_secs_f64(),
+    );
+}
+
 fn main() {
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -373,6 +411,7 @@ fn main() {
     );
 
     let per_task = 200;
+    hot_key_floor(per_task);
     hot_key("local competition off", bare(), per_task);
     hot_key(
         "local competition on",
