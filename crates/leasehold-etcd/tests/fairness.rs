@@ -179,13 +179,31 @@ async fn line_length(raw: &mut etcd_client::Client, key: &str) -> i64 {
     .count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hand_over_wakes_the_next_in_line_not_everyone_behind_it() {
+/// A private etcd, its endpoint and a raw client to look at it.
+async fn private_etcd() -> (EtcdServer, String, etcd_client::Client) {
     let server = EtcdServer::start().expect("start etcd");
     let endpoint = server.endpoint();
-    let mut raw = etcd_client::Client::connect([endpoint.clone()], None)
+    let raw = etcd_client::Client::connect([endpoint.clone()], None)
         .await
         .unwrap();
+    (server, endpoint, raw)
+}
+
+/// Waits (bounded) until `n` processes wait in `key`'s line.
+async fn until_queued(raw: &mut etcd_client::Client, key: &str, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while line_length(raw, key).await < n {
+        assert!(
+            Instant::now() < deadline,
+            "{n} processes never queued on {key}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_wakes_the_next_in_line_not_everyone_behind_it() {
+    let (_server, endpoint, mut raw) = private_etcd().await;
     let (holder, _) = counted(&endpoint).await;
     let held = holder.try_lock("line").await.expect("free");
 
@@ -202,11 +220,7 @@ async fn a_hand_over_wakes_the_next_in_line_not_everyone_behind_it() {
                 .expect("its turn comes");
             guard.release().await.expect("release");
         }));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while line_length(&mut raw, "line").await < place {
-            assert!(Instant::now() < deadline, "waiter {place} never queued");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until_queued(&mut raw, "line", place).await;
     }
     let (last, counts) = counted(&endpoint).await;
     let waiting = tokio::spawn(async move {
@@ -216,11 +230,7 @@ async fn a_hand_over_wakes_the_next_in_line_not_everyone_behind_it() {
             .expect("its turn comes");
         guard.release().await.expect("release");
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while line_length(&mut raw, "line").await < AHEAD + 1 {
-        assert!(Instant::now() < deadline, "the last waiter never queued");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_queued(&mut raw, "line", AHEAD + 1).await;
     let queued = counts.acquires();
 
     held.release().await.expect("release");
@@ -253,11 +263,7 @@ async fn leases(raw: &mut etcd_client::Client) -> std::collections::HashSet<i64>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_in_line_takes_its_turn_on_the_lease_it_granted_while_waiting() {
-    let server = EtcdServer::start().expect("start etcd");
-    let endpoint = server.endpoint();
-    let mut raw = etcd_client::Client::connect([endpoint.clone()], None)
-        .await
-        .unwrap();
+    let (_server, endpoint, mut raw) = private_etcd().await;
     let (holder, _) = counted(&endpoint).await;
     let held = holder.try_lock("spare").await.expect("free");
     let (waiter, _) = counted(&endpoint).await;
@@ -271,11 +277,7 @@ async fn a_waiter_in_line_takes_its_turn_on_the_lease_it_granted_while_waiting()
         tokio::time::sleep(Duration::from_secs(60)).await; // hold until the test ends
         drop(guard);
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while line_length(&mut raw, "spare").await < 1 {
-        assert!(Instant::now() < deadline, "the waiter never queued");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_queued(&mut raw, "spare", 1).await;
     let before_its_turn = leases(&mut raw).await;
 
     held.release().await.expect("release");
@@ -291,11 +293,7 @@ async fn a_waiter_in_line_takes_its_turn_on_the_lease_it_granted_while_waiting()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_gives_up_revokes_the_lease_it_kept() {
-    let server = EtcdServer::start().expect("start etcd");
-    let endpoint = server.endpoint();
-    let mut raw = etcd_client::Client::connect([endpoint.clone()], None)
-        .await
-        .unwrap();
+    let (_server, endpoint, mut raw) = private_etcd().await;
     let (holder, _) = counted(&endpoint).await;
     let held = holder.try_lock("given-up").await.expect("free");
     let holding = leases(&mut raw).await;
