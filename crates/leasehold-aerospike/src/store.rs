@@ -349,13 +349,25 @@ impl AerospikeStore {
                 self.inner.client.delete(&policy, &record_key)
             })
             .await;
-        match result {
+        let result = match result {
             Ok(existed) => Ok(existed),
             Err(e) => match classify(&e) {
                 Class::Server(ResultCode::FilteredOut | ResultCode::KeyNotFoundError) => Ok(false),
                 _ => Err(self.exhausted_or("release", lease.key(), e)),
             },
+        };
+        if self.inner.config.fair && result.is_ok() {
+            // Released before the line says: a head looking meanwhile would wait out the rest of
+            // this process's estimate (one more request, only then).
+            let early = self
+                .inner
+                .waiting
+                .released_early(lease.key().as_str(), crate::waiting::now_us());
+            if let Some(granted) = early {
+                self.clear_grant(lease.key().clone(), granted);
+            }
         }
+        result
     }
 
     /// The renewal itself (see `LockStore::extend`).

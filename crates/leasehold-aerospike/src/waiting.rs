@@ -13,9 +13,11 @@
 //! their next look by).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use aerospike::expressions::{eq, int_bin, int_val};
 use aerospike::operations::maps::{self, MapOrder, MapPolicy, MapReturnType, MapWriteFlags};
 use aerospike::operations::{self, Operation};
 use aerospike::policy::{Expiration, RecordExistsAction};
@@ -34,6 +36,8 @@ use crate::store::{ttl_seconds, AerospikeStore};
 const FALLBACK: Duration = Duration::from_millis(25);
 /// The last stretch of a scheduled wake-up slept precisely (see [`sleep_until`]).
 const PRECISE: Duration = Duration::from_millis(2);
+/// Longest correction of the drivers' wake-ups for their own lateness (see [`Lateness`]).
+const MAX_EARLY: Duration = Duration::from_millis(1);
 /// Hold estimates kept per store (one per key): past this, they are forgotten and relearned.
 const MAX_HOLD_ESTIMATES: usize = 4096;
 
@@ -75,6 +79,9 @@ struct Hold {
     average: Option<i64>,
     /// When its current hold began.
     since: Option<Instant>,
+    /// The grant time it last wrote to the key's line (`lh_granted`), and the hold estimate
+    /// written with it (`lh_hold`).
+    published: Option<(i64, Option<i64>)>,
 }
 
 /// This store's waiting state: its id in every line, the keys it waits on, its hold estimates.
@@ -84,8 +91,11 @@ pub(crate) struct Waiting {
     id: String,
     watched: Mutex<HashMap<String, Watched>>,
     /// Key → how long this process holds it (a moving average, µs), published when it takes the
-    /// key so waiters elsewhere know when to look again; and when its current hold began.
+    /// key so waiters elsewhere know when to look again; when its current hold began; the grant
+    /// time it last published.
     holds: Mutex<HashMap<String, Hold>>,
+    /// How late the drivers' wake-ups come, shared by every key's driver.
+    lateness: Arc<Lateness>,
 }
 
 impl std::fmt::Debug for Waiting {
@@ -101,6 +111,7 @@ impl Waiting {
             id: OwnerToken::generate().as_str().to_owned(),
             watched: Mutex::new(HashMap::new()),
             holds: Mutex::new(HashMap::new()),
+            lateness: Arc::new(Lateness::default()),
         }
     }
 
@@ -115,7 +126,12 @@ impl Waiting {
 
     /// Whether more than one task of this process waits on `key` (the one asking, and others).
     fn others_wait(&self, key: &str) -> bool {
-        self.lock().get(key).is_some_and(|w| w.watchers > 1)
+        self.waiters(key) > 1
+    }
+
+    /// How many tasks of this process wait on `key` (live watches).
+    fn waiters(&self, key: &str) -> usize {
+        self.lock().get(key).map_or(0, |w| w.watchers)
     }
 
     /// Registers a waiter on `key`; the first one starts the key's driver, which wakes this
@@ -132,7 +148,7 @@ impl Waiting {
                 let (wake_at, rx) = watch::channel(None);
                 let notify = Arc::new(Notify::new());
                 if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(drive(rx, notify.clone()));
+                    runtime.spawn(drive(rx, notify.clone(), self.lateness.clone()));
                 }
                 Watched {
                     notify,
@@ -212,14 +228,18 @@ impl Waiting {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// This process was granted `key` now (measured from here, not from when the request was
-    /// sent: the grant time waiters see is also taken after the grant).
-    fn granted(&self, key: &str) {
+    /// This process was granted `key` at `at` (measured after the grant, not from when the
+    /// request was sent: the grant time waiters see is also taken after the grant), or `None`:
+    /// this hold is not to be sampled (see [`sampled`]).
+    fn granted(&self, key: &str, at: Option<Instant>) {
         let mut holds = self.holds();
+        if at.is_none() && !holds.contains_key(key) {
+            return;
+        }
         if holds.len() >= MAX_HOLD_ESTIMATES && !holds.contains_key(key) {
             holds.clear();
         }
-        holds.entry(key.to_owned()).or_default().since = Some(Instant::now());
+        holds.entry(key.to_owned()).or_default().since = at;
     }
 
     /// This process releases `key`: the hold since its grant is folded into the key's estimate
@@ -236,19 +256,71 @@ impl Waiting {
         hold.average = Some(hold.average.map_or(sample, |avg| avg + (sample - avg) / 4));
     }
 
+    /// This process writes `at` as the key's grant time (`lh_granted`), and `hold` as its
+    /// estimate (`lh_hold`).
+    fn publish(&self, key: &str, at: i64, hold: Option<i64>) {
+        let mut holds = self.holds();
+        if holds.len() >= MAX_HOLD_ESTIMATES && !holds.contains_key(key) {
+            holds.clear();
+        }
+        holds.entry(key.to_owned()).or_default().published = Some((at, hold));
+    }
+
+    /// The grant time this process last wrote to the key's line: a line showing it shows this
+    /// process's own hold, over once one of its tasks asks the store again.
+    fn published(&self, key: &str) -> Option<i64> {
+        self.holds()
+            .get(key)
+            .and_then(|hold| hold.published)
+            .map(|(at, _)| at)
+    }
+
+    /// This process releases `key` at `now`: the grant time it published, if the line would
+    /// still show it holding ([`Line::holder_busy`]), so that a head reading the line meanwhile
+    /// would wait out the rest of the estimate for nothing.
+    pub(crate) fn released_early(&self, key: &str, now: i64) -> Option<i64> {
+        let (at, hold) = self.holds().get(key)?.published?;
+        let shown = Line {
+            granted: Some(at),
+            hold,
+            ..Line::default()
+        };
+        shown.holder_busy(now).then_some(at)
+    }
+
     fn hold_estimate(&self, key: &str) -> Option<i64> {
         self.holds().get(key).and_then(|hold| hold.average)
     }
 }
 
+/// Whether a hold is one hold, to be folded into the key's estimate: granted while other
+/// processes waited (`contended`: local competition never hands such a lease to another task of
+/// the process), or while no other task of this process waited (`local_others`: none to hand it
+/// to). Otherwise the lease may be handed from task to task (leasehold's local hand-off) and
+/// held, across the chain, many times longer than one hold: an estimate learned from that tells
+/// the next head to wait that long (measured on the fleet benchmark with hand-off: 27 ms
+/// instead of 3, the lock idle 25 ms a turn for the first second).
+fn sampled(contended: bool, local_others: bool) -> bool {
+    contended || !local_others
+}
+
 /// A key's driver: wakes the process's waiters at the scheduled time, and again every
 /// [`FALLBACK`] until an attempt reschedules; ends when the last waiter goes (the sender drops).
-async fn drive(mut wake_at: watch::Receiver<Option<Instant>>, notify: Arc<Notify>) {
+async fn drive(
+    mut wake_at: watch::Receiver<Option<Instant>>,
+    notify: Arc<Notify>,
+    lateness: Arc<Lateness>,
+) {
     let mut next = *wake_at.borrow_and_update();
     loop {
         let sleep = async {
             match next {
-                Some(at) => sleep_until(at).await,
+                Some(at) => {
+                    let planned = lateness.start(at);
+                    if sleep_until(planned).await {
+                        lateness.observe(planned, Instant::now());
+                    }
+                }
                 None => std::future::pending().await,
             }
         };
@@ -268,11 +340,50 @@ async fn drive(mut wake_at: watch::Receiver<Option<Instant>>, notify: Arc<Notify
     }
 }
 
+/// How late this process's drivers resume after the sleep they asked for (a moving average, µs),
+/// so that they start their sleeps that much earlier and wake at the scheduled time.
+///
+/// Measured on the fleet benchmark's 2 shared cores: 95–175 µs (the sleeping thread's timer
+/// slack, handing the end of its sleep back to the runtime, the driver task being polled), on a
+/// head scheduled to try about 100 µs after the holder's expected release: it more than doubled
+/// the time the lock stood free. An early wake costs at worst one early look (refused, looked
+/// again shortly); the correction is bounded by [`MAX_EARLY`].
+#[derive(Debug, Default)]
+pub(crate) struct Lateness {
+    average_us: AtomicU64,
+}
+
+impl Lateness {
+    /// When to start waking for a wake-up scheduled at `at`.
+    fn start(&self, at: Instant) -> Instant {
+        let early = Duration::from_micros(self.average_us.load(Ordering::Relaxed));
+        at.checked_sub(early).unwrap_or(at)
+    }
+
+    /// A sleep meant to end at `planned` ended at `woke`: folded into the average (weight 1/8).
+    fn observe(&self, planned: Instant, woke: Instant) {
+        let sample = woke.saturating_duration_since(planned).min(MAX_EARLY);
+        let sample = u64::try_from(sample.as_micros()).unwrap_or(u64::MAX);
+        // Drivers of several keys may race here; a lost update only drops one sample.
+        let average = self.average_us.load(Ordering::Relaxed);
+        let average = if sample >= average {
+            average + (sample - average) / 8
+        } else {
+            average - (average - sample) / 8
+        };
+        self.average_us.store(average, Ordering::Relaxed);
+    }
+}
+
 /// Sleeps until `at`, to the tenth of a millisecond rather than tokio's whole milliseconds (a
 /// timer fires on the next millisecond tick, up to one late): on a key held for a couple of
 /// milliseconds, that lateness would be a third of the lock's time. The last [`PRECISE`] is slept
-/// on a blocking thread.
-async fn sleep_until(at: Instant) {
+/// on a blocking thread. `true` when the sleep ended at a time asked for (`at` was ahead when it
+/// began, so how late it ended says something about the timers).
+async fn sleep_until(at: Instant) -> bool {
+    if at <= Instant::now() {
+        return false;
+    }
     if let Some(coarse) = at.checked_sub(PRECISE) {
         if coarse > Instant::now() {
             tokio::time::sleep_until(coarse).await;
@@ -283,6 +394,7 @@ async fn sleep_until(at: Instant) {
         // Cancelled (rescheduled) meanwhile, the thread only finishes its short sleep.
         let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
     }
+    true
 }
 
 impl AerospikeStore {
@@ -433,10 +545,16 @@ impl AerospikeStore {
         } else {
             maps::remove_by_key(LINE_BIN, Value::from(me), MapReturnType::NONE)
         });
+
         ops.push(operations::put(&as_bin!(GRANTED_BIN, now)));
-        if let Some(hold) = self.inner.waiting.hold_estimate(req.key.as_str()) {
-            ops.push(operations::put(&as_bin!(HOLD_BIN, hold)));
-        }
+        // Always written, so the line never shows this grant with another process's estimate
+        // (a nil removes the bin: no estimate yet).
+        let hold = self.inner.waiting.hold_estimate(req.key.as_str());
+        self.inner.waiting.publish(req.key.as_str(), now, hold);
+        ops.push(operations::put(&as_bin!(
+            HOLD_BIN,
+            hold.map_or(Value::Nil, Value::from)
+        )));
         ops.push(operations::get_bin(LINE_BIN));
         let read_at = ops.len() - 1;
         match self.queue_operate("queue", &req.key, queue_key, &ops).await {
@@ -453,6 +571,38 @@ impl AerospikeStore {
                 None
             }
         }
+    }
+
+    /// After a release earlier than the line says (see [`Waiting::released_early`]): removes the
+    /// grant time `granted` from the line, in the background and only while it is still this
+    /// process's (a filter on its value: a later holder's grant is never touched), so the head
+    /// tries the free lock record at its next look instead of at the estimated release. Lost, it
+    /// costs only that wait.
+    pub(crate) fn clear_grant(&self, key: LockKey, granted: i64) {
+        let store = self.clone();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let Ok(queue_key) = store.queue_key(&key) else {
+                return;
+            };
+            let mut policy = store.write_policy(store.inner.config.commit_levels.release);
+            policy.record_exists_action = RecordExistsAction::UpdateOnly;
+            policy.expiration = Expiration::DontUpdate;
+            policy.base_policy.filter_expression =
+                Some(eq(int_bin(GRANTED_BIN.to_owned()), int_val(granted)));
+            let ops = [operations::put(&as_bin!(GRANTED_BIN, Value::Nil))];
+            if let Err(error) = store.inner.client.operate(&policy, &queue_key, &ops).await {
+                if !matches!(
+                    classify(&error),
+                    Class::Server(ResultCode::KeyNotFoundError | ResultCode::FilteredOut)
+                ) {
+                    tracing::debug!(%key, %error,
+                        "could not clear the grant time from the waiter line after an early release");
+                }
+            }
+        });
     }
 
     /// Gives up this process's place in `key`'s line, in the background.
@@ -517,8 +667,23 @@ impl AerospikeStore {
         };
         let now = now_us();
         let ahead = line.ahead_of(me, now);
+        if ahead == 0
+            && blocking
+            && fresh
+            && line.holder_busy(now)
+            && line.granted != waiting.published(key)
+        {
+            // The head, with the holder (another process: this one asks, so it holds nothing)
+            // mid-hold: it looks again at the expected release, going straight to the lock
+            // record then.
+            let again_in = line.ask_again_in(0, now, 0, cap);
+            waiting.late(key, false);
+            waiting.set_head(key, Some(line));
+            waiting.attempted(key, true, Some(again_in));
+            return Err(Error::unavailable(&req.key).with_retry_after(again_in));
+        }
         if ahead > 0 {
-            let again_in = line.ask_again_in(ahead, now, 0, cap);
+            let again_in = line.look_again_in(ahead, now, 0, cap);
             if blocking {
                 waiting.late(key, false);
                 waiting.attempted(key, true, Some(again_in));
@@ -527,9 +692,13 @@ impl AerospikeStore {
         }
         match self.acquire_record(req).await {
             Ok(lease) => {
-                waiting.granted(key);
+                let granted_at = Instant::now();
                 if !blocking {
-                    return Ok(lease.with_contended(line.others(me, now) > 0));
+                    let contended = line.others(me, now) > 0;
+                    // A try-lock is no watcher: any watcher is another task.
+                    let sample = sampled(contended, waiting.waiters(key) > 0);
+                    waiting.granted(key, sample.then_some(granted_at));
+                    return Ok(lease.with_contended(contended));
                 }
                 waiting.set_head(key, None);
                 waiting.late(key, false);
@@ -562,12 +731,14 @@ impl AerospikeStore {
                 };
                 let now = now_us();
                 let others = after.others(me, now);
+                let sample = sampled(others > 0, requeue);
+                waiting.granted(key, sample.then_some(granted_at));
                 // Back at the end: this process's next waiter looks again when the others ahead
                 // should have had their turn (this hold first).
                 after.granted = Some(now);
                 after.hold = waiting.hold_estimate(key).or(after.hold);
                 let again_in =
-                    requeue.then(|| after.ask_again_in(after.ahead_of(me, now), now, 0, cap));
+                    requeue.then(|| after.look_again_in(after.ahead_of(me, now), now, 0, cap));
                 waiting.attempted(key, requeue, again_in);
                 Ok(lease.with_contended(others > 0))
             }
@@ -671,7 +842,7 @@ mod tests {
         waiting.released("k");
         assert_eq!(waiting.hold_estimate("k"), None, "no grant, no sample");
         for held in [4, 8] {
-            waiting.granted("k");
+            waiting.granted("k", Some(Instant::now()));
             tokio::time::sleep(Duration::from_millis(held)).await;
             waiting.released("k");
         }
@@ -681,6 +852,107 @@ mod tests {
             waiting.hold_estimate("k"),
             Some(5_000),
             "one sample per grant"
+        );
+    }
+
+    #[test]
+    fn wake_ups_start_as_early_as_they_have_been_late_within_a_bound() {
+        let lateness = Lateness::default();
+        let at = Instant::now() + Duration::from_secs(10);
+        assert_eq!(lateness.start(at), at, "nothing learned yet");
+        // Every sleep ended 160 µs after it was meant to: the start moves earlier by 1/8 of the
+        // difference each time.
+        let planned = lateness.start(at);
+        lateness.observe(planned, planned + Duration::from_micros(160));
+        assert_eq!(lateness.start(at), at - Duration::from_micros(20));
+        for _ in 0..100 {
+            let planned = lateness.start(at);
+            lateness.observe(planned, planned + Duration::from_micros(160));
+        }
+        let early = at - lateness.start(at);
+        assert!(
+            (Duration::from_micros(150)..=Duration::from_micros(160)).contains(&early),
+            "{early:?}"
+        );
+        // Wild lateness (a stalled process) moves it at most to the bound.
+        for _ in 0..200 {
+            let planned = lateness.start(at);
+            lateness.observe(planned, planned + Duration::from_secs(1));
+        }
+        assert!(at - lateness.start(at) <= MAX_EARLY);
+        // Sleeps that end on time bring it back down.
+        for _ in 0..200 {
+            let planned = lateness.start(at);
+            lateness.observe(planned, planned);
+        }
+        assert!(at - lateness.start(at) < Duration::from_micros(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_up_already_due_is_no_sample_of_lateness() {
+        let now = Instant::now();
+        assert!(!sleep_until(now).await, "due: no sleep, nothing to learn");
+        assert!(!sleep_until(now - Duration::from_millis(1)).await);
+        assert!(sleep_until(Instant::now() + Duration::from_millis(5)).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_that_may_have_been_handed_on_is_not_learned() {
+        assert!(sampled(true, true), "contended: never handed on");
+        assert!(sampled(false, false), "no other task to hand it to");
+        assert!(!sampled(false, true), "uncontended, other tasks waiting");
+
+        let waiting = Waiting::new();
+        waiting.granted("k", Some(Instant::now()));
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        waiting.released("k");
+        assert_eq!(waiting.hold_estimate("k"), Some(3_000));
+        // A chain of hand-offs: granted unsampled, released 30 ms later.
+        waiting.granted("k", None);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        waiting.released("k");
+        assert_eq!(waiting.hold_estimate("k"), Some(3_000), "unchanged");
+        // An unsampled grant also drops a sampled one that was never released (a lease lost).
+        waiting.granted("k", Some(Instant::now()));
+        waiting.granted("k", None);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        waiting.released("k");
+        assert_eq!(waiting.hold_estimate("k"), Some(3_000));
+        waiting.granted("other", None);
+        assert!(
+            !waiting.holds().contains_key("other"),
+            "nothing kept for a key never learned"
+        );
+    }
+
+    #[test]
+    fn a_process_knows_the_grant_it_published_and_whether_it_releases_before_it() {
+        let waiting = Waiting::new();
+        assert_eq!(waiting.published("k"), None);
+        assert_eq!(waiting.released_early("k", 0), None);
+        waiting.publish("k", 1_000_000, Some(2_000));
+        assert_eq!(waiting.published("k"), Some(1_000_000));
+        assert_eq!(
+            waiting.hold_estimate("k"),
+            None,
+            "publishing learns no hold"
+        );
+        assert_eq!(
+            waiting.released_early("k", 1_000_500),
+            Some(1_000_000),
+            "released 1.5 ms before the line says: clear the grant"
+        );
+        assert_eq!(
+            waiting.released_early("k", 1_001_900),
+            None,
+            "about when the line says"
+        );
+        waiting.publish("k", 1_003_000, None);
+        assert_eq!(waiting.published("k"), Some(1_003_000));
+        assert_eq!(
+            waiting.released_early("k", 1_003_001),
+            None,
+            "no estimate published: nobody waits it out"
         );
     }
 }

@@ -10,9 +10,9 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use aerospike::{Bins, Client, ClientPolicy, Key, ReadPolicy, Value};
+use aerospike::{Bins, Client, ClientPolicy, Key, ReadPolicy, Value, WritePolicy};
 use leasehold::{Acquire, ErrorKind, LockKey, LockManager, LockOptions, LockStore, OwnerToken};
-use leasehold_aerospike::layout::{queue_set, LINE_BIN};
+use leasehold_aerospike::layout::{queue_set, GRANTED_BIN, LINE_BIN};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::{AerospikeTarget, PASSWORD_ENV, USER_ENV};
 use leasehold_testkit::fleet;
@@ -94,28 +94,53 @@ impl Place {
 
     /// How many places `entity`'s line holds (lapsed ones included), read with a plain client.
     async fn line_len(&self, entity: &str) -> usize {
+        match self.queue_bin(entity, LINE_BIN).await {
+            Some(Value::HashMap(m)) => m.len(),
+            Some(Value::OrderedMap(m)) => m.len(),
+            _ => 0,
+        }
+    }
+
+    /// One bin of `entity`'s queue record (`None`: no record, or no such bin), read with a plain
+    /// client.
+    async fn queue_bin(&self, entity: &str, bin: &str) -> Option<Value> {
+        let client = self.client().await;
+        let set = queue_set(&format!("DC#{FARM}#{}", self.suffix));
+        let key = self.key(set, entity);
+        let value = match client.get(&ReadPolicy::default(), &key, Bins::All).await {
+            Ok(record) => record.bins.get(bin).cloned(),
+            Err(_) => None,
+        };
+        client.close().await.ok();
+        value
+    }
+
+    /// Deletes `entity`'s lock record with a plain client (a release the store does not see).
+    async fn delete_lock(&self, entity: &str) {
+        let client = self.client().await;
+        let key = self.key(format!("DC#{FARM}#{}", self.suffix), entity);
+        client
+            .delete(&WritePolicy::default(), &key)
+            .await
+            .expect("delete the lock record");
+        client.close().await.ok();
+    }
+
+    async fn client(&self) -> Client {
         let mut policy = ClientPolicy::default();
         if let (Ok(user), Ok(password)) = (std::env::var(USER_ENV), std::env::var(PASSWORD_ENV)) {
             policy.auth_mode = aerospike::policy::AuthMode::Internal(user, password);
         }
-        let client = Client::new(&policy, &self.hosts).await.expect("client");
-        let set = queue_set(&format!("DC#{FARM}#{}", self.suffix));
-        let key = Key::new(
+        Client::new(&policy, &self.hosts).await.expect("client")
+    }
+
+    fn key(&self, set: String, entity: &str) -> Key {
+        Key::new(
             self.namespace.clone(),
             set,
             Value::from(format!("fair#{entity}")),
         )
-        .unwrap();
-        let len = match client.get(&ReadPolicy::default(), &key, Bins::All).await {
-            Ok(record) => match record.bins.get(LINE_BIN) {
-                Some(Value::HashMap(m)) => m.len(),
-                Some(Value::OrderedMap(m)) => m.len(),
-                _ => 0,
-            },
-            Err(_) => 0,
-        };
-        client.close().await.ok();
-        len
+        .unwrap()
     }
 }
 
@@ -363,4 +388,69 @@ async fn a_process_whose_other_tasks_wait_goes_to_the_end_of_the_line_and_leaves
     }
     let free = c.try_acquire(&trying(&key)).await.expect("nobody waits");
     c.release(&free).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_head_waits_out_a_holder_it_knows_but_never_its_own_past_hold() {
+    let target = target().await;
+    let place = Place::new(&target);
+    let key = LockKey::dc(FARM, "fair", "estimate").unwrap();
+    let (x, a, b, c) = (
+        place.store(|c| c).await,
+        place.store(|c| c).await,
+        place.store(|c| c).await,
+        place.store(|c| c).await,
+    );
+    // A learns that it holds the key for about half a second: a hold granted while B waited.
+    let held = x.try_acquire(&trying(&key)).await.unwrap();
+    a.try_acquire(&blocking(&key)).await.unwrap_err();
+    b.try_acquire(&blocking(&key)).await.unwrap_err();
+    x.release(&held).await.unwrap();
+    let a_lease = a.try_acquire(&blocking(&key)).await.expect("A first");
+    assert!(a_lease.is_contended(), "B waits");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    a.release(&a_lease).await.unwrap();
+    let b_lease = b.try_acquire(&blocking(&key)).await.expect("B next");
+    b.release(&b_lease).await.unwrap();
+
+    // A takes the key again and publishes that estimate. C, the head now, does not ask the lock
+    // record while A's hold should last: its look is the line's read alone.
+    let a_lease = a.try_acquire(&blocking(&key)).await.expect("nobody waits");
+    let before = target.fixture().map(|f| f.requests());
+    let refused = c.try_acquire(&blocking(&key)).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::LockUnavailable, "{refused}");
+    assert!(refused.retry_after().is_some(), "at A's expected release");
+    if let (Some(before), Some(fixture)) = (before, target.fixture()) {
+        assert_eq!(
+            fixture.requests() - before,
+            1,
+            "one read of the line, nothing sent to the lock record"
+        );
+    }
+    // A releases well before its estimate says: it clears its grant time from the line (in the
+    // background), so C's next look tries the free lock record instead of waiting it out.
+    a.release(&a_lease).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while place.queue_bin("estimate", GRANTED_BIN).await.is_some() {
+        assert!(Instant::now() < deadline, "A never cleared its grant time");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let c_lease = c.try_acquire(&blocking(&key)).await.expect("C next");
+    c.release(&c_lease).await.unwrap();
+
+    // The line shows A's own last grant and its estimate (the release that clears them may not
+    // have landed yet: here it never runs, the lease being released by a plain client): A,
+    // asking again, knows that hold is over and takes the free key at once.
+    a.try_acquire(&blocking(&key)).await.expect("nobody waits");
+    place.delete_lock("estimate").await;
+    let a_lease = a
+        .try_acquire(&blocking(&key))
+        .await
+        .expect("not kept waiting by its own hold estimate");
+    a.release(&a_lease).await.unwrap();
+    assert_eq!(
+        place.line_len("estimate").await,
+        0,
+        "everyone left the line"
+    );
 }
