@@ -37,6 +37,7 @@ mod error;
 mod fencing;
 pub mod layout;
 mod line;
+mod queue;
 mod shared;
 mod store;
 #[cfg(feature = "tls")]

@@ -10,26 +10,20 @@
 //! Queue record `<lock set>#queue` / lock id (expires 2 × the waiter timeout after its last
 //! write): `lh_line` map waiter id → `[ticket, deadline]`, `lh_granted` and `lh_hold` (when the
 //! last queued process took the lock, and how long it expects to hold it: what waiters schedule
-//! their next look by).
+//! their next look by). Its operations and the fair acquire are in [`crate::queue`]; this module
+//! is the per-process side: who waits on which key, the schedule that wakes them, and what the
+//! process learned (hold estimates, how late its wake-ups resume).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aerospike::expressions::{eq, int_bin, int_val};
-use aerospike::operations::maps::{self, MapOrder, MapPolicy, MapReturnType, MapWriteFlags};
-use aerospike::operations::{self, Operation};
-use aerospike::policy::{Expiration, RecordExistsAction};
-use aerospike::{as_bin, Bins, Key, ReadPolicy, Replica, ResultCode, Value};
-use leasehold_core::{Acquire, Error, Lease, LockKey, OwnerToken, ReleaseWatch, Result};
+use leasehold_core::{OwnerToken, ReleaseWatch};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::error::{classify, Class};
-use crate::layout::{queue_set, GRANTED_BIN, HOLD_BIN, LINE_BIN};
 use crate::line::Line;
-use crate::store::{ttl_seconds, AerospikeStore};
 
 /// How soon a process whose waiters were woken but did not ask the store (none was listening,
 /// or the one woken was refused in memory) is woken again: the net under a lost wake-up.
@@ -49,7 +43,7 @@ pub(crate) fn now_us() -> i64 {
         .unwrap_or(0)
 }
 
-fn us(d: Duration) -> i64 {
+pub(crate) fn us(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
@@ -125,12 +119,12 @@ impl Waiting {
     }
 
     /// Whether more than one task of this process waits on `key` (the one asking, and others).
-    fn others_wait(&self, key: &str) -> bool {
+    pub(crate) fn others_wait(&self, key: &str) -> bool {
         self.waiters(key) > 1
     }
 
     /// How many tasks of this process wait on `key` (live watches).
-    fn waiters(&self, key: &str) -> usize {
+    pub(crate) fn waiters(&self, key: &str) -> usize {
         self.lock().get(key).map_or(0, |w| w.watchers)
     }
 
@@ -171,7 +165,7 @@ impl Waiting {
     }
 
     /// One waiter on `key` is gone; `true` when it was the last and the process is in line.
-    fn unwatch(&self, key: &str) -> bool {
+    pub(crate) fn unwatch(&self, key: &str) -> bool {
         let mut watched = self.lock();
         let Some(entry) = watched.get_mut(key) else {
             return false;
@@ -186,7 +180,7 @@ impl Waiting {
 
     /// After an attempt on `key`: whether the process is in line now, and when its waiters should
     /// look again (`None`: nothing scheduled).
-    fn attempted(&self, key: &str, queued: bool, again_in: Option<Duration>) {
+    pub(crate) fn attempted(&self, key: &str, queued: bool, again_in: Option<Duration>) {
         if let Some(entry) = self.lock().get_mut(key) {
             entry.queued = queued;
             if let Some(again_in) = again_in {
@@ -196,14 +190,14 @@ impl Waiting {
     }
 
     /// Remembers (`Some`) or forgets the line that showed this process at the head.
-    fn set_head(&self, key: &str, line: Option<Line>) {
+    pub(crate) fn set_head(&self, key: &str, line: Option<Line>) {
         if let Some(entry) = self.lock().get_mut(key) {
             entry.head = line.map(|line| (Instant::now(), line));
         }
     }
 
     /// The line that showed this process at the head, if read less than `within` ago.
-    fn head(&self, key: &str, within: Duration) -> Option<Line> {
+    pub(crate) fn head(&self, key: &str, within: Duration) -> Option<Line> {
         let watched = self.lock();
         let (at, line) = watched.get(key)?.head.as_ref()?;
         (at.elapsed() < within).then(|| line.clone())
@@ -211,7 +205,7 @@ impl Waiting {
 
     /// Refusals at the head past the holder's expected release, counting this one (`overdue`), or
     /// back to 0.
-    fn late(&self, key: &str, overdue: bool) -> u32 {
+    pub(crate) fn late(&self, key: &str, overdue: bool) -> u32 {
         let mut watched = self.lock();
         let Some(entry) = watched.get_mut(key) else {
             return 0;
@@ -231,7 +225,7 @@ impl Waiting {
     /// This process was granted `key` at `at` (measured after the grant, not from when the
     /// request was sent: the grant time waiters see is also taken after the grant), or `None`:
     /// this hold is not to be sampled (see [`sampled`]).
-    fn granted(&self, key: &str, at: Option<Instant>) {
+    pub(crate) fn granted(&self, key: &str, at: Option<Instant>) {
         let mut holds = self.holds();
         if at.is_none() && !holds.contains_key(key) {
             return;
@@ -258,7 +252,7 @@ impl Waiting {
 
     /// This process writes `at` as the key's grant time (`lh_granted`), and `hold` as its
     /// estimate (`lh_hold`).
-    fn publish(&self, key: &str, at: i64, hold: Option<i64>) {
+    pub(crate) fn publish(&self, key: &str, at: i64, hold: Option<i64>) {
         let mut holds = self.holds();
         if holds.len() >= MAX_HOLD_ESTIMATES && !holds.contains_key(key) {
             holds.clear();
@@ -268,7 +262,7 @@ impl Waiting {
 
     /// The grant time this process last wrote to the key's line: a line showing it shows this
     /// process's own hold, over once one of its tasks asks the store again.
-    fn published(&self, key: &str) -> Option<i64> {
+    pub(crate) fn published(&self, key: &str) -> Option<i64> {
         self.holds()
             .get(key)
             .and_then(|hold| hold.published)
@@ -288,7 +282,7 @@ impl Waiting {
         shown.holder_busy(now).then_some(at)
     }
 
-    fn hold_estimate(&self, key: &str) -> Option<i64> {
+    pub(crate) fn hold_estimate(&self, key: &str) -> Option<i64> {
         self.holds().get(key).and_then(|hold| hold.average)
     }
 }
@@ -300,7 +294,7 @@ impl Waiting {
 /// held, across the chain, many times longer than one hold: an estimate learned from that tells
 /// the next head to wait that long (measured on the fleet benchmark with hand-off: 27 ms
 /// instead of 3, the lock idle 25 ms a turn for the first second).
-fn sampled(contended: bool, local_others: bool) -> bool {
+pub(crate) fn sampled(contended: bool, local_others: bool) -> bool {
     contended || !local_others
 }
 
@@ -395,376 +389,6 @@ async fn sleep_until(at: Instant) -> bool {
         let _ = tokio::task::spawn_blocking(move || std::thread::sleep(left)).await;
     }
     true
-}
-
-impl AerospikeStore {
-    fn queue_key(&self, key: &LockKey) -> Result<Key> {
-        let set = queue_set(&self.inner.layout.lock_set(key)?);
-        Key::new(
-            self.inner.config.namespace.clone(),
-            set,
-            Value::from(key.lock_id()),
-        )
-        .map_err(|e| Error::invalid_argument("cannot build the queue key").with_source(e))
-    }
-
-    fn waiter_timeout(&self) -> Duration {
-        self.inner.config.waiter_timeout
-    }
-
-    /// A place in line: `[ticket, deadline]`, the ticket being now.
-    fn place(&self, now: i64) -> Value {
-        Value::List(vec![
-            Value::Int(now),
-            Value::Int(now.saturating_add(us(self.waiter_timeout()))),
-        ])
-    }
-
-    /// One `operate` on the queue record, which lives 2 × the waiter timeout past its last write.
-    /// Every queue write is harmless to repeat, so it is retried whatever happened to it.
-    async fn queue_operate(
-        &self,
-        what: &str,
-        key: &LockKey,
-        queue_key: &Key,
-        ops: &[Operation],
-    ) -> Result<aerospike::Record> {
-        let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
-        policy.expiration = Expiration::Seconds(ttl_seconds(self.waiter_timeout() * 2));
-        policy.send_key = self.inner.config.send_key;
-        self.retrying(what, key, true, || {
-            self.inner.client.operate(&policy, queue_key, ops)
-        })
-        .await
-        .map_err(|e| self.exhausted_or(what, key, e))
-    }
-
-    /// Takes a place in line if the process has none (create-only, so a kept place stays where it
-    /// is) and reads the line. A kept place that is more than half way to lapsing is refreshed
-    /// (one more write, about once per half waiter timeout of waiting).
-    async fn enter(&self, req: &Acquire, queue_key: &Key) -> Result<Line> {
-        let me = self.inner.waiting.id();
-        let join = MapPolicy::new(
-            MapOrder::Unordered,
-            MapWriteFlags::CREATE_ONLY | MapWriteFlags::NO_FAIL,
-        );
-        let ops = [
-            maps::put(&join, LINE_BIN, Value::from(me), self.place(now_us())),
-            operations::get_bin(LINE_BIN),
-            operations::get_bin(GRANTED_BIN),
-            operations::get_bin(HOLD_BIN),
-        ];
-        let record = self
-            .queue_operate("queue", &req.key, queue_key, &ops)
-            .await?;
-        let results = record.results.unwrap_or_default();
-        let line = Line::parse(results.get(1), results.get(2), results.get(3));
-        let now = now_us();
-        if let Some(mine) = line.entry(me) {
-            if mine.deadline - now < us(self.waiter_timeout()) / 2 {
-                let refreshed = Value::List(vec![
-                    Value::Int(mine.ticket),
-                    Value::Int(now.saturating_add(us(self.waiter_timeout()))),
-                ]);
-                let ops = [maps::put(
-                    &MapPolicy::default(),
-                    LINE_BIN,
-                    Value::from(me),
-                    refreshed,
-                )];
-                self.queue_operate("queue", &req.key, queue_key, &ops)
-                    .await?;
-            }
-        }
-        Ok(line)
-    }
-
-    /// Reads the line without joining it (a try-lock); an absent record is an empty line.
-    async fn peek(&self, req: &Acquire, queue_key: &Key) -> Result<Line> {
-        let mut base_policy = self.base(0);
-        base_policy.replica = Replica::Master;
-        let policy = ReadPolicy { base_policy };
-        let bins = Bins::Some(vec![
-            LINE_BIN.to_owned(),
-            GRANTED_BIN.to_owned(),
-            HOLD_BIN.to_owned(),
-        ]);
-        let read = self
-            .retrying("queue read", &req.key, true, || {
-                self.inner.client.get(&policy, queue_key, bins.clone())
-            })
-            .await;
-        match read {
-            Ok(record) => Ok(Line::parse(
-                record.bins.get(LINE_BIN),
-                record.bins.get(GRANTED_BIN),
-                record.bins.get(HOLD_BIN),
-            )),
-            Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => {
-                Ok(Line::default())
-            }
-            Err(e) => Err(self.exhausted_or("queue read", &req.key, e)),
-        }
-    }
-
-    /// After a grant to a process in line: it leaves the line, or goes to its end when other tasks
-    /// of it still wait; the places `line` showed lapsed are swept (each only if unchanged since,
-    /// so a waiter that asked again meanwhile keeps its place); and when and for how long it took
-    /// the key is published. Answers the line as it is now (`None` if the write failed: best
-    /// effort, a place left behind lapses by the waiter timeout).
-    async fn taken(
-        &self,
-        req: &Acquire,
-        queue_key: &Key,
-        line: &Line,
-        requeue: bool,
-    ) -> Option<Line> {
-        let me = self.inner.waiting.id();
-        let now = now_us();
-        let mut ops: Vec<Operation> = line
-            .lapsed(now)
-            .filter(|e| e.id != me)
-            .map(|e| {
-                let exact =
-                    |deadline: i64| Value::List(vec![Value::Int(e.ticket), Value::Int(deadline)]);
-                maps::remove_by_value_range(
-                    LINE_BIN,
-                    exact(e.deadline),
-                    exact(e.deadline.saturating_add(1)),
-                    MapReturnType::NONE,
-                )
-            })
-            .collect();
-        ops.push(if requeue {
-            maps::put(
-                &MapPolicy::default(),
-                LINE_BIN,
-                Value::from(me),
-                self.place(now),
-            )
-        } else {
-            maps::remove_by_key(LINE_BIN, Value::from(me), MapReturnType::NONE)
-        });
-
-        ops.push(operations::put(&as_bin!(GRANTED_BIN, now)));
-        // Always written, so the line never shows this grant with another process's estimate
-        // (a nil removes the bin: no estimate yet).
-        let hold = self.inner.waiting.hold_estimate(req.key.as_str());
-        self.inner.waiting.publish(req.key.as_str(), now, hold);
-        ops.push(operations::put(&as_bin!(
-            HOLD_BIN,
-            hold.map_or(Value::Nil, Value::from)
-        )));
-        ops.push(operations::get_bin(LINE_BIN));
-        let read_at = ops.len() - 1;
-        match self.queue_operate("queue", &req.key, queue_key, &ops).await {
-            Ok(record) => {
-                let results = record.results.unwrap_or_default();
-                Some(Line {
-                    granted: Some(now),
-                    ..Line::parse(results.get(read_at), None, None)
-                })
-            }
-            Err(error) => {
-                tracing::debug!(key = %req.key, %error,
-                    "could not update the waiter line after a grant; the place lapses by the waiter timeout");
-                None
-            }
-        }
-    }
-
-    /// After a release earlier than the line says (see [`Waiting::released_early`]): removes the
-    /// grant time `granted` from the line, in the background and only while it is still this
-    /// process's (a filter on its value: a later holder's grant is never touched), so the head
-    /// tries the free lock record at its next look instead of at the estimated release. Lost, it
-    /// costs only that wait.
-    pub(crate) fn clear_grant(&self, key: LockKey, granted: i64) {
-        let store = self.clone();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            let Ok(queue_key) = store.queue_key(&key) else {
-                return;
-            };
-            let mut policy = store.write_policy(store.inner.config.commit_levels.release);
-            policy.record_exists_action = RecordExistsAction::UpdateOnly;
-            policy.expiration = Expiration::DontUpdate;
-            policy.base_policy.filter_expression =
-                Some(eq(int_bin(GRANTED_BIN.to_owned()), int_val(granted)));
-            let ops = [operations::put(&as_bin!(GRANTED_BIN, Value::Nil))];
-            if let Err(error) = store.inner.client.operate(&policy, &queue_key, &ops).await {
-                if !matches!(
-                    classify(&error),
-                    Class::Server(ResultCode::KeyNotFoundError | ResultCode::FilteredOut)
-                ) {
-                    tracing::debug!(%key, %error,
-                        "could not clear the grant time from the waiter line after an early release");
-                }
-            }
-        });
-    }
-
-    /// Gives up this process's place in `key`'s line, in the background.
-    pub(crate) fn leave_line(&self, key: LockKey) {
-        let store = self.clone();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // the place lapses by the waiter timeout
-        };
-        runtime.spawn(async move {
-            let Ok(queue_key) = store.queue_key(&key) else {
-                return;
-            };
-            let me = store.inner.waiting.id().to_owned();
-            let mut policy = store.write_policy(store.inner.config.commit_levels.acquire);
-            policy.record_exists_action = RecordExistsAction::UpdateOnly;
-            policy.expiration = Expiration::DontUpdate;
-            let ops = [maps::remove_by_key(
-                LINE_BIN,
-                Value::from(me),
-                MapReturnType::NONE,
-            )];
-            if let Err(error) = store.inner.client.operate(&policy, &queue_key, &ops).await {
-                if classify(&error) != Class::Server(ResultCode::KeyNotFoundError) {
-                    tracing::debug!(%key, %error,
-                        "could not leave the waiter line; the place lapses by the waiter timeout");
-                }
-            }
-        });
-    }
-
-    /// With fair waiting, `watch` registers the waiter; see [`Waiting::watch`].
-    pub(crate) fn watch_line(&self, key: &LockKey) -> ReleaseWatch {
-        let store = self.clone();
-        let owned = key.clone();
-        self.inner
-            .waiting
-            .watch(key.as_str().to_owned(), move || store.leave_line(owned))
-    }
-
-    /// The fair exclusive acquire. A blocking attempt (with a deadline) takes or keeps the
-    /// process's place and reads the line (1 round trip); a try-lock only reads it. Only with
-    /// nobody live ahead does it try the lock record (the create-only write, and the fence steps);
-    /// granted, a process in line leaves it or goes to its end (1 more). Refused, the error says
-    /// when the line suggests looking again, and the process's waiters are woken then.
-    pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Result<Lease> {
-        let queue_key = self.queue_key(&req.key)?;
-        let key = req.key.as_str();
-        let waiting = &self.inner.waiting;
-        let me = waiting.id();
-        let blocking = req.deadline.is_some();
-        let cap = self.waiter_timeout() / 3;
-        // The head refused by the lock record asks the record again directly, for a while: one
-        // round trip per hand-over instead of two.
-        let known_head = blocking.then(|| waiting.head(key, cap)).flatten();
-        // Only a fresh reading is remembered: the process enters again (refreshing its place)
-        // at least every `cap`.
-        let fresh = known_head.is_none();
-        let line = match known_head {
-            Some(line) => line,
-            None if blocking => self.enter(req, &queue_key).await?,
-            None => self.peek(req, &queue_key).await?,
-        };
-        let now = now_us();
-        let ahead = line.ahead_of(me, now);
-        if ahead == 0
-            && blocking
-            && fresh
-            && line.holder_busy(now)
-            && line.granted != waiting.published(key)
-        {
-            // The head, with the holder (another process: this one asks, so it holds nothing)
-            // mid-hold: it looks again at the expected release, going straight to the lock
-            // record then.
-            let again_in = line.ask_again_in(0, now, 0, cap);
-            waiting.late(key, false);
-            waiting.set_head(key, Some(line));
-            waiting.attempted(key, true, Some(again_in));
-            return Err(Error::unavailable(&req.key).with_retry_after(again_in));
-        }
-        if ahead > 0 {
-            let again_in = line.look_again_in(ahead, now, 0, cap);
-            if blocking {
-                waiting.late(key, false);
-                waiting.attempted(key, true, Some(again_in));
-            }
-            return Err(Error::unavailable(&req.key).with_retry_after(again_in));
-        }
-        match self.acquire_record(req).await {
-            Ok(lease) => {
-                let granted_at = Instant::now();
-                if !blocking {
-                    let contended = line.others(me, now) > 0;
-                    // A try-lock is no watcher: any watcher is another task.
-                    let sample = sampled(contended, waiting.waiters(key) > 0);
-                    waiting.granted(key, sample.then_some(granted_at));
-                    return Ok(lease.with_contended(contended));
-                }
-                waiting.set_head(key, None);
-                waiting.late(key, false);
-                let requeue = waiting.others_wait(key);
-                let others = line.others(me, now);
-                let mut after = if others > 0 {
-                    // Others wait (the lease says so whatever else the line holds now): the line
-                    // is updated in the background, so the holder starts at once, and the next
-                    // head, which tries at this holder's expected release, is not delayed by it.
-                    let (store, req, queue_key, read) =
-                        (self.clone(), req.clone(), queue_key.clone(), line.clone());
-                    tokio::spawn(async move {
-                        store.taken(&req, &queue_key, &read, requeue).await;
-                    });
-                    let mut after = line;
-                    if requeue {
-                        // This process's new place: behind everyone now in line.
-                        if let Some(mine) = after.entries.iter_mut().find(|e| e.id == me) {
-                            mine.ticket = i64::MAX;
-                        }
-                        after.entries.sort_by_key(|e| e.ticket);
-                    }
-                    after
-                } else {
-                    // The line read showed nobody else (it may be stale, when the head went
-                    // straight to the lock record): the update reads it back, fresh.
-                    self.taken(req, &queue_key, &line, requeue)
-                        .await
-                        .unwrap_or(line)
-                };
-                let now = now_us();
-                let others = after.others(me, now);
-                let sample = sampled(others > 0, requeue);
-                waiting.granted(key, sample.then_some(granted_at));
-                // Back at the end: this process's next waiter looks again when the others ahead
-                // should have had their turn (this hold first).
-                after.granted = Some(now);
-                after.hold = waiting.hold_estimate(key).or(after.hold);
-                let again_in =
-                    requeue.then(|| after.look_again_in(after.ahead_of(me, now), now, 0, cap));
-                waiting.attempted(key, requeue, again_in);
-                Ok(lease.with_contended(others > 0))
-            }
-            Err(e) if e.is_unavailable() => {
-                if !blocking {
-                    return Err(e);
-                }
-                let now = now_us();
-                let late = waiting.late(key, line.holder_overdue(now));
-                let again_in = line.ask_again_in(0, now, late, cap);
-                if fresh {
-                    waiting.set_head(key, Some(line));
-                }
-                waiting.attempted(key, true, Some(again_in));
-                let again_in = e.retry_after().map_or(again_in, |left| left.min(again_in));
-                Err(e.with_retry_after(again_in))
-            }
-            Err(e) => {
-                if blocking {
-                    waiting.set_head(key, None);
-                    waiting.attempted(key, true, None);
-                }
-                Err(e)
-            }
-        }
-    }
 }
 
 #[cfg(test)]
