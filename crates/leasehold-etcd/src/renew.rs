@@ -5,7 +5,10 @@
 //! without a Raft write — and then a read-only transaction that checks the hold still carries our
 //! token *on that lease*: a keep-alive renews a lease whatever it holds, and an operator may have
 //! deleted the record (or it expired and another owner took the key on a lease of its own). The
-//! check comes after the keep-alive, so a hold it sees was renewed before it looked.
+//! check comes after the keep-alive, so a hold it sees was renewed before it looked. When either
+//! step fails (the lease is gone, or the hold is not on it: moved by a concurrent extend, or by
+//! one whose reply was lost), the renewal falls back to the owner-checked move below, so whether
+//! the lock is still held is decided by its token alone, as for every other extend.
 //!
 //! An extend to another TTL cannot be a keep-alive (a lease always renews to its granted TTL):
 //! it moves the hold to a new lease in one owner-checked transaction (`EtcdStore::extend`).
@@ -53,12 +56,17 @@ impl HeldLeases {
 impl EtcdStore {
     /// Renews `lease`'s hold for `ttl` by a keep-alive of `held`, the etcd lease it is on (whose
     /// granted TTL is `ttl` in whole seconds), then checks that the hold is still ours on it.
+    ///
+    /// `None` when the keep-alive cannot tell: the lease is gone, or the hold is not (or no
+    /// longer) on it — moved to another lease by a concurrent extend, or by one whose reply was
+    /// lost. The caller then extends by the owner-checked move, which alone decides `NotHeld`
+    /// (by the token, whatever lease the hold is on).
     pub(crate) async fn renew_by_keep_alive(
         &self,
         lease: &Lease,
         ttl: Duration,
         held: HeldLease,
-    ) -> Result<Lease> {
+    ) -> Result<Option<Lease>> {
         let sent_at = Instant::now();
         let mut client = self.lease_client();
         // etcd-client's `keep_alive` sends the first renewal and reads its answer before it
@@ -67,13 +75,7 @@ impl EtcdStore {
             tokio::time::timeout(self.config().response_timeout, client.keep_alive(held.id)).await;
         match kept {
             Ok(Ok(_stream)) => {}
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => {
-                self.held_leases().remove(lease.token());
-                return Err(Error::not_held(
-                    "the lock's etcd lease expired before it could be renewed",
-                )
-                .with_key(lease.key().as_str()));
-            }
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => return Ok(None),
             Ok(Err(e)) => return Err(self.err(Op::Extend, lease.key(), e)),
             Err(_) => {
                 return Err(Error::new(
@@ -98,12 +100,8 @@ impl EtcdStore {
             .await
             .map_err(|e| self.err(Op::Extend, lease.key(), e))?;
         if !response.succeeded() {
-            self.held_leases().remove(lease.token());
-            return Err(Error::not_held(
-                "the lock was deleted or taken by another owner before it could be renewed",
-            )
-            .with_key(lease.key().as_str()));
+            return Ok(None);
         }
-        Ok(lease.renewed(ttl, sent_at))
+        Ok(Some(lease.renewed(ttl, sent_at)))
     }
 }

@@ -369,7 +369,9 @@ impl LockStore for EtcdStore {
         let secs = seconds(ttl)?;
         if let Some(held) = self.inner.held.get(lease.token()) {
             if held.seconds == secs {
-                return self.renew_by_keep_alive(lease, ttl, held).await;
+                if let Some(renewed) = self.renew_by_keep_alive(lease, ttl, held).await? {
+                    return Ok(renewed);
+                }
             }
         }
         let hold_key = self.hold_key(lease);

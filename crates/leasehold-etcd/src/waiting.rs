@@ -326,6 +326,15 @@ impl Waiting {
     /// The watch saw `key` deleted at `revision`: whether this process's waiters should wake.
     /// Our own waiter key never wakes them.
     fn deleted(&self, lock_key: &str, key: &[u8], revision: i64) -> bool {
+        // The watch's prefix is the record key, so it also sees locks whose names start with
+        // this one's (`…#line2` under `…#line`): none of their deletions concerns this lock.
+        let ours = key == lock_key.as_bytes()
+            || key
+                .strip_prefix(lock_key.as_bytes())
+                .is_some_and(|rest| rest.starts_with(b"#"));
+        if !ours {
+            return false;
+        }
         let mut watched = self.lock();
         let Some(entry) = watched.get_mut(lock_key) else {
             return false;

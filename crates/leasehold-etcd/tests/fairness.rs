@@ -322,3 +322,50 @@ async fn a_waiter_that_gives_up_revokes_the_lease_it_kept() {
     }
     held.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_whose_name_extends_anothers_does_not_wake_its_waiters() {
+    let (_server, endpoint, mut raw) = private_etcd().await;
+    let (holder, _) = counted(&endpoint).await;
+    let held = holder.try_lock("look").await.expect("free");
+    let (waiter, counts) = counted(&endpoint).await;
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock_with("look", LockOptions::new().wait(Duration::from_secs(30)))
+            .await
+            .expect("its turn comes")
+            .release()
+            .await
+            .expect("release");
+    });
+    until_queued(&mut raw, "look", 1).await;
+    // Its read of the line (after joining) is done once it asked twice; from then on only a
+    // deletion under `look` may wake it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counts.acquires() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never looked at its line"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let asked = counts.acquires();
+    // `look2`'s record sits under `look`'s watch prefix: ten releases of it.
+    for _ in 0..10 {
+        holder
+            .try_lock("look2")
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        counts.acquires() - asked <= 1,
+        "ten releases of another lock woke the waiter {} times",
+        counts.acquires() - asked
+    );
+    held.release().await.unwrap();
+    waiting.await.expect("the waiter got its turn");
+}

@@ -106,3 +106,36 @@ async fn a_renewal_finds_a_hold_that_is_gone_even_when_its_lease_is_alive() {
     assert!(info.is_owned_by(second.token()));
     assert!(store.release(&second).await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_follows_a_hold_moved_to_another_lease_behind_its_back() {
+    let (_server, store, mut raw) = setup().await;
+    let ttl = Duration::from_secs(30);
+    let lease = store
+        .try_acquire(&Acquire::new(key("moved"), OwnerToken::generate(), ttl))
+        .await
+        .unwrap();
+    let first = record_lease(&mut raw, &store, lease.key()).await;
+    // What an extend whose reply was lost (or a concurrent one) leaves: our token, on a lease the
+    // store does not know, and the old lease gone.
+    let other = raw.lease_grant(30, None).await.unwrap().id();
+    raw.put(
+        store.lock_key(lease.key()),
+        lease.token().as_str(),
+        Some(etcd_client::PutOptions::new().with_lease(other)),
+    )
+    .await
+    .unwrap();
+    raw.lease_revoke(first).await.unwrap();
+
+    let renewed = store
+        .extend(&lease, ttl)
+        .await
+        .expect("still ours: renewed, not reported lost");
+    let info = store.inspect(renewed.key()).await.unwrap().expect("held");
+    assert!(info.is_owned_by(lease.token()));
+    // And the next renewal keeps the lease it is on now alive.
+    let now_on = record_lease(&mut raw, &store, lease.key()).await;
+    store.extend(&renewed, ttl).await.expect("renewed again");
+    assert_eq!(record_lease(&mut raw, &store, lease.key()).await, now_on);
+}
