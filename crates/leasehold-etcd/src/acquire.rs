@@ -2,6 +2,8 @@
 //! [`crate::shared`], the fair line's from [`crate::waiting`]), and what a refusal leaves behind
 //! (a place in line, a waiting writer's marker).
 
+use std::time::Duration;
+
 use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, PutResponse, Txn, TxnOp, TxnOpResponse,
 };
@@ -26,18 +28,24 @@ impl EtcdStore {
         // A blocking attempt of a process that watches the key waits in line: its first attempt
         // is a plain try (free and nobody waiting), and joins the line if that fails.
         let blocking = fair && req.deadline.is_some() && waiting.is_watched(&lock_key);
-        let place = if blocking {
+        let mut place = if blocking {
             waiting.current_place(&lock_key)
         } else {
             None
         };
-        if let Some(place) = &place {
+        if let Some(held) = &place {
             // First in line and the watch saw the hold go: the transaction alone decides, and the
             // read is a round trip less in the hand-over.
-            if !waiting.take_turn(&lock_key, place)
-                && !self.is_my_turn(&req.key, &lock_key, place).await?
-            {
-                return Err(Error::unavailable(&req.key));
+            if !waiting.take_turn(&lock_key, held) {
+                match self.is_my_turn(&req.key, &lock_key, held).await? {
+                    Turn::Mine => {}
+                    Turn::NotYet => return Err(Error::unavailable(&req.key)),
+                    // Forgotten: this attempt joins the line again, as a first attempt does.
+                    Turn::Lapsed => {
+                        waiting.session_lost(held.session);
+                        place = None;
+                    }
+                }
             }
         }
         let join = match (&place, blocking) {
@@ -83,7 +91,14 @@ impl EtcdStore {
             // write — but a blocking request still takes its place in line.
             let counted = match req.mode.permits() {
                 Some(permits) => {
-                    let (taken, revision) = shared::permits_taken(self, req, &lock_key).await?;
+                    let (taken, revision) = match shared::permits_taken(self, req, &lock_key).await
+                    {
+                        Ok(counted) => counted,
+                        Err(error) => {
+                            set_aside(lease_id, sent_at); // nothing was written on it
+                            return Err(error);
+                        }
+                    };
                     if taken >= i64::from(permits) {
                         set_aside(lease_id, sent_at);
                         if let Some((key, session)) = &join {
@@ -102,6 +117,17 @@ impl EtcdStore {
             let txn = self.acquire_txn(req, &lock_key, rule, lease_id, place.as_ref(), &join);
             let response = match self.kv().txn(txn).await {
                 Ok(response) => response,
+                Err(e) if lease_not_found(&e) => {
+                    // Refused before it was applied: a lease it puts on is gone (the waiter
+                    // lease lapsed before its keeper noticed, or someone revoked the spare).
+                    // Nothing was written; the next attempt, at once, starts afresh.
+                    if let Some((_, session)) = &join {
+                        waiting.session_lost(*session);
+                    }
+                    self.revoke_later(lease_id);
+                    tracing::debug!(key = %req.key, error = %e, "a lease of the attempt was gone");
+                    return Err(Error::unavailable(&req.key).with_retry_after(Duration::ZERO));
+                }
                 Err(e) => {
                     let error = self.err(Op::Acquire, &req.key, e);
                     if !error.is_in_doubt() {
@@ -125,12 +151,28 @@ impl EtcdStore {
                     &responses,
                 );
             }
-            if let (Some((key, _)), Some(TxnOpResponse::Put(put))) = (&join, responses.last()) {
-                self.took_place(&lock_key, key, put, revision);
+            if let (Some((key, session)), Some(TxnOpResponse::Put(put))) = (&join, responses.last())
+            {
+                self.took_place(&lock_key, key, *session, put, revision);
+            }
+            if let Some(place) = place.as_ref().filter(|_| place_lapsed(&responses)) {
+                // The waiter lease lapsed (etcd unreachable for its TTL, or revoked): the next
+                // attempt, at once, joins the line again instead of comparing against a key that
+                // is gone — and takes the lock if it is free, as this one could not.
+                waiting.forget(&lock_key, place);
+                waiting.session_lost(place.session);
+                set_aside(lease_id, sent_at);
+                return Err(Error::unavailable(&req.key).with_retry_after(Duration::ZERO));
             }
             // With a place, a lost turn (between the read and the transaction) reads again on the
             // next attempt (and rejoins if the waiter lease lapsed).
-            let seen = Seen::read(req, &self.config().prefix, &responses)?;
+            let seen = match Seen::read(req, &self.config().prefix, &responses) {
+                Ok(seen) => seen,
+                Err(error) => {
+                    set_aside(lease_id, sent_at); // refused: nothing holds on it
+                    return Err(error);
+                }
+            };
             let line_free = !fair
                 || match &place {
                     Some(place) => seen.head.as_deref() == Some(place.key.as_bytes()),
@@ -212,6 +254,14 @@ impl EtcdStore {
         if let Some((key, session)) = join {
             otherwise.push(join_op(self.waiting(), key, *session));
         }
+        if let Some(place) = place {
+            // Whether our place is still in line: a turn taken on the watch's word alone skips
+            // the read that would have seen it lapse (see `place_lapsed`).
+            otherwise.push(TxnOp::get(
+                place.key.as_str(),
+                Some(GetOptions::new().with_count_only()),
+            ));
+        }
         Txn::new().when(when).and_then(then).or_else(otherwise)
     }
 
@@ -248,10 +298,7 @@ impl EtcdStore {
         }
         self.held_leases().insert(
             &req.token,
-            HeldLease {
-                id: lease_id,
-                seconds: lease_seconds(req.ttl).unwrap_or(0),
-            },
+            HeldLease::new(lease_id, lease_seconds(req.ttl).unwrap_or(0), sent_at),
         );
         let others = match responses.last() {
             Some(TxnOpResponse::Get(g)) => g.count(),
@@ -277,7 +324,7 @@ impl EtcdStore {
             Ok(response) => {
                 let revision = response.header().map_or(0, |h| h.revision());
                 if let Some(TxnOpResponse::Put(put)) = response.op_responses().first() {
-                    self.took_place(lock_key, key, put, revision);
+                    self.took_place(lock_key, key, session, put, revision);
                 }
             }
             Err(error) => tracing::debug!(key = %req.key, %error,
@@ -287,13 +334,21 @@ impl EtcdStore {
 
     /// Records the place a put of our waiter key took (a key that existed keeps its create
     /// revision).
-    fn took_place(&self, lock_key: &str, key: &str, put: &PutResponse, revision: i64) {
+    fn took_place(
+        &self,
+        lock_key: &str,
+        key: &str,
+        session: i64,
+        put: &PutResponse,
+        revision: i64,
+    ) {
         let created = put.prev_key().map_or(revision, |p| p.create_revision());
         self.waiting().set_place(
             lock_key,
             Place {
                 key: key.to_owned(),
                 revision: created,
+                session,
             },
         );
     }
@@ -301,9 +356,8 @@ impl EtcdStore {
     /// One read-only transaction (served by etcd without a Raft write): is the record absent and
     /// nobody ahead of our place in line? The waiter keys ahead are remembered, so that the watch
     /// wakes this process only when the last of them leaves (see [`crate::ahead`]). A place whose
-    /// key is gone (the waiter lease lapsed) is forgotten, so the next attempt joins the line
-    /// again.
-    async fn is_my_turn(&self, key: &LockKey, lock_key: &str, place: &Place) -> Result<bool> {
+    /// key is gone (the waiter lease lapsed) is forgotten, and the attempt joins the line again.
+    async fn is_my_turn(&self, key: &LockKey, lock_key: &str, place: &Place) -> Result<Turn> {
         let ([record, ahead, mine], read_at) = self
             .read_ranges_at(
                 key,
@@ -328,7 +382,7 @@ impl EtcdStore {
             .await?;
         if mine.count() == 0 {
             self.waiting().forget(lock_key, place);
-            return Ok(false);
+            return Ok(Turn::Lapsed);
         }
         // The range is already cut at our place; the filter also keeps a server that ignores
         // `max_create_revision` (or a place at revision 1, where 0 means "no limit") correct.
@@ -338,11 +392,37 @@ impl EtcdStore {
             .filter(|kv| kv.create_revision() < place.revision)
             .map(|kv| kv.key().to_vec());
         let Some(learned) = self.waiting().learn_ahead(lock_key, place, keys, read_at) else {
-            return Ok(false);
+            return Ok(Turn::NotYet);
         };
         // A release the watch saw after the read makes it worth trying: the transaction decides.
-        Ok(learned.first && (record.count() == 0 || learned.hold_gone_since))
+        if learned.first && (record.count() == 0 || learned.hold_gone_since) {
+            Ok(Turn::Mine)
+        } else {
+            Ok(Turn::NotYet)
+        }
     }
+}
+
+/// etcd refused a request because a lease it names does not exist (nothing was applied).
+fn lease_not_found(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status)
+        if status.code() == tonic::Code::NotFound && status.message().contains("lease not found"))
+}
+
+/// What a read of the line says of a place in it.
+enum Turn {
+    /// First in line, and the lock may be free: worth a transaction.
+    Mine,
+    /// Someone is ahead, or the lock is held.
+    NotYet,
+    /// The place is gone (its waiter lease lapsed, or was revoked) and is forgotten.
+    Lapsed,
+}
+
+/// Whether a refused attempt with a place in line found its waiter key gone (the read after
+/// [`shared::why_refused`]'s).
+fn place_lapsed(responses: &[TxnOpResponse]) -> bool {
+    matches!(responses.get(shared::REFUSAL_READS), Some(TxnOpResponse::Get(mine)) if mine.count() == 0)
 }
 
 /// Puts our waiter key in a lock's line, on the waiter lease.

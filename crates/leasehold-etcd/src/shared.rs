@@ -92,6 +92,9 @@ impl Rule {
     }
 }
 
+/// How many reads [`why_refused`] adds to a transaction's else branch.
+pub(crate) const REFUSAL_READS: usize = 5;
+
 /// The reads a refused acquisition sends in its `else` branch, to say why: the record, the first
 /// holder (its key names the mode), whether a writer waits, the head of the line and, for a
 /// permit, how many of its mode are taken. [`Seen::read`] decodes them in this order.
@@ -150,7 +153,7 @@ impl Seen {
     ) -> Result<Seen> {
         let gets: Vec<&etcd_client::GetResponse> = responses
             .iter()
-            .take(5)
+            .take(REFUSAL_READS)
             .filter_map(|r| match r {
                 TxnOpResponse::Get(g) => Some(g),
                 _ => None,

@@ -388,11 +388,15 @@ impl LockStore for EtcdStore {
                 lease.token().as_str(),
                 Some(PutOptions::new().with_lease(new_lease).with_prev_key()),
             )]);
-        let response = self
-            .kv()
-            .txn(txn)
-            .await
-            .map_err(|e| self.err(Op::Extend, lease.key(), e))?;
+        let response = match self.kv().txn(txn).await {
+            Ok(response) => response,
+            Err(e) => {
+                // In doubt, the hold may be on either lease: forget which, so the next renewal
+                // goes straight to the move (deciding by the token).
+                self.inner.held.remove(lease.token());
+                return Err(self.err(Op::Extend, lease.key(), e));
+            }
+        };
         if !response.succeeded() {
             self.revoke_later(new_lease);
             self.inner.held.remove(lease.token());
@@ -408,13 +412,9 @@ impl LockStore for EtcdStore {
                 }
             }
         }
-        self.inner.held.insert(
-            lease.token(),
-            HeldLease {
-                id: new_lease,
-                seconds: secs,
-            },
-        );
+        self.inner
+            .held
+            .insert(lease.token(), HeldLease::new(new_lease, secs, sent_at));
         Ok(lease.renewed(ttl, sent_at))
     }
 

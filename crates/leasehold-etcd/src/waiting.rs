@@ -19,7 +19,7 @@
 //! counts its TTL from the grant, so it never claims longer than etcd keeps it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -41,6 +41,8 @@ const REWATCH_DELAY: Duration = Duration::from_millis(200);
 pub(crate) struct Place {
     pub(crate) key: String,
     pub(crate) revision: i64,
+    /// The waiter lease the key lives on.
+    pub(crate) session: i64,
 }
 
 /// One lock some task of this process waits on.
@@ -89,6 +91,11 @@ pub(crate) struct Waiting {
     watch_timeout: Duration,
     watched: Mutex<HashMap<String, Watched>>,
     session: tokio::sync::Mutex<Option<Session>>,
+    /// Set by `close`: a spare handed in after it is revoked, not kept.
+    closed: AtomicBool,
+    /// A waiter lease found gone before its keeper noticed (a place on it lapsed, or etcd
+    /// refused a put on it): the next place is taken on a new one.
+    session_gone: AtomicI64,
 }
 
 impl std::fmt::Debug for Waiting {
@@ -111,6 +118,8 @@ impl Waiting {
             watch_timeout: config.connect_timeout + config.response_timeout,
             watched: Mutex::new(HashMap::new()),
             session: tokio::sync::Mutex::new(None),
+            closed: AtomicBool::new(false),
+            session_gone: AtomicI64::new(0),
         }
     }
 
@@ -201,16 +210,17 @@ impl Waiting {
         });
     }
 
-    /// Keeps `spare` for the next attempt on `lock_key` while a task of this process waits on it;
-    /// otherwise (or if a spare is already kept) revokes it.
+    /// Keeps `spare` for the next attempt on `lock_key` while a task of this process waits on it
+    /// (of two, the younger: it has more of its TTL left); the one not kept is revoked, as is
+    /// every spare handed in after the store closed.
     pub(crate) fn keep_spare(&self, lock_key: &str, spare: Spare) {
         let unused = {
             let mut watched = self.lock();
             match watched.get_mut(lock_key) {
-                Some(entry) if entry.spare.is_none() => {
-                    entry.spare = Some(spare);
-                    None
-                }
+                Some(entry) if !self.closed.load(Ordering::SeqCst) => match entry.spare {
+                    Some(kept) if kept.granted_at >= spare.granted_at => Some(spare),
+                    _ => entry.spare.replace(spare),
+                },
                 _ => Some(spare),
             }
         };
@@ -323,6 +333,14 @@ impl Waiting {
             .is_some_and(|entry| entry.ahead.take_turn())
     }
 
+    /// The watch may have missed deletions of `lock_key` (it could not be resumed where it broke):
+    /// nothing is known about who is ahead until the line is read again.
+    fn line_unknown(&self, lock_key: &str) {
+        if let Some(entry) = self.lock().get_mut(lock_key) {
+            entry.ahead.forget();
+        }
+    }
+
     /// The watch saw `key` deleted at `revision`: whether this process's waiters should wake.
     /// Our own waiter key never wakes them.
     fn deleted(&self, lock_key: &str, key: &[u8], revision: i64) -> bool {
@@ -350,12 +368,19 @@ impl Waiting {
         entry.ahead.deleted(key, revision, waiter)
     }
 
+    /// Waiter lease `id` is gone (etcd said so): the next place is taken on a new one.
+    pub(crate) fn session_lost(&self, id: i64) {
+        self.session_gone.store(id, Ordering::SeqCst);
+    }
+
     /// The waiter lease, granted (and kept alive in the background) when first needed or after it
     /// was lost.
     pub(crate) async fn session(&self) -> Result<i64, etcd_client::Error> {
         let mut session = self.session.lock().await;
         if let Some(current) = &*session {
-            if current.alive.load(Ordering::SeqCst) {
+            if current.alive.load(Ordering::SeqCst)
+                && current.id != self.session_gone.load(Ordering::SeqCst)
+            {
                 return Ok(current.id);
             }
         }
@@ -375,6 +400,7 @@ impl Waiting {
 
     /// Revokes the waiter lease: every waiter key of this store leaves its line.
     pub(crate) async fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
         let spares: Vec<i64> = self
             .lock()
             .values_mut()
@@ -441,8 +467,13 @@ async fn keep_alive(mut lease: LeaseClient, id: i64, ttl: i64, alive: Arc<Atomic
 }
 
 /// Reads one lock's watch stream (deletes under the lock's key prefix), waking the waiters of the
-/// process on a deletion that concerns it (see [`Waiting::deleted`]); watches again after the
-/// stream breaks.
+/// process on a deletion that concerns it (see [`Waiting::deleted`]).
+///
+/// After the stream breaks it watches again from the revision after the last one it saw, so
+/// etcd replays the deletions of the gap and none is lost: waking everyone at the break would
+/// only send them to ask while the connection is down. Only when etcd cannot replay (the gap
+/// was compacted away, or the first watch never came up) is what the process knows of its line
+/// reset, and its waiters woken once the new watch is confirmed, to read the line again.
 async fn watch_loop(
     waiting: Weak<Waiting>,
     mut client: WatchClient,
@@ -451,37 +482,58 @@ async fn watch_loop(
     created: tokio::sync::oneshot::Sender<()>,
 ) {
     let mut created = Some(created);
+    // The revision to watch from after a break: one past the last this watch has seen.
+    let mut resume: Option<i64> = None;
+    // Deletions may have been missed: reset and wake once a watch is confirmed again.
+    let mut missed = false;
     loop {
-        let options = WatchOptions::new()
+        let mut options = WatchOptions::new()
             .with_prefix()
             .with_filters([WatchFilterType::NoPut]);
+        if let Some(from) = resume {
+            options = options.with_start_revision(from);
+        }
         match client.watch(lock_key.as_str(), Some(options)).await {
             Ok(mut stream) => {
                 while let Ok(Some(response)) = stream.message().await {
+                    let Some(waiting) = waiting.upgrade() else {
+                        return;
+                    };
+                    if response.canceled() {
+                        if response.compact_revision() > 0 {
+                            // The replay's start was compacted: what happened since is gone.
+                            resume = None;
+                            missed = true;
+                        }
+                        break;
+                    }
                     if response.created() {
                         if let Some(created) = created.take() {
                             let _ = created.send(());
                         }
+                        if resume.is_none() {
+                            // A fresh watch sees what happens after the revision it was made at.
+                            resume = response.header().map(|h| h.revision() + 1);
+                        }
+                        if std::mem::take(&mut missed) {
+                            waiting.line_unknown(&lock_key);
+                            notify.notify_waiters();
+                        }
                     }
-                    if response.canceled() {
-                        break;
-                    }
-                    let Some(waiting) = waiting.upgrade() else {
-                        return;
-                    };
                     let at = response.header().map_or(0, |h| h.revision());
                     // Every event updates what the process knows of its line, so no `any`.
                     let mut wake = false;
                     for event in response.events() {
-                        if event.event_type() != EventType::Delete {
-                            continue;
-                        }
-                        if let Some(kv) = event.kv() {
-                            let revision = if kv.mod_revision() > 0 {
-                                kv.mod_revision()
-                            } else {
-                                at
-                            };
+                        let Some(kv) = event.kv() else { continue };
+                        let revision = if kv.mod_revision() > 0 {
+                            kv.mod_revision()
+                        } else {
+                            at
+                        };
+                        // From events, not the header: a catching-up response's header may be
+                        // ahead of the events it carries.
+                        resume = Some(resume.map_or(revision + 1, |r| r.max(revision + 1)));
+                        if event.event_type() == EventType::Delete {
                             wake |= waiting.deleted(&lock_key, kv.key(), revision);
                         }
                     }
@@ -499,9 +551,9 @@ async fn watch_loop(
         if waiting.strong_count() == 0 {
             return;
         }
-        // The stream broke: whoever waits must not sleep out a poll interval for an event that
-        // cannot come; wake them to ask etcd again.
-        notify.notify_waiters();
+        if resume.is_none() {
+            missed = true;
+        }
         tokio::time::sleep(REWATCH_DELAY).await;
     }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use leasehold::{ErrorKind, LockManager, LockOptions};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;
+use leasehold_testkit::fault_proxy::{FaultProxy, ProxyMode};
 use leasehold_testkit::fleet;
 
 const PROCESSES: usize = 4;
@@ -148,20 +149,48 @@ async fn counted(
     LockManager,
     std::sync::Arc<leasehold::layers::RequestCounts>,
 ) {
+    counted_polling(endpoint, leasehold::DEFAULT_RETRY_INTERVAL).await
+}
+
+/// A manager on its own connection whose store requests are counted, polling every `retry` as
+/// the safety net under the watch (the default is 1 s; a test that must see the watch alone wake
+/// a waiter sets it past the test's length).
+async fn counted_polling(
+    endpoint: &str,
+    retry: Duration,
+) -> (
+    LockManager,
+    std::sync::Arc<leasehold::layers::RequestCounts>,
+) {
     let store = EtcdStore::connect(EtcdConfig::new([endpoint]))
         .await
         .expect("connect");
+    counted_on(store, retry)
+}
+
+/// A counted manager on `store`, polling every `retry` (see [`counted_polling`]).
+fn counted_on(
+    store: EtcdStore,
+    retry: Duration,
+) -> (
+    LockManager,
+    std::sync::Arc<leasehold::layers::RequestCounts>,
+) {
     let counting = leasehold::layers::CountingLayer::new();
     let counts = counting.counts();
     let locks = LockManager::builder()
         .client_id("fair")
         .farm_id("f1")
+        .retry_interval(retry)
         .store(store)
         .layer(counting)
         .build()
         .expect("manager");
     (locks, counts)
 }
+
+/// Longer than any test here runs: a waiter polling this rarely is woken by the watch alone.
+const NEVER: Duration = Duration::from_secs(120);
 
 /// How many processes wait in `key`'s line, read straight from etcd.
 async fn line_length(raw: &mut etcd_client::Client, key: &str) -> i64 {
@@ -222,10 +251,11 @@ async fn a_hand_over_wakes_the_next_in_line_not_everyone_behind_it() {
         }));
         until_queued(&mut raw, "line", place).await;
     }
-    let (last, counts) = counted(&endpoint).await;
+    // It never polls: every attempt it makes is one the watch woke it for.
+    let (last, counts) = counted_polling(&endpoint, NEVER).await;
     let waiting = tokio::spawn(async move {
         let guard = last
-            .lock_with("line", LockOptions::new().wait(Duration::from_secs(30)))
+            .lock_with("line", LockOptions::new().wait(Duration::from_secs(60)))
             .await
             .expect("its turn comes");
         guard.release().await.expect("release");
@@ -241,13 +271,24 @@ async fn a_hand_over_wakes_the_next_in_line_not_everyone_behind_it() {
 
     // Five hand-overs ahead of it deleted ten keys under the lock (each holder's record and each
     // taker's place). Woken by all of them it would have asked ten times; woken only when the
-    // one just ahead of it left and then by the release it waited for, it asks twice, plus at
-    // most a couple of safety-net polls (every 0.5–1 s) on a slow machine.
+    // one just ahead of it left and then by the release it waited for, it asks two or three
+    // times (the first deletion after it queued wakes it to read its line; once if that release
+    // came before its look), and never polls.
     let asked = counts.acquires() - queued;
     assert!(
-        (2..=4).contains(&asked),
+        (1..=3).contains(&asked),
         "the last waiter asked {asked} times during five hand-overs ahead of it"
     );
+}
+
+/// The lease of the (one) waiter key in `key`'s line.
+async fn waiter_lease(raw: &mut etcd_client::Client, key: &str) -> i64 {
+    let line = format!("leasehold:DC#f1#fair#{key}#waiter#");
+    let found = raw
+        .get(line, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    found.kvs().first().expect("a waiter key in line").lease()
 }
 
 /// Every lease etcd holds now.
@@ -298,25 +339,30 @@ async fn a_waiter_that_gives_up_revokes_the_lease_it_kept() {
     let held = holder.try_lock("given-up").await.expect("free");
     let holding = leases(&mut raw).await;
     let (waiter, _) = counted(&endpoint).await;
-    let refused = waiter
-        .lock_with(
-            "given-up",
-            LockOptions::new().wait(Duration::from_millis(300)),
-        )
-        .await
-        .expect_err("held all along");
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock_with("given-up", LockOptions::new().wait(Duration::from_secs(2)))
+            .await
+    });
+    until_queued(&mut raw, "given-up", 1).await;
+    let session = std::collections::HashSet::from([waiter_lease(&mut raw, "given-up").await]);
+    let refused = waiting.await.unwrap().expect_err("held all along");
     assert_eq!(refused.kind(), ErrorKind::Timeout);
     // What is left of the waiter is its waiter lease (kept alive for the next wait); the lease
     // its refused attempt kept for its turn is revoked (in the background: poll for it).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let extra = leases(&mut raw).await.difference(&holding).count();
-        if extra <= 1 {
+        let extra: std::collections::HashSet<i64> = leases(&mut raw)
+            .await
+            .difference(&holding)
+            .copied()
+            .collect();
+        if extra == session {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "{extra} leases of the waiter outlived its wait"
+            "leases {extra:?} are left of the waiter; only its waiter lease {session:?} should be"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -368,4 +414,127 @@ async fn a_lock_whose_name_extends_anothers_does_not_wake_its_waiters() {
     );
     held.release().await.unwrap();
     waiting.await.expect("the waiter got its turn");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_during_a_broken_watch_still_wakes_the_waiter_once_it_is_back() {
+    let (server, endpoint, mut raw) = private_etcd().await;
+    let (holder, _) = counted(&endpoint).await;
+    let held = holder.try_lock("gap").await.expect("free");
+
+    // The waiter reaches etcd through a proxy that can cut it off, and never polls: only its
+    // watch can tell it the lock is free.
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let store = EtcdStore::connect(EtcdConfig::new([proxy.addr().to_string()]))
+        .await
+        .expect("connect through the proxy");
+    let (waiter, counts) = counted_on(store, NEVER);
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock_with("gap", LockOptions::new().wait(Duration::from_secs(60)))
+            .await
+            .map(|guard| guard.fencing_token())
+    });
+    until_queued(&mut raw, "gap", 1).await;
+    let asked = counts.acquires();
+
+    // Its connection (and with it the watch stream) is cut; the lock is released in the gap;
+    // then the connection comes back. The deletion happened while nothing watched.
+    proxy.set_mode(ProxyMode::Refuse);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.expect("release");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    proxy.set_mode(ProxyMode::Pass);
+
+    // The watch resumes where it broke, etcd replays the release, and the waiter takes the lock:
+    // long before its 120 s poll, and without an attempt during the cut (which would have failed
+    // the wait with a connection error).
+    let taken = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the replayed release woke the waiter")
+        .unwrap();
+    assert!(taken.is_ok(), "the waiter's wait failed: {taken:?}");
+    assert!(
+        counts.acquires() - asked <= 2,
+        "{} attempts after the cut: one woken by the replayed release should do",
+        counts.acquires() - asked
+    );
+}
+
+/// A process waits on `key` behind a holder, polling never; its waiter lease is then revoked
+/// (what etcd does when a process could not keep it alive for its TTL), so its place goes while
+/// it still counts on it. `read_first`: it has read its line before (so the release alone makes
+/// it take its turn, without a read that would see the place gone).
+async fn lapsed_place_then_release(key: &'static str, read_first: bool) {
+    let (_server, endpoint, mut raw) = private_etcd().await;
+    let (holder, _) = counted(&endpoint).await;
+    let held = holder.try_lock(key).await.expect("free");
+    let ahead = if read_first {
+        // Someone ahead of it who gives up: its leaving wakes the waiter, which reads its line
+        // and learns it is first.
+        let (ahead, _) = counted(&endpoint).await;
+        let gives_up = tokio::spawn(async move {
+            ahead
+                .lock_with(key, LockOptions::new().wait(Duration::from_secs(1)))
+                .await
+                .expect_err("held all along")
+        });
+        until_queued(&mut raw, key, 1).await;
+        Some(gives_up)
+    } else {
+        None
+    };
+    let (waiter, counts) = counted_polling(&endpoint, NEVER).await;
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock_with(key, LockOptions::new().wait(Duration::from_secs(60)))
+            .await
+            .map(|guard| guard.fencing_token())
+    });
+    until_queued(&mut raw, key, if read_first { 2 } else { 1 }).await;
+    if let Some(gives_up) = ahead {
+        let asked = counts.acquires();
+        assert_eq!(gives_up.await.unwrap().kind(), ErrorKind::Timeout);
+        until_queued_exactly(&mut raw, key, 1).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while counts.acquires() == asked {
+            assert!(Instant::now() < deadline, "the waiter never read its line");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    let session = waiter_lease(&mut raw, key).await;
+    raw.lease_revoke(session).await.unwrap();
+    until_queued_exactly(&mut raw, key, 0).await;
+
+    // The release wakes it (first in line, as far as it knows): it finds its place gone, and
+    // instead of waiting for a poll that never comes, it joins again (on a new waiter lease) and
+    // takes the lock.
+    held.release().await.expect("release");
+    let taken = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiter took the free lock after its place lapsed")
+        .unwrap();
+    assert!(taken.is_ok(), "the waiter's wait failed: {taken:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_place_lapsed_joins_the_line_again_and_takes_its_turn() {
+    lapsed_place_then_release("lapsed", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_place_lapsed_after_it_learned_it_was_first_joins_again() {
+    lapsed_place_then_release("lapsed-first", true).await;
+}
+
+/// Waits (bounded) until exactly `n` processes wait in `key`'s line.
+async fn until_queued_exactly(raw: &mut etcd_client::Client, key: &str, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while line_length(raw, key).await != n {
+        assert!(
+            Instant::now() < deadline,
+            "the line of {key} never held {n} waiters"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
