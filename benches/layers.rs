@@ -15,6 +15,10 @@
 //!     (first, the floor: the same on tokio's FIFO `Mutex`, no store):
 //!     acquisitions per second and store requests per acquisition, local competition off / on /
 //!     on with hand-off.
+//!
+//! For a profiler, `HOT_ONLY="<row label>"` (e.g. `HOT_ONLY="local competition on"`) runs the
+//! floor and that one hot-key row of (c), without (b): `perf record` or `valgrind
+//! --tool=callgrind` then sees only it.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -215,6 +219,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 /// (b) A holder releases; a task waiting in `lock()` gets the lock. Returns sorted latencies.
 fn hand_off_latency(label: &str, builder: LockManagerBuilder, rounds: usize) {
+    if rounds == 0 {
+        return;
+    }
     let rt = multi_thread();
     let locks = builder.build().expect("manager");
     let mut samples = rt.block_on(async {
@@ -299,6 +306,9 @@ fn remote(builder: LockManagerBuilder) -> LockManagerBuilder {
 /// (c) 64 tasks × `per_task` acquisitions of one key.
 fn hot_key(label: &str, builder: LockManagerBuilder, per_task: usize) {
     const TASKS: usize = 64;
+    if std::env::var("HOT_ONLY").is_ok_and(|only| only != label) {
+        return;
+    }
     let rt = multi_thread();
     let counting = CountingLayer::new();
     let counts = counting.counts();
@@ -390,7 +400,11 @@ fn main() {
         return;
     }
 
-    let rounds = 2000;
+    let rounds = if std::env::var("HOT_ONLY").is_ok() {
+        0
+    } else {
+        2000
+    };
     hand_off_latency("local competition off", bare(), rounds);
     hand_off_latency(
         "local competition on",
