@@ -41,10 +41,9 @@ impl EtcdStore {
                     Turn::Mine => {}
                     Turn::NotYet => return Err(Error::unavailable(&req.key)),
                     // Forgotten: this attempt joins the line again, as a first attempt does.
-                    Turn::Lapsed => {
-                        waiting.session_lost(held.session);
-                        place = None;
-                    }
+                    // If its waiter lease is what went, the join below is refused for it
+                    // (`lease_not_found`), and the attempt after it joins on a new one.
+                    Turn::Lapsed => place = None,
                 }
             }
         }
@@ -151,16 +150,14 @@ impl EtcdStore {
                     &responses,
                 );
             }
-            if let (Some((key, session)), Some(TxnOpResponse::Put(put))) = (&join, responses.last())
-            {
-                self.took_place(&lock_key, key, *session, put, revision);
+            if let (Some((key, _)), Some(TxnOpResponse::Put(put))) = (&join, responses.last()) {
+                self.took_place(&lock_key, key, put, revision);
             }
             if let Some(place) = place.as_ref().filter(|_| place_lapsed(&responses)) {
                 // The waiter lease lapsed (etcd unreachable for its TTL, or revoked): the next
                 // attempt, at once, joins the line again instead of comparing against a key that
                 // is gone — and takes the lock if it is free, as this one could not.
                 waiting.forget(&lock_key, place);
-                waiting.session_lost(place.session);
                 set_aside(lease_id, sent_at);
                 return Err(Error::unavailable(&req.key).with_retry_after(Duration::ZERO));
             }
@@ -324,31 +321,29 @@ impl EtcdStore {
             Ok(response) => {
                 let revision = response.header().map_or(0, |h| h.revision());
                 if let Some(TxnOpResponse::Put(put)) = response.op_responses().first() {
-                    self.took_place(lock_key, key, session, put, revision);
+                    self.took_place(lock_key, key, put, revision);
                 }
             }
-            Err(error) => tracing::debug!(key = %req.key, %error,
-                "could not join the waiter line; waiting without a place in line"),
+            Err(error) => {
+                if lease_not_found(&error) {
+                    // The waiter lease went before its keeper noticed: the next join takes a new one.
+                    self.waiting().session_lost(session);
+                }
+                tracing::debug!(key = %req.key, %error,
+                    "could not join the waiter line; waiting without a place in line");
+            }
         }
     }
 
     /// Records the place a put of our waiter key took (a key that existed keeps its create
     /// revision).
-    fn took_place(
-        &self,
-        lock_key: &str,
-        key: &str,
-        session: i64,
-        put: &PutResponse,
-        revision: i64,
-    ) {
+    fn took_place(&self, lock_key: &str, key: &str, put: &PutResponse, revision: i64) {
         let created = put.prev_key().map_or(revision, |p| p.create_revision());
         self.waiting().set_place(
             lock_key,
             Place {
                 key: key.to_owned(),
                 revision: created,
-                session,
             },
         );
     }

@@ -41,8 +41,6 @@ const REWATCH_DELAY: Duration = Duration::from_millis(200);
 pub(crate) struct Place {
     pub(crate) key: String,
     pub(crate) revision: i64,
-    /// The waiter lease the key lives on.
-    pub(crate) session: i64,
 }
 
 /// One lock some task of this process waits on.
@@ -93,8 +91,8 @@ pub(crate) struct Waiting {
     session: tokio::sync::Mutex<Option<Session>>,
     /// Set by `close`: a spare handed in after it is revoked, not kept.
     closed: AtomicBool,
-    /// A waiter lease found gone before its keeper noticed (a place on it lapsed, or etcd
-    /// refused a put on it): the next place is taken on a new one.
+    /// A waiter lease etcd said is gone (it refused a put on it) before its keeper noticed: the
+    /// next place is taken on a new one.
     session_gone: AtomicI64,
 }
 
