@@ -13,12 +13,20 @@ use redis::Script;
 /// optional `writer-waiting` field holding the waiting writer's marker expiry). A shared record's
 /// key expires with its longest entry, so an existing hash always has a live holder or marker.
 ///
+/// `announce` tells the process an entry belongs to (the store id, or the store id of a strict
+/// FIFO entry `<store id>#<n>`) that the entry is next in line, on that process's own channel
+/// `<base>:<store id>`: only it wakes, where a channel per key woke every waiting process.
+///
 /// `sweep` drops expired entries and returns the mode, live holders, longest and soonest ms left
 /// and the marker's ms left. `writer_on_shared` decides an exclusive request that `SET NX`
 /// refused: `nil` when the key was a shared record with no live holder (deleted, so the caller
 /// sets it), else `{0, ms}` (refused; a blocking writer, `wait_ms` > 0, leaves its marker) or an
 /// error reply `MODECONFLICT <mode>` for a semaphore.
 const PRELUDE: &str = r"
+local function announce(base, next)
+  local process = string.match(next, '^(.*)#%d+$') or next
+  redis.call('PUBLISH', base .. ':' .. process, next)
+end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -187,7 +195,10 @@ pub(crate) static INSPECT: LazyLock<Script> =
 /// still in line), else `{0, ms, 0}`: `ms` is how long until the lock can be free without a release (the
 /// holder's TTL left, or the head waiter's deadline), at least 1.
 ///
-/// As in `ACQUIRE_FENCED`, the fence counter is checked before anything is written.
+/// The fence counter is incremented right after the lock is set, by `pcall`: a counter that is
+/// not an integer (written by someone else) is an error with the lock deleted again and nothing
+/// else changed, never a lock taken without a token. (Checking it first cost a `GET` per
+/// acquisition.)
 const ACQUIRE_FAIR_LUA: &str = r"
 local me = ARGV[3]
 local head = redis.call('LINDEX', KEYS[3], 0)
@@ -210,12 +221,6 @@ for _ = 1, 64 do
   head_deadline = nil
 end
 if (not head) or head == me then
-  if ARGV[5] == '1' then
-    local fence = redis.call('GET', KEYS[2])
-    if fence and not string.match(fence, '^%d+$') then
-      return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
-    end
-  end
   local taken = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
   if not taken then
     local refused = writer_on_shared(KEYS[1], tonumber(ARGV[7]))
@@ -225,25 +230,34 @@ if (not head) or head == me then
     end
   end
   if taken then
+    local fence = false
+    if ARGV[5] == '1' then
+      fence = redis.pcall('INCR', KEYS[2])
+      if type(fence) == 'table' and fence.err then
+        -- Never a lock without its token: undo the hold (the key was free or a dead record).
+        redis.call('DEL', KEYS[1])
+        return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
+      end
+    end
+    local requeue = ARGV[6] == '1' and me ~= ''
     if head == me then
       redis.call('LPOP', KEYS[3])
-      redis.call('HDEL', KEYS[4], me)
+      if not requeue then
+        redis.call('HDEL', KEYS[4], me)
+      end
     end
-    if ARGV[6] == '1' and me ~= '' then
+    local others
+    if requeue then
+      -- Back to the end of the line (its deadline field is overwritten, not deleted first).
       local keep = tonumber(ARGV[4])
-      redis.call('RPUSH', KEYS[3], me)
+      others = redis.call('RPUSH', KEYS[3], me) - 1
       redis.call('HSET', KEYS[4], me, clock() + keep)
       redis.call('PEXPIRE', KEYS[3], keep * 2)
       redis.call('PEXPIRE', KEYS[4], keep * 2)
+    else
+      others = redis.call('LLEN', KEYS[3])
     end
-    local others = redis.call('LLEN', KEYS[3])
-    if ARGV[6] == '1' and me ~= '' then
-      others = others - 1
-    end
-    if ARGV[5] == '1' then
-      return {1, redis.call('INCR', KEYS[2]), others}
-    end
-    return {1, false, others}
+    return {1, fence, others}
   end
 end
 if me ~= '' then
@@ -266,26 +280,26 @@ pub(crate) static ACQUIRE_FAIR: LazyLock<Script> =
     LazyLock::new(|| Script::new(&script_text(ACQUIRE_FAIR_LUA, true)));
 
 /// Fair release: delete the lock only if it holds our token, and tell the next process in line.
-/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel; `ARGV[1]` token.
-/// Returns 1 if deleted, 0 otherwise.
+/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`); `ARGV[1]`
+/// token. Returns 1 if deleted, 0 otherwise.
 const RELEASE_FAIR_LUA: &str = r"
 if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   local next = redis.call('LINDEX', KEYS[2], 0)
   if next then
-    redis.call('PUBLISH', KEYS[3], next)
+    announce(KEYS[3], next)
   end
   return 1
 end
 return 0
 ";
 pub(crate) static RELEASE_FAIR: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(RELEASE_FAIR_LUA, false)));
+    LazyLock::new(|| Script::new(&script_text(RELEASE_FAIR_LUA, true)));
 
 /// Leave a key's waiter queue (the process, or in strict mode the waiting call, stopped waiting
 /// without the lock); if it was first in line and the lock is free, tell the next one.
-/// `KEYS[1]` waiter queue, `KEYS[2]` lock, `KEYS[3]` channel, `KEYS[4]` waiter deadlines;
-/// `ARGV[1]` waiter id.
+/// `KEYS[1]` waiter queue, `KEYS[2]` lock, `KEYS[3]` channel base (see `announce`), `KEYS[4]`
+/// waiter deadlines; `ARGV[1]` waiter id.
 const LEAVE_QUEUE_LUA: &str = r"
 local head = redis.call('LINDEX', KEYS[1], 0)
 redis.call('HDEL', KEYS[4], ARGV[1])
@@ -293,18 +307,19 @@ if redis.call('LREM', KEYS[1], 0, ARGV[1]) > 0 and head == ARGV[1]
     and redis.call('EXISTS', KEYS[2]) == 0 then
   local next = redis.call('LINDEX', KEYS[1], 0)
   if next then
-    redis.call('PUBLISH', KEYS[3], next)
+    announce(KEYS[3], next)
   end
 end
 return 0
 ";
 pub(crate) static LEAVE_QUEUE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(LEAVE_QUEUE_LUA, false)));
+    LazyLock::new(|| Script::new(&script_text(LEAVE_QUEUE_LUA, true)));
 
 /// Shared acquire: a reader of a read-write lock (`ARGV[4]` = 0) or one permit of a semaphore
 /// (`ARGV[4]` = N), as a `h:<token>` field of the key's hash with its own expiry.
 ///
-/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` waiter deadlines, `KEYS[4]` channel;
+/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` waiter deadlines, `KEYS[4]` channel base
+/// (see `announce`);
 /// `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` mode (`shared` or `semaphore:N`), `ARGV[4]`
 /// permits (0 for a reader), `ARGV[5]` waiter id (empty: a try, never queued; in strict FIFO
 /// mode the waiting call's own entry, as in `ACQUIRE_FAIR`), `ARGV[6]` waiter
@@ -395,7 +410,7 @@ end
 if fair and (permits == 0 or live < permits) then
   local next = redis.call('LINDEX', KEYS[2], 0)
   if next and next ~= me then
-    redis.call('PUBLISH', KEYS[4], next)
+    announce(KEYS[4], next)
   end
 end
 return {1, 0}
@@ -405,7 +420,8 @@ pub(crate) static ACQUIRE_SHARED: LazyLock<Script> =
 
 /// Shared release: remove our holder field if it is live; the record goes with its last entry
 /// (a waiting writer's marker keeps it until the writer comes). Tells the next process in line.
-/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel; `ARGV[1]` token.
+/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`); `ARGV[1]`
+/// token.
 /// Returns 1 if our hold was live and is gone, 0 otherwise.
 const RELEASE_SHARED_LUA: &str = r"
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
@@ -429,7 +445,7 @@ else
 end
 local next = redis.call('LINDEX', KEYS[2], 0)
 if next then
-  redis.call('PUBLISH', KEYS[3], next)
+  announce(KEYS[3], next)
 end
 return 1
 ";
@@ -504,7 +520,7 @@ pub(crate) static RELEASE_TRACED: LazyLock<Script> =
     LazyLock::new(|| traced(RELEASE_LUA, false, "result == 1"));
 /// [`RELEASE_FAIR`] with the lock trace.
 pub(crate) static RELEASE_FAIR_TRACED: LazyLock<Script> =
-    LazyLock::new(|| traced(RELEASE_FAIR_LUA, false, "result == 1"));
+    LazyLock::new(|| traced(RELEASE_FAIR_LUA, true, "result == 1"));
 /// [`RELEASE_SHARED`] with the lock trace.
 pub(crate) static RELEASE_SHARED_TRACED: LazyLock<Script> =
     LazyLock::new(|| traced(RELEASE_SHARED_LUA, true, "result == 1"));

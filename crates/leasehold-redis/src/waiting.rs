@@ -1,9 +1,10 @@
 //! Waiting across processes: this store's places in each key's waiter queue, and the one pub/sub
 //! connection that tells this process when it is its turn.
 //!
-//! A release (the fair release script) publishes the next entry in line on the key's channel;
-//! every process waiting on the key is subscribed. By default an entry is a process (the store's
-//! id), and the process named wakes all its waiters on the key. In strict FIFO mode an entry is
+//! A release (the fair release script) publishes the next entry in line on the channel of the
+//! process it belongs to, `<prefix>released:<lock key>:<store id>`: only that process hears it
+//! (a channel per key woke every waiting process at every hand-over). By default an entry is a
+//! process (the store's id), and the process named wakes all its waiters on the key. In strict FIFO mode an entry is
 //! one waiting call (`<store id>#<n>`), and only that call's watch wakes. A message is a hint:
 //! waiters always try the store again, and a lost message (the subscriber connection dropped, a
 //! publish during a reconnect) only costs one poll interval, bounded by the holder's TTL left and
@@ -114,9 +115,15 @@ impl Waiting {
         &self.id
     }
 
-    /// The channel a lock's releases are announced on.
+    /// The base of a lock's channels (the scripts' `KEYS` argument): each process listens on
+    /// `<base>:<store id>`, where the scripts tell it that it is next in line.
     pub(crate) fn channel(&self, lock_key: &str) -> String {
         format!("{}{lock_key}", self.channel_prefix)
+    }
+
+    /// The channel this process hears a lock's turns on.
+    fn own_channel(&self, lock_key: &str) -> String {
+        format!("{}{lock_key}:{}", self.channel_prefix, self.id)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watched>> {
@@ -183,8 +190,8 @@ impl Waiting {
         }
     }
 
-    /// Registers a waiting call on `lock_key`; the first one subscribes to the key's channel
-    /// (the subscription is confirmed before this returns, so no release after it is missed).
+    /// Registers a waiting call on `lock_key`; the first one subscribes to this process's channel
+    /// for the key (confirmed before this returns, so no release after it is missed).
     pub(crate) async fn watch(self: &Arc<Self>, lock_key: String, leave: Leave) -> ReleaseWatch {
         let notify = Arc::new(Notify::new());
         // The watch mints the wait's id; the registration follows under that id, before any
@@ -254,7 +261,7 @@ impl Waiting {
             runtime.spawn(async move {
                 let sink = waiting.sink.lock().await.clone();
                 if let Some(mut sink) = sink {
-                    let _ = sink.unsubscribe(waiting.channel(&lock_key)).await;
+                    let _ = sink.unsubscribe(waiting.own_channel(&lock_key)).await;
                 }
             });
         }
@@ -264,11 +271,12 @@ impl Waiting {
         let Some(mut sink) = self.connected_sink().await? else {
             return Ok(());
         };
-        tokio::time::timeout(self.connect_timeout, sink.subscribe(self.channel(lock_key)))
-            .await
-            .map_err(|_| {
-                redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
-            })?
+        tokio::time::timeout(
+            self.connect_timeout,
+            sink.subscribe(self.own_channel(lock_key)),
+        )
+        .await
+        .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
     }
 
     /// The subscriber connection, made (and every watched key subscribed again) if there is none.
@@ -286,7 +294,7 @@ impl Waiting {
                 redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
             })??;
         let (mut new_sink, stream) = pubsub.split();
-        let channels: Vec<String> = self.lock().keys().map(|k| self.channel(k)).collect();
+        let channels: Vec<String> = self.lock().keys().map(|k| self.own_channel(k)).collect();
         if !channels.is_empty() {
             new_sink.subscribe(channels).await?;
         }
@@ -313,9 +321,14 @@ impl Waiting {
         Ok(Some(new_sink))
     }
 
-    /// A release was announced on `channel`, naming the next entry in line.
+    /// A release was announced on `channel` (this process's own for a lock), naming the next
+    /// entry in line.
     fn deliver(&self, channel: &str, next: Option<String>) {
-        let Some(lock_key) = channel.strip_prefix(&self.channel_prefix) else {
+        let Some(lock_key) = channel
+            .strip_prefix(&self.channel_prefix)
+            .and_then(|rest| rest.strip_suffix(self.id.as_str()))
+            .and_then(|rest| rest.strip_suffix(':'))
+        else {
             return;
         };
         let Some(next) = next else {
@@ -391,7 +404,7 @@ mod tests {
         let (entry_a, entry_b) = (entry_of(&waiting, &a), entry_of(&waiting, &b));
         assert_ne!(entry_a, entry_b);
         assert!(entry_a.starts_with(&format!("{}#", waiting.id())));
-        let channel = waiting.channel(LOCK);
+        let channel = waiting.own_channel(LOCK);
 
         let (mut woken_a, mut woken_b) = (
             Box::pin(a.notify().notified()),
@@ -418,11 +431,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_turn_is_heard_only_on_this_processs_own_channel() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave).await;
+        let mut woken = Box::pin(a.notify().notified());
+        woken.as_mut().enable();
+        // The key's bare channel and another process's channel of the key are not ours.
+        waiting.deliver(&waiting.channel(LOCK), Some(waiting.id().to_owned()));
+        waiting.deliver(
+            &format!("{}:other-process", waiting.channel(LOCK)),
+            Some(waiting.id().to_owned()),
+        );
+        assert!(woken.as_mut().now_or_never().is_none());
+        waiting.deliver(&waiting.own_channel(LOCK), Some(waiting.id().to_owned()));
+        assert!(woken.now_or_never().is_some(), "our own channel wakes us");
+    }
+
+    #[tokio::test]
     async fn a_wake_up_is_never_stored_for_a_waiter_not_listening() {
         let waiting = waiting();
         let (leave, _) = recorder();
         let a = waiting.watch(LOCK.to_owned(), leave).await;
-        waiting.deliver(&waiting.channel(LOCK), Some(entry_of(&waiting, &a)));
+        waiting.deliver(&waiting.own_channel(LOCK), Some(entry_of(&waiting, &a)));
         assert!(
             a.notify().notified().now_or_never().is_none(),
             "a turn given while nobody listened is not kept for a later round"

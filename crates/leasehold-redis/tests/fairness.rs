@@ -410,3 +410,62 @@ fn in_strict_fifo_a_sigkilled_waiter_lapses_after_its_waiter_timeout() {
         assert!(queue(&url, "held").await.is_empty());
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_is_announced_only_on_the_channel_of_the_process_next_in_line() {
+    use futures::StreamExt;
+
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let (a, b, c) = (
+        manager(&url, |c| c).await,
+        manager(&url, |c| c).await,
+        manager(&url, |c| c).await,
+    );
+    let held = a.try_lock("next").await.unwrap();
+
+    // Every announcement of every lock, as Redis publishes it.
+    let mut listener = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .expect("subscriber");
+    listener
+        .psubscribe("leasehold:released:*")
+        .await
+        .expect("PSUBSCRIBE");
+
+    let wait_then_release = |locks: LockManager| async move {
+        locks
+            .lock_with("next", LockOptions::new().wait(Duration::from_secs(30)))
+            .await
+            .expect("its turn comes")
+            .release()
+            .await
+            .expect("release");
+    };
+    let first = tokio::spawn(wait_then_release(b));
+    queue_until(&url, "next", |q| q.len() == 1).await;
+    let second = tokio::spawn(wait_then_release(c));
+    let line = queue_until(&url, "next", |q| q.len() == 2).await;
+
+    // A's release names B, B's names C: each on that process's own channel, so no other process
+    // hears it. (C's release finds nobody in line and announces nothing.)
+    held.release().await.unwrap();
+    first.await.expect("B got its turn");
+    second.await.expect("C got its turn");
+    let mut heard = Vec::new();
+    let mut messages = listener.on_message();
+    while let Ok(Some(message)) =
+        tokio::time::timeout(Duration::from_millis(500), messages.next()).await
+    {
+        let payload: String = message.get_payload().unwrap();
+        heard.push((message.get_channel_name().to_owned(), payload));
+    }
+    let base = "leasehold:released:leasehold:DC#f1#fair#next";
+    let expected: Vec<(String, String)> = line
+        .iter()
+        .map(|process| (format!("{base}:{process}"), process.clone()))
+        .collect();
+    assert_eq!(heard, expected);
+}
