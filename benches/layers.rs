@@ -18,7 +18,8 @@
 //!
 //! For a profiler, `HOT_ONLY="<row label>"` (e.g. `HOT_ONLY="local competition on"`) runs the
 //! floor and that one hot-key row of (c), without (b): `perf record` or `valgrind
-//! --tool=callgrind` then sees only it.
+//! --tool=callgrind` then sees only it. `HOT_PER_TASK=<n>` sets the acquisitions per task (200),
+//! and `HOT_YIELD=1` puts one `yield_now` inside each critical section of (c), as the floor has.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -322,6 +323,9 @@ fn hot_key(label: &str, builder: LockManagerBuilder, per_task: usize) {
                     for _ in 0..per_task {
                         let guard = locks.lock("hot").await.expect("hot lock");
                         black_box(guard.fencing_token());
+                        if std::env::var_os("HOT_YIELD").is_some() {
+                            tokio::task::yield_now().await;
+                        }
                         guard.release().await.expect("release");
                     }
                 })
@@ -424,7 +428,10 @@ fn main() {
         rounds,
     );
 
-    let per_task = 200;
+    let per_task = std::env::var("HOT_PER_TASK")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200);
     hot_key_floor(per_task);
     hot_key("local competition off", bare(), per_task);
     hot_key(
