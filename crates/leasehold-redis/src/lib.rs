@@ -16,7 +16,8 @@
 //!   expiry = the lease TTL (milliseconds);
 //! - fence counter: `<prefix>fence:<lock key>`, an integer without TTL that only grows;
 //! - fair waiting: the waiter queue `<prefix>queue:<lock key>` (a list), waiter deadlines
-//!   `<prefix>queue-deadline:<lock key>` (a hash), and the channel `<prefix>released:<lock key>`
+//!   `<prefix>queue-deadline:<lock key>` (a hash), and one channel per waiting process,
+//!   `<prefix>released:<lock key>:<process id>`
 //!   (one subscriber connection per store; see docs/REDIS.md). An entry is a process (the
 //!   store's id) by default, one waiting call (`<store id>#<n>`) with
 //!   [`RedisConfig::strict_fifo`].

@@ -72,7 +72,8 @@ pub(crate) struct Waiting {
     id: String,
     /// Numbers this store's watches for their strict FIFO entries.
     next_watch: AtomicU64,
-    /// `<prefix>released:` — a lock's channel is this plus the Redis lock key.
+    /// `<prefix>released:` — a lock's channel base is this plus the Redis lock key; a process's
+    /// channel for the lock adds `:<store id>`.
     channel_prefix: String,
     /// `None` when the store was built from a connection manager (no client to subscribe with):
     /// waiters then poll.
