@@ -2,7 +2,8 @@
 //! under the lock, for D seconds — what a service on many instances does to a hot key.
 //!
 //! `cargo bench -p leasehold-bench --bench fleet` runs every configuration below; set
-//! `FLEET=redis` (or `aerospike`, `etcd`) to run one store only. Each configuration starts its
+//! `FLEET=redis` (or `aerospike`, `etcd`) to run one store only, and `FLEET_ONLY=<label>` (a
+//! configuration's label, as printed) to run one row. Each configuration starts its
 //! own server (a private redis-server or etcd, or the Aerospike wire fixture in this process),
 //! spawns the processes (this binary again, told its part by environment), and reports:
 //!
@@ -279,6 +280,9 @@ fn main() {
     }
     let only = std::env::var("FLEET").ok();
     let wanted = |store: &str| only.as_deref().is_none_or(|o| o == store);
+    // `FLEET_ONLY=<configuration label>` runs that one row (for back-to-back comparisons).
+    let only_row = std::env::var("FLEET_ONLY").ok();
+    let row_wanted = |shape: &Shape| only_row.as_deref().is_none_or(|o| o == shape.label);
     let hold = Duration::from_millis(2);
     let secs = std::env::var("FLEET_SECS")
         .ok()
@@ -332,6 +336,9 @@ fn main() {
                 ..fleet("", "redis", false, true)
             },
         ] {
+            if !row_wanted(&shape) {
+                continue;
+            }
             run(&shape, &server.url(), commands);
             server.command(&["FLUSHALL"]).expect("flush");
         }
@@ -348,6 +355,9 @@ fn main() {
                 ..fleet("", "etcd", false, true)
             },
         ] {
+            if !row_wanted(&shape) {
+                continue;
+            }
             // A fresh one-member cluster per configuration (on the machine's disk, fsync on).
             let server = EtcdServer::start().expect("etcd (install the etcd-server package)");
             run(&shape, &server.endpoint(), || None);
@@ -379,6 +389,9 @@ fn main() {
                 false,
             ),
         ] {
+            if !row_wanted(&shape) {
+                continue;
+            }
             run(&shape, &fixture.host_string(), requests);
             fixture.clear();
         }

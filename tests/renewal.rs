@@ -280,3 +280,54 @@ async fn a_renewal_answering_after_the_guard_was_lost_is_released() {
         "released when the late answer came (3.5 s), not left until 4 s"
     );
 }
+
+/// The embedded store, with each extend taking 500 ms and every call logged in order.
+#[derive(Debug, Default)]
+struct LoggedExtend {
+    inner: MemoryStore,
+    log: Mutex<Vec<&'static str>>,
+}
+
+impl leasehold::LayeredStore for LoggedExtend {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        self.log.lock().unwrap().push("extend sent");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let renewed = self.inner.extend(lease, ttl).await;
+        self.log.lock().unwrap().push("extend answered");
+        renewed
+    }
+    async fn release(&self, lease: &Lease) -> Result<bool> {
+        self.log.lock().unwrap().push("release");
+        self.inner.release(lease).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_during_an_extend_waits_for_its_answer() {
+    let store = Arc::new(LoggedExtend::default());
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .without_layers()
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let guard = locks.try_lock_with("a", renewing()).await.unwrap();
+    // The first extend goes out at 1 s (a third of the TTL); release while it is in flight.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(*store.log.lock().unwrap(), ["extend sent"]);
+    assert!(
+        guard.release().await.unwrap(),
+        "the renewed lease is released"
+    );
+    assert_eq!(
+        *store.log.lock().unwrap(),
+        ["extend sent", "extend answered", "release"],
+        "the release went out after the extend in flight answered"
+    );
+    assert_eq!(locks.inspect("a").await.unwrap(), None);
+}

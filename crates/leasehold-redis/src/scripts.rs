@@ -13,6 +13,14 @@ use redis::Script;
 /// optional `writer-waiting` field holding the waiting writer's marker expiry). A shared record's
 /// key expires with its longest entry, so an existing hash always has a live holder or marker.
 ///
+/// A fair exclusive hold's value is the holder's token, a newline, and the entry its release
+/// tells (empty: read the line then). The acquire writes the entry first in line after its own
+/// move, and whoever changes the head while the lock is held (a waiter leaving it, a lapsed head
+/// dropped) points the hold at the new one (`set_next`), so the release reads its token and the
+/// next entry in one `GET`. `token_of` and `next_of` split a value; a value without the newline
+/// (first-come mode, or an older version's hold) is a bare token, never rewritten, and its
+/// release reads the line.
+///
 /// `announce` tells the process an entry belongs to (the store id, or the store id of a strict
 /// FIFO entry `<store id>#<n>`) that the entry is next in line, on that process's own channel
 /// `<base>:<store id>`: only it wakes, where a channel per key woke every waiting process.
@@ -23,6 +31,23 @@ use redis::Script;
 /// sets it), else `{0, ms}` (refused; a blocking writer, `wait_ms` > 0, leaves its marker) or an
 /// error reply `MODECONFLICT <mode>` for a semaphore.
 const PRELUDE: &str = r"
+local function token_of(value)
+  local sep = string.find(value, '\n', 1, true)
+  if sep then return string.sub(value, 1, sep - 1) end
+  return value
+end
+local function next_of(value)
+  local sep = string.find(value, '\n', 1, true)
+  if sep then return string.sub(value, sep + 1) end
+  return nil
+end
+local function set_next(lock, next)
+  local value = redis.pcall('GET', lock)
+  if type(value) ~= 'string' then return end
+  local sep = string.find(value, '\n', 1, true)
+  if (not sep) or string.sub(value, sep + 1) == (next or '') then return end
+  redis.call('SET', lock, string.sub(value, 1, sep) .. (next or ''), 'XX', 'KEEPTTL')
+end
 local function announce(base, next)
   local process = string.match(next, '^(.*)#%d+$') or next
   redis.call('PUBLISH', base .. ':' .. process, next)
@@ -120,27 +145,30 @@ return {1, false}
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&script_text(ACQUIRE_LUA, true)));
 
-/// Release: delete the lock only if it still holds our token.
+/// Release: delete the lock only if it still holds our token (a fair hold's value read as well,
+/// see `token_of`, so stores of either mode on one key release their own holds).
 /// `KEYS[1]` lock key; `ARGV[1]` token. Returns 1 if deleted, 0 otherwise.
 const RELEASE_LUA: &str = r"
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'string' and token_of(value) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
 ";
 pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(RELEASE_LUA, false)));
+    LazyLock::new(|| Script::new(&script_text(RELEASE_LUA, true)));
 
 /// Extend: reset the TTL only if the lock still holds our token.
 /// `KEYS[1]` lock key; `ARGV[1]` token, `ARGV[2]` TTL ms. Returns 1 if extended, 0 otherwise.
 const EXTEND_LUA: &str = r"
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'string' and token_of(value) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
 ";
 pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(EXTEND_LUA, false)));
+    LazyLock::new(|| Script::new(&script_text(EXTEND_LUA, true)));
 
 /// Inspect, read-only and atomic. `KEYS[1]` lock key, `KEYS[2]` fence key.
 /// Returns nil if free; `{'x', token, pttl, fence}` for an exclusive hold; for a shared record
@@ -148,7 +176,8 @@ pub(crate) static EXTEND: LazyLock<Script> =
 const INSPECT_LUA: &str = r"
 local t = redis.call('TYPE', KEYS[1]).ok
 if t == 'string' then
-  return {'x', redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+  local token = token_of(redis.call('GET', KEYS[1]))
+  return {'x', token, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
 end
 if t ~= 'hash' then
   return false
@@ -185,23 +214,31 @@ pub(crate) static INSPECT: LazyLock<Script> =
 /// `ARGV[4]` waiter timeout ms, `ARGV[5]` `1` to fence, `ARGV[6]` `1` when other tasks of this
 /// process still wait on the key: taking the lock then puts the process back at the end of the
 /// line, so its next turn comes after every other process's; `ARGV[7]` ms a refused blocking
-/// writer keeps new readers out of a read-held key (0: a try).
+/// writer keeps new readers out of a read-held key (0: a try); `ARGV[8]` `1` to renew the
+/// deadline of a place that goes back to the end of the line (the caller sends it once a
+/// quarter of the waiter timeout has passed since it last renewed it: a place a process is
+/// served from again and again need not be renewed at every turn).
 ///
 /// A waiter that stopped asking (crashed) is dropped once its deadline passes, when it reaches the
-/// head. The caller may take the lock if the queue is empty or it is at the head; taking it pops
-/// it. Otherwise a blocking caller joins the back of the queue (or refreshes its deadline).
+/// head. The caller may take the lock if the queue is empty or it is at the head. Its own entry
+/// at the head is moved by the command that reads it (popped, or rotated to the end for a
+/// process going back in line): that is the steady state of a hot key, the entry the last
+/// release told, so the turn costs no separate read. Any other head is put back where it was.
+/// Otherwise a blocking caller joins the back of the queue (or renews its deadline).
 ///
-/// Returns `{1, fence or false, others}` when acquired (`others`: how many other processes are
-/// still in line), else `{0, ms, 0}`: `ms` is how long until the lock can be free without a release (the
-/// holder's TTL left, or the head waiter's deadline), at least 1.
+/// The hold's value names the next entry in line (see `token_of`), read after the move.
+///
+/// Returns `{1, fence or false, others}` when acquired (`others`: 1 when another entry is next
+/// in line, else 0), else `{0, ms, 0}`: `ms` is how long until the lock can be free without a
+/// release (the holder's TTL left, or the head waiter's deadline), at least 1.
 ///
 /// The fence counter is incremented right after the lock is set, by `pcall`: a counter that is
-/// not an integer (written by someone else) is an error with the lock deleted again and nothing
-/// else changed, never a lock taken without a token. (Checking it first cost a `GET` per
+/// not an integer (written by someone else) is an error with the lock deleted again and the line
+/// as it was, never a lock taken without a token. (Checking it first cost a `GET` per
 /// acquisition.)
 const ACQUIRE_FAIR_LUA: &str = r"
 local me = ARGV[3]
-local head = redis.call('LINDEX', KEYS[3], 0)
+local requeue = ARGV[6] == '1' and me ~= ''
 local now = nil
 local function clock()
   if not now then
@@ -210,6 +247,38 @@ local function clock()
   end
   return now
 end
+local function keep_place()
+  local keep = tonumber(ARGV[4])
+  redis.call('HSET', KEYS[4], me, clock() + keep)
+  redis.call('PEXPIRE', KEYS[3], keep * 2)
+  redis.call('PEXPIRE', KEYS[4], keep * 2)
+end
+local moved = false
+local function move_head()
+  if requeue then
+    return redis.call('LMOVE', KEYS[3], KEYS[3], 'LEFT', 'RIGHT')
+  end
+  return redis.call('LPOP', KEYS[3])
+end
+local function put_back(entry)
+  if requeue then
+    redis.call('LMOVE', KEYS[3], KEYS[3], 'RIGHT', 'LEFT')
+  else
+    redis.call('LPUSH', KEYS[3], entry)
+  end
+end
+local head
+if me == '' then
+  head = redis.call('LINDEX', KEYS[3], 0)
+else
+  head = move_head()
+  if head == me then
+    moved = true
+  elseif head then
+    put_back(head)
+  end
+end
+local dropped = false
 local head_deadline = nil
 for _ = 1, 64 do
   if not head or head == me then break end
@@ -217,16 +286,35 @@ for _ = 1, 64 do
   if head_deadline >= clock() then break end
   redis.call('LPOP', KEYS[3])
   redis.call('HDEL', KEYS[4], head)
+  dropped = true
   head = redis.call('LINDEX', KEYS[3], 0)
   head_deadline = nil
 end
+local joined = false
 if (not head) or head == me then
-  local taken = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+  if head and not moved then
+    move_head()
+    moved = true
+  end
+  local next = false
+  if moved then
+    next = redis.call('LINDEX', KEYS[3], 0)
+  elseif requeue then
+    -- The line was empty: the process goes in line for its tasks still waiting.
+    redis.call('RPUSH', KEYS[3], me)
+    joined = true
+    next = me
+  end
+  local value = ARGV[1] .. '\n' .. (next or '')
+  local taken = redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
   if not taken then
     local refused = writer_on_shared(KEYS[1], tonumber(ARGV[7]))
-    if type(refused) == 'table' and refused.err then return refused end
+    if type(refused) == 'table' and refused.err then
+      if moved then put_back(me) end
+      return refused
+    end
     if not refused then
-      taken = redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+      taken = redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
     end
   end
   if taken then
@@ -236,38 +324,34 @@ if (not head) or head == me then
       if type(fence) == 'table' and fence.err then
         -- Never a lock without its token: undo the hold (the key was free or a dead record).
         redis.call('DEL', KEYS[1])
+        if moved then put_back(me) end
         return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
       end
     end
-    local requeue = ARGV[6] == '1' and me ~= ''
-    if head == me then
-      redis.call('LPOP', KEYS[3])
-      if not requeue then
-        redis.call('HDEL', KEYS[4], me)
-      end
+    if moved and not requeue then
+      redis.call('HDEL', KEYS[4], me)
     end
-    local others
-    if requeue then
-      -- Back to the end of the line (its deadline field is overwritten, not deleted first).
-      local keep = tonumber(ARGV[4])
-      others = redis.call('RPUSH', KEYS[3], me) - 1
-      redis.call('HSET', KEYS[4], me, clock() + keep)
-      redis.call('PEXPIRE', KEYS[3], keep * 2)
-      redis.call('PEXPIRE', KEYS[4], keep * 2)
-    else
-      others = redis.call('LLEN', KEYS[3])
+    if joined or (requeue and ARGV[8] == '1') then
+      keep_place()
     end
+    local others = 0
+    if next and next ~= me then others = 1 end
     return {1, fence, others}
+  end
+  if moved then
+    put_back(me)
+    moved = false
   end
 end
 if me ~= '' then
-  if not redis.call('LPOS', KEYS[3], me) then
+  if (not joined) and not redis.call('LPOS', KEYS[3], me) then
     redis.call('RPUSH', KEYS[3], me)
   end
-  local keep = tonumber(ARGV[4])
-  redis.call('HSET', KEYS[4], me, clock() + keep)
-  redis.call('PEXPIRE', KEYS[3], keep * 2)
-  redis.call('PEXPIRE', KEYS[4], keep * 2)
+  keep_place()
+end
+if dropped then
+  -- The head changed under a hold: its release must tell the new one.
+  set_next(KEYS[1], redis.call('LINDEX', KEYS[3], 0))
 end
 local left = redis.call('PTTL', KEYS[1])
 if left < 0 then
@@ -279,13 +363,19 @@ return {0, left, 0}
 pub(crate) static ACQUIRE_FAIR: LazyLock<Script> =
     LazyLock::new(|| Script::new(&script_text(ACQUIRE_FAIR_LUA, true)));
 
-/// Fair release: delete the lock only if it holds our token, and tell the next process in line.
+/// Fair release: delete the lock only if it holds our token, and tell the next entry in line:
+/// the one the hold's value names (see `token_of`), else (none named, or a bare token) the
+/// line's head.
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`); `ARGV[1]`
 /// token. Returns 1 if deleted, 0 otherwise.
 const RELEASE_FAIR_LUA: &str = r"
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'string' and token_of(value) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  local next = redis.call('LINDEX', KEYS[2], 0)
+  local next = next_of(value)
+  if (not next) or next == '' then
+    next = redis.call('LINDEX', KEYS[2], 0)
+  end
   if next then
     announce(KEYS[3], next)
   end
@@ -297,17 +387,21 @@ pub(crate) static RELEASE_FAIR: LazyLock<Script> =
     LazyLock::new(|| Script::new(&script_text(RELEASE_FAIR_LUA, true)));
 
 /// Leave a key's waiter queue (the process, or in strict mode the waiting call, stopped waiting
-/// without the lock); if it was first in line and the lock is free, tell the next one.
+/// without the lock); if it was first in line, tell the next one now when the lock is free, or
+/// point the hold's release at it (`set_next`).
 /// `KEYS[1]` waiter queue, `KEYS[2]` lock, `KEYS[3]` channel base (see `announce`), `KEYS[4]`
 /// waiter deadlines; `ARGV[1]` waiter id.
 const LEAVE_QUEUE_LUA: &str = r"
 local head = redis.call('LINDEX', KEYS[1], 0)
 redis.call('HDEL', KEYS[4], ARGV[1])
-if redis.call('LREM', KEYS[1], 0, ARGV[1]) > 0 and head == ARGV[1]
-    and redis.call('EXISTS', KEYS[2]) == 0 then
+if redis.call('LREM', KEYS[1], 0, ARGV[1]) > 0 and head == ARGV[1] then
   local next = redis.call('LINDEX', KEYS[1], 0)
-  if next then
-    announce(KEYS[3], next)
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    if next then
+      announce(KEYS[3], next)
+    end
+  else
+    set_next(KEYS[2], next)
   end
 end
 return 0
@@ -338,7 +432,7 @@ local me = ARGV[5]
 local fair = ARGV[8] == '1'
 local permits = tonumber(ARGV[4])
 local now = now_ms()
-local head, head_deadline = nil, nil
+local head, head_deadline, dropped = nil, nil, false
 if fair then
   head = redis.call('LINDEX', KEYS[2], 0)
   for _ = 1, 64 do
@@ -347,6 +441,7 @@ if fair then
     if head_deadline >= now then break end
     redis.call('LPOP', KEYS[2])
     redis.call('HDEL', KEYS[3], head)
+    dropped = true
     head = redis.call('LINDEX', KEYS[2], 0)
     head_deadline = nil
   end
@@ -360,6 +455,10 @@ local function refuse(ms)
     redis.call('HSET', KEYS[3], me, now + keep)
     redis.call('PEXPIRE', KEYS[2], keep * 2)
     redis.call('PEXPIRE', KEYS[3], keep * 2)
+  end
+  if dropped then
+    -- The head changed under an exclusive hold: its release must tell the new one.
+    set_next(KEYS[1], redis.call('LINDEX', KEYS[2], 0))
   end
   if ms < 1 then ms = 1 end
   return {0, ms}
@@ -517,7 +616,7 @@ pub(crate) static ACQUIRE_SHARED_TRACED: LazyLock<Script> =
     LazyLock::new(|| traced(ACQUIRE_SHARED_LUA, true, "result[1] == 1"));
 /// [`RELEASE`] with the lock trace.
 pub(crate) static RELEASE_TRACED: LazyLock<Script> =
-    LazyLock::new(|| traced(RELEASE_LUA, false, "result == 1"));
+    LazyLock::new(|| traced(RELEASE_LUA, true, "result == 1"));
 /// [`RELEASE_FAIR`] with the lock trace.
 pub(crate) static RELEASE_FAIR_TRACED: LazyLock<Script> =
     LazyLock::new(|| traced(RELEASE_FAIR_LUA, true, "result == 1"));
@@ -526,7 +625,7 @@ pub(crate) static RELEASE_SHARED_TRACED: LazyLock<Script> =
     LazyLock::new(|| traced(RELEASE_SHARED_LUA, true, "result == 1"));
 /// [`EXTEND`] with the lock trace.
 pub(crate) static EXTEND_TRACED: LazyLock<Script> =
-    LazyLock::new(|| traced(EXTEND_LUA, false, "result == 1"));
+    LazyLock::new(|| traced(EXTEND_LUA, true, "result == 1"));
 /// [`EXTEND_SHARED`] with the lock trace.
 pub(crate) static EXTEND_SHARED_TRACED: LazyLock<Script> =
     LazyLock::new(|| traced(EXTEND_SHARED_LUA, true, "result == 1"));

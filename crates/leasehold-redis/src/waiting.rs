@@ -18,6 +18,7 @@ use futures::StreamExt;
 use leasehold_core::{Acquire, OwnerToken, ReleaseWatch, WaiterId};
 use redis::aio::PubSubSink;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// One blocking `lock()` call of this process on a key: its own wake-up, and (strict FIFO) its
 /// own entry in the key's queue.
@@ -39,6 +40,9 @@ struct Watched {
     watchers: HashMap<WaiterId, Watcher>,
     /// Whether the last attempt under the process's entry (the store's id) left it queued.
     queued: bool,
+    /// When the attempt that last renewed the process's place (its deadline in the queue) was
+    /// sent; `None` while the process has no place.
+    renewed: Option<Instant>,
 }
 
 impl Watched {
@@ -167,10 +171,26 @@ impl Waiting {
         }
     }
 
-    /// Records whether the last attempt under `place` left it in the key's queue. Returns the
+    /// Whether the process's place in `lock_key`'s queue is due to be renewed: it has none on
+    /// record, or the attempt that last renewed it was sent `every` ago or longer.
+    pub(crate) fn place_due(&self, lock_key: &str, every: std::time::Duration) -> bool {
+        self.lock()
+            .get(lock_key)
+            .and_then(|w| w.renewed)
+            .is_none_or(|at| at.elapsed() >= every)
+    }
+
+    /// Records whether the last attempt under `place` left it in the key's queue, and for the
+    /// process's place when that attempt (sent at `renewed`) renewed its deadline. Returns the
     /// entry to leave at once when a waiting call's attempt queued it after the call stopped
     /// waiting (its watch is gone, so nobody else would take it out).
-    pub(crate) fn set_queued(&self, lock_key: &str, place: &Place, queued: bool) -> Option<String> {
+    pub(crate) fn set_queued(
+        &self,
+        lock_key: &str,
+        place: &Place,
+        queued: bool,
+        renewed: Option<Instant>,
+    ) -> Option<String> {
         let mut watched = self.lock();
         let found = watched.get_mut(lock_key);
         match place {
@@ -178,6 +198,11 @@ impl Waiting {
             Place::Process => {
                 if let Some(watched) = found {
                     watched.queued = queued;
+                    if !queued {
+                        watched.renewed = None;
+                    } else if renewed.is_some() {
+                        watched.renewed = renewed;
+                    }
                 }
                 None
             }
@@ -396,6 +421,37 @@ mod tests {
         }
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_place_is_due_for_renewal_only_once_its_period_passed_or_it_was_left() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let _watch = waiting.watch(LOCK.to_owned(), leave).await;
+        let every = Duration::from_millis(1250);
+        assert!(waiting.place_due(LOCK, every), "no place on record");
+
+        waiting.set_queued(LOCK, &Place::Process, true, Some(Instant::now()));
+        assert!(!waiting.place_due(LOCK, every), "just renewed");
+        tokio::time::advance(Duration::from_millis(1000)).await;
+        waiting.set_queued(LOCK, &Place::Process, true, None);
+        assert!(
+            !waiting.place_due(LOCK, every),
+            "an attempt that kept the place without renewing it moves nothing"
+        );
+        tokio::time::advance(Duration::from_millis(250)).await;
+        assert!(waiting.place_due(LOCK, every), "a quarter of the timeout");
+
+        waiting.set_queued(LOCK, &Place::Process, true, Some(Instant::now()));
+        waiting.set_queued(LOCK, &Place::Process, false, None);
+        assert!(
+            waiting.place_due(LOCK, every),
+            "a place given up is renewed when the process goes in line again"
+        );
+        assert!(
+            waiting.place_due("p:DC#f#other", every),
+            "a key nobody here waits on"
+        );
+    }
+
     #[tokio::test]
     async fn only_the_named_waiter_wakes_and_the_process_id_wakes_every_waiter() {
         let waiting = waiting();
@@ -469,8 +525,8 @@ mod tests {
         let b = waiting.watch(LOCK.to_owned(), leave).await;
         let entry_a = entry_of(&waiting, &a);
         let place_a = Place::Waiter(a.waiter(), entry_a.clone());
-        assert_eq!(waiting.set_queued(LOCK, &place_a, true), None);
-        assert_eq!(waiting.set_queued(LOCK, &Place::Process, true), None);
+        assert_eq!(waiting.set_queued(LOCK, &place_a, true, None), None);
+        assert_eq!(waiting.set_queued(LOCK, &Place::Process, true, None), None);
         drop(a);
         assert_eq!(
             *left.lock().unwrap(),
@@ -484,11 +540,11 @@ mod tests {
             "the process's place with its last waiter (b was never queued on its own)"
         );
         assert_eq!(
-            waiting.set_queued(LOCK, &place_a, true),
+            waiting.set_queued(LOCK, &place_a, true, None),
             Some(entry_a),
             "an attempt that queued after its wait ended is taken out by the caller"
         );
-        assert_eq!(waiting.set_queued(LOCK, &place_a, false), None);
+        assert_eq!(waiting.set_queued(LOCK, &place_a, false, None), None);
     }
 
     #[tokio::test]

@@ -469,3 +469,156 @@ async fn a_release_is_announced_only_on_the_channel_of_the_process_next_in_line(
         .collect();
     assert_eq!(heard, expected);
 }
+
+/// Every announcement heard on `listener` until it has been quiet for half a second:
+/// `(channel, entry named)`.
+async fn heard(listener: &mut redis::aio::PubSub) -> Vec<(String, String)> {
+    use futures::StreamExt;
+
+    let mut heard = Vec::new();
+    let mut messages = listener.on_message();
+    while let Ok(Some(message)) =
+        tokio::time::timeout(Duration::from_millis(500), messages.next()).await
+    {
+        let payload: String = message.get_payload().unwrap();
+        heard.push((message.get_channel_name().to_owned(), payload));
+    }
+    heard
+}
+
+/// A lock's announcements as `heard` reports them, one per entry named.
+fn announced(key: &str, entries: &[&str]) -> Vec<(String, String)> {
+    let base = format!("leasehold:released:leasehold:DC#f1#fair#{key}");
+    entries
+        .iter()
+        .map(|entry| (format!("{base}:{entry}"), (*entry).to_owned()))
+        .collect()
+}
+
+/// A blocking `lock()` of `key` in its own task (30 s to wait), to be awaited or aborted.
+fn waiting(
+    locks: &LockManager,
+    key: &'static str,
+) -> tokio::task::JoinHandle<leasehold::Result<leasehold::LockGuard>> {
+    let locks = locks.clone();
+    tokio::spawn(async move {
+        locks
+            .lock_with(key, LockOptions::new().wait(Duration::from_secs(30)))
+            .await
+    })
+}
+
+/// Process A holds `key` and has gone in line for its tasks still waiting, alone, so its hold
+/// names A as next: A's first task took the key, its second took it over with its third still
+/// waiting. Returns the hold, A's id in line, A's waiting task, and a listener of every
+/// announcement from then on.
+async fn hold_naming_own_process(
+    url: &str,
+    a: &LockManager,
+    key: &'static str,
+) -> (
+    leasehold::LockGuard,
+    String,
+    tokio::task::JoinHandle<leasehold::Result<leasehold::LockGuard>>,
+    redis::aio::PubSub,
+) {
+    let first = a.try_lock(key).await.unwrap();
+    let (one, other) = (waiting(a, key), waiting(a, key));
+    let mut listener = redis::Client::open(url)
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .expect("subscriber");
+    listener
+        .psubscribe("leasehold:released:*")
+        .await
+        .expect("PSUBSCRIBE");
+    first.release().await.unwrap();
+    // One of the two takes its turn while the other still waits: A goes back in line, alone,
+    // so the hold names A.
+    let (taken, third) = match futures::future::select(one, other).await {
+        futures::future::Either::Left(done) | futures::future::Either::Right(done) => done,
+    };
+    let held = taken.unwrap().expect("A's second task got its turn");
+    let line = queue_until(url, key, |q| q.len() == 1).await;
+    (held, line[0].clone(), third, listener)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_entry_a_hold_names_leaves_the_line_the_release_tells_the_new_head() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let (a, w) = (manager(&url, |c| c).await, manager(&url, |c| c).await);
+    let (held, a_id, a_third, mut listener) = hold_naming_own_process(&url, &a, "left").await;
+    let w_waits = waiting(&w, "left");
+    let line = queue_until(&url, "left", |q| q.len() == 2).await;
+    assert_eq!(line[0], a_id);
+    let w_id = line[1].clone();
+
+    // A's last waiter gives up: A leaves the head of the line while its hold names A.
+    a_third.abort();
+    queue_until(&url, "left", |q| q == [w_id.as_str()]).await;
+
+    held.release().await.unwrap();
+    w_waits
+        .await
+        .unwrap()
+        .expect("W got its turn")
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        heard(&mut listener).await,
+        announced("left", &[&w_id]),
+        "the release told W, the head after A left, not A"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_a_lapsed_head_is_dropped_during_a_hold_the_release_tells_the_new_head() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let (a, y) = (manager(&url, |c| c).await, manager(&url, |c| c).await);
+    let (held, _, a_third, mut listener) = hold_naming_own_process(&url, &a, "lapsed").await;
+
+    // A crashed process's place behind A (what a SIGKILLed waiter leaves), 300 ms from lapsing;
+    // A's last waiter gives up, so the hold now names the crashed place.
+    let mut conn = connection(&url).await;
+    let (now_s, now_us): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let lapses_at = now_s * 1000 + now_us / 1000 + 300;
+    let () = redis::pipe()
+        .cmd("RPUSH")
+        .arg("leasehold:queue:DC#f1#fair#lapsed")
+        .arg("crashed")
+        .ignore()
+        .cmd("HSET")
+        .arg("leasehold:queue-deadline:DC#f1#fair#lapsed")
+        .arg("crashed")
+        .arg(lapses_at)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    a_third.abort();
+    queue_until(&url, "lapsed", |q| q == ["crashed"]).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    // Y's first attempt drops the lapsed place and takes the head.
+    let y_waits = waiting(&y, "lapsed");
+    let line = queue_until(&url, "lapsed", |q| q.len() == 1 && q[0] != "crashed").await;
+    let y_id = line[0].clone();
+
+    held.release().await.unwrap();
+    y_waits
+        .await
+        .unwrap()
+        .expect("Y got its turn")
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        heard(&mut listener).await,
+        announced("lapsed", &[&y_id]),
+        "the release told Y, not the crashed place it had dropped"
+    );
+}

@@ -30,10 +30,22 @@ impl RedisStore {
         (place, requeue)
     }
 
-    /// Records where an attempt left its entry; an entry queued for a wait that already ended
-    /// (its watch dropped while the script ran) is taken out at once.
-    fn queued(&self, key: &LockKey, lock_key: &str, place: &Place, queued: bool) {
-        if let Some(orphan) = self.inner.waiting.set_queued(lock_key, place, queued) {
+    /// Records where an attempt left its entry, and when it renewed the entry's deadline (the
+    /// attempt's send time, if it did); an entry queued for a wait that already ended (its watch
+    /// dropped while the script ran) is taken out at once.
+    fn queued(
+        &self,
+        key: &LockKey,
+        lock_key: &str,
+        place: &Place,
+        queued: bool,
+        renewed: Option<Instant>,
+    ) {
+        if let Some(orphan) = self
+            .inner
+            .waiting
+            .set_queued(lock_key, place, queued, renewed)
+        {
             self.leave_queue(key.clone(), orphan);
         }
     }
@@ -73,7 +85,9 @@ impl RedisStore {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
-        self.queued(&req.key, &lock_key, &place, acquired != 1 || requeue);
+        let queued = fair && (acquired != 1 || requeue);
+        // The shared script renews the deadline of every place it leaves queued.
+        self.queued(&req.key, &lock_key, &place, queued, Some(sent_at));
         if acquired == 1 {
             return Ok(
                 Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
@@ -89,6 +103,11 @@ impl RedisStore {
     pub(super) async fn acquire_fair(&self, req: &Acquire) -> Result<Lease> {
         let lock_key = self.lock_key(&req.key);
         let (place, requeue) = self.queue_place(&lock_key, req);
+        let waiter_timeout = self.inner.config.waiter_timeout;
+        // A place kept by a process served again and again is renewed once a quarter of the
+        // waiter timeout has passed, not at every turn: it then has at least three quarters
+        // left, and every refused attempt (the safety-net poll included) renews it as well.
+        let renew = requeue && self.inner.waiting.place_due(&lock_key, waiter_timeout / 4);
         let sent_at = Instant::now();
         let mut conn = self.conn();
         let script = if req.trace.is_some() {
@@ -105,16 +124,25 @@ impl RedisStore {
             .arg(req.token.as_str())
             .arg(ttl_millis(req.ttl))
             .arg(self.inner.waiting.entry(&place))
-            .arg(self.inner.config.waiter_timeout.as_millis() as u64)
+            .arg(waiter_timeout.as_millis() as u64)
             .arg(if self.inner.config.fencing { "1" } else { "0" })
             .arg(if requeue { "1" } else { "0" })
-            .arg(writer_wait_millis(req, sent_at));
+            .arg(writer_wait_millis(req, sent_at))
+            .arg(if renew { "1" } else { "0" });
         self.trace_acquire(&mut invocation, req);
         let (acquired, value, others): (i64, Option<u64>, Option<u64>) = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
-        self.queued(&req.key, &lock_key, &place, acquired != 1 || requeue);
+        // A refused blocking attempt always renews its place; a granted one when asked to.
+        let renewed = (acquired != 1 || renew).then_some(sent_at);
+        self.queued(
+            &req.key,
+            &lock_key,
+            &place,
+            acquired != 1 || requeue,
+            renewed,
+        );
         if acquired == 1 {
             return Ok(
                 Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
