@@ -291,6 +291,8 @@ for _ = 1, 64 do
   head_deadline = nil
 end
 local joined = false
+local in_line = false
+local left = nil
 if (not head) or head == me then
   if head and not moved then
     move_head()
@@ -313,7 +315,9 @@ if (not head) or head == me then
       if moved then put_back(me) end
       return refused
     end
-    if not refused then
+    if refused then
+      left = refused[2]
+    else
       taken = redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
     end
   end
@@ -341,10 +345,11 @@ if (not head) or head == me then
   if moved then
     put_back(me)
     moved = false
+    in_line = true
   end
 end
 if me ~= '' then
-  if (not joined) and not redis.call('LPOS', KEYS[3], me) then
+  if not (joined or in_line or redis.call('LPOS', KEYS[3], me)) then
     redis.call('RPUSH', KEYS[3], me)
   end
   keep_place()
@@ -353,9 +358,13 @@ if dropped then
   -- The head changed under a hold: its release must tell the new one.
   set_next(KEYS[1], redis.call('LINDEX', KEYS[3], 0))
 end
-local left = redis.call('PTTL', KEYS[1])
-if left < 0 then
-  left = head_deadline and (head_deadline - clock()) or 1
+-- How long until the lock can be free without a release: the refusal's own answer (the
+-- holder's TTL left), else the key's, else the head waiter's deadline.
+if not left then
+  left = redis.call('PTTL', KEYS[1])
+  if left < 0 then
+    left = head_deadline and (head_deadline - clock()) or 1
+  end
 end
 if left < 1 then left = 1 end
 return {0, left, 0}
