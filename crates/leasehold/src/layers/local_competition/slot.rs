@@ -86,6 +86,15 @@ pub(super) struct State {
     offer: Option<Offer>,
     /// Blocking contenders in arrival order; the head is the only one that may take the key.
     line: VecDeque<Place>,
+    /// No later than the earliest deadline in line (exact after a lapse scan, else a lower
+    /// bound): until then no place can lapse, so the line is not scanned.
+    soonest_until: Option<Instant>,
+    /// No earlier than the latest deadline in line (an upper bound): how long the entry must stay
+    /// cached for its waiters.
+    latest_until: Option<Instant>,
+    /// The waiter last served (its place already taken out of the line by the grant), so its
+    /// leaving needs no search of the line.
+    last_served: Option<WaiterId>,
     /// This process took its last store lease while other processes queued in the store, and
     /// local waiters remained: a fair store then put the process back at the end of its line, so
     /// the next head waits for the store's word instead of asking only to be refused.
@@ -199,10 +208,39 @@ impl State {
     /// Drops the places whose deadline passed, but `caller`'s: a contender woken by its turn just
     /// as its deadline passes still takes the key it was given.
     fn lapse(&mut self, now: Instant, caller: Option<WaiterId>) {
-        self.line
-            .retain(|p| p.until > now || Some(p.waiter) == caller);
+        if self.soonest_until.is_some_and(|soonest| soonest <= now) {
+            self.line
+                .retain(|p| p.until > now || Some(p.waiter) == caller);
+            self.soonest_until = self.line.iter().map(|p| p.until).min();
+            self.latest_until = self.line.iter().map(|p| p.until).max();
+        }
+        self.line_shrank();
+    }
+
+    /// Joins `place` at the back of the line.
+    fn join(&mut self, place: Place) {
+        let until = place.until;
+        self.soonest_until = Some(self.soonest_until.map_or(until, |s| s.min(until)));
+        self.latest_until = Some(self.latest_until.map_or(until, |l| l.max(until)));
+        self.line.push_back(place);
+    }
+
+    /// Takes `waiter`'s place out of the line, looking at the head first (the one usually served).
+    fn remove(&mut self, waiter: WaiterId) {
+        if self.line.front().is_some_and(|p| p.waiter == waiter) {
+            self.line.pop_front();
+        } else {
+            self.line.retain(|p| p.waiter != waiter);
+        }
+        self.line_shrank();
+    }
+
+    /// After places left: an empty line has no bounds and nobody waits behind other processes.
+    fn line_shrank(&mut self) {
         if self.line.is_empty() {
             self.behind_others = false;
+            self.soonest_until = None;
+            self.latest_until = None;
         }
     }
 
@@ -237,8 +275,7 @@ impl State {
         if self.in_use() {
             let holder = self.holder.as_ref().map(|h| h.expires_at);
             let offer = self.offer.as_ref().map(|o| o.store.expires_at());
-            let waiters = self.line.iter().map(|p| p.until).max();
-            [holder, offer, waiters]
+            [holder, offer, self.latest_until]
                 .into_iter()
                 .flatten()
                 .max()
@@ -296,8 +333,10 @@ impl State {
             self.hold_fresh(token, ttl, now);
             return Take::Taken { handed: None };
         };
-        if !self.line.iter().any(|p| p.waiter == wait.waiter) {
-            self.line.push_back(Place {
+        let in_line = self.line.front().is_some_and(|p| p.waiter == wait.waiter)
+            || self.line.iter().any(|p| p.waiter == wait.waiter);
+        if !in_line {
+            self.join(Place {
                 waiter: wait.waiter,
                 wake: Arc::new(Notify::new()),
                 until: wait.deadline,
@@ -306,7 +345,8 @@ impl State {
         let is_head = self.line.front().is_some_and(|p| p.waiter == wait.waiter);
         if is_head && self.holder.is_none() {
             if let Some(offer) = self.offer.take() {
-                self.line.pop_front();
+                self.remove(wait.waiter);
+                self.last_served = Some(wait.waiter);
                 let expires_at = offer.store.expires_at();
                 self.note_end(expires_at);
                 self.holder = Some(Holder {
@@ -387,7 +427,8 @@ impl State {
         others_queued: bool,
     ) {
         if let Some(waiter) = waiter {
-            self.line.retain(|p| p.waiter != waiter);
+            self.remove(waiter);
+            self.last_served = Some(waiter);
         }
         if let Some(h) = self.holder.as_mut().filter(|h| &h.token == token) {
             h.others_queued = others_queued;
@@ -399,9 +440,11 @@ impl State {
     /// the key is free, the head is to be woken (it may be a new one); the last waiter to
     /// leave takes an offer nobody will claim with it (the caller releases it in the store).
     pub(super) fn leave(&mut self, waiter: WaiterId) -> Left {
-        self.line.retain(|p| p.waiter != waiter);
+        if self.last_served != Some(waiter) {
+            self.remove(waiter);
+        }
+        self.line_shrank();
         if self.line.is_empty() {
-            self.behind_others = false;
             let orphan = if self.holder.is_none() {
                 self.offer.take().map(|o| o.store)
             } else {
@@ -721,6 +764,68 @@ mod tests {
         assert_eq!(
             st.try_take(&token(), TTL, Some(later), after),
             Take::Taken { handed: None }
+        );
+    }
+
+    #[test]
+    fn a_place_lapses_at_its_deadline_after_the_one_that_bounded_the_line_was_served() {
+        // The line keeps a bound on its soonest deadline so most looks need no scan; serving
+        // the place that set it leaves the bound early, never late.
+        let now = Instant::now();
+        let mut st = State::default();
+        let (first, soon, later) = (
+            wait(now + Duration::from_secs(1)),
+            wait(now + TTL),
+            wait(now + MINUTE),
+        );
+        let (a, b) = (token(), token());
+        for (t, w) in [(&a, first), (&b, soon), (&token(), later)] {
+            st.try_take(t, TTL, Some(w), now);
+        }
+        st.granted(&a, Some(first.waiter), false);
+        st.leave(first.waiter);
+        assert_eq!(st.line_len(), 2);
+        let at = now + Duration::from_secs(2);
+        assert_eq!(
+            st.try_take(&token(), TTL, Some(later), at),
+            Take::Busy { wake_at: now + TTL },
+            "still in time: nothing lapsed"
+        );
+        assert_eq!(st.line_len(), 2);
+        st.vacate(&a);
+        let after = now + TTL;
+        assert_eq!(
+            st.try_take(&token(), TTL, Some(later), after),
+            Take::Taken { handed: None },
+            "the place whose deadline passed lapsed, so the last is the head"
+        );
+        assert_eq!(st.line_len(), 1);
+    }
+
+    #[test]
+    fn an_entry_in_use_is_pinned_past_every_waiter_and_released_once_the_line_empties() {
+        let now = Instant::now();
+        let mut st = State::default();
+        let holder = token();
+        st.try_take(&holder, TTL, None, now);
+        let (near, far) = (wait(now + TTL), wait(now + MINUTE));
+        st.try_take(&token(), TTL, Some(near), now);
+        st.try_take(&token(), TTL, Some(far), now);
+        assert!(
+            st.horizon(now) >= now + MINUTE,
+            "pinned for the farthest waiter"
+        );
+        st.leave(far.waiter);
+        assert!(
+            st.horizon(now) >= now + TTL,
+            "never earlier than a waiter still in line"
+        );
+        st.leave(near.waiter);
+        st.vacate(&holder);
+        assert!(!st.in_use());
+        assert!(
+            st.horizon(now) <= now + IDLE_LINGER,
+            "idle: no bound of a past line keeps it"
         );
     }
 
