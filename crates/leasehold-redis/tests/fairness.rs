@@ -413,8 +413,6 @@ fn in_strict_fifo_a_sigkilled_waiter_lapses_after_its_waiter_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_is_announced_only_on_the_channel_of_the_process_next_in_line() {
-    use futures::StreamExt;
-
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
     let (a, b, c) = (
@@ -424,16 +422,7 @@ async fn a_release_is_announced_only_on_the_channel_of_the_process_next_in_line(
     );
     let held = a.try_lock("next").await.unwrap();
 
-    // Every announcement of every lock, as Redis publishes it.
-    let mut listener = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .expect("subscriber");
-    listener
-        .psubscribe("leasehold:released:*")
-        .await
-        .expect("PSUBSCRIBE");
+    let mut listener = listener(&url).await;
 
     let wait_then_release = |locks: LockManager| async move {
         locks
@@ -454,20 +443,22 @@ async fn a_release_is_announced_only_on_the_channel_of_the_process_next_in_line(
     held.release().await.unwrap();
     first.await.expect("B got its turn");
     second.await.expect("C got its turn");
-    let mut heard = Vec::new();
-    let mut messages = listener.on_message();
-    while let Ok(Some(message)) =
-        tokio::time::timeout(Duration::from_millis(500), messages.next()).await
-    {
-        let payload: String = message.get_payload().unwrap();
-        heard.push((message.get_channel_name().to_owned(), payload));
-    }
-    let base = "leasehold:released:leasehold:DC#f1#fair#next";
-    let expected: Vec<(String, String)> = line
-        .iter()
-        .map(|process| (format!("{base}:{process}"), process.clone()))
-        .collect();
-    assert_eq!(heard, expected);
+    let line: Vec<&str> = line.iter().map(String::as_str).collect();
+    assert_eq!(heard(&mut listener).await, announced("next", &line));
+}
+
+/// A subscriber to every announcement of every lock, as Redis publishes it.
+async fn listener(url: &str) -> redis::aio::PubSub {
+    let mut listener = redis::Client::open(url)
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .expect("subscriber");
+    listener
+        .psubscribe("leasehold:released:*")
+        .await
+        .expect("PSUBSCRIBE");
+    listener
 }
 
 /// Every announcement heard on `listener` until it has been quiet for half a second:
@@ -508,6 +499,23 @@ fn waiting(
     })
 }
 
+/// Releases `held`; the waiter `next` takes its turn and releases too. Returns what `listener`
+/// heard.
+async fn hand_over(
+    held: leasehold::LockGuard,
+    next: tokio::task::JoinHandle<leasehold::Result<leasehold::LockGuard>>,
+    listener: &mut redis::aio::PubSub,
+) -> Vec<(String, String)> {
+    held.release().await.unwrap();
+    next.await
+        .unwrap()
+        .expect("the next in line got its turn")
+        .release()
+        .await
+        .unwrap();
+    heard(listener).await
+}
+
 /// Process A holds `key` and has gone in line for its tasks still waiting, alone, so its hold
 /// names A as next: A's first task took the key, its second took it over with its third still
 /// waiting. Returns the hold, A's id in line, A's waiting task, and a listener of every
@@ -524,15 +532,7 @@ async fn hold_naming_own_process(
 ) {
     let first = a.try_lock(key).await.unwrap();
     let (one, other) = (waiting(a, key), waiting(a, key));
-    let mut listener = redis::Client::open(url)
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .expect("subscriber");
-    listener
-        .psubscribe("leasehold:released:*")
-        .await
-        .expect("PSUBSCRIBE");
+    let listener = listener(url).await;
     first.release().await.unwrap();
     // One of the two takes its turn while the other still waits: A goes back in line, alone,
     // so the hold names A.
@@ -559,16 +559,8 @@ async fn when_the_entry_a_hold_names_leaves_the_line_the_release_tells_the_new_h
     a_third.abort();
     queue_until(&url, "left", |q| q == [w_id.as_str()]).await;
 
-    held.release().await.unwrap();
-    w_waits
-        .await
-        .unwrap()
-        .expect("W got its turn")
-        .release()
-        .await
-        .unwrap();
     assert_eq!(
-        heard(&mut listener).await,
+        hand_over(held, w_waits, &mut listener).await,
         announced("left", &[&w_id]),
         "the release told W, the head after A left, not A"
     );
@@ -608,16 +600,8 @@ async fn when_a_lapsed_head_is_dropped_during_a_hold_the_release_tells_the_new_h
     let line = queue_until(&url, "lapsed", |q| q.len() == 1 && q[0] != "crashed").await;
     let y_id = line[0].clone();
 
-    held.release().await.unwrap();
-    y_waits
-        .await
-        .unwrap()
-        .expect("Y got its turn")
-        .release()
-        .await
-        .unwrap();
     assert_eq!(
-        heard(&mut listener).await,
+        hand_over(held, y_waits, &mut listener).await,
         announced("lapsed", &[&y_id]),
         "the release told Y, not the crashed place it had dropped"
     );
