@@ -47,6 +47,9 @@ const NOT_SERVING_NOW: [&str; 6] = [
 /// - Timeout or connection lost while a write was in flight: the server may have applied it —
 ///   [`ErrorKind::InDoubt`] (the readback layer resolves it). For reads: `Connection`.
 /// - Authentication or permission failures: [`ErrorKind::StoreSetup`].
+/// - A script calling a command the server does not have (fair waiting's `LMOVE` on Redis
+///   before 6.2; it is the first write of the script, so nothing was applied):
+///   [`ErrorKind::StoreSetup`], naming the version needed and the way out.
 /// - Refused for now (`LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`, `BUSY`, `CLUSTERDOWN`):
 ///   nothing applied, [`ErrorKind::Connection`] (temporary).
 /// - Anything else: [`ErrorKind::Internal`], with the server's error as the cause.
@@ -64,6 +67,7 @@ pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error 
         error.kind(),
         redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::InvalidClientConfig
     ) || error.code() == Some("NOPERM")
+        || too_old(&error)
     {
         ErrorKind::StoreSetup
     } else if error
@@ -87,6 +91,10 @@ pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error 
             "{what} was sent to Redis at {address} but no reply came back: it may or may not \
              have been applied (read the lock back, or use the readback layer)"
         ),
+        ErrorKind::StoreSetup if too_old(&error) => format!(
+            "Redis at {address} is too old for the {what}: fair waiting needs Redis 6.2 or later \
+             (LMOVE); upgrade the server, or turn fair waiting off (RedisConfig::fair(false))"
+        ),
         ErrorKind::StoreSetup => format!(
             "Redis at {address} refused the {what}: check the credentials and ACL permissions"
         ),
@@ -97,5 +105,40 @@ pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error 
         error
     } else {
         error.with_key(key)
+    }
+}
+
+/// Whether a script failed on a command this server does not know (an older Redis).
+fn too_old(error: &RedisError) -> bool {
+    error
+        .detail()
+        .is_some_and(|detail| detail.contains("Unknown Redis command called from"))
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::{ErrorKind as RedisKind, ServerErrorKind};
+
+    use super::*;
+
+    #[test]
+    fn a_script_command_the_server_lacks_is_a_setup_error_naming_the_version() {
+        // What Redis 6.0 answers a script calling LMOVE (6.2+).
+        let refused = RedisError::from((
+            RedisKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "Error running script (call to f_0a1b): @user_script:40: @user_script: 40: Unknown \
+             Redis command called from Lua script"
+                .to_owned(),
+        ));
+        let error = map(Op::Acquire, "DC#f1#app#k", "127.0.0.1:6379", refused);
+        assert_eq!(error.kind(), ErrorKind::StoreSetup);
+        let message = error.to_string();
+        assert!(message.contains("Redis 6.2"), "{message}");
+        assert!(message.contains("fair(false)"), "{message}");
+        assert!(
+            std::error::Error::source(&error).is_some(),
+            "the cause is kept"
+        );
     }
 }

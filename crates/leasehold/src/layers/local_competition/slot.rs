@@ -402,8 +402,10 @@ impl State {
 
     /// The wake-up of `waiter`'s place, if it has one.
     pub(super) fn wake_of(&self, waiter: WaiterId) -> Option<Arc<Notify>> {
+        // From the back: the caller has usually just joined.
         self.line
             .iter()
+            .rev()
             .find(|p| p.waiter == waiter)
             .map(|p| p.wake.clone())
     }
