@@ -48,9 +48,8 @@ impl LockGuard {
         scenario: Arc<str>,
     ) -> Self {
         let state = LeaseState::new(lease.clone());
-        let renewer = renew_every.and_then(|every| {
-            Renewer::start(handle.clone(), state.clone(), every, scenario.clone())
-        });
+        let renewer = renew_every
+            .and_then(|every| Renewer::start(&handle, state.clone(), every, scenario.clone()));
         LockGuard {
             handle,
             acquired: lease,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tracing::Instrument;
 
 use crate::core::{BoxStore, Lease, Lifecycle, LockEvent, LockStore, Observers, Result};
+use crate::schedule::Schedule;
 use crate::waiters::Waiters;
 
 /// Shared by a manager and every guard and renewal task it hands out.
@@ -18,6 +19,8 @@ pub(crate) struct Handle {
     pub(crate) observers: Observers,
     pub(crate) waiters: Waiters,
     pub(crate) lifecycle: Lifecycle,
+    /// The watchdog's renewals not due yet (see [`crate::renewal`]).
+    pub(crate) renewals: Arc<Schedule>,
 }
 
 impl Handle {

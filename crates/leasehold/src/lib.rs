@@ -47,6 +47,7 @@ mod multi_guard;
 pub mod observe;
 mod renewal;
 pub mod scenario;
+mod schedule;
 mod sweep;
 mod waiters;
 

@@ -454,6 +454,7 @@ impl LockManagerBuilder {
                             observers: self.observers.clone(),
                             waiters: Waiters::default(),
                             lifecycle: lifecycle.clone(),
+                            renewals: Arc::default(),
                         }),
                     );
                 }
@@ -467,6 +468,7 @@ impl LockManagerBuilder {
                     observers: self.observers,
                     waiters: Waiters::default(),
                     lifecycle,
+                    renewals: Arc::default(),
                 }),
                 config: Config {
                     client_id,

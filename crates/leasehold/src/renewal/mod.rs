@@ -1,0 +1,489 @@
+//! Lease renewal: a background task that keeps a guard's lease alive and notices when it is lost.
+//!
+//! Short TTLs keep a crashed holder from blocking others for long (Bond recommends 2 s on fast
+//! paths), but then a long job outlives its lease. Renewal is the answer Redisson (watchdog) and etcd
+//! (session keep-alive) give: while the guard lives, extend the lease every `ttl / 3` (configurable),
+//! owner-checked. If an extend says the lock is no longer ours, or the store cannot be reached
+//! before the lease would expire, the guard is marked lost: `is_held()` turns false, `lost()`
+//! resolves, and a [`LockEvent::Lost`] is emitted. The task ends when the guard is released or
+//! dropped, or when the manager shuts down (the guard is then marked lost: nothing renews it any
+//! more); it never outlives its guard.
+//!
+//! A guard's renewal starts as an entry in the manager's [`Schedule`], due one renewal period
+//! after the guard was taken; only a guard still held then gets its task. Taking and releasing a
+//! lock within a renewal period (a hot key changes hands in microseconds; a period is a third of
+//! a TTL) spawns nothing and wakes nothing.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::core::{Error, ErrorKind, Lease, LockEvent, LockStore};
+use crate::handle::Handle;
+use crate::schedule::{Due, Place, Schedule};
+
+/// Shortest pause between two renewal attempts after a failure.
+const MIN_RETRY: Duration = Duration::from_millis(10);
+
+/// Why a held guard's lease is given up when its manager shuts down.
+const SHUT_DOWN: &str = "the lock manager shut down; the lease is no longer renewed";
+
+/// The current lease of a guard and whether it is still held; shared by the guard and its renewal
+/// task. One allocation per guard: the lease and the lost reason behind one mutex, and a `Notify`
+/// for `lost()` waiters.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    current: Mutex<Current>,
+    lost_signal: Notify,
+}
+
+#[derive(Debug)]
+struct Current {
+    lease: Lease,
+    /// `None` while held; the reason once lost.
+    lost: Option<String>,
+}
+
+impl LeaseState {
+    pub(crate) fn new(lease: Lease) -> Arc<Self> {
+        Arc::new(LeaseState {
+            current: Mutex::new(Current { lease, lost: None }),
+            lost_signal: Notify::new(),
+        })
+    }
+
+    fn current(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn lease(&self) -> Lease {
+        self.current().lease.clone()
+    }
+
+    pub(crate) fn set_lease(&self, lease: Lease) {
+        self.current().lease = lease;
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        self.current().lost.is_none()
+    }
+
+    /// Marks the lease lost (first reason wins).
+    pub(crate) fn mark_lost(&self, reason: String) {
+        let first = {
+            let mut current = self.current();
+            let first = current.lost.is_none();
+            if first {
+                current.lost = Some(reason);
+            }
+            first
+        };
+        if first {
+            self.lost_signal.notify_waiters();
+        }
+    }
+
+    /// Resolves when the lease is marked lost, with an `ErrorKind::NotHeld` error saying why.
+    pub(crate) async fn lost(&self) -> Error {
+        loop {
+            // Registered before the check, so a `mark_lost` in between is not missed.
+            let signal = self.lost_signal.notified();
+            tokio::pin!(signal);
+            signal.as_mut().enable();
+            {
+                let current = self.current();
+                if let Some(reason) = &current.lost {
+                    return Error::not_held(format!("the lock was lost: {reason}"))
+                        .with_key(current.lease.key().as_str());
+                }
+            }
+            signal.await;
+        }
+    }
+}
+
+/// A guard's renewal: scheduled, then (if the guard is still held when it is due) a running task.
+#[derive(Debug)]
+pub(crate) struct Renewer {
+    schedule: Arc<Schedule>,
+    entry: Arc<Entry>,
+}
+
+impl Renewer {
+    /// Renews `state`'s lease every `every` (default: a third of its TTL) while the guard lives:
+    /// the first renewal is scheduled; its task starts when it is due. `None` outside a tokio
+    /// runtime (logged: the lease expires at its TTL).
+    pub(crate) fn start(
+        handle: &Arc<Handle>,
+        state: Arc<LeaseState>,
+        every: Option<Duration>,
+        scenario: Arc<str>,
+    ) -> Option<Self> {
+        let interval = every.unwrap_or(state.lease().ttl() / 3);
+        let key = state.lease().key().clone();
+        let entry = Arc::new(Entry {
+            phase: Mutex::new(Phase::Done),
+            handle: Arc::downgrade(handle),
+            state,
+            every,
+            scenario,
+        });
+        let due = Instant::now() + interval;
+        if !handle.renewals.add(&handle.lifecycle, entry.clone(), due) {
+            tracing::warn!(%key, "no tokio runtime to renew on; the lease expires at its TTL");
+            return None;
+        }
+        Some(Renewer {
+            schedule: handle.renewals.clone(),
+            entry,
+        })
+    }
+
+    /// Stops the renewal, so the lease state is final: a renewal not yet due is taken off the
+    /// schedule (nothing to wait for); a running task is stopped and waited for (an extend in
+    /// flight completes and is recorded).
+    pub(crate) async fn stop(self) {
+        if let Some(task) = self.entry.stop(&self.schedule) {
+            task.stop().await;
+        }
+    }
+}
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        // `stop()` not called (guard dropped without a runtime): make sure nothing renews.
+        drop(self.entry.stop(&self.schedule));
+    }
+}
+
+/// One guard's renewal, as the schedule sees it.
+#[derive(Debug)]
+struct Entry {
+    phase: Mutex<Phase>,
+    /// Weak: the manager's schedule holds the entry, and the manager holds the schedule.
+    handle: Weak<Handle>,
+    state: Arc<LeaseState>,
+    every: Option<Duration>,
+    scenario: Arc<str>,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// In the schedule, not due yet.
+    Scheduled(Place),
+    /// Due, and renewing in its own task.
+    Running(Task),
+    /// Stopped, or never started.
+    Done,
+}
+
+impl Entry {
+    fn phase(&self) -> MutexGuard<'_, Phase> {
+        // Each update is one assignment: a panic elsewhere leaves it consistent.
+        self.phase.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Ends the renewal: takes it off `schedule` if it was not due yet, and returns its task if
+    /// it was running (the caller stops it and waits, or drops it, which aborts it).
+    fn stop(&self, schedule: &Schedule) -> Option<Task> {
+        let phase = std::mem::replace(&mut *self.phase(), Phase::Done);
+        match phase {
+            Phase::Scheduled(place) => {
+                schedule.remove(place);
+                None
+            }
+            Phase::Running(task) => Some(task),
+            Phase::Done => None,
+        }
+    }
+}
+
+impl Due for Entry {
+    fn scheduled(&self, place: Place) {
+        *self.phase() = Phase::Scheduled(place);
+    }
+
+    /// Due: the renewal task starts, its first extend at once, unless the guard stopped it.
+    fn start(&self) {
+        let mut phase = self.phase();
+        if !matches!(*phase, Phase::Scheduled(_)) {
+            return;
+        }
+        let task = self.handle.upgrade().and_then(|handle| {
+            Task::start(
+                handle,
+                self.state.clone(),
+                self.every,
+                self.scenario.clone(),
+                Duration::ZERO,
+            )
+        });
+        *phase = match task {
+            Some(task) => Phase::Running(task),
+            None => Phase::Done, // the manager is gone, or the runtime
+        };
+    }
+
+    fn shut_down(&self) {
+        let mut phase = self.phase();
+        if matches!(*phase, Phase::Scheduled(_)) {
+            *phase = Phase::Done;
+            drop(phase);
+            self.state.mark_lost(SHUT_DOWN.to_owned());
+        }
+    }
+}
+
+/// A guard's running renewal task and the means to stop it.
+#[derive(Debug)]
+pub(crate) struct Task {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Task {
+    /// Starts renewing `state`'s lease: the first extend after `first`, then every `every`
+    /// (default: a third of its TTL). `None` outside a runtime.
+    fn start(
+        handle: Arc<Handle>,
+        state: Arc<LeaseState>,
+        every: Option<Duration>,
+        scenario: Arc<str>,
+        first: Duration,
+    ) -> Option<Self> {
+        let (stop, stopped) = oneshot::channel();
+        // Tracked by the lifecycle, and ended by it: a shutdown waits for the task to finish.
+        let task = handle.lifecycle.clone().spawn(crate::observe::in_scenario(
+            scenario,
+            renew(handle, state, every, stopped, first),
+        ))?;
+        Some(Task {
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// Stops the task and waits for it.
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // `stop()` not called: make sure the task ends.
+        if self.stop.is_some() {
+            self.task.abort();
+        }
+    }
+}
+
+async fn renew(
+    handle: Arc<Handle>,
+    state: Arc<LeaseState>,
+    every: Option<Duration>,
+    mut stopped: oneshot::Receiver<()>,
+    first: Duration,
+) {
+    let mut first = Some(first);
+    loop {
+        let lease = state.lease();
+        let interval = every.unwrap_or(lease.ttl() / 3);
+        let pause = first.take().unwrap_or(interval);
+        tokio::select! {
+            _ = &mut stopped => return,
+            _ = handle.lifecycle.closing() => {
+                // The manager shut down (and, with graceful shutdown, released the lock): the
+                // lease is no longer kept alive, so the holder must stop relying on it. Expected,
+                // so no `Lost` event and no warning: a deploy is not an incident.
+                tracing::debug!(key = %lease.key(), "renewal stopped: the lock manager shut down");
+                state.mark_lost(SHUT_DOWN.to_owned());
+                return;
+            }
+            _ = tokio::time::sleep(pause) => {}
+        }
+        // Extend, retrying transient failures until the lease would have expired.
+        loop {
+            // The extend must answer before the lease runs out; after that the lock may already
+            // be someone else's, so waiting longer would keep `is_held()` true on a lost lock.
+            let mut extend = Box::pin({
+                let (store, lease) = (handle.store.clone(), lease.clone());
+                async move { store.extend(&lease, lease.ttl()).await }
+            });
+            let attempt = match tokio::time::timeout_at(lease.expires_at(), extend.as_mut()).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    // Still in flight. If it lands, the lock would live on for a whole TTL under
+                    // a guard already reported lost: it is released as soon as it answers.
+                    let store = handle.store.clone();
+                    // Tracked: a shutdown waits for this cleanup.
+                    handle.lifecycle.spawn(async move {
+                        if let Ok(renewed) = extend.await {
+                            if let Err(error) = store.release(&renewed).await {
+                                tracing::warn!(key = %renewed.key(), %error,
+                                    "a renewal answered after its lease was given up and could \
+                                     not be released; the lock expires at its TTL");
+                            }
+                        }
+                    });
+                    Err(
+                        Error::in_doubt("no answer to the renewal before the lease expired")
+                            .with_key(lease.key().as_str()),
+                    )
+                }
+            };
+            match attempt {
+                Ok(renewed) => {
+                    state.set_lease(renewed);
+                    handle.observers.emit(|| LockEvent::Renewed {
+                        key: lease.key().clone(),
+                    });
+                    break;
+                }
+                Err(error) if error.kind() == ErrorKind::NotHeld => {
+                    lose(
+                        &handle,
+                        &state,
+                        &lease,
+                        format!("renewal found it no longer ours ({error})"),
+                    );
+                    return;
+                }
+                Err(error) => {
+                    if Instant::now() >= lease.expires_at() {
+                        lose(
+                            &handle,
+                            &state,
+                            &lease,
+                            format!("could not renew before the lease expired ({error})"),
+                        );
+                        return;
+                    }
+                    tracing::debug!(key = %lease.key(), %error, "renewal failed; retrying");
+                    let pause = (interval / 4)
+                        .max(MIN_RETRY)
+                        .min(lease.remaining().max(MIN_RETRY));
+                    tokio::select! {
+                        _ = &mut stopped => return,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn lose(handle: &Handle, state: &LeaseState, lease: &Lease, reason: String) {
+    tracing::warn!(key = %lease.key(), %reason, "lock lost");
+    handle.observers.emit(|| LockEvent::Lost {
+        key: lease.key().clone(),
+        reason: reason.clone(),
+    });
+    state.mark_lost(reason);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Acquire, BoxStore, Lifecycle, LockKey, LockStore, Observers, OwnerToken};
+    use crate::waiters::Waiters;
+    use crate::MemoryStore;
+
+    const TTL: Duration = Duration::from_secs(3);
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn handle(store: &MemoryStore) -> Arc<Handle> {
+        Arc::new(Handle {
+            store: BoxStore::new(store.clone()),
+            observers: Observers::default(),
+            waiters: Waiters::default(),
+            lifecycle: Lifecycle::new(),
+            renewals: Arc::default(),
+        })
+    }
+
+    /// A lease on `name`, held in `store`.
+    async fn held(store: &MemoryStore, name: &str) -> Arc<LeaseState> {
+        let key = LockKey::dc("f1", "test", name).unwrap();
+        let lease = store
+            .try_acquire(&Acquire::new(key, OwnerToken::generate(), TTL))
+            .await
+            .unwrap();
+        LeaseState::new(lease)
+    }
+
+    fn renew(handle: &Arc<Handle>, state: &Arc<LeaseState>, every: Duration) -> Renewer {
+        Renewer::start(handle, state.clone(), Some(every), Arc::from("default")).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn guards_released_before_their_renewal_is_due_start_no_task() {
+        let store = MemoryStore::new();
+        let handle = handle(&store);
+        let mut states = Vec::new();
+        let mut renewers = Vec::new();
+        for i in 0..50 {
+            let state = held(&store, &format!("k{i}")).await;
+            renewers.push(renew(&handle, &state, EVERY));
+            let taken = state.lease().expires_at();
+            states.push((state, taken));
+        }
+        assert_eq!(
+            handle.lifecycle.in_flight(),
+            1,
+            "one driver, no task per guard"
+        );
+        for renewer in renewers {
+            renewer.stop().await;
+        }
+        tokio::time::sleep(EVERY * 2).await;
+        assert_eq!(
+            handle.lifecycle.in_flight(),
+            0,
+            "the driver ends with its schedule"
+        );
+        for (state, taken) in &states {
+            assert_eq!(state.lease().expires_at(), *taken, "never extended");
+            assert!(state.is_held());
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_due_renewal_runs_and_an_earlier_one_is_not_kept_waiting_behind_a_later() {
+        let store = MemoryStore::new();
+        let handle = handle(&store);
+        let (late, early) = (held(&store, "late").await, held(&store, "early").await);
+        let _late = renew(&handle, &late, Duration::from_secs(10));
+        // The driver now sleeps until the late entry is due.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let _early = renew(&handle, &early, EVERY);
+        let taken_at = early.lease().expires_at();
+        tokio::time::sleep(EVERY + Duration::from_millis(100)).await;
+        assert!(
+            early.lease().expires_at() > taken_at,
+            "renewed when due, not at the later entry's time"
+        );
+        tokio::time::sleep(TTL * 2).await;
+        assert!(early.is_held(), "kept alive by its task");
+        assert!(late.is_held());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_ends_scheduled_renewals_and_says_so() {
+        let store = MemoryStore::new();
+        let handle = handle(&store);
+        let state = held(&store, "a").await;
+        let _renewer = renew(&handle, &state, EVERY);
+        handle.lifecycle.close();
+        handle.lifecycle.wait().await;
+        assert!(!state.is_held());
+        let lost = state.lost().await.to_string();
+        assert!(lost.contains("shut down"), "{lost}");
+    }
+}
