@@ -221,10 +221,20 @@ impl Due for Entry {
                 Duration::ZERO,
             )
         });
-        *phase = match task {
-            Some(task) => Phase::Running(task),
-            None => Phase::Done, // the manager is gone, or the runtime
-        };
+        if let Some(task) = task {
+            *phase = Phase::Running(task);
+            return;
+        }
+        // The runtime is shutting down (a live guard keeps its manager's handle): say so rather
+        // than let the guard believe it is renewed.
+        *phase = Phase::Done;
+        drop(phase);
+        tracing::warn!(key = %self.state.lease().key(),
+            "no tokio runtime to renew on; the lease expires at its TTL");
+        self.state.mark_lost(
+            "its renewal could not start (no tokio runtime); the lease expires at its TTL"
+                .to_owned(),
+        );
     }
 
     fn shut_down(&self) {
@@ -239,7 +249,7 @@ impl Due for Entry {
 
 /// A guard's running renewal task and the means to stop it.
 #[derive(Debug)]
-pub(crate) struct Task {
+struct Task {
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
