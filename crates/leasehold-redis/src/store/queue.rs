@@ -85,7 +85,7 @@ impl RedisStore {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
-        let queued = fair && (acquired != 1 || requeue);
+        let queued = acquired != 1 || requeue;
         // The shared script renews the deadline of every place it leaves queued.
         self.queued(&req.key, &lock_key, &place, queued, Some(sent_at));
         if acquired == 1 {

@@ -333,9 +333,8 @@ impl State {
             self.hold_fresh(token, ttl, now);
             return Take::Taken { handed: None };
         };
-        let in_line = self.line.front().is_some_and(|p| p.waiter == wait.waiter)
-            || self.line.iter().any(|p| p.waiter == wait.waiter);
-        if !in_line {
+        // From the head: a woken head finds itself at once.
+        if !self.line.iter().any(|p| p.waiter == wait.waiter) {
             self.join(Place {
                 waiter: wait.waiter,
                 wake: Arc::new(Notify::new()),
