@@ -273,10 +273,12 @@ async fn a_hand_over_wakes_the_next_in_line_not_everyone_behind_it() {
     // taker's place). Woken by all of them it would have asked ten times; woken only when the
     // one just ahead of it left and then by the release it waited for, it asks two or three
     // times (the first deletion after it queued wakes it to read its line; once if that release
-    // came before its look), and never polls.
+    // came before its look), and never polls. On a loaded machine the hints can each wake it once
+    // more (a deletion seen before its read of the line lands, a hold gone after it): seen once at
+    // 4 in the full suite on 2 cores. Half the wake-everyone count still tells the two apart.
     let asked = counts.acquires() - queued;
     assert!(
-        (1..=3).contains(&asked),
+        (1..=5).contains(&asked),
         "the last waiter asked {asked} times during five hand-overs ahead of it"
     );
 }
