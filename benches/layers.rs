@@ -14,12 +14,14 @@
 //! (c) hot key (printed): 64 tasks × many acquisitions of one key over a request-counting store
 //!     (first, the floor: the same on tokio's FIFO `Mutex`, no store):
 //!     acquisitions per second and store requests per acquisition, local competition off / on /
-//!     on with hand-off.
+//!     on with hand-off. Each critical section awaits once (`yield_now`), as a real one that does
+//!     I/O does: the others then queue, and every release hands over to the next in line.
 //!
 //! For a profiler, `HOT_ONLY="<row label>"` (e.g. `HOT_ONLY="local competition on"`) runs the
 //! floor and that one hot-key row of (c), without (b): `perf record` or `valgrind
 //! --tool=callgrind` then sees only it. `HOT_PER_TASK=<n>` sets the acquisitions per task (200),
-//! and `HOT_YIELD=1` puts one `yield_now` inside each critical section of (c), as the floor has.
+//! and `HOT_EMPTY=1` leaves the critical sections of (c) empty (no await: how rounds before
+//! 2026-11-24 measured, where a releasing task could take the key straight back).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -304,12 +306,14 @@ fn remote(builder: LockManagerBuilder) -> LockManagerBuilder {
     })
 }
 
-/// (c) 64 tasks × `per_task` acquisitions of one key.
+/// (c) 64 tasks × `per_task` acquisitions of one key, one await inside each critical section
+/// (none with `HOT_EMPTY`).
 fn hot_key(label: &str, builder: LockManagerBuilder, per_task: usize) {
     const TASKS: usize = 64;
     if std::env::var("HOT_ONLY").is_ok_and(|only| only != label) {
         return;
     }
+    let yield_inside = std::env::var_os("HOT_EMPTY").is_none();
     let rt = multi_thread();
     let counting = CountingLayer::new();
     let counts = counting.counts();
@@ -323,7 +327,7 @@ fn hot_key(label: &str, builder: LockManagerBuilder, per_task: usize) {
                     for _ in 0..per_task {
                         let guard = locks.lock("hot").await.expect("hot lock");
                         black_box(guard.fencing_token());
-                        if std::env::var_os("HOT_YIELD").is_some() {
+                        if yield_inside {
                             tokio::task::yield_now().await;
                         }
                         guard.release().await.expect("release");

@@ -67,7 +67,12 @@ impl ReleaseWatch {
             notify,
             live: true,
             waiter: WaiterId::new(),
-            on_drop: vec![Box::new(on_drop)],
+            // Room for a layer's hook too (local competition adds one), without a regrowth.
+            on_drop: {
+                let mut hooks: Vec<Box<dyn FnOnce() + Send + Sync>> = Vec::with_capacity(2);
+                hooks.push(Box::new(on_drop));
+                hooks
+            },
         }
     }
 

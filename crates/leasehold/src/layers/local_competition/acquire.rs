@@ -37,11 +37,20 @@ impl<S: LockStore> LocalCompetition<S> {
             slot: None,
             armed: true,
         });
+        // Woken in its place (by its turn or its timer): the waiter looks at the same entry again
+        // without a look-up while it is in the cache (pinned there while the waiter is in line).
+        let mut woken = false;
         loop {
             if self.lifecycle.is_closing() {
                 return Err(Error::shut_down().with_key(req.key.as_str()));
             }
-            let Some(slot) = self.shared.slot(&req.key) else {
+            let slot = match in_line.as_ref().filter(|_| std::mem::take(&mut woken)) {
+                Some(InLine {
+                    slot: Some(slot), ..
+                }) if !slot.is_gone() => Some(slot.clone()),
+                _ => self.shared.slot(&req.key),
+            };
+            let Some(slot) = slot else {
                 drop(in_line);
                 tracing::debug!(key = %req.key,
                     "local competition at capacity with every entry in use: straight to the store");
@@ -50,11 +59,9 @@ impl<S: LockStore> LocalCompetition<S> {
             if let Some(in_line) = in_line.as_mut() {
                 in_line.slot = Some(slot.clone());
             }
-            // Enabled under the entry's lock, before deciding to wait: a turn given after the
-            // decision is not missed.
+            // Made before the entry is locked: an entry that leaves the cache after this look
+            // wakes it (a `Notified` receives every `notify_waiters` from its making on).
             let gone = slot.gone_wake.notified();
-            let mut gone = std::pin::pin!(gone);
-            gone.as_mut().enable();
             let (turn, wake_at) = {
                 let mut st = slot.lock();
                 let now = Instant::now();
@@ -79,9 +86,10 @@ impl<S: LockStore> LocalCompetition<S> {
                         let Some(wake) = wake else {
                             continue; // not in line after all (cannot happen): look again
                         };
-                        let mut turn = Box::pin(wake.notified_owned());
-                        turn.as_mut().enable();
-                        (Turn::Wait(turn), wake_at)
+                        // Made under the entry's lock: a `Notified` receives every
+                        // `notify_waiters` from its making on, so a turn given as soon as the
+                        // lock is let go is not missed (no need to poll it first).
+                        (Turn::Wait(wake.notified_owned()), wake_at)
                     }
                     Take::Retired => continue,
                     Take::FastFail => {
@@ -98,8 +106,8 @@ impl<S: LockStore> LocalCompetition<S> {
                     Take::AfterOthers => {
                         // The store names this process when its turn comes; until then asking
                         // would only be refused. The place is kept for the next attempt.
-                        if let Some(in_line) = in_line.as_mut() {
-                            in_line.armed = req.waiter.is_none();
+                        if let (Some(in_line), Some(_)) = (in_line.as_mut(), req.waiter) {
+                            in_line.keep();
                         }
                         return Err(Error::unavailable(&req.key).behind_others());
                     }
@@ -116,7 +124,7 @@ impl<S: LockStore> LocalCompetition<S> {
                 biased;
                 () = self.lifecycle.closing() => {}
                 () = gone => {}
-                _ = tokio::time::timeout_at(wake_at, turn) => {}
+                _ = tokio::time::timeout_at(wake_at, turn) => woken = true,
             }
         }
     }
@@ -143,7 +151,11 @@ impl<S: LockStore> LocalCompetition<S> {
             // Refused by the store (another process holds it): a wait that comes back keeps its
             // place at the head, and the process keeps one contender in the store.
             let refused = result.as_ref().is_err_and(Error::is_unavailable);
-            in_line.armed = !(result.is_ok() || (refused && req.waiter.is_some()));
+            if result.is_ok() {
+                in_line.armed = false; // served: out of the line
+            } else if refused && req.waiter.is_some() {
+                in_line.keep();
+            }
         }
         result
     }
@@ -215,8 +227,8 @@ impl<S: LockStore> LocalCompetition<S> {
 enum Turn {
     /// The key is the caller's locally (with the store lease, if handed off).
     Taken(Option<Lease>),
-    /// Wait for the caller's turn (enabled under the entry's lock).
-    Wait(std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>),
+    /// Wait for the caller's turn (made under the entry's lock).
+    Wait(tokio::sync::futures::OwnedNotified),
 }
 
 /// Frees a slot when dropped while armed: on error and on cancellation. A store lease received
@@ -270,6 +282,15 @@ struct InLine<'a, S: LockStore> {
     /// The entry the place is in (the latest looked at).
     slot: Option<Arc<Slot>>,
     armed: bool,
+}
+
+impl<S: LockStore> InLine<'_, S> {
+    /// The place stays in line after this attempt (for the wait's next one): the wait's watch
+    /// leaves it when the wait ends.
+    fn keep(&mut self) {
+        self.armed = false;
+        self.layer.shared.kept.insert(self.waiter);
+    }
 }
 
 impl<S: LockStore> Drop for InLine<'_, S> {

@@ -2,17 +2,18 @@
 //! (see the module docs of [`super`] for the rules), and the admission and reclaim that keep it
 //! within capacity without ever evicting an entry in use.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use dashmap::DashSet;
 use moka::notification::RemovalCause;
 use moka::ops::compute::{CompResult, Op};
 use moka::sync::Cache;
 use tokio::time::Instant;
 
-use crate::core::LockKey;
+use crate::core::{LockKey, WaiterId};
 
 use super::slot::{self, Slot, State};
 use super::RECLAIM_GAP;
@@ -20,11 +21,17 @@ use super::RECLAIM_GAP;
 type Entries = Cache<LockKey, Arc<Slot>, foldhash::fast::RandomState>;
 
 pub(super) struct Shared {
+    /// Tells this layer's entries from another's in a thread's last look-up ([`LAST`]).
+    id: u64,
     pub(super) cache: Entries,
     /// Entries in the cache (or being inserted): admission checks it against `capacity`.
     /// Signed so that a removal counted before its insertion can never wrap around.
     pub(super) entries: Arc<AtomicI64>,
     pub(super) capacity: u64,
+    /// The waits whose place stays in line after their attempt returned (the store refused the
+    /// head, or the process waits behind others in the store): only those must leave the line
+    /// when their wait ends, so only those cost a cache read then.
+    pub(super) kept: DashSet<WaiterId, foldhash::fast::RandomState>,
     /// When a pass over a full cache last found nothing to reclaim.
     fruitless_reclaim: Mutex<Option<Instant>>,
 }
@@ -33,6 +40,22 @@ thread_local! {
     /// The expiry the next cache read of this thread gives the entry it reads (see
     /// [`Shared::settle`]); `None`: reads leave expiries as they are.
     static PIN: Cell<Option<Duration>> = const { Cell::new(None) };
+
+    /// The entry this thread looked up last ([`Shared::lookup`]).
+    static LAST: RefCell<Option<LastLookup>> = const { RefCell::new(None) };
+}
+
+/// Makes each layer's [`Shared::id`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// A thread's last look-up: on a hot key, every acquisition and release of the thread looks up
+/// the same entry, and a cache read costs as much as the rest of the layer's work. Weak, so it
+/// keeps no entry alive; an entry out of the cache is never returned from here (its
+/// [`Slot::is_gone`]).
+struct LastLookup {
+    layer: u64,
+    key: LockKey,
+    slot: Weak<Slot>,
 }
 
 /// Entry expiry for the cache: set at creation (briefly: the creator takes the entry at once and
@@ -85,13 +108,16 @@ impl Shared {
                     counted.fetch_sub(1, Ordering::AcqRel);
                 }
                 // Nobody is left waiting on an entry out of the cache: they look again.
+                slot.mark_gone();
                 slot.gone_wake.notify_waiters();
             })
             .build_with_hasher(foldhash::fast::RandomState::default());
         Shared {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             cache,
             entries,
             capacity,
+            kept: DashSet::default(),
             fruitless_reclaim: Mutex::new(None),
         }
     }
@@ -99,7 +125,7 @@ impl Shared {
     /// The key's entry, made if there is none and the cache has room; `None`: at capacity with
     /// every entry in use.
     pub(super) fn slot(&self, key: &LockKey) -> Option<Arc<Slot>> {
-        if let Some(slot) = self.cache.get(key) {
+        if let Some(slot) = self.lookup(key) {
             return Some(slot);
         }
         if !self.reserve() {
@@ -113,7 +139,50 @@ impl Shared {
             // Made by another task meanwhile: the reservation is not needed.
             self.entries.fetch_sub(1, Ordering::AcqRel);
         }
-        Some(entry.into_value())
+        let slot = entry.into_value();
+        self.remember(key, &slot);
+        Some(slot)
+    }
+
+    /// The key's entry, if it has one: this thread's last look-up when it was this key's and
+    /// its entry is not known to be out of the cache, else a cache read.
+    ///
+    /// The last look-up may be an entry moka expired and has not reported yet (moka reports
+    /// expiries at its next housekeeping). Nothing is lost: such an entry was idle (an entry in
+    /// use is pinned past its use), so whoever takes it changes its expiry, and that write
+    /// ([`Shared::settle`]) finds the entry gone and sends the taker back to look again; and a
+    /// release that does not find its holder in it asks the cache ([`Shared::read`]).
+    pub(super) fn lookup(&self, key: &LockKey) -> Option<Arc<Slot>> {
+        let last = LAST.with(|last| {
+            let last = last.borrow();
+            let last = last.as_ref()?;
+            if last.layer != self.id || last.key != *key {
+                return None;
+            }
+            last.slot.upgrade().filter(|slot| !slot.is_gone())
+        });
+        last.or_else(|| self.read(key))
+    }
+
+    /// The key's entry in the cache, if any (a cache read, remembered as the thread's last
+    /// look-up).
+    pub(super) fn read(&self, key: &LockKey) -> Option<Arc<Slot>> {
+        let slot = self.cache.get(key)?;
+        self.remember(key, &slot);
+        Some(slot)
+    }
+
+    fn remember(&self, key: &LockKey, slot: &Arc<Slot>) {
+        // `try_borrow_mut`: a look-up from inside another (an eviction listener) just skips.
+        LAST.with(|last| {
+            if let Ok(mut last) = last.try_borrow_mut() {
+                *last = Some(LastLookup {
+                    layer: self.id,
+                    key: key.clone(),
+                    slot: Arc::downgrade(slot),
+                });
+            }
+        });
     }
 
     /// Reserves room for one entry, making room first at capacity.
@@ -166,6 +235,7 @@ impl Shared {
             if st.is_retired() || !st.retire_if_idle(now) {
                 continue;
             }
+            slot.mark_gone();
             // Removed under the entry's lock: a contender that finds it retired and looks again
             // finds it gone.
             if self.remove(&key, &slot) {
@@ -188,6 +258,7 @@ impl Shared {
         let removed = matches!(result, CompResult::Removed(_));
         if removed {
             self.entries.fetch_sub(1, Ordering::AcqRel);
+            slot.mark_gone();
         }
         removed
     }
@@ -214,7 +285,35 @@ impl Shared {
             true
         } else {
             st.retire();
+            slot.mark_gone();
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_last_look_up_is_never_an_entry_out_of_the_cache_nor_another_layers() {
+        let shared = Shared::new(16);
+        let key = LockKey::dc("f1", "tests", "a").unwrap();
+        let first = shared.slot(&key).unwrap();
+        let again = shared.lookup(&key).unwrap();
+        assert!(Arc::ptr_eq(&again, &first), "the same entry");
+        let other = Shared::new(16);
+        assert!(
+            other.lookup(&key).is_none(),
+            "another layer's entries are its own"
+        );
+        assert!(shared.remove(&key, &first));
+        assert!(first.is_gone());
+        assert!(
+            shared.lookup(&key).is_none(),
+            "a removed entry is not handed out from memory"
+        );
+        let second = shared.slot(&key).unwrap();
+        assert!(!Arc::ptr_eq(&first, &second), "a new entry");
     }
 }

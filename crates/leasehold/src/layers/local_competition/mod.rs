@@ -54,6 +54,15 @@
 //!   cache's (it could have expired between the look-up and the lock); if not, it backs out and
 //!   looks again. From then on the expiry covers its use.
 //!
+//! **Fewer cache reads on a hot key.** A moka read costs about as much as the rest of the layer's
+//! work, so three reads are skipped where nothing can have changed: a waiter woken in its place
+//! looks at the same entry again (it is pinned in the cache while the waiter is in its line); a
+//! thread remembers, weakly, the entry it looked up last, which serves its next acquire or release
+//! of that key; and a wait that ends after being served leaves nothing to clean up. An entry that
+//! left the cache is marked so (the eviction listener, a reclaim, a failed check) and is never used
+//! again from memory; one that moka expired without saying yet was idle, so whoever takes it moves
+//! its expiry, and that write finds it gone and sends the taker back to look again.
+//!
 //! **Capacity.** The layer bounds the number of entries itself
 //! ([`capacity`](LocalCompetitionLayer::capacity), default [`DEFAULT_CAPACITY`]): a new key is
 //! admitted only below capacity; at capacity, expired entries are dropped and idle ones reclaimed
@@ -89,14 +98,12 @@
 //! fast-fail costs no I/O and a hand-off is invisible below: they see one store lease.
 //!
 //! # Cost
-//! Uncontended: one cache read on acquire and one on release, plus one more on each when the
-//! entry's expiry has to move (taking with a new lease, emptying), a clock read and a few short
-//! mutex sections: ≈ 1 µs for the layer alone against ≈ 0.35 µs for the hand-written map it
-//! replaces (docs/PERFORMANCE.md has the numbers; moka records every read for its policies).
-//! Contended: one cache read per look at the line (a woken waiter looks the key up again, so an
-//! entry that left the cache meanwhile is never used), and no store I/O at all for fast-fails
-//! and local waits. Serving the line in arrival order wakes a different task at every
-//! hand-over: on the embedded store that task switch, not the layer, bounds a hot key's
+//! Uncontended: a cache read on acquire and on release unless the thread's last look-up serves
+//! it, plus one when the entry's expiry has to move (taking with a new lease, emptying), a clock
+//! read and a few short mutex sections (docs/PERFORMANCE.md has the numbers; moka records every
+//! read for its policies). Contended: at most one cache read per acquisition, and no store I/O at
+//! all for fast-fails and local waits. Serving the line in arrival order wakes a different task
+//! at every hand-over: on the embedded store that task switch, not the layer, bounds a hot key's
 //! throughput (docs/PERFORMANCE.md).
 
 mod acquire;
@@ -108,6 +115,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::core::{
@@ -299,6 +307,18 @@ impl<S: LockStore> LocalCompetition<S> {
 
     /// Frees the slot if `token` still holds it, gives the entry its new expiry, and wakes the
     /// head of the line.
+    /// A holder's release decided in `slot`, and the head's wake-up if the key is free now.
+    fn release_in(&self, slot: &Arc<Slot>, lease: &Lease) -> (Release, Option<Arc<Notify>>) {
+        let mut st = slot.lock();
+        let now = Instant::now();
+        let decision = st.release(lease, self.hand_off, now);
+        if matches!(decision, Release::HandedOff { .. }) {
+            self.shared.settle(lease.key(), slot, &mut st, now);
+        }
+        let head = st.head_wake();
+        (decision, head)
+    }
+
     fn vacate(&self, key: &LockKey, slot: &Arc<Slot>, token: &OwnerToken) {
         let wake = {
             let mut st = slot.lock();
@@ -363,7 +383,12 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
             self.lifecycle.clone(),
         );
         watch.also_on_drop(move || {
-            let Some(slot) = shared.cache.get(&key) else {
+            // Only a place kept between attempts is still in line here: every other attempt
+            // left the line when it ended (served, or its `InLine` guard dropped).
+            if shared.kept.remove(&waiter).is_none() {
+                return;
+            }
+            let Some(slot) = shared.read(&key) else {
                 return;
             };
             let left = {
@@ -386,18 +411,20 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
             self.permits.forget(lease);
             return self.inner.release(lease).await;
         }
-        let Some(slot) = self.shared.cache.get(lease.key()) else {
+        let Some(mut slot) = self.shared.lookup(lease.key()) else {
             return self.inner.release(lease).await;
         };
-        let (decision, head) = {
-            let mut st = slot.lock();
-            let now = Instant::now();
-            let decision = st.release(lease, self.hand_off, now);
-            if matches!(decision, Release::HandedOff { .. }) {
-                self.shared.settle(lease.key(), &slot, &mut st, now);
+        let (mut decision, mut head) = self.release_in(&slot, lease);
+        if decision == Release::NotHolder {
+            // The thread's last look-up may be an entry that left the cache: ask the cache.
+            match self.shared.read(lease.key()) {
+                Some(read) if !Arc::ptr_eq(&read, &slot) => {
+                    slot = read;
+                    (decision, head) = self.release_in(&slot, lease);
+                }
+                _ => {}
             }
-            (decision, st.head_wake())
-        };
+        }
         let store = match decision {
             // Not the local holder's lease (stale or foreign): the store decides.
             Release::NotHolder => return self.inner.release(lease).await,
@@ -426,6 +453,7 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        // Rare next to acquire and release: a cache read, not the thread's last look-up.
         if lease.mode().is_shared_record() {
             let renewed = self.inner.extend(lease, ttl).await;
             match &renewed {

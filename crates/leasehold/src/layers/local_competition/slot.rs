@@ -29,6 +29,7 @@
 //! lease and at most [`IDLE_LINGER`] (so a hot key is not re-inserted on every acquisition).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -53,9 +54,25 @@ pub(super) struct Slot {
     /// Wakes every local waiter when the entry leaves the cache (each then looks the key up
     /// again). Turns in the line wake one waiter each, through its own place.
     pub(super) gone_wake: Notify,
+    /// Set once the entry is out of the cache (removed, expired or retired): a task holding it
+    /// from an earlier look (its own place in line, a thread's last look-up) looks the key up
+    /// again instead of using it.
+    gone: AtomicBool,
 }
 
 impl Slot {
+    /// Marks the entry as out of the cache (see [`Slot::is_gone`]).
+    pub(super) fn mark_gone(&self) {
+        self.gone.store(true, Ordering::Release);
+    }
+
+    /// Whether the entry is known to be out of the cache. `false` is not a promise (moka may
+    /// have expired it without telling yet); every state change that matters is checked against
+    /// the cache by [`Shared::settle`](super::entries::Shared::settle).
+    pub(super) fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
     /// Locks the state. A panic elsewhere while holding the lock leaves a consistent state (every
     /// transition is one assignment sequence without a fallible step), so poisoning is ignored.
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {

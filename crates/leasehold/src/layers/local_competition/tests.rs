@@ -755,6 +755,33 @@ async fn an_entrys_local_state_does_not_outlive_its_lease() {
     assert_ne!(next.token(), leaked.token());
 }
 
+#[tokio::test]
+async fn a_last_look_up_that_expired_meanwhile_is_not_where_the_key_is_taken() {
+    // One thread: after the first, every look-up of the key is served from the thread's last.
+    let (store, _) = bounded(DEFAULT_CAPACITY);
+    let first = store.try_acquire(&req("a", 100)).await.unwrap();
+    assert!(store.release(&first).await.unwrap());
+    let emptied = store.shared.lookup(&key("a")).expect("remembered");
+    // Past the last lease's end: the cache expires the emptied entry (moka may report it only
+    // at its next housekeeping, so the thread may still remember it).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let next = store.try_acquire(&req("a", 30_000)).await.unwrap();
+    let live = store
+        .shared
+        .cache
+        .get(&key("a"))
+        .expect("the key has an entry");
+    assert!(!Arc::ptr_eq(&live, &emptied), "a new entry");
+    assert!(
+        live.lock().in_use(),
+        "the holder is in the entry the cache has"
+    );
+    let second = store.try_acquire(&req("a", 30_000)).await.unwrap_err();
+    assert!(second.is_unavailable(), "a second taker fails fast on it");
+    assert!(store.release(&next).await.unwrap());
+    assert!(!live.lock().in_use());
+}
+
 #[tokio::test(start_paused = true)]
 async fn closing_the_lifecycle_wakes_waiters_and_tracks_the_returned_hand_off() {
     let scripted = ScriptedStore::new();
@@ -950,10 +977,18 @@ async fn a_head_that_stops_waiting_hands_its_place_to_the_next() {
     let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let head = Wait::new(&store, "a", Duration::from_secs(60)).await;
     assert!(store.try_acquire(&head.attempt("a")).await.is_err());
+    assert!(
+        store.shared.kept.contains(&head.watch.waiter()),
+        "the place outlives the attempt"
+    );
     let next = spawn_waiter(&store, "a", 30_000, Duration::from_secs(60));
     settle().await;
     assert!(!next.is_finished(), "behind the head");
     drop(head.watch); // the head's lock() call ended (timeout, cancellation)
+    assert!(
+        store.shared.kept.is_empty(),
+        "nothing kept for a wait that ended"
+    );
     next.await
         .unwrap()
         .expect("the next in line is woken and asks the store");
