@@ -26,6 +26,10 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 /// (first-come mode, or an older version's hold) is a bare token, never rewritten, and its
 /// release reads the line.
 ///
+/// `drop_lapsed` drops the entries at the head of a waiter line whose deadline passed (at most 64,
+/// never `me`; `clock` gives the server time, read only if needed) and returns the new head, its
+/// deadline if it was read, and whether any entry went.
+///
 /// `announce` tells the process an entry belongs to (the store id, or the store id of a strict
 /// FIFO entry `<store id>#<n>`) that the entry is next in line, on that process's own channel
 /// `<base>:<store id>`: only it wakes, where a channel per key woke every waiting process.
@@ -60,6 +64,20 @@ end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function drop_lapsed(queue, deadlines, head, me, clock)
+  local dropped, head_deadline = false, nil
+  for _ = 1, 64 do
+    if not head or head == me then break end
+    head_deadline = tonumber(redis.call('HGET', deadlines, head) or '0')
+    if head_deadline >= clock() then break end
+    redis.call('LPOP', queue)
+    redis.call('HDEL', deadlines, head)
+    dropped = true
+    head = redis.call('LINDEX', queue, 0)
+    head_deadline = nil
+  end
+  return head, head_deadline, dropped
 end
 local function sweep(key, now)
   local fields = redis.call('HGETALL', key)
@@ -283,18 +301,8 @@ else
     put_back(head)
   end
 end
-local dropped = false
-local head_deadline = nil
-for _ = 1, 64 do
-  if not head or head == me then break end
-  head_deadline = tonumber(redis.call('HGET', KEYS[4], head) or '0')
-  if head_deadline >= clock() then break end
-  redis.call('LPOP', KEYS[3])
-  redis.call('HDEL', KEYS[4], head)
-  dropped = true
-  head = redis.call('LINDEX', KEYS[3], 0)
-  head_deadline = nil
-end
+local head_deadline, dropped
+head, head_deadline, dropped = drop_lapsed(KEYS[3], KEYS[4], head, me, clock)
 local joined = false
 local in_line = false
 local left = nil

@@ -33,16 +33,7 @@ local now = now_ms()
 local head, head_deadline, dropped = nil, nil, false
 if fair then
   head = redis.call('LINDEX', KEYS[2], 0)
-  for _ = 1, 64 do
-    if not head or head == me then break end
-    head_deadline = tonumber(redis.call('HGET', KEYS[3], head) or '0')
-    if head_deadline >= now then break end
-    redis.call('LPOP', KEYS[2])
-    redis.call('HDEL', KEYS[3], head)
-    dropped = true
-    head = redis.call('LINDEX', KEYS[2], 0)
-    head_deadline = nil
-  end
+  head, head_deadline, dropped = drop_lapsed(KEYS[2], KEYS[3], head, me, function() return now end)
 end
 local function refuse(ms)
   if fair and me ~= '' then
