@@ -91,7 +91,12 @@ impl<S: LockStore> LocalCompetition<S> {
                         // lock is let go is not missed (no need to poll it first).
                         (Turn::Wait(wake.notified_owned()), wake_at)
                     }
-                    Take::Retired => continue,
+                    Take::Retired => {
+                        // Retired entries are marked gone when retired; marked here too, so no
+                        // look-up can hand this one out again whatever retired it.
+                        slot.mark_gone();
+                        continue;
+                    }
                     Take::FastFail => {
                         drop(st);
                         self.observers.emit(|| LockEvent::FastFailed {
