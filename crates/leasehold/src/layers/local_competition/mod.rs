@@ -305,8 +305,6 @@ impl<S: LockStore> LocalCompetition<S> {
         &self.inner
     }
 
-    /// Frees the slot if `token` still holds it, gives the entry its new expiry, and wakes the
-    /// head of the line.
     /// A holder's release decided in `slot`, and the head's wake-up if the key is free now.
     fn release_in(&self, slot: &Arc<Slot>, lease: &Lease) -> (Release, Option<Arc<Notify>>) {
         let mut st = slot.lock();
@@ -319,6 +317,8 @@ impl<S: LockStore> LocalCompetition<S> {
         (decision, head)
     }
 
+    /// Frees the slot if `token` still holds it, gives the entry its new expiry, and wakes the
+    /// head of the line.
     fn vacate(&self, key: &LockKey, slot: &Arc<Slot>, token: &OwnerToken) {
         let wake = {
             let mut st = slot.lock();
