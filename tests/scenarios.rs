@@ -512,6 +512,51 @@ async fn the_mode_decides_how_acquire_takes_the_lock() {
     held.release().await.unwrap();
 }
 
+/// Zero is exactly what a try waits: a try-only scenario may say `wait = "0s"` (in a file or in
+/// code), and still makes one attempt; any other wait stays an error.
+#[tokio::test]
+async fn a_try_scenario_accepts_a_zero_wait() {
+    let file = "[[scenario]]\nname = \"feed\"\nkeys = \"feed-*\"\nmode = \"try\"\nwait = \"0s\"\n";
+    let registry = ScenarioRegistry::from_toml_str(file, "zero.toml").unwrap();
+    let feed = registry.get("feed").unwrap();
+    assert_eq!(feed.acquire_mode(), AcquireMode::Try);
+    assert_eq!(feed.wait_for_lock(), Some(Duration::ZERO));
+    let in_code = ScenarioRegistry::new()
+        .with(
+            Scenario::new("t")
+                .mode(AcquireMode::Try)
+                .wait(Duration::ZERO),
+        )
+        .unwrap();
+    assert_eq!(
+        in_code.get("t").unwrap().wait_for_lock(),
+        Some(Duration::ZERO)
+    );
+    let error = ScenarioRegistry::new()
+        .with(
+            Scenario::new("t")
+                .mode(AcquireMode::Try)
+                .wait(Duration::from_millis(1)),
+        )
+        .unwrap_err();
+    assert_eq!(error.field(), Some("wait"));
+
+    // It behaves as a try: `acquire` makes one attempt, `lock` is refused.
+    let locks = manager(registry);
+    let held = locks.acquire("feed-1").await.unwrap();
+    let other = locks.clone();
+    let refused = tokio::spawn(async move { other.acquire("feed-1").await.map(drop) });
+    assert_eq!(
+        refused.await.unwrap().unwrap_err().kind(),
+        ErrorKind::LockUnavailable
+    );
+    assert_eq!(
+        locks.lock("feed-1").await.unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    held.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_scenario_can_turn_layers_off() {
     let events = Arc::new(Mutex::new(Vec::new()));

@@ -202,7 +202,8 @@ impl Scenario {
         self
     }
 
-    /// How long a blocking acquisition waits.
+    /// How long a blocking acquisition waits. A [`AcquireMode::Try`] scenario accepts only
+    /// [`Duration::ZERO`] (what a try waits); any other wait is refused when it is registered.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -320,10 +321,12 @@ impl Scenario {
         if self.wait.is_some_and(|w| w > MAX_TTL) {
             return Err(("wait", "wait is longer than 30 days".to_owned()));
         }
-        if self.mode == AcquireMode::Try && self.wait.is_some() {
+        // A zero wait is what a try is, so it is accepted; any other wait contradicts the mode.
+        if self.mode == AcquireMode::Try && self.wait.is_some_and(|w| !w.is_zero()) {
             return Err((
                 "wait",
-                "a try-only scenario never waits; remove `wait` or use mode = \"blocking\""
+                "a try-only scenario never waits; remove `wait` (or set it to \"0s\") or use \
+                 mode = \"blocking\""
                     .to_owned(),
             ));
         }
