@@ -14,6 +14,7 @@
 pub mod aerospike;
 pub mod conformance;
 pub mod etcd;
+pub mod etcd_cluster;
 pub mod fault_proxy;
 pub mod fleet;
 pub mod redis;
