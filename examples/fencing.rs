@@ -1,11 +1,13 @@
 //! Fencing tokens: how a downstream system rejects a stale lock holder.
 //!
-//! Run: `cargo run --example fencing`
+//! Run: `cargo run --example fencing`. The story is [`run`], which prints to the writer it is given:
+//! stdout here, a buffer in the test suite (`tests/examples.rs` checks the outcome).
 //!
 //! Holder A takes the lock and stalls (a GC pause, a stalled VM) past its TTL. Holder B takes the
 //! lock with a higher fencing token and writes. When A wakes up and writes, believing it still holds
 //! the lock, the storage rejects the write because A's token is lower than one it has already seen.
 
+use std::io::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -31,7 +33,12 @@ impl FencedStorage {
 }
 
 #[tokio::main]
-async fn main() -> leasehold::Result<()> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    run(&mut std::io::stdout()).await
+}
+
+/// Holder A stalls past its TTL, B takes over, and A's late write is rejected; printed to `out`.
+pub(crate) async fn run(out: &mut dyn Write) -> Result<(), Box<dyn std::error::Error>> {
     let locks = LockManager::builder()
         .client_id("fencing")
         .farm_id("local")
@@ -40,22 +47,45 @@ async fn main() -> leasehold::Result<()> {
     let short = LockOptions::new().ttl(Duration::from_millis(200));
 
     let a = locks.try_lock_with("ledger", short.clone()).await?;
-    let token_a = a.fencing_token().expect("the embedded store fences");
-    println!("A holds the lock with fencing token {token_a} ... and stalls");
+    let token_a = a.fencing_token().ok_or("the embedded store fences")?;
+    writeln!(
+        out,
+        "A holds the lock with fencing token {token_a} ... and stalls"
+    )?;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let b = locks.try_lock_with("ledger", short).await?;
-    let token_b = b.fencing_token().expect("fenced");
-    println!("A's lease expired; B holds the lock with fencing token {token_b}");
-    println!("B writes: {:?}", storage.write(token_b, "written by B"));
+    // B is another task (the holder A's own task would re-enter a live hold; this one expired).
+    let b = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.try_lock_with("ledger", short).await }
+    })
+    .await??;
+    let token_b = b.fencing_token().ok_or("fenced")?;
+    writeln!(
+        out,
+        "A's lease expired; B holds the lock with fencing token {token_b}"
+    )?;
+    writeln!(
+        out,
+        "B writes: {:?}",
+        storage.write(token_b, "written by B")
+    )?;
 
-    println!(
+    writeln!(
+        out,
         "A wakes up and writes: {:?}",
         storage.write(token_a, "written by A")
-    );
-    let value = storage.value.lock().expect("not poisoned").clone();
+    )?;
+    let value = storage
+        .value
+        .lock()
+        .map_err(|_| "storage poisoned")?
+        .clone();
     let still_ours = a.release().await?;
-    println!("storage holds {value:?}; A's release reports still ours = {still_ours}");
+    writeln!(
+        out,
+        "storage holds {value:?}; A's release reports still ours = {still_ours}"
+    )?;
     b.release().await?;
     Ok(())
 }

@@ -3,18 +3,35 @@
 //! Run: `cargo run --example metrics --features leasehold/otel`
 //!
 //! The stdout exporter prints every instrument (see docs/OBSERVABILITY.md) each second; at the end
-//! the lock trace shows the last events.
+//! the lock trace shows the last events. The demo is [`run`], which takes the exporter and the
+//! writer to print to: the test suite (`tests/examples.rs`) gives it an in-memory exporter and a
+//! buffer, and checks both.
 
+use std::io::Write;
 use std::time::Duration;
 
 use leasehold::observe::{LockTrace, OtelMetrics};
 use leasehold::{LockManager, LockOptions};
 use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let reader = PeriodicReader::builder(opentelemetry_stdout::MetricExporter::default())
+    run(
+        opentelemetry_stdout::MetricExporter::default(),
+        &mut std::io::stdout(),
+    )
+    .await
+}
+
+/// Six workers contend for two keys for two seconds, with metrics exported through `exporter`;
+/// the workers' tallies and the last lock trace entries are printed to `out`.
+pub(crate) async fn run(
+    exporter: impl PushMetricExporter,
+    out: &mut dyn Write,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let reader = PeriodicReader::builder(exporter)
         .with_interval(Duration::from_secs(1))
         .build();
     let provider = SdkMeterProvider::builder().with_reader(reader).build();
@@ -54,13 +71,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     for worker in workers {
         let (id, won, gave_up) = worker.await??;
-        println!("worker {id}: acquired {won} times, gave up {gave_up} times");
+        writeln!(
+            out,
+            "worker {id}: acquired {won} times, gave up {gave_up} times"
+        )?;
     }
     provider.shutdown()?;
 
-    println!("\nlast lock trace entries:");
+    writeln!(out, "\nlast lock trace entries:")?;
     for entry in trace.entries().iter().rev().take(5).rev() {
-        println!("  {} {:<14} {}", entry.key, entry.event, entry.detail);
+        writeln!(out, "  {} {:<14} {}", entry.key, entry.event, entry.detail)?;
     }
     Ok(())
 }
