@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use leasehold_core::{Error, Result};
 
+use crate::topology::Topology;
+
 /// Default key prefix: lock keys are `leasehold:<lock key>`.
 pub const DEFAULT_PREFIX: &str = "leasehold:";
 /// Default time to wait for a reply before the request is in doubt.
@@ -30,6 +32,15 @@ pub struct RedisConfig {
     pub(crate) strict_fifo: bool,
     pub(crate) waiter_timeout: Duration,
     pub(crate) tls: TlsFiles,
+    pub(crate) min_replicas: Option<MinReplicas>,
+}
+
+/// How many replicas must acknowledge a grant or an extend, and how long to wait for them
+/// ([`RedisConfig::min_replicas`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MinReplicas {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
 }
 
 /// Certificate files for a `rediss://` connection (all PEM). Paths only: the contents (the
@@ -43,8 +54,16 @@ pub(crate) struct TlsFiles {
 }
 
 impl RedisConfig {
-    /// A configuration for `url`: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS,
-    /// cargo feature `tls`), or `redis+unix:///path/to/socket[?db=N]`.
+    /// A configuration for `url`:
+    ///
+    /// - one server: `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS, cargo
+    ///   feature `tls`), or `redis+unix:///path/to/socket[?db=N]`;
+    /// - a Redis Cluster: `redis+cluster://[user:password@]host:port[,host:port…]` (or
+    ///   `rediss+cluster://`), any reachable nodes as seeds (see [`cluster`](Self::cluster));
+    /// - a master watched by Sentinel:
+    ///   `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[/db]` with the
+    ///   sentinels' addresses, and `?sentinel_user=…&sentinel_password=…` if the sentinels want
+    ///   credentials of their own (see [`sentinel`](Self::sentinel)).
     pub fn new(url: impl Into<String>) -> Self {
         RedisConfig {
             url: url.into(),
@@ -56,7 +75,72 @@ impl RedisConfig {
             strict_fifo: false,
             waiter_timeout: DEFAULT_WAITER_TIMEOUT,
             tls: TlsFiles::default(),
+            min_replicas: None,
         }
+    }
+
+    /// A Redis Cluster reached through `seeds` (`host:port`, any nodes of the cluster; the
+    /// client learns the rest and follows `MOVED`/`ASK` redirections and failovers). Every key of
+    /// one lock shares a hash tag (`<prefix>{<lock key>}`, `<prefix>fence:{<lock key>}`, …), so
+    /// each operation stays one script on one node; release announcements use sharded pub/sub
+    /// (`SPUBLISH`/`SSUBSCRIBE`, Redis 7.0+). Credentials and TLS: use the URL form,
+    /// `rediss+cluster://user:password@host:port,…`.
+    ///
+    /// ```
+    /// use leasehold_redis::RedisConfig;
+    /// let config = RedisConfig::cluster(["127.0.0.1:7001", "127.0.0.1:7002"]);
+    /// assert_eq!(config.redacted_url(), "redis+cluster://127.0.0.1:7001,127.0.0.1:7002");
+    /// ```
+    pub fn cluster<S: AsRef<str>>(seeds: impl IntoIterator<Item = S>) -> Self {
+        let seeds: Vec<String> = seeds.into_iter().map(|s| s.as_ref().to_owned()).collect();
+        RedisConfig::new(format!("redis+cluster://{}", seeds.join(",")))
+    }
+
+    /// The master named `master` in the sentinels at `sentinels` (`host:port`). The store asks
+    /// the sentinels for the master, and asks again whenever the master stops serving (a
+    /// `READONLY` reply from a demoted master, a lost connection), so it follows a failover.
+    /// Credentials and TLS: use the URL form,
+    /// `rediss+sentinel://user:password@host:port,…/MASTER?sentinel_user=…&sentinel_password=…`.
+    ///
+    /// ```
+    /// use leasehold_redis::RedisConfig;
+    /// let config = RedisConfig::sentinel(["127.0.0.1:26379", "127.0.0.1:26380"], "mymaster");
+    /// assert_eq!(
+    ///     config.redacted_url(),
+    ///     "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster"
+    /// );
+    /// ```
+    pub fn sentinel<S: AsRef<str>>(sentinels: impl IntoIterator<Item = S>, master: &str) -> Self {
+        let sentinels: Vec<String> = sentinels
+            .into_iter()
+            .map(|s| s.as_ref().to_owned())
+            .collect();
+        RedisConfig::new(format!("redis+sentinel://{}/{master}", sentinels.join(",")))
+    }
+
+    /// Replica acknowledgement (default off): a grant or an extend counts only once `replicas`
+    /// replicas have it, confirmed by `WAIT replicas timeout` on the node that took the write.
+    /// With fewer acknowledgements by then the grant is undone (an owner-checked release) and
+    /// the caller gets a temporary [`ErrorKind::Connection`](leasehold_core::ErrorKind::Connection)
+    /// error, never a lock reported held; an unconfirmed extend is reported the same way, so
+    /// renewal tries again.
+    ///
+    /// What it buys: a lock acknowledged to its holder survives a failover that promotes one of
+    /// those replicas (Redis Cluster and Sentinel promote the most up-to-date replica). What it
+    /// cannot buy: consensus. Replication stays asynchronous, a partition can still leave an old
+    /// master granting for a while, and a failover can promote a replica that missed the write;
+    /// the fencing token is what protects the resource. `timeout` must be shorter than the
+    /// response timeout. Costs one more round trip per grant and extend.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leasehold_redis::RedisConfig;
+    /// let config = RedisConfig::cluster(["127.0.0.1:7001"])
+    ///     .min_replicas(1, Duration::from_millis(200));
+    /// ```
+    pub fn min_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.min_replicas = (replicas > 0).then_some(MinReplicas { replicas, timeout });
+        self
     }
 
     /// For `rediss://`: trust the CA certificate(s) in this PEM file instead of the built-in web
@@ -163,21 +247,33 @@ impl RedisConfig {
     /// Checks everything that can be checked without I/O.
     pub(crate) fn validate(&self) -> Result<()> {
         let scheme = self.url.split("://").next().unwrap_or_default();
-        if !matches!(scheme, "redis" | "rediss" | "redis+unix" | "unix")
-            || !self.url.contains("://")
+        if !matches!(
+            scheme,
+            "redis"
+                | "rediss"
+                | "redis+unix"
+                | "unix"
+                | "redis+cluster"
+                | "rediss+cluster"
+                | "redis+sentinel"
+                | "rediss+sentinel"
+        ) || !self.url.contains("://")
         {
             return Err(Error::invalid_argument(format!(
-                "{:?} is not a Redis URL: expected redis://host:port, rediss://host:port or \
-                 redis+unix:///path (e.g. redis://127.0.0.1:6379)",
+                "{:?} is not a Redis URL: expected redis://host:port, rediss://host:port, \
+                 redis+unix:///path, redis+cluster://host:port,host:port or \
+                 redis+sentinel://host:port,host:port/MASTER (e.g. redis://127.0.0.1:6379)",
                 self.redacted_url()
             )));
         }
-        if scheme == "rediss" && !cfg!(feature = "tls") {
+        let topology = self.topology()?;
+        let tls_scheme = scheme.starts_with("rediss");
+        if tls_scheme && !cfg!(feature = "tls") {
             return Err(Error::invalid_argument(
                 "rediss:// (TLS) needs the `tls` cargo feature of leasehold-redis",
             ));
         }
-        if scheme != "rediss" && self.tls != TlsFiles::default() {
+        if !tls_scheme && self.tls != TlsFiles::default() {
             return Err(Error::invalid_argument(format!(
                 "TLS certificate files were given for {:?}, which does not use TLS: use a \
                  rediss:// URL (e.g. rediss://redis.example:6380)",
@@ -227,7 +323,29 @@ impl RedisConfig {
                 "Redis timeouts must be greater than zero (default 1s)",
             ));
         }
+        if let Some(min) = self.min_replicas {
+            if min.timeout.is_zero() || min.timeout >= self.response_timeout {
+                return Err(Error::invalid_argument(format!(
+                    "the replica acknowledgement timeout {:?} must be above zero and below the \
+                     response timeout {:?} (WAIT would be cut off as a lost reply): shorten it \
+                     or raise response_timeout",
+                    min.timeout, self.response_timeout
+                )));
+            }
+        }
+        if topology.is_cluster() && self.prefix.contains(['{', '}']) {
+            return Err(Error::invalid_argument(format!(
+                "key prefix {:?} holds a brace, which would change the hash tag that keeps a \
+                 lock's keys on one cluster slot: use a prefix without {{ or }}",
+                self.prefix
+            )));
+        }
         Ok(())
+    }
+
+    /// The deployment the URL names (one server, a cluster, or Sentinel).
+    pub(crate) fn topology(&self) -> Result<Topology> {
+        Topology::parse(&self.url, &self.redacted_url())
     }
 }
 
@@ -242,6 +360,7 @@ impl fmt::Debug for RedisConfig {
             .field("fair", &self.fair)
             .field("strict_fifo", &self.strict_fifo)
             .field("waiter_timeout", &self.waiter_timeout)
+            .field("min_replicas", &self.min_replicas)
             .field("tls_ca_file", &self.tls.ca)
             .field("tls_client_cert", &self.tls.client.as_ref().map(|(c, _)| c))
             .field("tls_client_key", &self.tls.client.as_ref().map(|(_, k)| k))
@@ -249,8 +368,19 @@ impl fmt::Debug for RedisConfig {
     }
 }
 
-/// `scheme://user:password@host…` → `scheme://user:***@host…`.
+/// `scheme://user:password@host…?sentinel_password=pw` → `scheme://user:***@host…?sentinel_password=***`.
 pub(crate) fn redact(url: &str) -> String {
+    let shown = redact_userinfo(url);
+    match shown.split_once("sentinel_password=") {
+        Some((before, after)) => {
+            let rest = after.find('&').map_or("", |amp| &after[amp..]);
+            format!("{before}sentinel_password=***{rest}")
+        }
+        None => shown,
+    }
+}
+
+fn redact_userinfo(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         return url.to_owned();
     };
@@ -285,6 +415,10 @@ mod tests {
         assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
         let config = RedisConfig::new("redis://alice:s3cret@h:1");
         assert!(!format!("{config:?}").contains("s3cret"));
+        assert_eq!(
+            redact("redis+sentinel://a:pw@s1,s2/m?sentinel_password=x&sentinel_user=u"),
+            "redis+sentinel://a:***@s1,s2/m?sentinel_password=***&sentinel_user=u"
+        );
     }
 
     #[test]

@@ -1,8 +1,255 @@
-//! Making the client: the URL, TLS files, and what a failed TLS handshake means.
+//! Connecting: the client for the URL and its TLS files, the connection for the deployment (one
+//! server, a cluster, or Sentinel's master), and what a failed connect or TLS handshake means.
 
-use leasehold_core::{Error, Result};
+use std::time::Duration;
+
+use leasehold_core::{Error, ErrorKind, Result};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+use redis::{ConnectionAddr, ProtocolVersion, PushInfo};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::config::RedisConfig;
+use crate::connection::{Connection, SentinelLink};
+use crate::error::{map, Op};
+use crate::topology::{SentinelSpec, Topology};
+use crate::waiting::Subscriber;
+
+/// How often the connection manager retries a broken connection before a command fails (each
+/// command's caller retries on its own terms after that).
+const RECONNECT_RETRIES: usize = 2;
+/// The longest pause between those retries.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
+
+/// A store's connection, the address its messages name, and how it hears release announcements.
+pub(crate) struct Connected {
+    pub(crate) connection: Connection,
+    pub(crate) address: String,
+    pub(crate) subscriber: Subscriber,
+    /// On a cluster, the sharded pub/sub messages the cluster client receives.
+    pub(crate) pushes: Option<UnboundedReceiver<PushInfo>>,
+}
+
+/// Connects to the deployment `topology` names and checks it answers.
+pub(crate) async fn connect(config: &RedisConfig, topology: &Topology) -> Result<Connected> {
+    match topology {
+        Topology::Node => connect_node(config).await,
+        Topology::Cluster { seeds, .. } => connect_cluster(config, seeds).await,
+        Topology::Sentinel(spec) => connect_sentinel(config, spec).await,
+    }
+}
+
+fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(config.response_timeout))
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_number_of_retries(RECONNECT_RETRIES)
+        .set_max_delay(RECONNECT_MAX_DELAY)
+}
+
+async fn connect_node(config: &RedisConfig) -> Result<Connected> {
+    let client = client(config)?;
+    let address = address_of(&client);
+    let mut connection = ConnectionManager::new_with_config(client.clone(), manager_config(config))
+        .await
+        .map_err(|e| {
+            tls_error(&address, &e).unwrap_or_else(|| map(Op::Connect, "", &address, e))
+        })?;
+    // A cluster node answers the keys of its own slots only, and a lock's keys would be spread
+    // over slots: say so now rather than with a CROSSSLOT or MOVED on the first lock. (A proxy
+    // that refuses INFO is taken at its word.)
+    let info: redis::RedisResult<String> = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut connection)
+        .await;
+    if info.is_ok_and(|info| info.contains("cluster_enabled:1")) {
+        return Err(Error::new(
+            ErrorKind::StoreSetup,
+            format!(
+                "Redis at {address} is a Redis Cluster node, and a single-server URL would spread \
+                 a lock's keys over the cluster's slots: connect with \
+                 redis+cluster://{} (RedisConfig::cluster)",
+                address.trim_end_matches(" (TLS)")
+            ),
+        ));
+    }
+    Ok(Connected {
+        connection: Connection::Node(connection),
+        address,
+        subscriber: Subscriber::Node(client),
+        pushes: None,
+    })
+}
+
+async fn connect_cluster(config: &RedisConfig, seeds: &[String]) -> Result<Connected> {
+    let address = format!(
+        "the Redis Cluster at {}",
+        config
+            .redacted_url()
+            .split_once("://")
+            .map_or("", |(_, rest)| rest)
+    );
+    let (pushes_in, pushes) = tokio::sync::mpsc::unbounded_channel();
+    let builder = ClusterClientBuilder::new(seeds.to_vec())
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(config.response_timeout)
+        // Sharded pub/sub messages arrive as RESP3 pushes, on the same connections; the
+        // cluster client resubscribes when a slot moves to another node.
+        .use_protocol(ProtocolVersion::RESP3)
+        .push_sender(pushes_in);
+    #[cfg(feature = "tls")]
+    let builder = match tls_certificates(config)? {
+        Some(certificates) => builder.certs(certificates),
+        None => builder,
+    };
+    let client = builder.build().map_err(|e| {
+        Error::invalid_argument(format!(
+            "{:?} is not a usable Redis Cluster URL",
+            config.redacted_url()
+        ))
+        .with_source(e)
+    })?;
+    let connection = tokio::time::timeout(
+        config.connect_timeout.saturating_mul(2),
+        client.get_async_connection(),
+    )
+    .await
+    .map_err(|_| {
+        Error::connection(format!(
+            "no node of {address} answered within {:?}: check the seed addresses",
+            config.connect_timeout.saturating_mul(2)
+        ))
+    })?
+    .map_err(|e| {
+        if e.to_string().contains("cluster support disabled") {
+            return Error::new(
+                ErrorKind::StoreSetup,
+                format!(
+                    "{address} is not a cluster (cluster support disabled): connect to a single \
+                     server with redis:// (or redis+sentinel:// for Sentinel)"
+                ),
+            )
+            .with_source(e);
+        }
+        tls_error(&address, &e).unwrap_or_else(|| map(Op::Connect, "", &address, e))
+    })?;
+    Ok(Connected {
+        connection: Connection::Cluster(connection.clone()),
+        address,
+        subscriber: Subscriber::Cluster(connection),
+        pushes: Some(pushes),
+    })
+}
+
+async fn connect_sentinel(config: &RedisConfig, spec: &SentinelSpec) -> Result<Connected> {
+    let sentinels_shown = spec
+        .sentinels
+        .iter()
+        .map(|(host, port)| format!("{host}:{port}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let address = format!(
+        "master {:?} of the sentinels {sentinels_shown}",
+        spec.master
+    );
+    let addresses = spec.sentinels.iter().map(|(host, port)| {
+        if spec.tls {
+            ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port: *port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.clone(), *port)
+        }
+    });
+    let bad = |e| {
+        Error::invalid_argument(format!(
+            "{:?} is not a usable Redis Sentinel URL",
+            config.redacted_url()
+        ))
+        .with_source(e)
+    };
+    let mut builder =
+        SentinelClientBuilder::new(addresses, &spec.master, SentinelServerType::Master)
+            .map_err(bad)?
+            .set_client_to_redis_db(spec.db);
+    if let Some(user) = &spec.username {
+        builder = builder.set_client_to_redis_username(user);
+    }
+    if let Some(password) = &spec.password {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    if let Some(user) = &spec.sentinel_username {
+        builder = builder.set_client_to_sentinel_username(user);
+    }
+    if let Some(password) = &spec.sentinel_password {
+        builder = builder.set_client_to_sentinel_password(password);
+    }
+    if spec.tls {
+        builder = builder
+            .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+            .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+        #[cfg(feature = "tls")]
+        if let Some(certificates) = tls_certificates(config)? {
+            builder = builder
+                .set_client_to_redis_certificates(certificates.clone())
+                .set_client_to_sentinel_certificates(certificates);
+        }
+    }
+    let sentinels = builder.build().map_err(bad)?;
+    let link = SentinelLink::connect(sentinels, manager_config(config), config.connect_timeout)
+        .await
+        .map_err(|e| {
+            tls_error(&address, &e).unwrap_or_else(|| {
+                Error::connection(format!(
+                    "could not reach the {address}: check that a sentinel listed runs and \
+                     monitors a master named {:?} (sentinel monitor <name> …), and that the \
+                     master is up",
+                    spec.master
+                ))
+                .with_source(e)
+            })
+        })?;
+    let link = std::sync::Arc::new(link);
+    Ok(Connected {
+        connection: Connection::Sentinel(link.clone()),
+        address,
+        subscriber: Subscriber::Sentinel(link),
+        pushes: None,
+    })
+}
+
+/// The CA and client certificate files, read (never kept), for a TLS connection.
+#[cfg(feature = "tls")]
+fn tls_certificates(config: &RedisConfig) -> Result<Option<redis::TlsCertificates>> {
+    if config.tls == crate::config::TlsFiles::default() {
+        return Ok(None);
+    }
+    let read = |path: &std::path::Path, what: &str| {
+        std::fs::read(path).map_err(|e| {
+            Error::invalid_argument(format!("cannot read the TLS {what} {}", path.display()))
+                .with_source(e)
+        })
+    };
+    let root_cert = match &config.tls.ca {
+        Some(path) => Some(read(path, "CA file")?),
+        None => None,
+    };
+    let client_tls = match &config.tls.client {
+        Some((cert, key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert, "client certificate")?,
+            client_key: read(key, "client key")?,
+        }),
+        None => None,
+    };
+    Ok(Some(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
+}
 
 /// The client for `config`: with the configured CA and client certificate when any is set.
 pub(crate) fn client(config: &RedisConfig) -> Result<redis::Client> {
@@ -14,40 +261,17 @@ pub(crate) fn client(config: &RedisConfig) -> Result<redis::Client> {
         .with_source(e)
     };
     #[cfg(feature = "tls")]
-    if config.tls != crate::config::TlsFiles::default() {
-        let read = |path: &std::path::Path, what: &str| {
-            std::fs::read(path).map_err(|e| {
-                Error::invalid_argument(format!("cannot read the TLS {what} {}", path.display()))
-                    .with_source(e)
-            })
-        };
-        let root_cert = match &config.tls.ca {
-            Some(path) => Some(read(path, "CA file")?),
-            None => None,
-        };
-        let client_tls = match &config.tls.client {
-            Some((cert, key)) => Some(redis::ClientTlsConfig {
-                client_cert: read(cert, "client certificate")?,
-                client_key: read(key, "client key")?,
-            }),
-            None => None,
-        };
-        return redis::Client::build_with_tls(
-            config.url.as_str(),
-            redis::TlsCertificates {
-                client_tls,
-                root_cert,
-            },
-        )
-        // The redis crate's own message can quote the PEM it failed on: keep only ours.
-        .map_err(|e| {
-            Error::invalid_argument(format!(
-                "the TLS files for {} cannot be used ({:?}): check they are PEM \
+    if let Some(certificates) = tls_certificates(config)? {
+        return redis::Client::build_with_tls(config.url.as_str(), certificates)
+            // The redis crate's own message can quote the PEM it failed on: keep only ours.
+            .map_err(|e| {
+                Error::invalid_argument(format!(
+                    "the TLS files for {} cannot be used ({:?}): check they are PEM \
                  certificates (CA, client) and a PEM private key",
-                config.redacted_url(),
-                e.kind()
-            ))
-        });
+                    config.redacted_url(),
+                    e.kind()
+                ))
+            });
     }
     redis::Client::open(config.url.as_str()).map_err(bad_url)
 }

@@ -52,10 +52,12 @@
 
 mod config;
 mod connect;
+mod connection;
 mod error;
 mod reply;
 mod scripts;
 mod store;
+mod topology;
 mod waiting;
 
 pub use config::{

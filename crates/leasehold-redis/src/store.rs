@@ -8,34 +8,34 @@ use leasehold_core::{
     acquire_detached, validate_ttl, Acquire, Capabilities, Error, HistoryEntry, HistoryEvent,
     Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result, TraceConfig,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 
 use crate::config::RedisConfig;
-use crate::connect::{address_of, client, tls_error};
+use crate::connection::Connection;
 use crate::error::{map, Op};
 use crate::reply::{describe_mode, glob_escape, parse_inspect, writer_wait_millis};
-use crate::scripts::{
-    ACQUIRE, ACQUIRE_TRACED, APPEND_TRACE, EXTEND, EXTEND_SHARED, EXTEND_SHARED_TRACED,
-    EXTEND_TRACED, INSPECT, RELEASE, RELEASE_FAIR, RELEASE_FAIR_TRACED, RELEASE_SHARED,
-    RELEASE_SHARED_TRACED, RELEASE_TRACED,
-};
-use crate::waiting::Waiting;
+use crate::scripts::{scripts, Scripts};
+use crate::waiting::{Subscriber, Waiting};
 
 mod queue;
 
 /// Keys returned by one `SCAN` step.
 const SCAN_COUNT: usize = 500;
 
-/// A lock store on one Redis server (or a Redis-compatible proxy). Cheap to clone.
+/// A lock store on one Redis server (or a Redis-compatible proxy), a Redis Cluster, or the master
+/// Redis Sentinel names (see [`RedisConfig::new`] for the URLs). Cheap to clone.
 #[derive(Clone)]
 pub struct RedisStore {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    conn: ConnectionManager,
+    conn: Connection,
     config: RedisConfig,
+    /// Every key of one lock shares a hash tag (`{<lock key>}`): a cluster spreads keys over
+    /// slots, and a script may only touch keys of one slot.
+    cluster: bool,
     /// `host:port` or socket path, for messages (never credentials).
     address: String,
     /// This store's place in waiter queues and its release notifications.
@@ -50,25 +50,24 @@ impl RedisStore {
     /// the address.
     pub async fn connect(config: RedisConfig) -> Result<Self> {
         config.validate()?;
-        let client = client(&config)?;
-        let address = address_of(&client);
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let waiting = Waiting::new(&config.prefix, Some(client.clone()), config.connect_timeout);
-        let conn = ConnectionManager::new_with_config(client, manager_config)
-            .await
-            .map_err(|e| {
-                tls_error(&address, &e).unwrap_or_else(|| map(Op::Connect, "", &address, e))
-            })?;
+        let topology = config.topology()?;
+        let cluster = topology.is_cluster();
+        let connected = crate::connect::connect(&config, &topology).await?;
+        let waiting = Arc::new(Waiting::new(
+            &config.prefix,
+            connected.subscriber,
+            config.connect_timeout,
+        ));
+        if let Some(pushes) = connected.pushes {
+            crate::waiting::deliver_pushes(&waiting, pushes);
+        }
         Ok(RedisStore {
             inner: Arc::new(Inner {
-                conn,
+                conn: connected.connection,
                 config,
-                address,
-                waiting: Arc::new(waiting),
+                cluster,
+                address: connected.address,
+                waiting,
             }),
         })
     }
@@ -79,11 +78,19 @@ impl RedisStore {
     pub fn from_connection_manager(conn: ConnectionManager, config: RedisConfig) -> Result<Self> {
         config.validate()?;
         let address = config.redacted_url();
-        let waiting = Waiting::new(&config.prefix, None, config.connect_timeout);
+        let cluster = config.topology()?.is_cluster();
+        if cluster {
+            return Err(Error::invalid_argument(
+                "a connection manager talks to one server: connect to a Redis Cluster with \
+                 RedisStore::connect(RedisConfig::cluster(..))",
+            ));
+        }
+        let waiting = Waiting::new(&config.prefix, Subscriber::None, config.connect_timeout);
         Ok(RedisStore {
             inner: Arc::new(Inner {
-                conn,
+                conn: Connection::Node(conn),
                 config,
+                cluster,
                 address,
                 waiting: Arc::new(waiting),
             }),
@@ -95,20 +102,42 @@ impl RedisStore {
         &self.inner.config
     }
 
-    /// The Redis key of a lock: `<prefix><lock key>`.
+    /// `<prefix><kind><lock key>`; on a cluster `<prefix><kind>{<lock key>}`, so that every key
+    /// of one lock hashes to one slot and each operation stays one script on one node.
+    fn key_of(&self, kind: &str, key: &LockKey) -> String {
+        let prefix = &self.inner.config.prefix;
+        if self.inner.cluster {
+            format!("{prefix}{kind}{{{}}}", key.as_str())
+        } else {
+            format!("{prefix}{kind}{}", key.as_str())
+        }
+    }
+
+    /// The lock key of a Redis key [`lock_key`](Self::lock_key) made, if it is one.
+    fn lock_key_of<'a>(&self, redis_key: &'a str) -> Option<&'a str> {
+        let rest = redis_key.strip_prefix(&self.inner.config.prefix)?;
+        if self.inner.cluster {
+            rest.strip_prefix('{')?.strip_suffix('}')
+        } else {
+            Some(rest)
+        }
+    }
+
+    /// The Redis key of a lock: `<prefix><lock key>` (on a cluster `<prefix>{<lock key>}`).
     pub fn lock_key(&self, key: &LockKey) -> String {
-        format!("{}{}", self.inner.config.prefix, key.as_str())
+        self.key_of("", key)
     }
 
-    /// The Redis key of a lock's fence counter: `<prefix>fence:<lock key>`.
+    /// The Redis key of a lock's fence counter: `<prefix>fence:<lock key>` (on a cluster
+    /// `<prefix>fence:{<lock key>}`).
     pub fn fence_key(&self, key: &LockKey) -> String {
-        format!("{}fence:{}", self.inner.config.prefix, key.as_str())
+        self.key_of("fence:", key)
     }
 
-    /// The Redis key of a lock's history (the lock trace): `<prefix>trace:<lock key>`, a list,
-    /// newest entry first.
+    /// The Redis key of a lock's history (the lock trace): `<prefix>trace:<lock key>` (on a
+    /// cluster `<prefix>trace:{<lock key>}`), a list, newest entry first.
     pub fn trace_key(&self, key: &LockKey) -> String {
-        format!("{}trace:{}", self.inner.config.prefix, key.as_str())
+        self.key_of("trace:", key)
     }
 
     /// Appends the lock-trace key and arguments a traced script expects (see `scripts::traced`).
@@ -128,18 +157,16 @@ impl RedisStore {
             .arg(trace.ttl().as_millis() as u64);
     }
 
-    /// The Redis key of a lock's waiter queue: `<prefix>queue:<lock key>` (a list of waiter ids).
+    /// The Redis key of a lock's waiter queue: `<prefix>queue:<lock key>` (a list of waiter ids;
+    /// on a cluster `<prefix>queue:{<lock key>}`).
     pub fn queue_key(&self, key: &LockKey) -> String {
-        format!("{}queue:{}", self.inner.config.prefix, key.as_str())
+        self.key_of("queue:", key)
     }
 
-    /// The Redis key of a lock's waiter deadlines: `<prefix>queue-deadline:<lock key>` (a hash).
+    /// The Redis key of a lock's waiter deadlines: `<prefix>queue-deadline:<lock key>` (a hash;
+    /// on a cluster `<prefix>queue-deadline:{<lock key>}`).
     pub fn queue_deadline_key(&self, key: &LockKey) -> String {
-        format!(
-            "{}queue-deadline:{}",
-            self.inner.config.prefix,
-            key.as_str()
-        )
+        self.key_of("queue-deadline:", key)
     }
 
     /// This store's id in waiter queues (one per store instance).
@@ -147,16 +174,71 @@ impl RedisStore {
         self.inner.waiting.id()
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Connection {
         self.inner.conn.clone()
+    }
+
+    /// The scripts for this deployment (sharded pub/sub on a cluster).
+    pub(crate) fn scripts(&self) -> &'static Scripts {
+        scripts(self.inner.cluster)
     }
 
     fn err(&self, op: Op, key: &LockKey, e: redis::RedisError) -> Error {
         map(op, key.as_str(), &self.inner.address, e)
     }
 
-    /// The acquire round trip itself (see `try_acquire` for cancel safety).
+    /// One acquisition (see `try_acquire` for cancel safety): the acquire round trip, then, with
+    /// replica acknowledgement on, `WAIT`. A grant too few replicas confirmed is undone (an
+    /// owner-checked release of its own token) and reported as a temporary error; if the undo
+    /// fails too, the outcome is in doubt, so the caller's undo tries again.
     async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
+        let lease = self.acquire_unconfirmed(req).await?;
+        if let Err(unconfirmed) = self.confirm(Op::Acquire, &req.key).await {
+            return match self.release_once(&lease).await {
+                Ok(_) => Err(unconfirmed),
+                Err(undo) => Err(Error::in_doubt(format!(
+                    "a grant too few replicas confirmed could not be undone ({undo}); it may \
+                     stay held until its TTL unless the release is retried"
+                ))
+                .with_key(req.key.as_str())
+                .with_source(unconfirmed)),
+            };
+        }
+        Ok(lease)
+    }
+
+    /// With replica acknowledgement on ([`RedisConfig::min_replicas`]): waits until enough
+    /// replicas have every write sent so far on the node holding `key`'s lock.
+    async fn confirm(&self, op: Op, key: &LockKey) -> Result<()> {
+        let Some(min) = self.inner.config.min_replicas else {
+            return Ok(());
+        };
+        let mut conn = self.conn();
+        let acknowledged = conn
+            .wait_replicas(&self.lock_key(key), min.replicas, min.timeout)
+            .await
+            .map_err(|e| self.err(op, key, e))?;
+        if acknowledged >= min.replicas {
+            return Ok(());
+        }
+        Err(Error::connection(format!(
+            "only {acknowledged} of the {} replicas asked for acknowledged the {} on Redis at {} \
+             within {:?}; {} (a replica down or lagging: retry, or lower min_replicas)",
+            min.replicas,
+            if op == Op::Acquire { "grant" } else { "extend" },
+            self.inner.address,
+            min.timeout,
+            if op == Op::Acquire {
+                "the grant is undone"
+            } else {
+                "the extend does not count"
+            }
+        ))
+        .with_key(key.as_str()))
+    }
+
+    /// The acquire round trip itself.
+    async fn acquire_unconfirmed(&self, req: &Acquire) -> Result<Lease> {
         if req.mode.is_shared_record() {
             return self.acquire_shared(req).await;
         }
@@ -166,9 +248,9 @@ impl RedisStore {
         let sent_at = Instant::now();
         let mut conn = self.conn();
         let script = if req.trace.is_some() {
-            &*ACQUIRE_TRACED
+            &self.scripts().acquire_traced
         } else {
-            &*ACQUIRE
+            &self.scripts().acquire
         };
         let mut invocation = script.prepare_invoke();
         invocation
@@ -212,12 +294,12 @@ impl RedisStore {
         let shared = lease.mode().is_shared_record();
         let fair = self.inner.config.fair;
         let script = match (shared, fair, traced) {
-            (true, _, false) => &*RELEASE_SHARED,
-            (true, _, true) => &*RELEASE_SHARED_TRACED,
-            (false, true, false) => &*RELEASE_FAIR,
-            (false, true, true) => &*RELEASE_FAIR_TRACED,
-            (false, false, false) => &*RELEASE,
-            (false, false, true) => &*RELEASE_TRACED,
+            (true, _, false) => &self.scripts().release_shared,
+            (true, _, true) => &self.scripts().release_shared_traced,
+            (false, true, false) => &self.scripts().release_fair,
+            (false, true, true) => &self.scripts().release_fair_traced,
+            (false, false, false) => &self.scripts().release,
+            (false, false, true) => &self.scripts().release_traced,
         };
         let mut invocation = script.prepare_invoke();
         invocation.key(&lock_key);
@@ -297,7 +379,7 @@ impl LockStore for RedisStore {
         entry: &HistoryEntry,
     ) -> Result<()> {
         let mut conn = self.conn();
-        let mut invocation = APPEND_TRACE.prepare_invoke();
+        let mut invocation = self.scripts().append_trace.prepare_invoke();
         self.trace_args(&mut invocation, key, trace, Some(entry.clone()), None);
         let _: i64 = invocation
             .invoke_async(&mut conn)
@@ -346,10 +428,10 @@ impl LockStore for RedisStore {
         let sent_at = Instant::now();
         let mut conn = self.conn();
         let script = match (lease.mode().is_shared_record(), lease.trace().is_some()) {
-            (true, false) => &*EXTEND_SHARED,
-            (true, true) => &*EXTEND_SHARED_TRACED,
-            (false, false) => &*EXTEND,
-            (false, true) => &*EXTEND_TRACED,
+            (true, false) => &self.scripts().extend_shared,
+            (true, true) => &self.scripts().extend_shared_traced,
+            (false, false) => &self.scripts().extend,
+            (false, true) => &self.scripts().extend_traced,
         };
         let mut invocation = script.prepare_invoke();
         invocation
@@ -370,6 +452,7 @@ impl LockStore for RedisStore {
             .await
             .map_err(|e| self.err(Op::Extend, lease.key(), e))?;
         if extended == 1 {
+            self.confirm(Op::Extend, lease.key()).await?;
             Ok(lease.renewed(ttl, sent_at))
         } else {
             Err(Error::not_held(
@@ -381,7 +464,9 @@ impl LockStore for RedisStore {
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let mut conn = self.conn();
-        let found: Vec<redis::Value> = INSPECT
+        let found: Vec<redis::Value> = self
+            .scripts()
+            .inspect
             .key(self.lock_key(key))
             .key(self.fence_key(key))
             .invoke_async(&mut conn)
@@ -391,37 +476,51 @@ impl LockStore for RedisStore {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
-        let pattern = format!(
-            "{}{}*",
-            glob_escape(&self.inner.config.prefix),
-            glob_escape(prefix)
-        );
+        let config_prefix = &self.inner.config.prefix;
+        let pattern = if self.inner.cluster {
+            format!("{}{{{}*", glob_escape(config_prefix), glob_escape(prefix))
+        } else {
+            format!("{}{}*", glob_escape(config_prefix), glob_escape(prefix))
+        };
         let list_err = |e| map(Op::List, prefix, &self.inner.address, e);
         let mut conn = self.conn();
-        let mut cursor: u64 = 0;
-        let mut locks = Vec::new();
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .query_async(&mut conn)
+        // On a cluster every master scans its own keys; one server scans all.
+        let nodes = match &mut conn {
+            Connection::Cluster(cluster) => crate::connection::masters(cluster)
                 .await
+                .map_err(list_err)?,
+            _ => vec![None],
+        };
+        let mut locks = Vec::new();
+        for node in nodes {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT);
+                let (next, keys): (u64, Vec<String>) = match (&mut conn, &node) {
+                    (Connection::Cluster(cluster), Some(node)) => {
+                        crate::connection::query_node(cluster, scan, node).await
+                    }
+                    (conn, _) => scan.query_async(conn).await,
+                }
                 .map_err(list_err)?;
-            let keys: Vec<LockKey> = keys
-                .iter()
-                .filter_map(|k| k.strip_prefix(&self.inner.config.prefix))
-                .filter_map(|k| k.parse::<LockKey>().ok())
-                .collect();
-            // Concurrent inspects on the multiplexed connection: pipelined, one script each, so
-            // exclusive and shared records are read alike and atomically.
-            let found = futures::future::try_join_all(keys.iter().map(|key| self.inspect(key)));
-            locks.extend(found.await?.into_iter().flatten());
-            cursor = next;
-            if cursor == 0 {
-                break;
+                let keys: Vec<LockKey> = keys
+                    .iter()
+                    .filter_map(|k| self.lock_key_of(k))
+                    .filter_map(|k| k.parse::<LockKey>().ok())
+                    .collect();
+                // Concurrent inspects on the multiplexed connection: pipelined, one script each,
+                // so exclusive and shared records are read alike and atomically.
+                let found = futures::future::try_join_all(keys.iter().map(|key| self.inspect(key)));
+                locks.extend(found.await?.into_iter().flatten());
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
             }
         }
         locks.sort_by(|a, b| a.key.cmp(&b.key));

@@ -68,6 +68,57 @@ pub(crate) enum Place {
     Waiter(WaiterId, String),
 }
 
+/// How a store hears release announcements.
+pub(crate) enum Subscriber {
+    /// No client to subscribe with (a store made from a connection manager): waiters poll.
+    None,
+    /// One server: a pub/sub connection of its own (`SUBSCRIBE`).
+    Node(redis::Client),
+    /// Sentinel: a pub/sub connection to the master the sentinels name when it is made.
+    Sentinel(Arc<crate::connection::SentinelLink>),
+    /// A Redis Cluster: sharded subscriptions (`SSUBSCRIBE`) on the cluster connection, which
+    /// sends each to the node serving the channel's slot and moves it when the slot moves; the
+    /// messages arrive as RESP3 pushes (see [`deliver_pushes`]).
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+/// Hands the sharded pub/sub messages a cluster connection receives to `waiting`, until the
+/// store is gone.
+pub(crate) fn deliver_pushes(
+    waiting: &Arc<Waiting>,
+    mut pushes: tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+) {
+    let waiting = Arc::downgrade(waiting);
+    tokio::spawn(async move {
+        while let Some(push) = pushes.recv().await {
+            let Some(waiting) = waiting.upgrade() else {
+                return;
+            };
+            match push.kind {
+                redis::PushKind::SMessage | redis::PushKind::Message => {
+                    let mut data = push.data.into_iter();
+                    let (Some(channel), Some(payload)) = (data.next(), data.next()) else {
+                        continue;
+                    };
+                    let channel: Option<String> = redis::from_redis_value(channel).ok();
+                    let payload: Option<String> = redis::from_redis_value(payload).ok();
+                    if let Some(channel) = channel {
+                        waiting.deliver(&channel, payload);
+                    }
+                }
+                // A node's connection dropped: a message may have been lost with it, so whoever
+                // waits asks the store again now (the cluster client resubscribes on its own).
+                redis::PushKind::Disconnection => {
+                    for watched in waiting.lock().values() {
+                        watched.wake_all();
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+}
+
 /// This store's waiting state: its waiter id and its subscriptions.
 pub(crate) struct Waiting {
     /// This store's id in every waiter queue: one place in line per process (per store), so
@@ -79,9 +130,8 @@ pub(crate) struct Waiting {
     /// `<prefix>released:` — a lock's channel base is this plus the Redis lock key; a process's
     /// channel for the lock adds `:<store id>`.
     channel_prefix: String,
-    /// `None` when the store was built from a connection manager (no client to subscribe with):
-    /// waiters then poll.
-    client: Option<redis::Client>,
+    /// How this process subscribes to its channels.
+    subscriber: Subscriber,
     watched: Mutex<HashMap<String, Watched>>,
     /// The subscriber connection's command side; `None` until first needed and after it dropped.
     sink: tokio::sync::Mutex<Option<PubSubSink>>,
@@ -100,7 +150,7 @@ impl std::fmt::Debug for Waiting {
 impl Waiting {
     pub(crate) fn new(
         prefix: &str,
-        client: Option<redis::Client>,
+        subscriber: Subscriber,
         connect_timeout: std::time::Duration,
     ) -> Self {
         Waiting {
@@ -108,7 +158,7 @@ impl Waiting {
             id: OwnerToken::generate().as_str().to_owned(),
             next_watch: AtomicU64::new(1),
             channel_prefix: format!("{prefix}released:"),
-            client,
+            subscriber,
             watched: Mutex::new(HashMap::new()),
             sink: tokio::sync::Mutex::new(None),
             connect_timeout,
@@ -285,15 +335,30 @@ impl Waiting {
         let waiting = self.clone();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
+                let channel = waiting.own_channel(&lock_key);
+                if let Subscriber::Cluster(cluster) = &waiting.subscriber {
+                    let _ = cluster.clone().sunsubscribe(channel).await;
+                    return;
+                }
                 let sink = waiting.sink.lock().await.clone();
                 if let Some(mut sink) = sink {
-                    let _ = sink.unsubscribe(waiting.own_channel(&lock_key)).await;
+                    let _ = sink.unsubscribe(channel).await;
                 }
             });
         }
     }
 
     async fn subscribe(self: &Arc<Self>, lock_key: &str) -> redis::RedisResult<()> {
+        if let Subscriber::Cluster(cluster) = &self.subscriber {
+            return tokio::time::timeout(
+                self.connect_timeout,
+                cluster.clone().ssubscribe(self.own_channel(lock_key)),
+            )
+            .await
+            .map_err(|_| {
+                redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+            })?;
+        }
         let Some(mut sink) = self.connected_sink().await? else {
             return Ok(());
         };
@@ -307,13 +372,16 @@ impl Waiting {
 
     /// The subscriber connection, made (and every watched key subscribed again) if there is none.
     async fn connected_sink(self: &Arc<Self>) -> redis::RedisResult<Option<PubSubSink>> {
-        let Some(client) = &self.client else {
-            return Ok(None);
-        };
         let mut sink = self.sink.lock().await;
         if let Some(sink) = &*sink {
             return Ok(Some(sink.clone()));
         }
+        let client = match &self.subscriber {
+            Subscriber::Node(client) => client.clone(),
+            // The master the sentinels name now: after a failover, the new one.
+            Subscriber::Sentinel(link) => link.master_client().await?,
+            Subscriber::None | Subscriber::Cluster(_) => return Ok(None),
+        };
         let pubsub = tokio::time::timeout(self.connect_timeout, client.get_async_pubsub())
             .await
             .map_err(|_| {
@@ -392,7 +460,7 @@ mod tests {
     const LOCK: &str = "p:DC#f#k";
 
     fn waiting() -> Arc<Waiting> {
-        Arc::new(Waiting::new("p:", None, Duration::from_secs(1)))
+        Arc::new(Waiting::new("p:", Subscriber::None, Duration::from_secs(1)))
     }
 
     fn recorder() -> (Leave, Arc<Mutex<Vec<String>>>) {

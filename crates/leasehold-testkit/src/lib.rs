@@ -18,5 +18,6 @@ pub mod etcd_cluster;
 pub mod fault_proxy;
 pub mod fleet;
 pub mod redis;
+pub mod redis_cluster;
 pub mod scripted;
 pub mod tls;

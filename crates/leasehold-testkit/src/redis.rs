@@ -29,6 +29,16 @@ pub struct RedisServer {
     port: u16,
     dir: tempfile::TempDir,
     tls: Option<TlsFiles>,
+    /// What else the server is started with: a config file (first, as `redis-server` wants it)
+    /// and further arguments (a cluster node's, a replica's, a sentinel's).
+    setup: Setup,
+}
+
+/// A config file and arguments a server is started with besides the defaults.
+#[derive(Debug, Clone, Default)]
+struct Setup {
+    config: Option<String>,
+    args: Vec<String>,
 }
 
 /// The files a TLS server is started with.
@@ -47,6 +57,36 @@ impl RedisServer {
     /// install when the binary is missing.
     pub fn start() -> io::Result<Self> {
         Self::start_with(None)
+    }
+
+    /// Starts a server like [`start`](Self::start), with `args` added to its command line (for
+    /// example `["--replicaof", "127.0.0.1", "7001"]`).
+    pub fn start_with_args(args: &[&str]) -> io::Result<Self> {
+        Self::start_setup(
+            None,
+            Setup {
+                config: None,
+                args: args.iter().map(|a| a.to_string()).collect(),
+            },
+        )
+    }
+
+    /// Starts a server from the config file text `config` (written into the server's own
+    /// directory; `{dir}` in it is replaced by that directory), with `args` after it, such as
+    /// `["--sentinel"]`.
+    pub fn start_with_config(config: &str, args: &[&str]) -> io::Result<Self> {
+        Self::start_setup(
+            None,
+            Setup {
+                config: Some(config.to_owned()),
+                args: args.iter().map(|a| a.to_string()).collect(),
+            },
+        )
+    }
+
+    /// The server's own directory (its log, a cluster node's `nodes.conf`).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// Starts a server that speaks TLS only (`--port 0 --tls-port <free port>`), with the server
@@ -68,11 +108,15 @@ impl RedisServer {
     }
 
     fn start_with(tls: Option<TlsFiles>) -> io::Result<Self> {
+        Self::start_setup(tls, Setup::default())
+    }
+
+    fn start_setup(tls: Option<TlsFiles>, setup: Setup) -> io::Result<Self> {
         // A port free a moment ago can be taken by a server another test starts at the same
         // time; then ours cannot bind, and a new port is tried.
         let mut attempts = 0;
         loop {
-            match Self::start_on(free_port()?, tls.clone()) {
+            match Self::start_on_with(free_port()?, tls.clone(), setup.clone()) {
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse && attempts < 5 => attempts += 1,
                 result => return result,
             }
@@ -80,7 +124,12 @@ impl RedisServer {
     }
 
     /// Starts a server on `port`; [`io::ErrorKind::AddrInUse`] if something else listens there.
+    #[cfg(test)]
     fn start_on(port: u16, tls: Option<TlsFiles>) -> io::Result<Self> {
+        Self::start_on_with(port, tls, Setup::default())
+    }
+
+    fn start_on_with(port: u16, tls: Option<TlsFiles>, setup: Setup) -> io::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("leasehold-redis-")
             .tempdir()?;
@@ -89,6 +138,7 @@ impl RedisServer {
             port,
             dir,
             tls,
+            setup,
         };
         server.spawn()?;
         Ok(server)
@@ -121,6 +171,32 @@ impl RedisServer {
     /// The server's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// Pauses the server (SIGSTOP): it keeps its connections but answers nothing until
+    /// [`resume`](Self::resume).
+    pub fn pause(&self) -> io::Result<()> {
+        self.signal("-STOP")
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) -> io::Result<()> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, signal: &str) -> io::Result<()> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| io::Error::other("the server is not running"))?;
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(pid.to_string())
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!("kill {signal} {pid} failed")))
+        }
     }
 
     /// Kills the server (SIGKILL) and waits for it to exit. Its data is gone.
@@ -194,6 +270,12 @@ impl RedisServer {
 
     fn spawn(&mut self) -> io::Result<()> {
         let mut command = Command::new("redis-server");
+        if let Some(config) = &self.setup.config {
+            let file = self.dir.path().join("redis.conf");
+            let dir = self.dir.path().display().to_string();
+            std::fs::write(&file, config.replace("{dir}", &dir))?;
+            command.arg(file);
+        }
         match &self.tls {
             None => {
                 command.args(["--port", &self.port.to_string()]);
@@ -227,6 +309,7 @@ impl RedisServer {
             .arg(self.dir.path())
             .arg("--logfile")
             .arg(self.log_path())
+            .args(&self.setup.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

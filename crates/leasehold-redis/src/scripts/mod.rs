@@ -9,7 +9,6 @@ use redis::Script;
 
 mod shared;
 
-pub(crate) use shared::{ACQUIRE_SHARED, EXTEND_SHARED, RELEASE_SHARED};
 use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 
 /// Functions the scripts share, for the lock modes: a key is a string (an exclusive hold: the
@@ -130,9 +129,10 @@ end
 ";
 
 /// A script's full text: its body, after the shared functions when it uses them.
-fn script_text(body: &str, prelude: bool) -> String {
+fn script_text(body: &str, prelude: bool, publish: &str) -> String {
     if prelude {
-        format!("{PRELUDE}{body}")
+        let prelude = PRELUDE.replace("redis.call('PUBLISH'", &format!("redis.call('{publish}'"));
+        format!("{prelude}{body}")
     } else {
         body.to_owned()
     }
@@ -165,8 +165,6 @@ if ARGV[3] == '1' then
 end
 return {1, false}
 ";
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(ACQUIRE_LUA, true)));
 
 /// Release: delete the lock only if it still holds our token (a fair hold's value read as well,
 /// see `token_of`, so stores of either mode on one key release their own holds).
@@ -178,8 +176,6 @@ if type(value) == 'string' and token_of(value) == ARGV[1] then
 end
 return 0
 ";
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(RELEASE_LUA, true)));
 
 /// Extend: reset the TTL only if the lock still holds our token.
 /// `KEYS[1]` lock key; `ARGV[1]` token, `ARGV[2]` TTL ms. Returns 1 if extended, 0 otherwise.
@@ -190,8 +186,6 @@ if type(value) == 'string' and token_of(value) == ARGV[1] then
 end
 return 0
 ";
-pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(EXTEND_LUA, true)));
 
 /// Inspect, read-only and atomic. `KEYS[1]` lock key, `KEYS[2]` fence key.
 /// Returns nil if free; `{'x', token, pttl, fence}` for an exclusive hold; for a shared record
@@ -222,8 +216,6 @@ for i = 1, #fields, 2 do
 end
 return out
 ";
-pub(crate) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(INSPECT_LUA, true)));
 
 /// Fair acquire: the lock goes to the first entry in the key's waiter queue.
 ///
@@ -382,8 +374,6 @@ end
 if left < 1 then left = 1 end
 return {0, left, 0}
 ";
-pub(crate) static ACQUIRE_FAIR: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(ACQUIRE_FAIR_LUA, true)));
 
 /// Fair release: delete the lock only if it holds our token, and tell the next entry in line:
 /// the one the hold's value names (see `token_of`), else (none named, or a bare token) the
@@ -405,8 +395,6 @@ if type(value) == 'string' and token_of(value) == ARGV[1] then
 end
 return 0
 ";
-pub(crate) static RELEASE_FAIR: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(RELEASE_FAIR_LUA, true)));
 
 /// Leave a key's waiter queue (the process, or in strict mode the waiting call, stopped waiting
 /// without the lock); if it was first in line, tell the next one now when the lock is free, or
@@ -428,8 +416,6 @@ if redis.call('LREM', KEYS[1], 0, ARGV[1]) > 0 and head == ARGV[1] then
 end
 return 0
 ";
-pub(crate) static LEAVE_QUEUE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(LEAVE_QUEUE_LUA, true)));
 
 /// A script that also writes the key's lock history (leasehold's lock trace) in the same atomic
 /// step: `body` runs unchanged (its `KEYS` and `ARGV` keep their indexes), then, unless it
@@ -439,8 +425,8 @@ pub(crate) static LEAVE_QUEUE: LazyLock<Script> =
 /// four `ARGV` are the entry if `ok`, the entry otherwise (empty: write nothing), the number of
 /// entries kept, and the list's TTL in ms. `LPUSH` + `LTRIM` + `PEXPIRE`: newest first, bounded,
 /// expiring after its last write.
-fn traced(body: &str, prelude: bool, ok: &str) -> Script {
-    let body = script_text(body, prelude);
+fn traced(body: &str, prelude: bool, ok: &str, publish: &str) -> Script {
+    let body = script_text(body, prelude, publish);
     Script::new(&format!(
         r"
 local function body()
@@ -466,31 +452,85 @@ return result
     ))
 }
 
-/// [`ACQUIRE`] with the lock trace.
-pub(crate) static ACQUIRE_TRACED: LazyLock<Script> =
-    LazyLock::new(|| traced(ACQUIRE_LUA, true, "result[1] == 1"));
-/// [`ACQUIRE_FAIR`] with the lock trace.
-pub(crate) static ACQUIRE_FAIR_TRACED: LazyLock<Script> =
-    LazyLock::new(|| traced(ACQUIRE_FAIR_LUA, true, "result[1] == 1"));
-/// [`ACQUIRE_SHARED`] with the lock trace.
-pub(crate) static ACQUIRE_SHARED_TRACED: LazyLock<Script> =
-    LazyLock::new(|| traced(ACQUIRE_SHARED_LUA, true, "result[1] == 1"));
-/// [`RELEASE`] with the lock trace.
-pub(crate) static RELEASE_TRACED: LazyLock<Script> =
-    LazyLock::new(|| traced(RELEASE_LUA, true, "result == 1"));
-/// [`RELEASE_FAIR`] with the lock trace.
-pub(crate) static RELEASE_FAIR_TRACED: LazyLock<Script> =
-    LazyLock::new(|| traced(RELEASE_FAIR_LUA, true, "result == 1"));
-/// [`RELEASE_SHARED`] with the lock trace.
-pub(crate) static RELEASE_SHARED_TRACED: LazyLock<Script> =
-    LazyLock::new(|| traced(RELEASE_SHARED_LUA, true, "result == 1"));
-/// [`EXTEND`] with the lock trace.
-pub(crate) static EXTEND_TRACED: LazyLock<Script> =
-    LazyLock::new(|| traced(EXTEND_LUA, true, "result == 1"));
-/// [`EXTEND_SHARED`] with the lock trace.
-pub(crate) static EXTEND_SHARED_TRACED: LazyLock<Script> =
-    LazyLock::new(|| traced(EXTEND_SHARED_LUA, true, "result == 1"));
-/// Appends one entry on its own (what happens without a store operation, such as a release the
-/// unlock window skipped): the traced wrapper around a body that does nothing.
-pub(crate) static APPEND_TRACE: LazyLock<Script> =
-    LazyLock::new(|| traced("return 1", false, "true"));
+/// Every script, for one kind of deployment: the same text, with release announcements sent by
+/// `PUBLISH` on one server (heard by `SUBSCRIBE`) and by `SPUBLISH` on a Redis Cluster (sharded
+/// pub/sub: the message stays on the slot's shard, and the channel shares the lock's hash tag).
+pub(crate) struct Scripts {
+    /// The `acquire` script (see the Lua text above).
+    pub(crate) acquire: Script,
+    /// The `release` script (see the Lua text above).
+    pub(crate) release: Script,
+    /// The `extend` script (see the Lua text above).
+    pub(crate) extend: Script,
+    /// The `inspect` script (see the Lua text above).
+    pub(crate) inspect: Script,
+    /// The `acquire_fair` script (see the Lua text above).
+    pub(crate) acquire_fair: Script,
+    /// The `release_fair` script (see the Lua text above).
+    pub(crate) release_fair: Script,
+    /// The `leave_queue` script (see the Lua text above).
+    pub(crate) leave_queue: Script,
+    /// [`acquire`](Self::acquire) with the lock trace.
+    pub(crate) acquire_traced: Script,
+    /// [`acquire_fair`](Self::acquire_fair) with the lock trace.
+    pub(crate) acquire_fair_traced: Script,
+    /// [`acquire_shared`](Self::acquire_shared) with the lock trace.
+    pub(crate) acquire_shared_traced: Script,
+    /// [`release`](Self::release) with the lock trace.
+    pub(crate) release_traced: Script,
+    /// [`release_fair`](Self::release_fair) with the lock trace.
+    pub(crate) release_fair_traced: Script,
+    /// [`release_shared`](Self::release_shared) with the lock trace.
+    pub(crate) release_shared_traced: Script,
+    /// [`extend`](Self::extend) with the lock trace.
+    pub(crate) extend_traced: Script,
+    /// [`extend_shared`](Self::extend_shared) with the lock trace.
+    pub(crate) extend_shared_traced: Script,
+    /// Appends one entry on its own (what happens without a store operation, such as a release the
+    /// unlock window skipped): the traced wrapper around a body that does nothing.
+    pub(crate) append_trace: Script,
+    /// The `acquire_shared` script (see the Lua text above).
+    pub(crate) acquire_shared: Script,
+    /// The `release_shared` script (see the Lua text above).
+    pub(crate) release_shared: Script,
+    /// The `extend_shared` script (see the Lua text above).
+    pub(crate) extend_shared: Script,
+}
+
+impl Scripts {
+    fn new(publish: &str) -> Scripts {
+        Scripts {
+            acquire: Script::new(&script_text(ACQUIRE_LUA, true, publish)),
+            release: Script::new(&script_text(RELEASE_LUA, true, publish)),
+            extend: Script::new(&script_text(EXTEND_LUA, true, publish)),
+            inspect: Script::new(&script_text(INSPECT_LUA, true, publish)),
+            acquire_fair: Script::new(&script_text(ACQUIRE_FAIR_LUA, true, publish)),
+            release_fair: Script::new(&script_text(RELEASE_FAIR_LUA, true, publish)),
+            leave_queue: Script::new(&script_text(LEAVE_QUEUE_LUA, true, publish)),
+            acquire_traced: traced(ACQUIRE_LUA, true, "result[1] == 1", publish),
+            acquire_fair_traced: traced(ACQUIRE_FAIR_LUA, true, "result[1] == 1", publish),
+            acquire_shared_traced: traced(ACQUIRE_SHARED_LUA, true, "result[1] == 1", publish),
+            release_traced: traced(RELEASE_LUA, true, "result == 1", publish),
+            release_fair_traced: traced(RELEASE_FAIR_LUA, true, "result == 1", publish),
+            release_shared_traced: traced(RELEASE_SHARED_LUA, true, "result == 1", publish),
+            extend_traced: traced(EXTEND_LUA, true, "result == 1", publish),
+            extend_shared_traced: traced(EXTEND_SHARED_LUA, true, "result == 1", publish),
+            append_trace: traced("return 1", false, "true", publish),
+            acquire_shared: Script::new(&script_text(ACQUIRE_SHARED_LUA, true, publish)),
+            release_shared: Script::new(&script_text(RELEASE_SHARED_LUA, true, publish)),
+            extend_shared: Script::new(&script_text(EXTEND_SHARED_LUA, true, publish)),
+        }
+    }
+}
+
+static NODE_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts::new("PUBLISH"));
+static CLUSTER_SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts::new("SPUBLISH"));
+
+/// The scripts for a Redis Cluster (`cluster`) or for one server (and Sentinel's master).
+pub(crate) fn scripts(cluster: bool) -> &'static Scripts {
+    if cluster {
+        &CLUSTER_SCRIPTS
+    } else {
+        &NODE_SCRIPTS
+    }
+}

@@ -1,12 +1,6 @@
 //! The shared-mode scripts: readers of a read-write lock and semaphore permits, each a field of
 //! the key's hash with its own expiry (the exclusive and fair scripts are in the parent module).
 
-use std::sync::LazyLock;
-
-use redis::Script;
-
-use super::script_text;
-
 /// Shared acquire: a reader of a read-write lock (`ARGV[4]` = 0) or one permit of a semaphore
 /// (`ARGV[4]` = N), as a `h:<token>` field of the key's hash with its own expiry.
 ///
@@ -103,8 +97,6 @@ if fair and (permits == 0 or live < permits) then
 end
 return {1, 0}
 ";
-pub(crate) static ACQUIRE_SHARED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(ACQUIRE_SHARED_LUA, true)));
 
 /// Shared release: remove our holder field if it is live; the record goes with its last entry
 /// (a waiting writer's marker keeps it until the writer comes). Tells the next process in line.
@@ -137,8 +129,6 @@ if next then
 end
 return 1
 ";
-pub(crate) static RELEASE_SHARED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(RELEASE_SHARED_LUA, true)));
 
 /// Shared extend: move our holder field's expiry if it is live, and the record's TTL with it.
 /// `KEYS[1]` lock; `ARGV[1]` token, `ARGV[2]` TTL ms. Returns 1 if extended, 0 otherwise.
@@ -156,5 +146,3 @@ local mode, live, longest, soonest, marker = sweep(KEYS[1], now)
 redis.call('PEXPIRE', KEYS[1], math.max(longest, marker))
 return 1
 ";
-pub(crate) static EXTEND_SHARED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&script_text(EXTEND_SHARED_LUA, true)));

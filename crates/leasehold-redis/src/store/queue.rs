@@ -14,9 +14,7 @@ use tokio::time::Instant;
 
 use super::{ttl_millis, RedisStore};
 use crate::reply::{mode_field, writer_wait_millis};
-use crate::scripts::{
-    ACQUIRE_FAIR, ACQUIRE_FAIR_TRACED, ACQUIRE_SHARED, ACQUIRE_SHARED_TRACED, LEAVE_QUEUE,
-};
+
 use crate::waiting::Place;
 
 impl RedisStore {
@@ -62,9 +60,9 @@ impl RedisStore {
         let sent_at = Instant::now();
         let mut conn = self.conn();
         let script = if req.trace.is_some() {
-            &*ACQUIRE_SHARED_TRACED
+            &self.scripts().acquire_shared_traced
         } else {
-            &*ACQUIRE_SHARED
+            &self.scripts().acquire_shared
         };
         let mut invocation = script.prepare_invoke();
         invocation
@@ -111,9 +109,9 @@ impl RedisStore {
         let sent_at = Instant::now();
         let mut conn = self.conn();
         let script = if req.trace.is_some() {
-            &*ACQUIRE_FAIR_TRACED
+            &self.scripts().acquire_fair_traced
         } else {
-            &*ACQUIRE_FAIR
+            &self.scripts().acquire_fair
         };
         let mut invocation = script.prepare_invoke();
         invocation
@@ -165,7 +163,9 @@ impl RedisStore {
         runtime.spawn(async move {
             let lock_key = store.lock_key(&key);
             let mut conn = store.conn();
-            let left: redis::RedisResult<i64> = LEAVE_QUEUE
+            let left: redis::RedisResult<i64> = store
+                .scripts()
+                .leave_queue
                 .key(store.queue_key(&key))
                 .key(&lock_key)
                 .key(store.inner.waiting.channel(&lock_key))
