@@ -19,6 +19,14 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(80);
 /// How long a waiting process keeps its place in a key's line without asking again (Redisson's
 /// fair lock: 5 s).
 pub const DEFAULT_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long [`AerospikeStore::connect`](crate::AerospikeStore::connect) waits for a usable
+/// cluster: a node lost or a cluster re-forming (a few seconds on a default heartbeat) fits.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a release or an extension keeps retrying a transient failure (node lost, partition
+/// unavailable, cluster re-forming, reply lost) before it gives up.
+pub const DEFAULT_RETRY_BUDGET: Duration = Duration::from_secs(10);
+/// The port of a seed host that names none.
+pub const DEFAULT_PORT: u16 = 3000;
 
 /// How an [`AerospikeStore`](crate::AerospikeStore) connects and names its records.
 ///
@@ -35,7 +43,8 @@ pub const DEFAULT_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
 /// ```
 #[derive(Clone)]
 pub struct AerospikeConfig {
-    pub(crate) hosts: String,
+    /// Seed hosts as given, one entry per host (checked by `validate`).
+    pub(crate) hosts: Vec<String>,
     pub(crate) namespace: String,
     pub(crate) set_suffix: String,
     pub(crate) farm_id: String,
@@ -48,6 +57,8 @@ pub struct AerospikeConfig {
     pub(crate) read_replica: Replica,
     pub(crate) retries: u32,
     pub(crate) retry_delay: Duration,
+    pub(crate) retry_budget: Duration,
+    pub(crate) connect_timeout: Duration,
     pub(crate) fencing: bool,
     pub(crate) max_error_rate: Option<usize>,
     pub(crate) send_key: bool,
@@ -94,16 +105,122 @@ impl TlsSettings {
     }
 }
 
+/// One seed host: `host[:tls_name][:port]`, an IPv6 address in brackets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Seed {
+    /// The host name or address (an IPv6 address with its brackets).
+    pub(crate) host: String,
+    /// The TLS name this host gives itself (`host:tls_name:port`).
+    pub(crate) tls_name: Option<String>,
+    pub(crate) port: u16,
+}
+
+impl Seed {
+    /// Parses one entry of a hosts list (`entry` is trimmed, never empty).
+    fn parse(entry: &str) -> std::result::Result<Seed, String> {
+        let (host, rest) = match entry.strip_prefix('[') {
+            Some(v6) => match v6.split_once(']') {
+                Some((addr, rest)) if !addr.is_empty() => match rest {
+                    "" => (format!("[{addr}]"), None),
+                    rest => match rest.strip_prefix(':') {
+                        Some(rest) => (format!("[{addr}]"), Some(rest)),
+                        None => return Err("has text after its `]` that is not `:port`".into()),
+                    },
+                },
+                _ => return Err("opens a `[` IPv6 address it does not close".into()),
+            },
+            None => match entry.split_once(':') {
+                Some((host, rest)) => (host.to_owned(), Some(rest)),
+                None => (entry.to_owned(), None),
+            },
+        };
+        if host.is_empty() {
+            return Err("has no host name".into());
+        }
+        if host.contains(|c: char| c.is_whitespace() || "/?#@".contains(c)) {
+            return Err("is not a host name or address".into());
+        }
+        let parts: Vec<&str> = rest.map(|r| r.split(':').collect()).unwrap_or_default();
+        let (tls_name, port) = match parts.as_slice() {
+            [] => (None, None),
+            [port] => (None, Some(*port)),
+            [name, port] if !name.is_empty() => (Some((*name).to_owned()), Some(*port)),
+            _ if !entry.starts_with('[') && parts.len() > 2 => {
+                return Err(
+                    "has too many `:` (an IPv6 address goes in brackets: [::1]:3000)".into(),
+                )
+            }
+            _ => return Err("is not host:port or host:tls_name:port".into()),
+        };
+        let port = match port {
+            None => DEFAULT_PORT,
+            Some(port) => match port.parse::<u16>() {
+                Ok(port) if port > 0 => port,
+                _ => return Err(format!("has an invalid port {port:?} (1-65535)")),
+            },
+        };
+        Ok(Seed {
+            host,
+            tls_name,
+            port,
+        })
+    }
+
+    /// `host:port` (the address to name in messages).
+    pub(crate) fn address(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+}
+
+/// Parses a list of seed hosts: every entry must be a host, and the list must not be empty.
+pub(crate) fn parse_seeds<S: AsRef<str>>(hosts: &[S]) -> Result<Vec<Seed>> {
+    let shown = hosts
+        .iter()
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(",");
+    let example = "write host:port[,host:port…], e.g. \"10.0.0.5:3000,10.0.0.6:3000\"";
+    if hosts.is_empty() || hosts.iter().all(|h| h.as_ref().trim().is_empty()) {
+        return Err(Error::invalid_argument(format!(
+            "Aerospike hosts must not be empty ({example})"
+        )));
+    }
+    let mut seeds: Vec<Seed> = Vec::new();
+    for (n, entry) in hosts.iter().enumerate() {
+        let entry = entry.as_ref().trim();
+        if entry.is_empty() {
+            return Err(Error::invalid_argument(format!(
+                "Aerospike hosts {shown:?}: host {} of the list is empty ({example})",
+                n + 1
+            )));
+        }
+        let seed = Seed::parse(entry).map_err(|problem| {
+            Error::invalid_argument(format!(
+                "Aerospike hosts {shown:?}: host {entry:?} {problem} ({example})"
+            ))
+        })?;
+        // The same host twice is harmless to the client: given once.
+        if !seeds.contains(&seed) {
+            seeds.push(seed);
+        }
+    }
+    Ok(seeds)
+}
+
 impl AerospikeConfig {
-    /// A configuration for the cluster seeded by `hosts` (`"host:port[,host:port…]"`), lock
-    /// records in `namespace`, bins named after `farm_id` (at most 9 characters).
+    /// A configuration for the cluster seeded by `hosts` (`"host:port[,host:port…]"`; a host
+    /// without a port is on 3000, an IPv6 address goes in brackets, `host:tls_name:port` names
+    /// a host's TLS name), lock records in `namespace`, bins named after `farm_id` (at most 9
+    /// characters). Give several seeds: connect tries every one, so a cluster whose first seed is
+    /// down is still reached. [`seed_hosts`](Self::seed_hosts) takes them as a list.
     pub fn new(
         hosts: impl Into<String>,
         namespace: impl Into<String>,
         farm_id: impl Into<String>,
     ) -> Self {
+        let hosts: String = hosts.into();
         AerospikeConfig {
-            hosts: hosts.into(),
+            hosts: hosts.split(',').map(|h| h.trim().to_owned()).collect(),
             namespace: namespace.into(),
             set_suffix: DEFAULT_SET_SUFFIX.to_owned(),
             farm_id: farm_id.into(),
@@ -116,6 +233,8 @@ impl AerospikeConfig {
             read_replica: Replica::Sequence,
             retries: DEFAULT_RETRIES,
             retry_delay: DEFAULT_RETRY_DELAY,
+            retry_budget: DEFAULT_RETRY_BUDGET,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             fencing: true,
             max_error_rate: None,
             send_key: true,
@@ -148,53 +267,60 @@ impl AerospikeConfig {
         self
     }
 
-    /// The hosts string the client gets: with TLS, every host carries a TLS name
-    /// (`host:tls_name:port`), its own or [`tls_name`](Self::tls_name)'s.
+    /// Replaces the seed hosts with this list (each `host:port`, `host:tls_name:port` or
+    /// `[v6]:port`; see [`new`](Self::new)). Checked, like every setting, before any I/O.
+    ///
+    /// ```
+    /// use leasehold_aerospike::AerospikeConfig;
+    /// let config = AerospikeConfig::new("10.0.0.5:3000", "locks", "farm1")
+    ///     .seed_hosts(["10.0.0.5:3000", "10.0.0.6:3000", "10.0.0.7"]);
+    /// assert_eq!(config.seeds(), ["10.0.0.5:3000", "10.0.0.6:3000", "10.0.0.7"]);
+    /// ```
+    pub fn seed_hosts<I, S>(mut self, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.hosts = hosts
+            .into_iter()
+            .map(|h| h.into().trim().to_owned())
+            .collect();
+        self
+    }
+
+    /// The seed hosts, as given.
+    pub fn seeds(&self) -> &[String] {
+        &self.hosts
+    }
+
+    /// The seed hosts as one string, for messages (`"h1:3000,h2:3000"`).
+    pub(crate) fn hosts_shown(&self) -> String {
+        self.hosts.join(",")
+    }
+
+    /// The hosts string the client gets, every host with its port: with TLS, every host carries
+    /// a TLS name (`host:tls_name:port`), its own or [`tls_name`](Self::tls_name)'s.
     pub(crate) fn client_hosts(&self) -> Result<String> {
-        if !self.tls.enabled() {
-            return Ok(self.hosts.clone());
-        }
-        let mut out = Vec::new();
-        for entry in self
-            .hosts
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-        {
-            // `[v6]` hosts keep their brackets; split the rest on `:`.
-            let (host, rest) = match entry.strip_prefix('[') {
-                Some(v6) => match v6.split_once(']') {
-                    Some((addr, rest)) => (format!("[{addr}]"), rest.trim_start_matches(':')),
-                    None => (entry.to_owned(), ""),
-                },
-                None => match entry.split_once(':') {
-                    Some((host, rest)) => (host.to_owned(), rest),
-                    None => (entry.to_owned(), ""),
-                },
-            };
-            let parts: Vec<&str> = if rest.is_empty() {
-                Vec::new()
-            } else {
-                rest.split(':').collect()
-            };
-            let (name, port) = match parts.as_slice() {
-                [] => (None, "3000"),
-                [port] => (None, *port),
-                [name, port] => (Some((*name).to_owned()), *port),
-                _ => {
+        let seeds = parse_seeds(&self.hosts)?;
+        let mut out = Vec::with_capacity(seeds.len());
+        for seed in seeds {
+            let name = if self.tls.enabled() {
+                let Some(name) = seed.tls_name.clone().or_else(|| self.tls.name.clone()) else {
                     return Err(Error::invalid_argument(format!(
-                        "host {entry:?} is not host:port or host:tls_name:port"
-                    )))
-                }
+                        "TLS needs the name each node's certificate is checked against, and host \
+                         {:?} has none: write it as host:tls_name:port, or set tls_name (e.g. \
+                         tls_name(\"aerospike.example\"))",
+                        seed.address()
+                    )));
+                };
+                Some(name)
+            } else {
+                seed.tls_name.clone()
             };
-            let Some(name) = name.or_else(|| self.tls.name.clone()) else {
-                return Err(Error::invalid_argument(format!(
-                    "TLS needs the name each node's certificate is checked against, and host \
-                     {entry:?} has none: write it as host:tls_name:port, or set tls_name (e.g. \
-                     tls_name(\"aerospike.example\"))"
-                )));
-            };
-            out.push(format!("{host}:{name}:{port}"));
+            out.push(match name {
+                Some(name) => format!("{}:{name}:{}", seed.host, seed.port),
+                None => seed.address(),
+            });
         }
         Ok(out.join(","))
     }
@@ -279,6 +405,27 @@ impl AerospikeConfig {
         self
     }
 
+    /// How long a release or an extension keeps retrying a transient failure — a node lost, a
+    /// partition unavailable while the cluster re-forms, a reply lost — with backoff from the
+    /// retry delay up to 1 s, before it gives up (default [`DEFAULT_RETRY_BUDGET`]). An
+    /// extension never retries past its lease's end. A release whose reply was lost reads the
+    /// record back instead of guessing. Acquisitions keep to [`retries`](Self::retries): they
+    /// fail fast with a temporary error, and a blocking acquire waits and asks again.
+    pub fn retry_budget(mut self, budget: Duration) -> Self {
+        self.retry_budget = budget;
+        self
+    }
+
+    /// How long [`connect`](crate::AerospikeStore::connect) waits for a usable cluster (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`]): it tries every seed, again with backoff while none answers
+    /// or the partition table has not formed, and waits for every partition to have a master
+    /// (a strong-consistency namespace with unavailable partitions never gets there: connect then
+    /// goes on at the deadline, and only keys in those partitions fail).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
     /// Fencing tokens (default on): a counter record per key, incremented while the new holder's
     /// record exists and written into it, so tokens grow in the order of the holds (3 round
     /// trips per acquire). `false` is the Java manager's plain cycle: one create-only write to
@@ -324,11 +471,7 @@ impl AerospikeConfig {
 
     /// Checks names and values before any I/O, and returns the record layout.
     pub(crate) fn validate(&self) -> Result<Layout> {
-        if self.hosts.trim().is_empty() {
-            return Err(Error::invalid_argument(
-                "Aerospike hosts must not be empty (e.g. \"127.0.0.1:3000\")",
-            ));
-        }
+        parse_seeds(&self.hosts)?;
         if self.namespace.is_empty()
             || self.namespace.len() > 31
             || self
@@ -363,7 +506,10 @@ impl AerospikeConfig {
             }
             self.client_hosts()?;
         }
-        if self.total_timeout.is_zero() || self.socket_timeout.is_zero() {
+        if self.total_timeout.is_zero()
+            || self.socket_timeout.is_zero()
+            || self.connect_timeout.is_zero()
+        {
             return Err(Error::invalid_argument(
                 "Aerospike timeouts must be greater than zero",
             ));
@@ -395,6 +541,8 @@ impl fmt::Debug for AerospikeConfig {
             .field("read_replica", &self.read_replica)
             .field("retries", &self.retries)
             .field("retry_delay", &self.retry_delay)
+            .field("retry_budget", &self.retry_budget)
+            .field("connect_timeout", &self.connect_timeout)
             .field("fencing", &self.fencing)
             .field("max_error_rate", &self.max_error_rate)
             .field("send_key", &self.send_key)
@@ -440,6 +588,75 @@ mod tests {
         assert!(
             !debug.contains("hunter2") && debug.contains("c.key"),
             "{debug}"
+        );
+    }
+
+    #[test]
+    fn several_seed_hosts_are_parsed_with_their_ports() {
+        let config = AerospikeConfig::new("10.0.0.5:3100, node6 ,[::1]:3200,[fe80::2]", "ns", "f");
+        assert_eq!(
+            config.client_hosts().unwrap(),
+            "10.0.0.5:3100,node6:3000,[::1]:3200,[fe80::2]:3000"
+        );
+        let listed =
+            AerospikeConfig::new("x:1", "ns", "f").seed_hosts(["a:3000", "b:3001", "a:3000"]);
+        assert_eq!(listed.seeds(), ["a:3000", "b:3001", "a:3000"]);
+        assert_eq!(
+            listed.client_hosts().unwrap(),
+            "a:3000,b:3001",
+            "a repeat is given once"
+        );
+        assert!(listed.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_host_lists_are_invalid_arguments_naming_the_host() {
+        for (hosts, expect) in [
+            ("", "must not be empty"),
+            (" , ", "must not be empty"),
+            ("a:3000,,b:3000", "host 2 of the list is empty"),
+            (
+                "a:3000,b:99999",
+                "\"b:99999\" has an invalid port \"99999\"",
+            ),
+            ("a:3000,b:0", "invalid port \"0\""),
+            ("a:x", "invalid port \"x\""),
+            ("fe80::1:3000", "IPv6 address goes in brackets"),
+            ("[::1", "does not close"),
+            ("[::1]x", "not `:port`"),
+            (":3000", "has no host name"),
+            ("a b:3000", "not a host name"),
+        ] {
+            let err = AerospikeConfig::new(hosts, "ns", "f")
+                .validate()
+                .unwrap_err();
+            assert_eq!(
+                err.kind(),
+                leasehold_core::ErrorKind::InvalidArgument,
+                "{hosts}"
+            );
+            assert!(err.to_string().contains(expect), "{hosts:?}: {err}");
+        }
+        let err = AerospikeConfig::new("a:1", "ns", "f")
+            .seed_hosts(Vec::<String>::new())
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("must not be empty"), "{err}");
+    }
+
+    #[test]
+    fn timeouts_and_budgets_must_be_positive() {
+        let err = AerospikeConfig::new("a:1", "ns", "f")
+            .connect_timeout(Duration::ZERO)
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("greater than zero"), "{err}");
+        assert!(
+            AerospikeConfig::new("a:1", "ns", "f")
+                .retry_budget(Duration::ZERO)
+                .validate()
+                .is_ok(),
+            "a zero budget means: no retry after the first attempt"
         );
     }
 }

@@ -10,10 +10,43 @@ pub(crate) enum Class {
     Server(ResultCode),
     /// The request may have been applied (timeout or connection lost after sending).
     InDoubt,
-    /// Nothing was applied: no connection, circuit breaker, pool exhausted.
+    /// Nothing was applied, and trying again can succeed: no connection, no node for the key's
+    /// partition, partition unavailable, cluster re-forming, circuit breaker, pool exhausted,
+    /// busy key.
     NotSent,
     /// Anything else (bad response, client bug).
     Other,
+}
+
+/// Server answers that mean "not applied, and the cluster is in flux": the request can succeed
+/// once the cluster has re-formed (or the key cooled down).
+fn transient_code(code: ResultCode) -> bool {
+    matches!(
+        code,
+        ResultCode::PartitionUnavailable
+            | ResultCode::ClusterKeyMismatch
+            | ResultCode::Timeout
+            | ResultCode::KeyBusy
+            | ResultCode::DeviceOverload
+    )
+}
+
+/// Socket failures of a request that was not sent (a sent one is flagged in doubt first).
+fn transient_io(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind as Io;
+    matches!(
+        error.kind(),
+        Io::ConnectionRefused
+            | Io::ConnectionReset
+            | Io::ConnectionAborted
+            | Io::NotConnected
+            | Io::BrokenPipe
+            | Io::TimedOut
+            | Io::UnexpectedEof
+            | Io::AddrNotAvailable
+            | Io::HostUnreachable
+            | Io::NetworkUnreachable
+    )
 }
 
 /// Classifies a client error.
@@ -24,7 +57,11 @@ pub(crate) fn classify(error: &aerospike::Error) -> Class {
         return Class::InDoubt;
     }
     if let Some(code) = error.server_result_code() {
-        return Class::Server(code);
+        return if transient_code(code) {
+            Class::NotSent
+        } else {
+            Class::Server(code)
+        };
     }
     match error.kind() {
         aerospike::ErrorKind::Connection
@@ -32,51 +69,114 @@ pub(crate) fn classify(error: &aerospike::Error) -> Class {
         | aerospike::ErrorKind::NoMoreConnections
         | aerospike::ErrorKind::MaxErrorRate
         | aerospike::ErrorKind::InvalidNode
+        // The client's own "partition map empty" / "namespace not found in partition map": the
+        // namespace was checked at connect, so this is a cluster re-forming.
+        | aerospike::ErrorKind::InvalidNamespace
         | aerospike::ErrorKind::Timeout => Class::NotSent,
-        _ => Class::Other,
+        aerospike::ErrorKind::Io(io) if transient_io(io) => Class::NotSent,
+        _ => match error.cause() {
+            // A wrapper ("retries exceeded") around a transient cause.
+            Some(cause) => classify(cause),
+            None => Class::Other,
+        },
     }
 }
 
+/// Where a failure happened, for messages: the node the client last tried (its name and
+/// address), or the seed hosts when the client names no node.
+pub(crate) fn place(seeds: &str, error: &aerospike::Error) -> String {
+    match error.node() {
+        // The client names a node `NAME: host:port`.
+        Some(node) => match node.split_once(": ") {
+            Some((name, address)) => format!("Aerospike node {name} at {address}"),
+            None => format!("Aerospike node {node}"),
+        },
+        None => format!("the Aerospike cluster at {seeds}"),
+    }
+}
+
+/// What a transient failure says about the cluster, for messages.
+pub(crate) fn transient_reason(error: &aerospike::Error) -> &'static str {
+    if matches!(
+        error.server_result_code(),
+        Some(ResultCode::PartitionUnavailable)
+    ) {
+        return "the key's partition is unavailable (the cluster is re-forming, or lost the nodes \
+                that hold it)";
+    }
+    if matches!(
+        error.server_result_code(),
+        Some(ResultCode::ClusterKeyMismatch)
+    ) {
+        return "the cluster changed under the request (nodes joined or left)";
+    }
+    if matches!(
+        error.server_result_code(),
+        Some(ResultCode::KeyBusy | ResultCode::DeviceOverload)
+    ) {
+        return "the node is overloaded";
+    }
+    let mut cur = Some(error);
+    while let Some(e) = cur {
+        match e.kind() {
+            aerospike::ErrorKind::InvalidNode | aerospike::ErrorKind::InvalidNamespace => {
+                return "no node serves the key's partition (the cluster is re-forming, or lost \
+                        the nodes that hold it)"
+            }
+            aerospike::ErrorKind::MaxErrorRate => {
+                return "the client stopped sending to a failing node for a moment"
+            }
+            _ => cur = e.cause(),
+        }
+    }
+    "the node could not be reached"
+}
+
 /// Maps an error no operation-specific rule took: in doubt, not sent, or unexpected (the server's
-/// result code is kept in the message and the client error as the cause).
-pub(crate) fn map(op: &str, key: &str, address: &str, error: aerospike::Error) -> Error {
+/// result code is kept in the message and the client error as the cause). Messages name the node
+/// that failed when the client knows it, else the seed hosts.
+pub(crate) fn map(op: &str, key: &str, seeds: &str, error: aerospike::Error) -> Error {
+    let at = place(seeds, &error);
     let (kind, message) = match classify(&error) {
         Class::InDoubt => (
             ErrorKind::InDoubt,
             format!(
-                "{op} was sent to Aerospike at {address} but no reply came back: it may or may \
-                 not have been applied (read the lock back, or use the readback layer)"
+                "{op} was sent to {at} but no reply came back: it may or may not have been \
+                 applied (read the lock back, or use the readback layer)"
             ),
         ),
         Class::NotSent => (
             ErrorKind::Connection,
-            format!("{op} could not reach Aerospike at {address}"),
+            format!(
+                "{op} failed at {at}: {}; nothing was applied, try again",
+                transient_reason(&error)
+            ),
         ),
         Class::Server(ResultCode::NotAuthenticated | ResultCode::InvalidCredential) => (
             ErrorKind::StoreSetup,
             format!(
-                "Aerospike at {address} refused the {op}: not authenticated (a secured cluster \
-                 needs a user and password)"
+                "{at} refused the {op}: not authenticated (a secured cluster needs a user and \
+                 password)"
             ),
         ),
         Class::Server(ResultCode::RoleViolation) => (
             ErrorKind::StoreSetup,
             format!(
-                "Aerospike at {address} refused the {op}: the user's roles do not allow it \
-                 (it needs read-write on the lock sets)"
+                "{at} refused the {op}: the user's roles do not allow it (it needs read-write on \
+                 the lock sets)"
             ),
         ),
         Class::Server(ResultCode::InvalidNamespace) => (
             ErrorKind::StoreSetup,
-            format!("Aerospike at {address}: the namespace does not exist"),
+            format!("{at}: the namespace does not exist"),
         ),
         Class::Server(code) => (
             ErrorKind::Internal,
-            format!("Aerospike at {address} failed the {op} with result code {code:?}"),
+            format!("{at} failed the {op} with result code {code:?}"),
         ),
         Class::Other => (
             ErrorKind::Internal,
-            format!("Aerospike client failed the {op}"),
+            format!("Aerospike client failed the {op} ({at})"),
         ),
     };
     let error = Error::new(kind, message).with_source(error);

@@ -162,9 +162,9 @@ impl AerospikeStore {
             },
             Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => {
                 Err(Error::connection(format!(
-                    "the acquire reply from Aerospike at {} was lost and the record is absent: \
-                     the create did not apply (or applied and already expired); nothing is held",
-                    self.address()
+                    "the acquire reply from {} was lost and the record is absent: the create did \
+                     not apply (or applied and already expired); nothing is held",
+                    crate::error::place(self.address(), &lost)
                 ))
                 .with_key(req.key.as_str())
                 .with_source(lost))
@@ -173,9 +173,10 @@ impl AerospikeStore {
                 let error = Error::new(
                     ErrorKind::RetriesExhausted,
                     format!(
-                        "the acquire reply from Aerospike at {} was lost and reading the record \
-                         back failed too",
-                        self.address()
+                        "the acquire reply from {} was lost and reading the record back failed \
+                         too: {}",
+                        crate::error::place(self.address(), &lost),
+                        crate::error::transient_reason(&e)
                     ),
                 )
                 .with_key(req.key.as_str())

@@ -38,6 +38,7 @@ mod fencing;
 pub mod layout;
 mod line;
 mod queue;
+mod retry;
 mod shared;
 mod store;
 #[cfg(feature = "tls")]
@@ -46,7 +47,7 @@ mod trace;
 mod waiting;
 
 pub use config::{
-    AerospikeConfig, DEFAULT_RETRIES, DEFAULT_RETRY_DELAY, DEFAULT_SET_SUFFIX,
-    DEFAULT_WAITER_TIMEOUT,
+    AerospikeConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PORT, DEFAULT_RETRIES, DEFAULT_RETRY_BUDGET,
+    DEFAULT_RETRY_DELAY, DEFAULT_SET_SUFFIX, DEFAULT_WAITER_TIMEOUT,
 };
 pub use store::AerospikeStore;

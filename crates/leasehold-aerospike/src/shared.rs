@@ -469,8 +469,11 @@ impl AerospikeStore {
             ),
             operations::get_bin(WRITER_BIN),
         ];
-        let result = self
-            .with_retries("release", lease.key(), || {
+        // Removing our entry twice is harmless: sent again on transient failures and lost
+        // replies, within the retry budget.
+        let mut backoff = self.budget(None);
+        let (result, doubted) = self
+            .retry_with(&mut backoff, "release", lease.key(), true, || {
                 self.inner.client.operate(&policy, &record_key, &ops)
             })
             .await;
@@ -479,14 +482,32 @@ impl AerospikeStore {
             Err(e) => {
                 return match classify(&e) {
                     Class::Server(ResultCode::FilteredOut | ResultCode::KeyNotFoundError) => {
-                        Ok(false)
+                        Ok(doubted)
                     }
-                    _ => Err(self.exhausted_or("release", lease.key(), e)),
-                }
+                    Class::NotSent | Class::InDoubt if backoff.made() > 1 => {
+                        let after = format!(
+                            "({} attempt(s) in {} ms)",
+                            backoff.made(),
+                            backoff.elapsed().as_millis()
+                        );
+                        Err(if classify(&e) == Class::InDoubt {
+                            crate::error::map("release", lease.key().as_str(), self.address(), e)
+                        } else {
+                            self.exhausted("release", lease.key(), e, &after)
+                        })
+                    }
+                    _ => Err(crate::error::map(
+                        "release",
+                        lease.key().as_str(),
+                        self.address(),
+                        e,
+                    )),
+                };
             }
         };
         let results = record.results.unwrap_or_default();
-        let released = matches!(results.first(), Some(Value::Int(exp)) if *exp > now);
+        // After a lost reply, an entry found gone counts as removed by us.
+        let released = doubted || matches!(results.first(), Some(Value::Int(exp)) if *exp > now);
         let left = matches!(results.get(2), Some(Value::Int(n)) if *n > 0);
         let marker = matches!(results.get(3), Some(Value::Int(w)) if *w > now);
         if !left && !marker {
@@ -534,8 +555,11 @@ impl AerospikeStore {
                 Value::from(token),
                 Value::from(now.saturating_add(ms(ttl))),
             )];
-            let result = self
-                .with_retries("extend", lease.key(), || {
+            // Moving the entry's expiry twice is harmless: sent again on transient failures and
+            // lost replies, within the retry budget and the lease.
+            let mut backoff = self.budget(Some(lease.expires_at()));
+            let (result, _) = self
+                .retry_with(&mut backoff, "extend", lease.key(), true, || {
                     self.inner.client.operate(&policy, &record_key, &ops)
                 })
                 .await;
@@ -546,7 +570,22 @@ impl AerospikeStore {
                     Class::Server(ResultCode::KeyNotFoundError | ResultCode::ElementNotFound) => {
                         break
                     }
-                    _ => return Err(self.exhausted_or("extend", lease.key(), e)),
+                    Class::NotSent if backoff.made() > 1 => {
+                        let after = format!(
+                            "({} attempt(s) in {} ms)",
+                            backoff.made(),
+                            backoff.elapsed().as_millis()
+                        );
+                        return Err(self.exhausted("extend", lease.key(), e, &after));
+                    }
+                    _ => {
+                        return Err(crate::error::map(
+                            "extend",
+                            lease.key().as_str(),
+                            self.address(),
+                            e,
+                        ))
+                    }
                 },
             }
         }

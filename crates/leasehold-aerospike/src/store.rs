@@ -20,8 +20,9 @@ use leasehold_core::{
 use tokio::time::Instant;
 
 use crate::config::AerospikeConfig;
-use crate::error::{classify, map, Class};
+use crate::error::{classify, map, place, transient_reason, Class};
 use crate::layout::{Layout, FENCE_BIN, TOKEN_BIN};
+use crate::retry::Backoff;
 use crate::waiting::Waiting;
 
 /// A lock store on an Aerospike namespace, record-compatible with the Java lock manager. Cheap to
@@ -35,6 +36,8 @@ pub(crate) struct Inner {
     pub(crate) client: Arc<Client>,
     owns_client: bool,
     pub(crate) config: AerospikeConfig,
+    /// The seed hosts, `"h1:3000,h2:3000"`, for messages.
+    pub(crate) seeds: String,
     pub(crate) layout: Layout,
     /// Fair waiting: this store's place in lines, and its waiters' schedules.
     pub(crate) waiting: Arc<Waiting>,
@@ -47,10 +50,18 @@ pub(crate) const MAX_TAKEOVERS: u32 = 2;
 impl AerospikeStore {
     /// Validates `config` (before any I/O), connects, and checks that the namespace exists.
     ///
-    /// Bad names or values: `InvalidArgument`. Cluster unreachable: `Connection`. Namespace
-    /// missing: `StoreSetup`.
+    /// Connecting waits for a usable cluster within the connect timeout
+    /// ([`AerospikeConfig::connect_timeout`]): every seed is tried, and tried again with backoff
+    /// while none answers or the partition table has not formed (a node lost, a cluster
+    /// re-forming); then it waits for every partition to have a master, and goes on at the
+    /// deadline if some never get one (only keys in those partitions fail then).
+    ///
+    /// Bad names or values, a bad host list: `InvalidArgument`. No usable cluster within the
+    /// connect timeout: `Connection`, naming every seed and what each answered. Namespace
+    /// missing, TLS or login refused: `StoreSetup`.
     pub async fn connect(config: AerospikeConfig) -> Result<Self> {
         config.validate()?;
+        let deadline = Instant::now() + config.connect_timeout;
         let mut policy = ClientPolicy {
             max_conns_per_node: config.max_conns_per_node,
             timeout: u32::try_from(config.total_timeout.as_millis()).unwrap_or(u32::MAX),
@@ -68,41 +79,74 @@ impl AerospikeStore {
         if config.tls.enabled() {
             policy.tls_policy = Some(crate::tls::policy(&config.tls)?);
         }
-        let client = Client::new(&policy, &hosts).await.map_err(|e| {
-            if let Some(tls) = crate::error::tls_failure(&config.hosts, &e) {
-                return tls;
+        let seeds = config.hosts_shown();
+        let mut backoff = Backoff::until(&config, deadline);
+        let client = loop {
+            let e = match Client::new(&policy, &hosts).await {
+                Ok(client) => break client,
+                Err(e) => e,
+            };
+            if let Some(tls) = crate::error::tls_failure(&seeds, &e) {
+                return Err(tls);
             }
-            if let Some(auth) =
-                crate::error::auth_failure(&config.hosts, config.user.as_deref(), &e)
-            {
-                return auth;
+            if let Some(auth) = crate::error::auth_failure(&seeds, config.user.as_deref(), &e) {
+                return Err(auth);
             }
-            Error::connection(format!(
-                "cannot connect to the Aerospike cluster at {}",
-                config.hosts
-            ))
-            .with_source(e)
-        })?;
-        Self::build(Arc::new(client), true, config).await
+            let transient = matches!(classify(&e), Class::NotSent | Class::InDoubt);
+            if transient {
+                tracing::debug!(hosts = %seeds, attempt = backoff.made(), error = %e, "no usable Aerospike cluster yet");
+            }
+            if !transient || !backoff.wait().await {
+                return Err(Error::connection(format!(
+                    "cannot connect to the Aerospike cluster at {seeds}: no usable cluster after \
+                     {} attempt(s) in {} ms (every seed was tried; the cause says what each \
+                     answered)",
+                    backoff.made(),
+                    backoff.elapsed().as_millis()
+                ))
+                .with_source(e));
+            }
+        };
+        let client = Arc::new(client);
+        // A re-forming cluster can answer before every partition has a master again: wait for
+        // that too, within the same deadline.
+        while !client.partition_map_complete() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50).min(deadline - Instant::now())).await;
+        }
+        if !client.partition_map_complete() {
+            tracing::warn!(hosts = %seeds, "Aerospike partitions without a master after the connect timeout: keys in them fail until the cluster has re-formed");
+        }
+        Self::build(client, true, config, deadline).await
     }
 
     /// Uses a client you already have (TLS, custom policies). Its lifecycle stays yours:
     /// [`AerospikeStore::close`] does not close it.
     pub async fn with_client(client: Arc<Client>, config: AerospikeConfig) -> Result<Self> {
         config.validate()?;
-        Self::build(client, false, config).await
+        let deadline = Instant::now() + config.connect_timeout;
+        Self::build(client, false, config, deadline).await
     }
 
+    /// Checks the namespace (asking again on transient failures until `deadline`) and builds
+    /// the store.
     async fn build(
         client: Arc<Client>,
         owns_client: bool,
         config: AerospikeConfig,
+        deadline: Instant,
     ) -> Result<Self> {
         let layout = config.validate()?;
-        let info = client
-            .info(&AdminPolicy::default(), &["namespaces"])
-            .await
-            .map_err(|e| map("namespace check", "", &config.hosts, e))?;
+        let seeds = config.hosts_shown();
+        let mut backoff = Backoff::until(&config, deadline);
+        let info = loop {
+            match client.info(&AdminPolicy::default(), &["namespaces"]).await {
+                Ok(info) => break info,
+                Err(e) if classify(&e) == Class::NotSent && backoff.wait().await => {
+                    tracing::debug!(hosts = %seeds, error = %e, "namespace check again");
+                }
+                Err(e) => return Err(map("namespace check", "", &seeds, e)),
+            }
+        };
         let namespaces = info.get("namespaces").cloned().unwrap_or_default();
         if !namespaces.split(';').any(|ns| ns == config.namespace) {
             return Err(Error::new(
@@ -110,7 +154,7 @@ impl AerospikeStore {
                 format!(
                     "namespace {:?} does not exist on the Aerospike cluster at {} (it has: {}); \
                      lock records need an existing namespace",
-                    config.namespace, config.hosts, namespaces
+                    config.namespace, seeds, namespaces
                 ),
             ));
         }
@@ -118,6 +162,7 @@ impl AerospikeStore {
             inner: Arc::new(Inner {
                 client,
                 owns_client,
+                seeds,
                 config,
                 layout,
                 waiting: Arc::new(Waiting::new()),
@@ -133,7 +178,7 @@ impl AerospikeStore {
                 .client
                 .close()
                 .await
-                .map_err(|e| map("close", "", &self.inner.config.hosts, e))?;
+                .map_err(|e| map("close", "", self.address(), e))?;
         }
         Ok(())
     }
@@ -187,12 +232,14 @@ impl AerospikeStore {
         policy
     }
 
+    /// The seed hosts, for messages about failures no node is known for.
     pub(crate) fn address(&self) -> &str {
-        &self.inner.config.hosts
+        &self.inner.seeds
     }
 
-    /// Runs `op` up to the configured attempts while its error says nothing was sent (the seed's
-    /// 5 × 80 ms); anything else — success, a server answer, an in-doubt outcome — returns at once.
+    /// Runs `op` up to the configured attempts while its error says nothing was applied and the
+    /// cluster may serve it in a moment (the seed's 5 × 80 ms); anything else — success, a server
+    /// answer, an in-doubt outcome — returns at once.
     pub(crate) async fn with_retries<T, F, Fut>(
         &self,
         what: &str,
@@ -213,26 +260,47 @@ impl AerospikeStore {
         what: &str,
         key: &LockKey,
         retry_in_doubt: bool,
-        mut op: F,
+        op: F,
     ) -> Result<T, aerospike::Error>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, aerospike::Error>>,
     {
-        let attempts = self.inner.config.retries.max(1);
-        let mut attempt = 1;
+        let mut backoff = Backoff::attempts(&self.inner.config);
+        self.retry_with(&mut backoff, what, key, retry_in_doubt, op)
+            .await
+            .0
+    }
+
+    /// Runs `op` while its error is transient and `backoff` allows another attempt; returns the
+    /// last outcome and whether an attempt's reply was lost on the way (in doubt).
+    pub(crate) async fn retry_with<T, F, Fut>(
+        &self,
+        backoff: &mut Backoff,
+        what: &str,
+        key: &LockKey,
+        retry_in_doubt: bool,
+        mut op: F,
+    ) -> (Result<T, aerospike::Error>, bool)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, aerospike::Error>>,
+    {
+        let mut doubted = false;
         loop {
             match op().await {
                 Err(e)
-                    if attempt < attempts
-                        && (classify(&e) == Class::NotSent
-                            || (retry_in_doubt && classify(&e) == Class::InDoubt)) =>
+                    if classify(&e) == Class::NotSent
+                        || (retry_in_doubt && classify(&e) == Class::InDoubt) =>
                 {
+                    doubted |= classify(&e) == Class::InDoubt;
+                    let attempt = backoff.made();
+                    if !backoff.wait().await {
+                        return (Err(e), doubted);
+                    }
                     tracing::debug!(key = %key, what, attempt, error = %e, "retrying");
-                    attempt += 1;
-                    tokio::time::sleep(self.inner.config.retry_delay).await;
                 }
-                other => return other,
+                other => return (other, doubted),
             }
         }
     }
@@ -241,19 +309,39 @@ impl AerospikeStore {
         let fence = what.starts_with("fence");
         let retried = classify(&e) == Class::NotSent || (fence && classify(&e) == Class::InDoubt);
         if retried && self.inner.config.retries > 1 {
-            Error::new(
-                ErrorKind::RetriesExhausted,
-                format!(
-                    "{what} could not reach Aerospike at {} in {} attempts",
-                    self.address(),
-                    self.inner.config.retries
-                ),
-            )
-            .with_key(key.as_str())
-            .with_source(e)
+            let attempts = self.inner.config.retries;
+            self.exhausted(what, key, e, &format!("in {attempts} attempts"))
         } else {
             map(what, key.as_str(), self.address(), e)
         }
+    }
+
+    /// `RetriesExhausted`: `what` kept failing at the node the client last tried (`after` says
+    /// how long or how often).
+    pub(crate) fn exhausted(
+        &self,
+        what: &str,
+        key: &LockKey,
+        e: aerospike::Error,
+        after: &str,
+    ) -> Error {
+        Error::new(
+            ErrorKind::RetriesExhausted,
+            format!(
+                "{what} failed at {} {after}: {}",
+                place(self.address(), &e),
+                transient_reason(&e)
+            ),
+        )
+        .with_key(key.as_str())
+        .with_source(e)
+    }
+
+    /// The time budget of a release or an extension that starts now.
+    pub(crate) fn budget(&self, until: Option<Instant>) -> Backoff {
+        let deadline = Instant::now() + self.inner.config.retry_budget;
+        let deadline = until.map_or(deadline, |until| until.min(deadline));
+        Backoff::until(&self.inner.config, deadline)
     }
 
     /// The lock record's create-only write (owner token, the Java manager's bins, expiration =
@@ -343,19 +431,7 @@ impl AerospikeStore {
             // How long holds of this key last: what this process tells waiters when it takes it.
             self.inner.waiting.released(lease.key().as_str());
         }
-        let policy = self.owned_by(lease.token(), self.inner.config.commit_levels.release);
-        let result = self
-            .with_retries("release", lease.key(), || {
-                self.inner.client.delete(&policy, &record_key)
-            })
-            .await;
-        let result = match result {
-            Ok(existed) => Ok(existed),
-            Err(e) => match classify(&e) {
-                Class::Server(ResultCode::FilteredOut | ResultCode::KeyNotFoundError) => Ok(false),
-                _ => Err(self.exhausted_or("release", lease.key(), e)),
-            },
-        };
+        let result = self.delete_owned(lease, &record_key).await;
         if self.inner.config.fair && result.is_ok() {
             // Released before the line says: a head looking meanwhile would wait out the rest of
             // this process's estimate (one more request, only then).
@@ -370,7 +446,113 @@ impl AerospikeStore {
         result
     }
 
-    /// The renewal itself (see `LockStore::extend`).
+    /// The owner-filtered delete, within the retry budget: transient failures are sent again
+    /// after a pause; a lost reply is resolved by reading the record back (absent: released;
+    /// still ours: the delete is sent again; someone else's: ours had already gone). Never sent
+    /// again blindly.
+    async fn delete_owned(&self, lease: &Lease, record_key: &Key) -> Result<bool> {
+        let policy = self.owned_by(lease.token(), self.inner.config.commit_levels.release);
+        let mut backoff = self.budget(None);
+        // Whether a delete's reply was lost: then a readback comes first.
+        let mut lost = false;
+        loop {
+            if lost {
+                match self.read_owner(record_key).await {
+                    // Gone: our delete landed (or the record expired meanwhile).
+                    Ok(None) => return Ok(true),
+                    Ok(Some(owner)) if owner == lease.token().as_str() => {}
+                    Ok(Some(_)) => return Ok(false),
+                    Err(e) if classify(&e) == Class::NotSent || classify(&e) == Class::InDoubt => {
+                        tracing::debug!(key = %lease.key(), error = %e, "release readback failed");
+                        if !backoff.wait().await {
+                            return Err(self.release_unresolved(lease, &backoff, lost, e));
+                        }
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(map(
+                            "release readback",
+                            lease.key().as_str(),
+                            self.address(),
+                            e,
+                        ))
+                    }
+                }
+            }
+            let e = match self.inner.client.delete(&policy, record_key).await {
+                // After a lost reply, a record found gone counts as released by us.
+                Ok(existed) => return Ok(existed || lost),
+                Err(e) => e,
+            };
+            match classify(&e) {
+                Class::Server(ResultCode::KeyNotFoundError) => return Ok(lost),
+                Class::Server(ResultCode::FilteredOut) => return Ok(false),
+                Class::InDoubt | Class::NotSent => {
+                    lost |= classify(&e) == Class::InDoubt;
+                    if !backoff.wait().await {
+                        return Err(self.release_unresolved(lease, &backoff, lost, e));
+                    }
+                    tracing::debug!(key = %lease.key(), error = %e, "release again");
+                }
+                _ => return Err(map("release", lease.key().as_str(), self.address(), e)),
+            }
+        }
+    }
+
+    /// The owner token in the lock record, read from the master; `None` when it is absent.
+    pub(crate) async fn read_owner(
+        &self,
+        record_key: &Key,
+    ) -> Result<Option<String>, aerospike::Error> {
+        let mut base_policy = self.base(0);
+        base_policy.replica = Replica::Master;
+        let policy = ReadPolicy { base_policy };
+        let bins = Bins::Some(vec![TOKEN_BIN.to_owned()]);
+        match self.inner.client.get(&policy, record_key, bins).await {
+            Ok(record) => Ok(match record.bins.get(TOKEN_BIN) {
+                Some(Value::String(t)) => Some(t.clone()),
+                _ => Some(String::new()),
+            }),
+            Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A release that ran out of budget: `InDoubt` when a delete may have landed, else
+    /// `RetriesExhausted`; either way the lock stays until its TTL if it was not deleted.
+    fn release_unresolved(
+        &self,
+        lease: &Lease,
+        backoff: &Backoff,
+        lost: bool,
+        last: aerospike::Error,
+    ) -> Error {
+        let ttl = ttl_seconds(lease.ttl());
+        let spent = format!(
+            "{} attempt(s) in {} ms",
+            backoff.made(),
+            backoff.elapsed().as_millis()
+        );
+        match lost {
+            true => Error::in_doubt(format!(
+                "release was sent to {} but its reply was lost, and reading the lock back failed \
+                 too ({spent}): it may still be held until its TTL ({ttl} s) runs out",
+                place(self.address(), &last)
+            ))
+            .with_key(lease.key().as_str())
+            .with_source(last),
+            false => self.exhausted(
+                "release",
+                lease.key(),
+                last,
+                &format!("({spent}); the lock stays until its TTL ({ttl} s) runs out"),
+            ),
+        }
+    }
+
+    /// The renewal itself (see `LockStore::extend`): the owner-filtered touch, sent again on
+    /// transient failures and lost replies (touching twice is harmless) within the retry budget,
+    /// never past the lease's end.
     pub(crate) async fn extend_once(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         if lease.mode().is_shared_record() {
             return self.extend_shared(lease, ttl).await;
@@ -378,9 +560,11 @@ impl AerospikeStore {
         let record_key = self.record_key(lease.key())?;
         let mut policy = self.owned_by(lease.token(), self.inner.config.commit_levels.extend);
         policy.expiration = Expiration::Seconds(ttl_seconds(ttl));
-        let sent_at = Instant::now();
-        let result = self
-            .with_retries("extend", lease.key(), || {
+        let mut backoff = self.budget(Some(lease.expires_at()));
+        let mut sent_at = Instant::now();
+        let (result, _) = self
+            .retry_with(&mut backoff, "extend", lease.key(), true, || {
+                sent_at = Instant::now();
                 self.inner.client.touch(&policy, &record_key)
             })
             .await;
@@ -393,7 +577,19 @@ impl AerospikeStore {
                     )
                     .with_key(lease.key().as_str()))
                 }
-                _ => Err(self.exhausted_or("extend", lease.key(), e)),
+                Class::NotSent | Class::InDoubt if backoff.made() > 1 => {
+                    let after = format!(
+                        "({} attempt(s) in {} ms)",
+                        backoff.made(),
+                        backoff.elapsed().as_millis()
+                    );
+                    Err(if classify(&e) == Class::InDoubt {
+                        map("extend", lease.key().as_str(), self.address(), e)
+                    } else {
+                        self.exhausted("extend", lease.key(), e, &after)
+                    })
+                }
+                _ => Err(map("extend", lease.key().as_str(), self.address(), e)),
             },
         }
     }

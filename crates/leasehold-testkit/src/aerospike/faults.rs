@@ -1,10 +1,15 @@
-//! Fault injection on data messages.
+//! Fault injection on data messages, and three node-wide switches.
 //!
 //! A fault is a [`Fault`] (what goes wrong) bound to a [`Target`] (which requests it hits),
 //! registered through the [`Faults`] handle of a running fixture. Faults only ever apply to data
 //! messages (reads, writes, deletes, operates, scans), never to info requests: a node whose info
 //! requests fail is dropped by the client's tend, which is a different failure than the one a
 //! test usually wants.
+//!
+//! The switches act on the whole node: [`Faults::pause`] holds data messages (info is still
+//! answered, the client keeps the node); [`Faults::freeze`] holds everything, info included, as
+//! a SIGSTOPped server process does (the client's tend times out and drops the node);
+//! [`Faults::set_partitions`] changes what the node says it owns, as while a cluster re-forms.
 //!
 //! Each data request is checked against the registered rules in registration order; the first
 //! rule that matches decides the fault and, if it is count-limited, uses one of its requests.
@@ -74,6 +79,25 @@ pub enum Target {
     DigestTimes([u8; 20], u32),
 }
 
+/// What a node tells the client's tend about the partitions it owns ([`Faults::set_partitions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Partitions {
+    /// Every partition of the namespace, as a one-node cluster does (the default).
+    #[default]
+    Owned,
+    /// None: the node is up but masters no partition, as while a cluster re-forms and the
+    /// partitions are being handed to other nodes. A client that maps the namespace now finds no
+    /// node for any key (`InvalidNode`, "Cannot get appropriate node"); a client that mapped it
+    /// before keeps routing to this node (the client drops a node's partitions only when another
+    /// node claims them).
+    Unowned,
+    /// No partition table at all (an empty `replicas` answer), as from a node that has not
+    /// joined a cluster yet: a client connecting now gives up with "the partition table never
+    /// formed".
+    NoTable,
+}
+
 /// Identifies one registered fault rule, for [`Faults::remove`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FaultId(u64);
@@ -101,6 +125,10 @@ pub struct Faults {
     /// Bumped by `release_held`; a held request waits for it to change.
     releases: Arc<watch::Sender<u64>>,
     held: Arc<std::sync::atomic::AtomicUsize>,
+    /// Set while the whole node stops answering (info too).
+    frozen: Arc<watch::Sender<bool>>,
+    /// What the node owns, and the partition generation it reports (bumped on every change).
+    partitions: Arc<Mutex<(Partitions, u64)>>,
 }
 
 /// What a data request is about, as far as fault matching is concerned.
@@ -120,11 +148,14 @@ impl Faults {
     pub(crate) fn new() -> Self {
         let (paused, _) = watch::channel(false);
         let (releases, _) = watch::channel(0);
+        let (frozen, _) = watch::channel(false);
         Faults {
             state: Arc::new(Mutex::new(State::default())),
             paused: Arc::new(paused),
             releases: Arc::new(releases),
             held: Arc::default(),
+            frozen: Arc::new(frozen),
+            partitions: Arc::new(Mutex::new((Partitions::Owned, 1))),
         }
     }
 
@@ -179,6 +210,52 @@ impl Faults {
     /// Whether data requests are currently held.
     pub fn is_paused(&self) -> bool {
         *self.paused.borrow()
+    }
+
+    /// Stops answering anything — info requests and data messages, on open and new connections
+    /// — until [`thaw`](Self::thaw), as a SIGSTOPped server process: the kernel still accepts
+    /// connections, every request waits. The client's tend times out and drops the node; data
+    /// messages already received are applied after the thaw (a write whose client gave up meanwhile
+    /// is the in-doubt case).
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
+    /// Answers again: the requests that waited are served in order.
+    pub fn thaw(&self) {
+        self.frozen.send_replace(false);
+    }
+
+    /// Whether the node is frozen.
+    pub fn is_frozen(&self) -> bool {
+        *self.frozen.borrow()
+    }
+
+    /// Waits until the node is not frozen.
+    pub(crate) async fn wait_thawed(&self) {
+        let mut rx = self.frozen.subscribe();
+        // The sender lives in `self`, so `wait_for` only fails if it was dropped: then go on.
+        let _ = rx.wait_for(|frozen| !*frozen).await.map(|_| ());
+    }
+
+    /// Changes what the node says it owns (see [`Partitions`]); the partition generation it
+    /// reports changes with it, so a client asks again at its next tend (once a second by
+    /// default).
+    pub fn set_partitions(&self, partitions: Partitions) {
+        let mut state = self.partitions.lock().unwrap_or_else(|e| e.into_inner());
+        if state.0 != partitions {
+            *state = (partitions, state.1 + 1);
+        }
+    }
+
+    /// What the node says it owns now.
+    pub fn partitions(&self) -> Partitions {
+        self.partition_state().0
+    }
+
+    /// What the node owns, and its partition generation.
+    pub(crate) fn partition_state(&self) -> (Partitions, u64) {
+        *self.partitions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Lets every request held by [`Fault::Hold`] go on (to be applied and answered).
@@ -292,5 +369,17 @@ mod tests {
         assert_eq!(faults.take(hit), Some(Fault::ResultCode(14)));
         assert!(faults.remove(id));
         assert_eq!(faults.take(hit), None);
+    }
+
+    #[test]
+    fn partition_changes_bump_the_generation_once_each() {
+        let faults = Faults::new();
+        assert_eq!(faults.partition_state(), (Partitions::Owned, 1));
+        faults.set_partitions(Partitions::Unowned);
+        faults.set_partitions(Partitions::Unowned);
+        assert_eq!(faults.partition_state(), (Partitions::Unowned, 2));
+        faults.set_partitions(Partitions::Owned);
+        assert_eq!(faults.partitions(), Partitions::Owned);
+        assert_eq!(faults.partition_state().1, 3);
     }
 }

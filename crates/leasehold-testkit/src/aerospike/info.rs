@@ -12,11 +12,17 @@
 //!   together with `partition-generation` (`ns:regime,replica-count,<base64 bitmap>`, this node
 //!   owning all 4096 partitions).
 //!
+//! What the node says it owns follows [`Partitions`] ([`Faults::set_partitions`](super::Faults::set_partitions)):
+//! no partition (a zero bitmap) or no table at all (an empty `replicas`), the partition
+//! generation changing with it.
+//!
 //! Unknown commands get an empty value, like a real server. The reported build is `7.2.0.1`:
 //! recent enough for partition scans and batch-any, older than 8.1 so the client skips
 //! `user-agent-set` (it would get an empty answer anyway).
 
 use base64::Engine;
+
+use super::faults::Partitions;
 
 /// Server version the fixture reports.
 pub(crate) const BUILD: &str = "7.2.0.1";
@@ -33,21 +39,25 @@ pub(crate) struct NodeInfo {
 }
 
 impl NodeInfo {
-    fn value(&self, command: &str) -> String {
+    fn value(&self, command: &str, (partitions, generation): (Partitions, u64)) -> String {
         match command {
             "node" => self.node_name.clone(),
             "cluster-name" => self.cluster_name.clone(),
             "build" | "version" => BUILD.to_owned(),
             "edition" => "Aerospike Community Edition".to_owned(),
-            "partition-generation" | "peers-generation" | "rebalance-generation" => {
-                "1".to_owned()
-            }
+            "partition-generation" | "rebalance-generation" => generation.to_string(),
+            "peers-generation" => "1".to_owned(),
             "peers-clear-std" | "peers-clear-alt" | "peers-tls-std" | "peers-tls-alt" => {
                 format!("1,{},[]", self.port)
             }
             "partitions" => PARTITIONS.to_string(),
             "replicas" | "replicas-master" | "replicas-all" => {
-                let bitmap = base64::engine::general_purpose::STANDARD.encode([0xffu8; PARTITIONS / 8]);
+                let owned = match partitions {
+                    Partitions::NoTable => return String::new(),
+                    Partitions::Unowned => 0u8,
+                    _ => 0xff,
+                };
+                let bitmap = base64::engine::general_purpose::STANDARD.encode([owned; PARTITIONS / 8]);
                 if command == "replicas" {
                     format!("{}:0,1,{bitmap}", self.namespace)
                 } else {
@@ -62,8 +72,9 @@ impl NodeInfo {
         }
     }
 
-    /// Answers one info request body.
-    pub(crate) fn answer(&self, request: &[u8]) -> Vec<u8> {
+    /// Answers one info request body; `partitions` is what the node owns and its partition
+    /// generation.
+    pub(crate) fn answer(&self, request: &[u8], partitions: (Partitions, u64)) -> Vec<u8> {
         let request = String::from_utf8_lossy(request);
         let mut commands: Vec<&str> = request
             .split('\n')
@@ -78,7 +89,7 @@ impl NodeInfo {
         for command in commands {
             out.push_str(command);
             out.push('\t');
-            out.push_str(&self.value(command));
+            out.push_str(&self.value(command, partitions));
             out.push('\n');
         }
         out.into_bytes()
@@ -97,14 +108,27 @@ mod tests {
             namespace: "test".into(),
             port: 3000,
         };
-        let out = String::from_utf8(info.answer(b"node\npeers-clear-std\nnope\n")).unwrap();
+        let owned = (Partitions::Owned, 1);
+        let out = String::from_utf8(info.answer(b"node\npeers-clear-std\nnope\n", owned)).unwrap();
         assert_eq!(out, "node\tBB9\npeers-clear-std\t1,3000,[]\nnope\t\n");
-        let replicas = info.value("replicas");
+        let replicas = info.value("replicas", owned);
         let bitmap = replicas.strip_prefix("test:0,1,").unwrap();
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(bitmap)
             .unwrap();
         assert_eq!(decoded.len(), 512);
         assert!(!replicas.ends_with(';'));
+
+        let unowned = info.value("replicas", (Partitions::Unowned, 2));
+        let bitmap = unowned.strip_prefix("test:0,1,").unwrap();
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(bitmap)
+            .unwrap();
+        assert!(decoded.iter().all(|b| *b == 0), "owns nothing");
+        assert_eq!(
+            info.value("partition-generation", (Partitions::Unowned, 2)),
+            "2"
+        );
+        assert_eq!(info.value("replicas", (Partitions::NoTable, 3)), "");
     }
 }

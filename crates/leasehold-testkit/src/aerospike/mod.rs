@@ -33,7 +33,9 @@
 //!   when a policy enables compression, and such a connection is closed.
 //! - Info: `node`, `cluster-name`, `build` (`7.2.0.1`), `partition-generation`,
 //!   `peers-generation`, `peers-clear-std` (no peers), `replicas` (all 4096 partitions on this
-//!   node, one replica, AP regime), `namespaces`, `features`; anything else answers empty.
+//!   node, one replica, AP regime — or none, or no table, with
+//!   [`AerospikeFixture::set_partitions`]), `namespaces`, `features`; anything else answers
+//!   empty.
 //! - Single-record messages: put (write ops) with record-exists actions (update, create-only,
 //!   update-only, replace, replace-only), generation policies (none, expect-equal,
 //!   expect-greater), expiration (namespace default, seconds, never, don't-update); get (all
@@ -109,7 +111,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use faults::{Fault, FaultId, Faults, Target};
+pub use faults::{Fault, FaultId, Faults, Partitions, Target};
 pub use target::{AerospikeTarget, HOSTS_ENV, NAMESPACE_ENV, PASSWORD_ENV, USER_ENV};
 
 use command::NsConfig;
@@ -427,6 +429,22 @@ impl AerospikeFixture {
     /// Releases held data requests; see [`Faults::resume`].
     pub fn resume(&self) {
         self.shared.faults.resume();
+    }
+
+    /// Stops answering anything, info included, as a SIGSTOPped node; see [`Faults::freeze`].
+    pub fn freeze(&self) {
+        self.shared.faults.freeze();
+    }
+
+    /// Answers again after [`freeze`](Self::freeze); see [`Faults::thaw`].
+    pub fn thaw(&self) {
+        self.shared.faults.thaw();
+    }
+
+    /// Changes what the node says it owns (a cluster re-forming); see
+    /// [`Faults::set_partitions`].
+    pub fn set_partitions(&self, partitions: Partitions) {
+        self.shared.faults.set_partitions(partitions);
     }
 
     /// Number of live (unexpired) records in `set`.

@@ -1,8 +1,9 @@
 //! The accept loop and per-connection request loop.
 //!
 //! Each connection reads one frame at a time and answers it before reading the next, as the
-//! client pipelines nothing on a connection. Info frames are answered at once; data messages
-//! wait while the fixture is paused, then go through fault injection and the store. A frame
+//! client pipelines nothing on a connection. Every frame waits while the node is frozen; then info
+//! frames are answered at once, and data messages wait while the fixture is paused, then go
+//! through fault injection and the store. A frame
 //! that cannot be parsed closes its connection with a `tracing::warn!`; it never takes down the
 //! server.
 
@@ -147,8 +148,10 @@ where
         };
         let mut body = vec![0u8; proto.len];
         stream.read_exact(&mut body).await?;
+        // A frozen node answers nothing until thawed.
+        shared.faults.wait_thawed().await;
         if proto.frame_type == wire::TYPE_INFO {
-            let answer = shared.info.answer(&body);
+            let answer = shared.info.answer(&body, shared.faults.partition_state());
             stream
                 .write_all(&wire::frame(wire::TYPE_INFO, &answer))
                 .await?;
