@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::config::lease_seconds;
 use crate::error::{unexpected, Op};
 use crate::layout::waiter_prefix;
+use crate::members::Retry;
 use crate::renew::HeldLease;
 use crate::shared::{self, Refusal, Rule, Seen, MAX_ROUNDS};
 use crate::store::EtcdStore;
@@ -114,9 +115,9 @@ impl EtcdStore {
             }
             let rule = Rule::new(req, &lock_key, counted);
             let txn = self.acquire_txn(req, &lock_key, rule, lease_id, place.as_ref(), &join);
-            let response = match self.kv().txn(txn).await {
+            let response = match self.txn(Retry::Unsent, txn).await {
                 Ok(response) => response,
-                Err(e) if lease_not_found(&e) => {
+                Err(e) if lease_not_found(&e.error) => {
                     // Refused before it was applied: a lease it puts on is gone (the waiter
                     // lease lapsed before its keeper noticed, or someone revoked the spare).
                     // Nothing was written; the next attempt, at once, starts afresh.
@@ -124,7 +125,7 @@ impl EtcdStore {
                         waiting.session_lost(*session);
                     }
                     self.revoke_later(lease_id);
-                    tracing::debug!(key = %req.key, error = %e, "a lease of the attempt was gone");
+                    tracing::debug!(key = %req.key, error = %e.error, "a lease of the attempt was gone");
                     return Err(Error::unavailable(&req.key).with_retry_after(Duration::ZERO));
                 }
                 Err(e) => {
@@ -317,19 +318,19 @@ impl EtcdStore {
     /// Takes a place in line without trying (a permit request that found no room).
     async fn join_line(&self, req: &Acquire, lock_key: &str, key: &str, session: i64) {
         let txn = Txn::new().and_then([join_op(self.waiting(), key, session)]);
-        match self.kv().txn(txn).await {
+        match self.txn(Retry::Unsent, txn).await {
             Ok(response) => {
                 let revision = response.header().map_or(0, |h| h.revision());
                 if let Some(TxnOpResponse::Put(put)) = response.op_responses().first() {
                     self.took_place(lock_key, key, put, revision);
                 }
             }
-            Err(error) => {
-                if lease_not_found(&error) {
+            Err(failed) => {
+                if lease_not_found(&failed.error) {
                     // The waiter lease went before its keeper noticed: the next join takes a new one.
                     self.waiting().session_lost(session);
                 }
-                tracing::debug!(key = %req.key, %error,
+                tracing::debug!(key = %req.key, at = %failed.at, error = %failed.error,
                     "could not join the waiter line; waiting without a place in line");
             }
         }

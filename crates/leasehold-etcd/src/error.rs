@@ -35,6 +35,53 @@ impl Op {
     }
 }
 
+/// What a failed request says of the member it was sent to, and whether it may go to another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Not sent (no connection): nothing was applied; the member is down or unreachable.
+    Unsent,
+    /// The member refused before applying anything (no leader, too many requests, out of
+    /// space): another member may serve it.
+    Refused,
+    /// Sent, and the reply was lost (timeout, connection lost, leader changed under it): a write
+    /// may or may not have been applied.
+    Lost,
+    /// The cluster answered (lease not found, bad request, permission denied): the same on every
+    /// member.
+    Answer,
+}
+
+/// Classifies a failed request (see [`Verdict`]).
+pub(crate) fn classify(error: &etcd_client::Error) -> Verdict {
+    if before_sending(error) {
+        return Verdict::Unsent;
+    }
+    match error {
+        etcd_client::Error::GRpcStatus(status) if refused_before_applying(status) => {
+            Verdict::Refused
+        }
+        etcd_client::Error::GRpcStatus(status)
+            if matches!(
+                status.code(),
+                Code::DeadlineExceeded | Code::Unavailable | Code::Cancelled | Code::Unknown
+            ) =>
+        {
+            Verdict::Lost
+        }
+        etcd_client::Error::IoError(_) | etcd_client::Error::TransportError(_) => Verdict::Lost,
+        _ => Verdict::Answer,
+    }
+}
+
+/// etcd refused the request before proposing it: nothing was applied.
+fn refused_before_applying(status: &tonic::Status) -> bool {
+    let text = status.message();
+    text.contains("no leader")
+        || text.contains("too many requests")
+        || text.contains("database space exceeded")
+        || text.contains("not capable")
+}
+
 /// Whether a failure surely happened before the request left this process (nothing applied).
 fn before_sending(error: &etcd_client::Error) -> bool {
     match error {
@@ -59,8 +106,9 @@ fn before_sending(error: &etcd_client::Error) -> bool {
 /// - A write's reply lost (deadline exceeded, connection closed or reset after sending, stream
 ///   cancelled): the cluster may have applied it — [`ErrorKind::InDoubt`] (the readback layer
 ///   resolves it). For reads and lease grants: `Connection`.
-/// - No leader, too many requests, corrupt or out-of-space cluster (etcd refused before applying):
-///   [`ErrorKind::Connection`], temporary.
+/// - No leader, too many requests, out-of-space cluster (etcd refused before applying), or a read
+///   interrupted by a leader change: [`ErrorKind::Connection`], temporary. A write interrupted by
+///   a leader change is `InDoubt`.
 /// - Authentication or permission failures: [`ErrorKind::StoreSetup`].
 /// - Anything else: [`ErrorKind::Internal`], with etcd's error as the cause.
 pub(crate) fn map(op: Op, key: &str, address: &str, error: etcd_client::Error) -> Error {
@@ -69,12 +117,10 @@ pub(crate) fn map(op: Op, key: &str, address: &str, error: etcd_client::Error) -
         etcd_client::Error::GRpcStatus(status) => Some(status.code()),
         _ => None,
     };
+    // A leader change under a write may have let it commit: only a read is surely not applied.
     let refused_now = |status: &tonic::Status| {
-        let text = status.message();
-        text.contains("no leader")
-            || text.contains("too many requests")
-            || text.contains("leader changed")
-            || text.contains("database space exceeded")
+        refused_before_applying(status)
+            || (!op.writes() && status.message().contains("leader changed"))
     };
     let kind = if before_sending(&error) {
         ErrorKind::Connection

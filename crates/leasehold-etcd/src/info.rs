@@ -9,6 +9,7 @@ use leasehold_core::{HolderInfo, LockInfo, LockKey, LockMode, OwnerToken, Result
 
 use crate::error::{map, Op};
 use crate::layout::{holder_prefix, writer_prefix, Entry};
+use crate::members::Retry;
 use crate::store::EtcdStore;
 
 /// The keys of one lock, as read.
@@ -57,14 +58,19 @@ impl EtcdStore {
     /// One range read over `<prefix><filter>` (records, holders, markers; waiter keys are
     /// skipped), then the remaining TTL of every lease, concurrently.
     pub(crate) async fn list_locks(&self, prefix: &str) -> Result<Vec<LockInfo>> {
+        let range = format!("{}{prefix}", self.config().prefix);
         let response = self
-            .kv()
-            .get(
-                format!("{}{prefix}", self.config().prefix),
-                Some(GetOptions::new().with_prefix()),
-            )
+            .members()
+            .run(Retry::Safe, |mut client| {
+                let range = range.clone();
+                async move {
+                    client
+                        .get(range, Some(GetOptions::new().with_prefix()))
+                        .await
+                }
+            })
             .await
-            .map_err(|e| map(Op::List, prefix, self.address(), e))?;
+            .map_err(|e| map(Op::List, prefix, &e.at, e.error))?;
         let mut locks: BTreeMap<LockKey, Found<'_>> = BTreeMap::new();
         for kv in response.kvs() {
             let Some(entry) = self.entry(kv) else {
@@ -139,8 +145,10 @@ impl EtcdStore {
             return Ok(None);
         }
         let ttl = self
-            .lease_client()
-            .time_to_live(id, None)
+            .members()
+            .run(Retry::Safe, |mut client| async move {
+                client.lease_time_to_live(id, None).await
+            })
             .await
             .map_err(|e| self.err(Op::Inspect, key, e))?
             .ttl();

@@ -67,6 +67,7 @@ mod config;
 mod error;
 mod info;
 mod layout;
+mod members;
 mod renew;
 mod shared;
 mod store;

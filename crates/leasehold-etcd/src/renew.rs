@@ -22,6 +22,7 @@ use leasehold_core::{Error, ErrorKind, Lease, OwnerToken, Result};
 use tokio::time::Instant;
 
 use crate::error::Op;
+use crate::members::{Failed, Retry};
 use crate::store::EtcdStore;
 
 /// The etcd lease each live hold of this store is on, by owner token: what a keep-alive renews.
@@ -134,29 +135,41 @@ impl EtcdStore {
         held: HeldLease,
     ) -> Result<Option<Lease>> {
         let sent_at = Instant::now();
-        let mut client = self.lease_client();
         // etcd-client's `keep_alive` sends the first renewal and reads its answer before it
-        // returns: a lease that is gone is its `LeaseKeepAliveError` ("lease not found").
-        let kept =
-            tokio::time::timeout(self.config().response_timeout, client.keep_alive(held.id)).await;
+        // returns: a lease that is gone is its `LeaseKeepAliveError` ("lease not found"). A
+        // keep-alive is safe to send twice, so a member that does not answer (down, paused, cut
+        // off) costs one attempt and the next member renews it.
+        let kept = self
+            .members()
+            .run(Retry::Safe, |mut client| async move {
+                client.lease_keep_alive(held.id).await
+            })
+            .await;
         match kept {
-            Ok(Ok(_stream)) => {}
+            Ok(_stream) => {}
             // "lease not found", or the stream ended before etcd answered (etcd-client reports
             // that as a `WatchError`): the owner-checked move decides, by the token.
-            Ok(Err(
-                etcd_client::Error::LeaseKeepAliveError(_) | etcd_client::Error::WatchError(_),
-            )) => return Ok(None),
-            Ok(Err(e)) => return Err(self.err(Op::Extend, lease.key(), e)),
-            Err(_) => {
+            Err(Failed {
+                error:
+                    etcd_client::Error::LeaseKeepAliveError(_) | etcd_client::Error::WatchError(_),
+                ..
+            }) => return Ok(None),
+            Err(failed) => {
+                let timed_out = matches!(&failed.error,
+                    etcd_client::Error::GRpcStatus(status) if status.code() == tonic::Code::DeadlineExceeded);
+                if !timed_out {
+                    return Err(self.err(Op::Extend, lease.key(), failed));
+                }
                 return Err(Error::new(
                     ErrorKind::InDoubt,
                     format!(
                         "extend (a lease keep-alive) was sent to etcd at {} but no reply came \
                          back in time: the lease may or may not have been renewed; renew again",
-                        self.address()
+                        failed.at
                     ),
                 )
-                .with_key(lease.key().as_str()))
+                .with_key(lease.key().as_str())
+                .with_source(failed.error));
             }
         }
         let hold_key = self.hold_key(lease);
@@ -165,8 +178,7 @@ impl EtcdStore {
             Compare::lease(hold_key.as_str(), CompareOp::Equal, held.id),
         ]);
         let response = self
-            .kv()
-            .txn(still_ours)
+            .txn(Retry::Safe, still_ours)
             .await
             .map_err(|e| self.err(Op::Extend, lease.key(), e))?;
         if !response.succeeded() {

@@ -30,6 +30,7 @@ use crate::layout::{
     holder_key, holder_prefix, mode_prefix, other_modes, waiter_prefix, writer_key, writer_prefix,
     Entry,
 };
+use crate::members::Retry;
 use crate::store::EtcdStore;
 
 /// Rounds of "count, then take a permit" before a contended permit request gives up.
@@ -213,12 +214,20 @@ pub(crate) async fn permits_taken(
     req: &Acquire,
     lock_key: &str,
 ) -> Result<(i64, i64)> {
+    let prefix = mode_prefix(lock_key, req.mode);
     let response = store
-        .kv()
-        .get(
-            mode_prefix(lock_key, req.mode),
-            Some(GetOptions::new().with_prefix().with_count_only()),
-        )
+        .members()
+        .run(Retry::Safe, |mut client| {
+            let prefix = prefix.clone();
+            async move {
+                client
+                    .get(
+                        prefix,
+                        Some(GetOptions::new().with_prefix().with_count_only()),
+                    )
+                    .await
+            }
+        })
         .await
         .map_err(|e| store.err(Op::Inspect, &req.key, e))?;
     let revision = response.header().map_or(0, |h| h.revision());
@@ -273,7 +282,7 @@ pub(crate) async fn mark_writer(
             req.token.as_str(),
             Some(PutOptions::new().with_lease(lease).with_prev_key()),
         )]);
-    match store.kv().txn(put).await {
+    match store.txn(Retry::Unsent, put).await {
         Ok(response) if response.succeeded() => {
             if let Some(TxnOpResponse::Put(put)) = response.op_responses().first() {
                 if let Some(old) = put.prev_key() {
@@ -285,8 +294,9 @@ pub(crate) async fn mark_writer(
             reuse
         }
         outcome => {
-            if let Err(error) = outcome {
-                tracing::debug!(key = %req.key, %error, "could not leave a writer marker");
+            if let Err(failed) = outcome {
+                tracing::debug!(key = %req.key, at = %failed.at, error = %failed.error,
+                    "could not leave a writer marker");
             }
             if !reuse {
                 store.revoke_later(lease);

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, KvClient, LeaseClient, PutOptions,
-    Txn, TxnOp, TxnOpResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, PutOptions, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
 };
 use leasehold_core::{
     acquire_detached, validate_ttl, Acquire, Capabilities, Error, ErrorKind, Lease, LockInfo,
@@ -18,6 +18,7 @@ use crate::config::{lease_seconds, EtcdConfig};
 use crate::error::{map, Op};
 use crate::layout::holder_key;
 pub(crate) use crate::layout::waiter_prefix;
+use crate::members::{Failed, Members, Retry};
 use crate::renew::{HeldLease, HeldLeases};
 use crate::waiting::Waiting;
 
@@ -28,8 +29,8 @@ pub struct EtcdStore {
 }
 
 struct Inner {
-    kv: KvClient,
-    lease: LeaseClient,
+    /// One client per member, and failover between them.
+    members: Arc<Members>,
     config: EtcdConfig,
     /// `host:port,…`, for messages (never credentials).
     address: String,
@@ -40,7 +41,9 @@ struct Inner {
 }
 
 impl EtcdStore {
-    /// Validates `config` (before any I/O), connects, and checks the cluster answers.
+    /// Validates `config` (before any I/O), connects, and checks the cluster answers (any one
+    /// member is enough: every request goes to a member that answers, whatever the endpoint
+    /// order; see docs/ETCD.md, "Clusters").
     ///
     /// Bad configuration: [`ErrorKind::InvalidArgument`]. Cluster unreachable:
     /// [`ErrorKind::Connection`], naming the endpoints. Wrong credentials:
@@ -51,7 +54,10 @@ impl EtcdStore {
         let mut options = etcd_client::ConnectOptions::new()
             .with_timeout(config.response_timeout)
             .with_connect_timeout(config.connect_timeout)
-            .with_keep_alive(Duration::from_secs(10), config.response_timeout);
+            .with_keep_alive(Duration::from_secs(10), config.response_timeout)
+            // A member cut off from the others refuses at once ("no leader") instead of letting
+            // a request wait for a leader it cannot reach; its watches are cancelled, and move.
+            .with_require_leader(true);
         if let Some((user, password)) = &config.user {
             options = options.with_user(user.clone(), password.clone());
         }
@@ -59,33 +65,36 @@ impl EtcdStore {
         if let Some(tls) = &config.tls {
             options = options.with_tls(tls_options(tls)?);
         }
-        let connecting = etcd_client::Client::connect(config.endpoints.clone(), Some(options));
-        let client =
-            tokio::time::timeout(config.connect_timeout + config.response_timeout, connecting)
-                .await
-                .map_err(|_| {
-                    Error::connection(format!(
-                        "connecting to etcd at {address} timed out after {:?}",
-                        config.connect_timeout + config.response_timeout
-                    ))
-                })?
-                .map_err(|e| setup_or(map(Op::Connect, "", &address, e)))?;
-        let mut kv = client.kv_client();
-        // The client connects lazily: one read proves the cluster answers (and the credentials
-        // work) before the store is handed out.
-        kv.get(
-            config.prefix.as_bytes(),
-            Some(GetOptions::new().with_count_only().with_prefix()),
-        )
-        .await
-        .map_err(|e| {
-            tls_error(&address, &e).unwrap_or_else(|| setup_or(map(Op::Connect, "", &address, e)))
-        })?;
-        let waiting = Waiting::new(&config, &client);
+        // A member that does not answer in time fails its attempt and the next one is asked.
+        let members = Arc::new(Members::new(
+            &config.endpoints,
+            options,
+            config.connect_timeout.max(config.response_timeout),
+        ));
+        // One read proves the cluster answers (and the credentials work) before the store is
+        // handed out.
+        let prefix = config.prefix.clone();
+        members
+            .run(Retry::Safe, |mut client| {
+                let prefix = prefix.clone();
+                async move {
+                    client
+                        .get(
+                            prefix.as_bytes(),
+                            Some(GetOptions::new().with_count_only().with_prefix()),
+                        )
+                        .await
+                }
+            })
+            .await
+            .map_err(|failed| {
+                tls_error(&failed.at, &failed.error)
+                    .unwrap_or_else(|| setup_or(map(Op::Connect, "", &failed.at, failed.error)))
+            })?;
+        let waiting = Waiting::new(&config, members.clone());
         Ok(EtcdStore {
             inner: Arc::new(Inner {
-                kv,
-                lease: client.lease_client(),
+                members,
                 config,
                 address,
                 waiting: Arc::new(waiting),
@@ -120,19 +129,26 @@ impl EtcdStore {
         waiter_prefix(&self.lock_key(key))
     }
 
-    /// A handle on the KV service (clones share the connection).
-    pub(crate) fn kv(&self) -> KvClient {
-        self.inner.kv.clone()
+    /// The cluster's members: every request goes through them (see [`crate::members`]).
+    pub(crate) fn members(&self) -> &Members {
+        &self.inner.members
     }
 
-    /// A handle on the lease service.
-    pub(crate) fn lease_client(&self) -> LeaseClient {
-        self.inner.lease.clone()
-    }
-
-    /// `host:port,…`, for messages.
-    pub(crate) fn address(&self) -> &str {
-        &self.inner.address
+    /// Sends one transaction to a member that answers; `retry` says whether it may be sent again
+    /// to another member after it was sent and got no reply (only if it writes nothing, or
+    /// nothing that a second copy could change).
+    pub(crate) async fn txn(
+        &self,
+        retry: Retry,
+        txn: Txn,
+    ) -> std::result::Result<TxnResponse, Failed> {
+        self.inner
+            .members
+            .run(retry, |mut client| {
+                let txn = txn.clone();
+                async move { client.txn(txn).await }
+            })
+            .await
     }
 
     /// One read-only transaction of `N` range reads (served without a Raft write), answered in
@@ -154,8 +170,7 @@ impl EtcdStore {
         reads: [TxnOp; N],
     ) -> Result<([GetResponse; N], i64)> {
         let response = self
-            .kv()
-            .txn(Txn::new().and_then(reads))
+            .txn(Retry::Safe, Txn::new().and_then(reads))
             .await
             .map_err(|e| self.err(op, key, e))?;
         let revision = response.header().map_or(0, |h| h.revision());
@@ -173,9 +188,9 @@ impl EtcdStore {
         Ok((gets, revision))
     }
 
-    /// Maps a failed request on `key` (see [`map`]).
-    pub(crate) fn err(&self, op: Op, key: &LockKey, e: etcd_client::Error) -> Error {
-        map(op, key.as_str(), &self.inner.address, e)
+    /// Maps a failed request on `key` (see [`map`]), naming the member(s) that failed it.
+    pub(crate) fn err(&self, op: Op, key: &LockKey, failed: Failed) -> Error {
+        map(op, key.as_str(), &failed.at, failed.error)
     }
 
     /// The key a lease's hold lives in: the lock record (exclusive), or the holder's own key.
@@ -190,9 +205,12 @@ impl EtcdStore {
     /// Grants a lease of `ttl` (rounded up to whole seconds) for `key`.
     pub(crate) async fn grant(&self, key: &LockKey, ttl: Duration) -> Result<i64> {
         let secs = seconds(ttl)?;
-        let mut lease = self.inner.lease.clone();
-        lease
-            .grant(secs, None)
+        // A grant whose reply was lost only leaves a lease nothing lives on, which lapses.
+        self.inner
+            .members
+            .run(Retry::Safe, |mut client| async move {
+                client.lease_grant(secs, None).await
+            })
             .await
             .map(|granted| granted.id())
             .map_err(|e| self.err(Op::Grant, key, e))
@@ -207,10 +225,16 @@ impl EtcdStore {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let mut lease = self.inner.lease.clone();
+        let members = self.inner.members.clone();
         runtime.spawn(async move {
-            if let Err(error) = lease.revoke(id).await {
-                tracing::debug!(lease = id, %error, "could not revoke a lease; it expires at its TTL");
+            let revoked = members
+                .run(Retry::Safe, |mut client| async move {
+                    client.lease_revoke(id).await
+                })
+                .await;
+            if let Err(failed) = revoked {
+                tracing::debug!(lease = id, at = %failed.at, error = %failed.error,
+                    "could not revoke a lease; it expires at its TTL");
             }
         });
     }
@@ -230,8 +254,7 @@ impl EtcdStore {
                 Some(DeleteOptions::new().with_prev_key()),
             )]);
         let response = self
-            .kv()
-            .txn(txn)
+            .txn(Retry::Unsent, txn)
             .await
             .map_err(|e| self.err(Op::Release, lease.key(), e))?;
         if !response.succeeded() {
@@ -356,8 +379,25 @@ impl LockStore for EtcdStore {
 
     /// One transaction: delete the hold (the record, or a reader's or permit's own key) if its
     /// value is our token; the lease it lived on is revoked in the background.
+    ///
+    /// A delete whose reply was lost (its member went down, paused or lost its leader under it)
+    /// is sent once more, to another member: owner-checked, it deletes nothing that is not ours.
+    /// If that one finds the hold gone while our lease cannot have expired yet, the first delete
+    /// is what removed it (`Ok(true)`), as the readback layer concludes. If it fails too, the
+    /// first error (`InDoubt`) is returned.
     async fn release(&self, lease: &Lease) -> Result<bool> {
-        self.release_once(lease).await
+        match self.release_once(lease).await {
+            Err(error) if error.is_in_doubt() => match self.release_once(lease).await {
+                Ok(true) => Ok(true),
+                Ok(false) => Ok(Instant::now() < lease.expires_at()),
+                Err(again) => {
+                    tracing::debug!(key = %lease.key(), error = %again,
+                        "a release in doubt could not be sent again");
+                    Err(error)
+                }
+            },
+            other => other,
+        }
     }
 
     /// For the TTL the hold's lease was granted with (a renewal): a keep-alive of that lease, then
@@ -388,7 +428,7 @@ impl LockStore for EtcdStore {
                 lease.token().as_str(),
                 Some(PutOptions::new().with_lease(new_lease).with_prev_key()),
             )]);
-        let response = match self.kv().txn(txn).await {
+        let response = match self.txn(Retry::Unsent, txn).await {
             Ok(response) => response,
             Err(e) => {
                 // In doubt, the hold may be on either lease: forget which, so the next renewal

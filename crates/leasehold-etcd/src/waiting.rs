@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use etcd_client::{EventType, KvClient, LeaseClient, WatchClient, WatchFilterType, WatchOptions};
+use etcd_client::{EventType, WatchFilterType, WatchOptions};
 use leasehold_core::{OwnerToken, ReleaseWatch};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::ahead::{Ahead, Learned};
 use crate::config::{lease_seconds, EtcdConfig};
+use crate::members::{Members, Retry};
 use crate::store::waiter_prefix;
 
 /// How long to wait before watching again after a watch stream broke.
@@ -82,9 +83,8 @@ struct Session {
 pub(crate) struct Waiting {
     /// The value of this store's waiter keys: host/pid/uuid, for people reading the line.
     id: String,
-    kv: KvClient,
-    lease: LeaseClient,
-    watch: WatchClient,
+    /// The cluster's members: requests and streams go to one that answers.
+    members: Arc<Members>,
     waiter_ttl: i64,
     watch_timeout: Duration,
     watched: Mutex<HashMap<String, Watched>>,
@@ -106,12 +106,10 @@ impl std::fmt::Debug for Waiting {
 }
 
 impl Waiting {
-    pub(crate) fn new(config: &EtcdConfig, client: &etcd_client::Client) -> Self {
+    pub(crate) fn new(config: &EtcdConfig, members: Arc<Members>) -> Self {
         Waiting {
             id: OwnerToken::generate().as_str().to_owned(),
-            kv: client.kv_client(),
-            lease: client.lease_client(),
-            watch: client.watch_client(),
+            members,
             waiter_ttl: lease_seconds(config.waiter_ttl).unwrap_or(5),
             watch_timeout: config.connect_timeout + config.response_timeout,
             watched: Mutex::new(HashMap::new()),
@@ -143,7 +141,7 @@ impl Waiting {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 entry.task = Some(tokio::spawn(watch_loop(
                     Arc::downgrade(self),
-                    self.watch.clone(),
+                    self.members.clone(),
                     lock_key.clone(),
                     entry.notify.clone(),
                     tx,
@@ -200,10 +198,11 @@ impl Waiting {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let mut lease = self.lease.clone();
+        let members = self.members.clone();
         runtime.spawn(async move {
-            if let Err(error) = lease.revoke(id).await {
-                tracing::debug!(lease = id, %error, "could not revoke a spare lease; it lapses at its TTL");
+            if let Err(failed) = revoke(&members, id).await {
+                tracing::debug!(lease = id, at = %failed.at, error = %failed.error,
+                    "could not revoke a spare lease; it lapses at its TTL");
             }
         });
     }
@@ -247,9 +246,16 @@ impl Waiting {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // the key lapses with the waiter lease
         };
-        let mut kv = self.kv.clone();
+        let members = self.members.clone();
         runtime.spawn(async move {
-            if let Err(error) = kv.delete(key.as_str(), None).await {
+            // Deleting our own waiter key twice deletes nothing the second time.
+            let deleted = members
+                .run(Retry::Safe, |mut client| {
+                    let key = key.clone();
+                    async move { client.delete(key, None).await }
+                })
+                .await;
+            if let Err(error) = deleted.map_err(|failed| failed.error) {
                 tracing::debug!(%key, %error,
                     "could not leave the waiter line; the place lapses with the waiter lease");
             }
@@ -382,10 +388,18 @@ impl Waiting {
                 return Ok(current.id);
             }
         }
-        let id = self.lease.clone().grant(self.waiter_ttl, None).await?.id();
+        let ttl = self.waiter_ttl;
+        let id = self
+            .members
+            .run(Retry::Safe, |mut client| async move {
+                client.lease_grant(ttl, None).await
+            })
+            .await
+            .map_err(|failed| failed.error)?
+            .id();
         let alive = Arc::new(AtomicBool::new(true));
         let keeper = tokio::spawn(keep_alive(
-            self.lease.clone(),
+            self.members.clone(),
             id,
             self.waiter_ttl,
             alive.clone(),
@@ -405,16 +419,18 @@ impl Waiting {
             .filter_map(|w| w.spare.take().map(|spare| spare.id))
             .collect();
         for id in spares {
-            if let Err(error) = self.lease.clone().revoke(id).await {
-                tracing::debug!(lease = id, %error, "could not revoke a spare lease; it lapses at its TTL");
+            if let Err(failed) = revoke(&self.members, id).await {
+                tracing::debug!(lease = id, at = %failed.at, error = %failed.error,
+                    "could not revoke a spare lease; it lapses at its TTL");
             }
         }
         let Some(session) = self.session.lock().await.take() else {
             return;
         };
         session.keeper.abort();
-        if let Err(error) = self.lease.clone().revoke(session.id).await {
-            tracing::debug!(%error, "could not revoke the waiter lease; it lapses at its TTL");
+        if let Err(failed) = revoke(&self.members, session.id).await {
+            tracing::debug!(at = %failed.at, error = %failed.error,
+                "could not revoke the waiter lease; it lapses at its TTL");
         }
     }
 }
@@ -434,27 +450,77 @@ impl Drop for Waiting {
     }
 }
 
+/// Revokes lease `id` on a member that answers (revoking twice finds it gone the second time).
+async fn revoke(members: &Members, id: i64) -> Result<(), crate::members::Failed> {
+    members
+        .run(Retry::Safe, |mut client| async move {
+            client.lease_revoke(id).await
+        })
+        .await
+        .map(drop)
+}
+
 /// Keeps the waiter lease alive (every third of its TTL) until it is lost; then marks it dead so
-/// the next waiter grants a new one.
-async fn keep_alive(mut lease: LeaseClient, id: i64, ttl: i64, alive: Arc<AtomicBool>) {
+/// the next waiter grants a new one. The keep-alive stream runs on a member that answers, and
+/// moves to another when a renewal gets no reply in time or that member is found failing.
+async fn keep_alive(members: Arc<Members>, id: i64, ttl: i64, alive: Arc<AtomicBool>) {
     let ttl = Duration::from_secs(u64::try_from(ttl).unwrap_or(5));
     let period = ttl / 3;
+    let timeout = members.timeout();
     let mut last_ok = Instant::now();
     loop {
+        let mut on = None;
         let kept: Result<bool, etcd_client::Error> = async {
-            let (mut keeper, mut stream) = lease.keep_alive(id).await?;
+            let ((mut keeper, mut stream), member) = members
+                .run_at(Retry::Safe, |mut client| async move {
+                    client.lease_keep_alive(id).await
+                })
+                .await
+                .map_err(|failed| failed.error)?;
+            on = Some(member);
             loop {
-                keeper.keep_alive().await?;
-                match stream.message().await? {
+                let renewed = tokio::time::timeout(timeout, async {
+                    keeper.keep_alive().await?;
+                    stream.message().await
+                })
+                .await
+                .map_err(|_| {
+                    etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded(
+                        "no keep-alive answer in time",
+                    ))
+                })??;
+                match renewed {
                     Some(answer) if answer.ttl() > 0 => last_ok = Instant::now(),
                     _ => return Ok(false), // the lease is gone
                 }
-                tokio::time::sleep(period).await;
+                // Wait a period, or less if the member we renew on is found failing.
+                let mut failures = members.failures();
+                let wait = tokio::time::sleep(period);
+                tokio::pin!(wait);
+                loop {
+                    tokio::select! {
+                        () = &mut wait => break,
+                        changed = failures.changed() => {
+                            if changed.is_err() || members.is_suspect(member) {
+                                break;
+                            }
+                        }
+                    }
+                }
+                if members.is_suspect(member) {
+                    return Err(etcd_client::Error::WatchError(format!(
+                        "etcd at {} failed a request; moving the keep-alive",
+                        members.name(member)
+                    )));
+                }
             }
         }
         .await;
         match kept {
             Err(error) if last_ok.elapsed() < ttl => {
+                if let Some(member) = on {
+                    members.failed_by(member, &error);
+                }
                 tracing::debug!(lease = id, %error, "waiter lease keep-alive failed; retrying");
                 tokio::time::sleep(REWATCH_DELAY).await;
             }
@@ -474,7 +540,7 @@ async fn keep_alive(mut lease: LeaseClient, id: i64, ttl: i64, alive: Arc<Atomic
 /// reset, and its waiters woken once the new watch is confirmed, to read the line again.
 async fn watch_loop(
     waiting: Weak<Waiting>,
-    mut client: WatchClient,
+    members: Arc<Members>,
     lock_key: String,
     notify: Arc<Notify>,
     created: tokio::sync::oneshot::Sender<()>,
@@ -491,9 +557,30 @@ async fn watch_loop(
         if let Some(from) = resume {
             options = options.with_start_revision(from);
         }
-        match client.watch(lock_key.as_str(), Some(options)).await {
-            Ok(mut stream) => {
-                while let Ok(Some(response)) = stream.message().await {
+        let opened = members
+            .run_at(Retry::Safe, |mut client| {
+                let (key, options) = (lock_key.clone(), options.clone());
+                async move { client.watch(key, Some(options)).await }
+            })
+            .await;
+        match opened {
+            Ok((mut stream, member)) => {
+                let mut failures = members.failures();
+                loop {
+                    // A member found failing (by any request of this store) takes its watches
+                    // down with it: they resume on another member from the revision they reached.
+                    let next = tokio::select! {
+                        next = stream.message() => next,
+                        changed = failures.changed() => {
+                            if changed.is_ok() && !members.is_suspect(member) {
+                                continue;
+                            }
+                            tracing::debug!(key = %lock_key, member = members.name(member),
+                                "the member under this watch failed; watching on another");
+                            break;
+                        }
+                    };
+                    let Ok(Some(response)) = next else { break };
                     let Some(waiting) = waiting.upgrade() else {
                         return;
                     };
@@ -542,8 +629,9 @@ async fn watch_loop(
                     }
                 }
             }
-            Err(error) => {
-                tracing::debug!(key = %lock_key, %error, "could not watch; retrying");
+            Err(failed) => {
+                tracing::debug!(key = %lock_key, at = %failed.at, error = %failed.error,
+                    "could not watch; retrying");
             }
         }
         if waiting.strong_count() == 0 {

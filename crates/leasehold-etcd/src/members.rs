@@ -1,0 +1,362 @@
+//! The cluster's members, one client each, and failing over between them.
+//!
+//! # Why not etcd-client's own balancing
+//! `etcd_client::Client::connect` with several endpoints puts them all behind one tonic balanced
+//! channel (tower's power-of-two-choices over lazily connected endpoints). A lazy endpoint whose
+//! connection failed reports itself *ready* and keeps the connect error for the next request
+//! (tonic's `Reconnect::poll_ready` stores it and returns `Ready`); a dead endpoint also carries
+//! no load, so the balancer keeps picking it, and every request it picks fails with "connection
+//! refused" — there is no retry on another endpoint. A paused member (SIGSTOP) is worse: the
+//! connection stays up, and every request picked for it hangs until its timeout. Removing and
+//! re-adding endpoints (`Client::remove_endpoint`) would need a health check of our own anyway,
+//! and gives no control over which member a stream opens on.
+//!
+//! # What this does instead
+//! One client per member (each a one-endpoint channel), and every request goes to the member that
+//! last answered — *the preferred one*, whatever the endpoint order — and on to the next member
+//! when that one fails:
+//! - refused or never sent (connection refused, no connection in time), or refused before it was
+//!   applied (the member has no leader, too many requests): tried on the next member, for every
+//!   request;
+//! - sent and no reply (a timeout, a connection lost mid-request, a leader change during a write):
+//!   a read, a lease keep-alive or anything else that is safe to send twice is tried on the next
+//!   member; a write is returned (`InDoubt`: the readback resolves it, on a live member).
+//!
+//! A member that failed is *suspect* for a while: it is tried last, and streams (watches, the
+//! waiter lease's keep-alive) that run on it are told to re-open on another member. Every failure
+//! names the member (or members) that failed.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+use tokio::time::Instant;
+
+use crate::error::{classify, Verdict};
+
+/// How long a member that failed is tried last (unless every member failed since).
+const SUSPECT_FOR: Duration = Duration::from_secs(5);
+
+/// Whether a request may be sent again, to another member, after it was sent and got no reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// A write: only a request that surely was not applied goes to another member.
+    Unsent,
+    /// Reads, keep-alives, watches, owner-checked deletes of keys nobody else writes: sent again to
+    /// another member after any failure of the member.
+    Safe,
+}
+
+/// A request that failed on every member it was tried on (or with an answer of the cluster).
+#[derive(Debug)]
+pub(crate) struct Failed {
+    /// The member that answered, or the members tried, each with why it failed (for messages).
+    pub(crate) at: String,
+    /// The last error.
+    pub(crate) error: etcd_client::Error,
+}
+
+/// One member: its endpoint and its client, connected when first used.
+struct Member {
+    /// `host:port`, for messages.
+    name: String,
+    /// `http://host:port` or `https://host:port`.
+    endpoint: String,
+    client: tokio::sync::Mutex<Option<Client>>,
+    /// When a request to it last failed; `None` once it answered again.
+    failed_at: Mutex<Option<Instant>>,
+}
+
+/// The members of one cluster and which of them to ask first.
+pub(crate) struct Members {
+    members: Vec<Member>,
+    /// The member that answered last: asked first.
+    preferred: AtomicUsize,
+    /// How long one attempt on one member may take.
+    timeout: Duration,
+    options: ConnectOptions,
+    /// Bumped every time a member is found failing: streams check whether theirs is suspect.
+    failures: tokio::sync::watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Members {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Members")
+            .field(
+                "members",
+                &self.members.iter().map(|m| &m.name).collect::<Vec<_>>(),
+            )
+            .field("preferred", &self.preferred.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Members {
+    /// The members at `endpoints` (`http://host:port`), each reached with `options`; one attempt
+    /// on one member may take `timeout`.
+    pub(crate) fn new(endpoints: &[String], options: ConnectOptions, timeout: Duration) -> Self {
+        let members = endpoints
+            .iter()
+            .map(|endpoint| Member {
+                name: endpoint
+                    .split_once("://")
+                    .map_or(endpoint.as_str(), |(_, host)| host)
+                    .to_owned(),
+                endpoint: endpoint.clone(),
+                client: tokio::sync::Mutex::new(None),
+                failed_at: Mutex::new(None),
+            })
+            .collect();
+        Members {
+            members,
+            preferred: AtomicUsize::new(0),
+            timeout,
+            options,
+            failures: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    /// `host:port` of member `i`.
+    pub(crate) fn name(&self, i: usize) -> &str {
+        self.members.get(i).map_or("", |m| m.name.as_str())
+    }
+
+    /// Sends a request built by `request` (from a member's client) to the preferred member, and
+    /// on to the others as `retry` allows (see the module docs). Each attempt may take the
+    /// member timeout.
+    pub(crate) async fn run<T, F, Fut>(&self, retry: Retry, request: F) -> Result<T, Failed>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.run_at(retry, request).await.map(|(answer, _)| answer)
+    }
+
+    /// [`run`](Self::run), also saying which member answered (for a stream that stays on it).
+    pub(crate) async fn run_at<T, F, Fut>(
+        &self,
+        retry: Retry,
+        mut request: F,
+    ) -> Result<(T, usize), Failed>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        // While the members elect a leader they refuse ("no leader"): the round is tried again
+        // for up to one member timeout, so an election costs a wait, not a failure.
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(25);
+        loop {
+            match self.round(retry, &mut request).await {
+                Err((failed, true)) if started.elapsed() + pause < self.timeout => {
+                    tracing::debug!(at = %failed.at, "no etcd member has a leader; asking again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                outcome => return outcome.map_err(|(failed, _)| failed),
+            }
+        }
+    }
+
+    /// One round over the members (see [`run_at`](Self::run_at)); a failure says whether some
+    /// member refused for want of a leader and none had another problem than that or being down.
+    async fn round<T, F, Fut>(
+        &self,
+        retry: Retry,
+        request: &mut F,
+    ) -> Result<(T, usize), (Failed, bool)>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut tried = Vec::new();
+        let mut last = None;
+        let (mut refused, mut other) = (false, false);
+        for i in self.order() {
+            let member = &self.members[i];
+            let attempt = async {
+                let client = self.client(i).await?;
+                request(client).await
+            };
+            let outcome = match tokio::time::timeout(self.timeout, attempt).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(etcd_client::Error::GRpcStatus(
+                    tonic::Status::deadline_exceeded(format!("no reply within {:?}", self.timeout)),
+                )),
+            };
+            let error = match outcome {
+                Ok(answer) => {
+                    self.answered(i);
+                    return Ok((answer, i));
+                }
+                Err(error) => error,
+            };
+            let verdict = classify(&error);
+            match verdict {
+                Verdict::Answer => {
+                    // The cluster answered (a lease not found, a bad request): the member works.
+                    self.answered(i);
+                    let failed = Failed {
+                        at: member.name.clone(),
+                        error,
+                    };
+                    return Err((failed, false));
+                }
+                Verdict::Unsent => self.failed(i),
+                Verdict::Refused => {
+                    refused |= is_no_leader(&error);
+                    other |= !is_no_leader(&error);
+                    self.failed(i);
+                }
+                Verdict::Lost => {
+                    other = true;
+                    self.failed(i);
+                    if retry == Retry::Unsent {
+                        let failed = Failed {
+                            at: member.name.clone(),
+                            error,
+                        };
+                        return Err((failed, false));
+                    }
+                }
+            }
+            tracing::debug!(member = %member.name, %error, ?verdict,
+                "an etcd member failed a request; trying the next one");
+            tried.push(format!("{} ({})", member.name, short(&error)));
+            last = Some(error);
+        }
+        let failed = Failed {
+            at: tried.join(", "),
+            error: last.unwrap_or_else(|| {
+                etcd_client::Error::InvalidArgs("no etcd endpoint configured".to_owned())
+            }),
+        };
+        Err((failed, refused && !other))
+    }
+
+    /// The members in the order to try them: the preferred one and those after it, the suspect
+    /// ones last (the longest-suspect first among them).
+    fn order(&self) -> Vec<usize> {
+        let n = self.members.len();
+        let first = self.preferred.load(Ordering::Relaxed) % n.max(1);
+        let now = Instant::now();
+        let mut healthy = Vec::with_capacity(n);
+        let mut suspect = Vec::new();
+        for k in 0..n {
+            let i = (first + k) % n;
+            match self.members[i].failed_since(now) {
+                Some(at) => suspect.push((at, i)),
+                None => healthy.push(i),
+            }
+        }
+        suspect.sort_by_key(|(at, _)| *at);
+        healthy.extend(suspect.into_iter().map(|(_, i)| i));
+        healthy
+    }
+
+    /// Member `i` answered: it is asked first from now on.
+    fn answered(&self, i: usize) {
+        *self.members[i]
+            .failed_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        self.preferred.store(i, Ordering::Relaxed);
+    }
+
+    /// Member `i` failed a request: it is suspect, and if it was preferred, the next member that
+    /// is not becomes so.
+    pub(crate) fn failed(&self, i: usize) {
+        *self.members[i]
+            .failed_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        if self.preferred.load(Ordering::Relaxed) == i {
+            if let Some(&next) = self.order().first() {
+                let _ =
+                    self.preferred
+                        .compare_exchange(i, next, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+        self.failures.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A stream on member `i` failed with `error`: the member is suspect if the error says it
+    /// is down, cut off or slow (not when the cluster answered).
+    pub(crate) fn failed_by(&self, i: usize, error: &etcd_client::Error) {
+        if classify(error) != Verdict::Answer {
+            self.failed(i);
+        }
+    }
+
+    /// Whether member `i` failed a request lately (a stream on it should move).
+    pub(crate) fn is_suspect(&self, i: usize) -> bool {
+        self.members
+            .get(i)
+            .is_some_and(|m| m.failed_since(Instant::now()).is_some())
+    }
+
+    /// Changes whenever a member is found failing.
+    pub(crate) fn failures(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.failures.subscribe()
+    }
+
+    /// How long one attempt on one member may take.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Member `i`'s client, connected on first use (with credentials, connecting authenticates,
+    /// so a member that is down at start is connected later, when it is asked).
+    async fn client(&self, i: usize) -> Result<Client, etcd_client::Error> {
+        let member = &self.members[i];
+        let mut client = member.client.lock().await;
+        if let Some(client) = &*client {
+            return Ok(client.clone());
+        }
+        let connected =
+            Client::connect([member.endpoint.as_str()], Some(self.options.clone())).await?;
+        *client = Some(connected.clone());
+        Ok(connected)
+    }
+}
+
+impl Member {
+    /// When it failed, if that was less than [`SUSPECT_FOR`] before `now`.
+    fn failed_since(&self, now: Instant) -> Option<Instant> {
+        let failed_at = *self
+            .failed_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        failed_at.filter(|at| now.saturating_duration_since(*at) < SUSPECT_FOR)
+    }
+}
+
+/// A member refused because it has no leader (an election is under way, or it is cut off).
+fn is_no_leader(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status) if status.message().contains("no leader"))
+}
+
+/// A failure in a few words, for the list of members tried.
+fn short(error: &etcd_client::Error) -> String {
+    let text = match error {
+        etcd_client::Error::GRpcStatus(status) => status.message().to_owned(),
+        // A transport error says "transport error"; its innermost cause says what happened.
+        other => {
+            let mut text = other.to_string();
+            let mut cause = std::error::Error::source(other);
+            while let Some(inner) = cause {
+                text = inner.to_string();
+                cause = inner.source();
+            }
+            text
+        }
+    };
+    let text = text.lines().next().unwrap_or_default();
+    let mut short: String = text.chars().take(80).collect();
+    if short.is_empty() {
+        short = "failed".to_owned();
+    }
+    short
+}
