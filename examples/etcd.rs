@@ -4,8 +4,11 @@
 //!
 //! Run: `cargo run -p leasehold-etcd --example etcd` — against `ETCD_ENDPOINTS` (comma-separated
 //! `host:port`) if set, otherwise a private one-member etcd it starts on free loopback ports (the
-//! `etcd-server` package must be installed) and stops at the end.
+//! `etcd-server` package must be installed) and stops at the end. The walk-through is [`run`],
+//! given the endpoints and the writer to print to: the test suite runs it against its own etcd and
+//! checks every line (`crates/leasehold-etcd/tests/example.rs`).
 
+use std::io::Write;
 use std::time::Duration;
 
 use leasehold::{LockManager, LockOptions, LockStore};
@@ -29,8 +32,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             (vec![server.endpoint()], Some(server))
         }
     };
+    run(&endpoints, &mut std::io::stdout()).await
+}
+
+/// Two services contend for a lock on the etcd cluster at `endpoints`; printed to `out`.
+pub(crate) async fn run(
+    endpoints: &[String],
+    out: &mut dyn Write,
+) -> Result<(), Box<dyn std::error::Error>> {
     let manager = |scenario: &'static str| {
-        let endpoints = endpoints.clone();
+        let endpoints = endpoints.to_vec();
         async move {
             let store =
                 EtcdStore::connect(EtcdConfig::new(endpoints).prefix("leasehold-example:")).await?;
@@ -49,22 +60,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let guard = a
         .try_lock_with("invoice-7", LockOptions::new().ttl(Duration::from_secs(5)))
         .await?;
-    println!(
+    writeln!(
+        out,
         "service A holds {} (fencing token {:?}: the record's etcd create revision)",
         guard.key(),
         guard.fencing_token()
-    );
+    )?;
     match b.try_lock("invoice-7").await {
-        Ok(_) => println!("service B acquired it too (this must not happen)"),
-        Err(e) => println!("service B: {e}"),
+        Ok(_) => return Err("service B acquired a lock service A holds".into()),
+        Err(e) => writeln!(out, "service B: {e}")?,
     }
-    if let Some(info) = b.store().inspect(guard.key()).await? {
-        println!(
-            "inspect from B: held by {} for {:?} more",
-            info.token.map(|t| t.to_string()).unwrap_or_default(),
-            info.ttl_remaining.unwrap_or_default()
-        );
-    }
+    let info = b
+        .store()
+        .inspect(guard.key())
+        .await?
+        .ok_or("invoice-7 is held")?;
+    writeln!(
+        out,
+        "inspect from B: held by {} for {:?} more",
+        info.token.map(|t| t.to_string()).unwrap_or_default(),
+        info.ttl_remaining.unwrap_or_default()
+    )?;
     let waiter = tokio::spawn({
         let b = b.clone();
         async move {
@@ -75,19 +91,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     LockOptions::new().wait(Duration::from_secs(10)),
                 )
                 .await?;
-            println!(
-                "service B acquired it {:?} after asking (fencing token {:?})",
-                started.elapsed(),
-                guard.fencing_token()
-            );
-            guard.release().await
+            let (waited, fencing_token) = (started.elapsed(), guard.fencing_token());
+            guard.release().await.map(|_| (waited, fencing_token))
         }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    println!(
+    writeln!(
+        out,
         "service A releases: still ours = {}",
         guard.release().await?
-    );
-    waiter.await??;
+    )?;
+    let (waited, fencing_token) = waiter.await??;
+    writeln!(
+        out,
+        "service B acquired it {waited:?} after asking (fencing token {fencing_token:?})"
+    )?;
     Ok(())
 }
