@@ -49,11 +49,20 @@ fn transient_io(error: &std::io::Error) -> bool {
     )
 }
 
+/// A request sent once and answered by the server with a refusal (not a timeout): not applied,
+/// although the client flags it in doubt when it wraps the answer in "retries exceeded" (it does
+/// for the codes it retries itself, like PARTITION_UNAVAILABLE).
+fn answered_once(error: &aerospike::Error) -> bool {
+    error.iteration() == Some(1)
+        && error.sub_errors().is_empty()
+        && matches!(error.server_result_code(), Some(code) if code != ResultCode::Timeout)
+}
+
 /// Classifies a client error.
 pub(crate) fn classify(error: &aerospike::Error) -> Class {
     // In-doubt first: the client also flags server-reported timeouts of a sent write as in
     // doubt, and those must never read as a definitive server answer.
-    if error.in_doubt() {
+    if error.in_doubt() && !answered_once(error) {
         return Class::InDoubt;
     }
     if let Some(code) = error.server_result_code() {

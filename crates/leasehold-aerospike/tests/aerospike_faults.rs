@@ -193,16 +193,23 @@ async fn a_busy_server_answer_is_retried_by_the_client_and_ends_temporary() {
         .try_acquire(&acquire("overloaded", Duration::from_secs(30)))
         .await
         .unwrap();
-    // DEVICE_OVERLOAD (18), like KEY_BUSY (14), is one the client retries itself; once its time
-    // is up it reports the write in doubt (it was sent), which is temporary and which the
-    // readback layer resolves, never a permanent failure.
+    // DEVICE_OVERLOAD (18), like KEY_BUSY (14), is one the client retries itself; a node that
+    // answered it to the one send did not apply the delete (the client still flags it in doubt
+    // when it wraps the answer: the store knows better). The release asks again within its
+    // budget, then gives up: temporary, never a permanent failure, the lock left to its TTL.
+    let store_short =
+        AerospikeStore::connect(config(&fixture).retry_budget(Duration::from_millis(600)))
+            .await
+            .unwrap();
     fixture.faults().inject(
         Fault::ResultCode(18),
         Target::Digest(lock_digest("overloaded")),
     );
-    let err = store.release(&lease).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    let err = store_short.release(&lease).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::RetriesExhausted, "{err}");
     assert!(err.is_temporary());
+    assert!(err.to_string().contains("the node is overloaded"), "{err}");
+    assert!(err.to_string().contains("stays until its TTL"), "{err}");
     assert!(
         format!("{err:#}").contains("Device overload"),
         "cause kept: {err:#}"
