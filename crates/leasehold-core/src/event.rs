@@ -129,6 +129,20 @@ pub enum LockEvent {
         /// Why the store was considered down.
         error: crate::ErrorKind,
     },
+    /// A release met temporary store errors (connection refused or reset, a failover, an outcome
+    /// in doubt) until its retry budget ran out: the lock may still be held in the store under
+    /// our token and is left to expire at its TTL. Other holders can take it then, not before.
+    LeftToExpire {
+        /// The lock.
+        key: LockKey,
+        /// The last store error's kind: `Connection`, `RetriesExhausted` or `InDoubt`.
+        error: crate::ErrorKind,
+        /// How long the lease had left when the release gave up (at most this long until the
+        /// store lets it go).
+        expires_in: Duration,
+        /// Release attempts made.
+        attempts: u32,
+    },
     /// A held lock was lost: renewal found it no longer ours, or could not reach the store in time.
     Lost {
         /// The lock.
@@ -154,6 +168,7 @@ impl LockEvent {
             | LockEvent::ReleasedAtShutdown { key }
             | LockEvent::Renewed { key }
             | LockEvent::ProceededWithoutLock { key, .. }
+            | LockEvent::LeftToExpire { key, .. }
             | LockEvent::Lost { key, .. } => key,
         }
     }
@@ -173,6 +188,7 @@ impl LockEvent {
             LockEvent::ReleasedAtShutdown { .. } => "released_at_shutdown",
             LockEvent::Renewed { .. } => "renewed",
             LockEvent::ProceededWithoutLock { .. } => "proceeded_without_lock",
+            LockEvent::LeftToExpire { .. } => "left_to_expire",
             LockEvent::Lost { .. } => "lost",
         }
     }
