@@ -106,6 +106,12 @@ async fn connect(url: &StoreUrl, farm_id: &str) -> Result<BoxStore, CliError> {
             let store = RedisStore::connect(config).await.map_err(fail)?;
             Ok(BoxStore::new(store))
         }
+        StoreUrl::RedisGroup { raw, .. } => {
+            let store = RedisStore::connect(RedisConfig::new(raw.as_str()))
+                .await
+                .map_err(fail)?;
+            Ok(BoxStore::new(store))
+        }
         StoreUrl::Aerospike {
             host,
             port,

@@ -7,6 +7,8 @@ use url::Url;
 
 /// Examples printed with every URL error, so a wrong value comes with a right one.
 pub(crate) const EXAMPLES: &str = "memory://, redis://127.0.0.1:6379, \
+     redis+cluster://127.0.0.1:7001,127.0.0.1:7002, \
+     redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster, \
      rediss://user:password@redis.example:6380/0?tls_ca=/etc/ssl/ca.pem, \
      aerospike://127.0.0.1:3000/test?set_suffix=locks&farm=farm1, \
      etcd://user:password@10.0.0.1:2379,10.0.0.2:2379?prefix=myapp:";
@@ -19,6 +21,15 @@ pub(crate) enum StoreUrl {
     /// A Redis server: the URL (without leasehold's `tls_*` parameters) is handed to the Redis
     /// store.
     Redis { url: Url, tls: TlsParams },
+    /// A Redis Cluster (`redis+cluster://h1:p1,h2:p2`) or a master found through Sentinel
+    /// (`redis+sentinel://s1:p1,s2:p2/MASTER`): checked by `RedisConfig::validate` and handed to
+    /// the Redis store as it is.
+    RedisGroup {
+        /// The URL as given (with its password: never shown; see `Display`).
+        raw: String,
+        /// `host:port,host:port` (the seeds or the sentinels).
+        hosts: String,
+    },
     /// An Aerospike cluster, seeded by one host.
     Aerospike {
         host: String,
@@ -122,6 +133,29 @@ impl StoreUrl {
                 hosts,
             });
         }
+        let group = [
+            "redis+cluster",
+            "rediss+cluster",
+            "redis+sentinel",
+            "rediss+sentinel",
+        ];
+        if let Some((_, rest)) = raw
+            .split_once("://")
+            .filter(|(scheme, _)| group.contains(scheme))
+        {
+            // Several hosts are no URL to the url crate: the Redis store parses its own.
+            let config = leasehold_redis::RedisConfig::new(raw);
+            config.validate().map_err(|e| StoreUrlError {
+                shown: format!("{:?}", config.redacted_url()),
+                problem: e.to_string(),
+            })?;
+            let authority = rest.split(['/', '?']).next().unwrap_or_default();
+            let hosts = authority.rsplit('@').next().unwrap_or_default().to_owned();
+            return Ok(StoreUrl::RedisGroup {
+                raw: raw.to_owned(),
+                hosts,
+            });
+        }
         let url = Url::parse(raw).map_err(|e| fail(&format!("not a URL ({e})")))?;
         match url.scheme() {
             "memory" => Ok(StoreUrl::Memory),
@@ -209,7 +243,8 @@ impl StoreUrl {
                 })
             }
             other => Err(fail(&format!(
-                "unknown scheme {other:?} (known: memory, redis, rediss, redis+unix, aerospike, etcd, \
+                "unknown scheme {other:?} (known: memory, redis, rediss, redis+unix, \
+                 redis+cluster, rediss+cluster, redis+sentinel, rediss+sentinel, aerospike, etcd, \
                  etcds)"
             ))),
         }
@@ -233,6 +268,7 @@ impl StoreUrl {
             },
             StoreUrl::Aerospike { host, port, .. } => format!("{host}:{port}"),
             StoreUrl::Etcd { hosts, .. } => hosts.clone(),
+            StoreUrl::RedisGroup { hosts, .. } => hosts.clone(),
         }
     }
 }
@@ -296,6 +332,9 @@ impl fmt::Display for StoreUrl {
                 write!(f, "aerospike://{auth}{host}:{port}/{namespace}")
             }
             StoreUrl::Etcd { raw, .. } => f.write_str(&redact_etcd(raw)),
+            StoreUrl::RedisGroup { raw, .. } => {
+                f.write_str(&leasehold_redis::RedisConfig::new(raw).redacted_url())
+            }
         }
     }
 }
@@ -309,6 +348,28 @@ impl fmt::Debug for StoreUrl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redis_cluster_and_sentinel_urls_take_several_hosts() {
+        let cluster =
+            StoreUrl::parse("redis+cluster://u:pw@127.0.0.1:7001,127.0.0.1:7002").unwrap();
+        assert_eq!(cluster.address(), "127.0.0.1:7001,127.0.0.1:7002");
+        assert_eq!(
+            cluster.to_string(),
+            "redis+cluster://u:***@127.0.0.1:7001,127.0.0.1:7002"
+        );
+        let sentinel = StoreUrl::parse("redis+sentinel://s1:26379,s2:26380/mymaster").unwrap();
+        assert_eq!(sentinel.address(), "s1:26379,s2:26380");
+        for (bad, says) in [
+            ("redis+cluster://h1:1,,h2:2", "a host is empty"),
+            ("redis+sentinel://s1:1", "name the master"),
+            ("redis+cluster://u:secret@h1:x", "valid port"),
+        ] {
+            let err = StoreUrl::parse(bad).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+            assert!(!err.contains("secret"), "{err}");
+        }
+    }
 
     #[test]
     fn parses_every_scheme() {

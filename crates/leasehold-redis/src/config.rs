@@ -244,8 +244,16 @@ impl RedisConfig {
         redact(&self.url)
     }
 
-    /// Checks everything that can be checked without I/O.
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// Checks everything that can be checked without I/O (the URL and its hosts, TLS files,
+    /// prefix, timeouts); [`RedisStore::connect`](crate::RedisStore::connect) does it first.
+    ///
+    /// ```
+    /// use leasehold_redis::RedisConfig;
+    /// assert!(RedisConfig::new("redis+cluster://h1:7001,h2:7002").validate().is_ok());
+    /// let err = RedisConfig::new("redis+cluster://h1:7001,,h2").validate().unwrap_err();
+    /// assert!(err.to_string().contains("a host is empty"));
+    /// ```
+    pub fn validate(&self) -> Result<()> {
         let scheme = self.url.split("://").next().unwrap_or_default();
         if !matches!(
             scheme,

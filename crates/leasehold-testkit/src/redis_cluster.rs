@@ -486,7 +486,18 @@ impl RedisSentinel {
                             && line.contains(&format!("sentinels={}", self.sentinels.len()))
                     })
                 });
-            if settled {
+            // A replica the sentinels know may still be in its first sync; WAIT counts only
+            // replicas whose link is up.
+            let master = self.master_port().ok();
+            let synced = self
+                .nodes
+                .iter()
+                .filter(|n| n.pid().is_some() && Some(n.port()) != master)
+                .all(|n| {
+                    n.info_field("replication", "master_link_status")
+                        .is_ok_and(|s| s == "up")
+                });
+            if settled && synced {
                 return Ok(());
             }
             if started.elapsed() > SETTLE_TIMEOUT {

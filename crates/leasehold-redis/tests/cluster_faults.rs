@@ -1,0 +1,247 @@
+//! Faults on real Redis deployments: forced failovers (`CLUSTER FAILOVER TAKEOVER`,
+//! `SENTINEL FAILOVER`) and a killed master, while a lock is held, while waiters wait, and while
+//! acquisitions run in a loop. Each test starts its own cluster or sentinel group, since it
+//! breaks it.
+
+use std::time::{Duration, Instant};
+
+use leasehold::{LockManager, LockOptions};
+use leasehold_core::{Acquire, ErrorKind, LockKey, LockStore, OwnerToken};
+use leasehold_redis::{RedisConfig, RedisStore};
+use leasehold_testkit::redis::RedisServer;
+use leasehold_testkit::redis_cluster::{RedisCluster, RedisSentinel};
+
+const TTL: Duration = Duration::from_secs(20);
+
+fn key(name: &str) -> LockKey {
+    format!("DC#f1#t#{name}").parse().unwrap()
+}
+
+/// Retries `op` while it fails with a temporary error, for at most `budget`: what renewal and a
+/// blocking acquire do across a failover.
+async fn within<T, F, Fut>(budget: Duration, mut op: F) -> leasehold_core::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = leasehold_core::Result<T>>,
+{
+    let started = Instant::now();
+    loop {
+        match op().await {
+            Err(e) if e.is_temporary() && started.elapsed() < budget => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            done => return done,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failover_loses_no_lock_acknowledged_by_a_replica() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap()
+        .expect("start a Redis Cluster");
+    let config = RedisConfig::new(cluster.url()).min_replicas(1, Duration::from_millis(500));
+    let holder = RedisStore::connect(config.clone()).await.unwrap();
+    let other = RedisStore::connect(config).await.unwrap();
+    for round in 0..3 {
+        let k = key(&format!("failover-{round}"));
+        let lease = holder
+            .try_acquire(&Acquire::new(k.clone(), OwnerToken::generate(), TTL))
+            .await
+            .expect("acquire (acknowledged by a replica)");
+        let master = cluster.master_of(&holder.lock_key(&k)).unwrap();
+        let promoted = cluster.failover_takeover(master).unwrap();
+        assert_ne!(promoted, master);
+        // The promoted replica had the grant: nobody else gets the lock.
+        let refused = within(Duration::from_secs(10), || {
+            let req = Acquire::new(k.clone(), OwnerToken::generate(), TTL);
+            let other = other.clone();
+            async move { other.try_acquire(&req).await }
+        })
+        .await;
+        assert_eq!(
+            refused.map(|_| ()).unwrap_err().kind(),
+            ErrorKind::LockUnavailable,
+            "round {round}: the lock survived the failover"
+        );
+        let info = other.inspect(&k).await.unwrap().expect("still held");
+        assert_eq!(info.token.as_ref(), Some(lease.token()));
+        // The holder renews and releases on the new master.
+        let lease = within(Duration::from_secs(10), || holder.extend(&lease, TTL))
+            .await
+            .expect("extend after the failover");
+        assert!(within(Duration::from_secs(10), || holder.release(&lease))
+            .await
+            .unwrap());
+        assert!(other.inspect(&k).await.unwrap().is_none(), "nothing left");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_in_a_loop_ride_out_a_killed_master() {
+    let mut cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap()
+        .expect("start a Redis Cluster");
+    let store = RedisStore::connect(RedisConfig::new(cluster.url()))
+        .await
+        .unwrap();
+    let k = key("loop");
+    let master = cluster.master_of(&store.lock_key(&k)).unwrap();
+    let locks = LockManager::builder()
+        .client_id("t")
+        .farm_id("f1")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let runs = tokio::spawn(async move {
+        let mut done = 0u32;
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(8) {
+            let guard = locks
+                .lock_with("loop", LockOptions::new().wait(Duration::from_secs(20)))
+                .await?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            guard.release().await?;
+            done += 1;
+        }
+        Ok::<u32, leasehold::Error>(done)
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    cluster.kill(master).unwrap();
+    let done = runs
+        .await
+        .unwrap()
+        .expect("every acquisition rode out the failover");
+    assert!(done > 10, "{done} acquisitions");
+    let new_master = cluster.master_of(&store.lock_key(&k)).unwrap();
+    assert_ne!(new_master, master);
+    assert!(store.inspect(&k).await.unwrap().is_none(), "nothing left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_a_cluster_is_told_of_the_release() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap()
+        .expect("start a Redis Cluster");
+    let config = RedisConfig::new(cluster.url());
+    // Polling once a minute: only the release announcement (sharded pub/sub) can wake the
+    // waiter within its wait.
+    let manager = |store| {
+        LockManager::builder()
+            .client_id("t")
+            .farm_id("f1")
+            .store(store)
+            .retry_interval(Duration::from_secs(60))
+            .build()
+            .unwrap()
+    };
+    let holder = manager(RedisStore::connect(config.clone()).await.unwrap());
+    let waiter = manager(RedisStore::connect(config).await.unwrap());
+    let guard = holder.try_lock("told").await.unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock_with("told", LockOptions::new().wait(Duration::from_secs(20)))
+            .await
+            .map(|g| g.fencing_token())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = guard.fencing_token();
+    guard.release().await.unwrap();
+    let granted = waiting.await.unwrap().expect("the waiter got the lock");
+    assert!(
+        granted > held,
+        "fencing tokens grow: {held:?} then {granted:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_is_followed_and_loses_no_acknowledged_lock() {
+    let group = tokio::task::spawn_blocking(RedisSentinel::start)
+        .await
+        .unwrap()
+        .expect("start Redis Sentinel");
+    let config = RedisConfig::new(group.url()).min_replicas(1, Duration::from_millis(500));
+    let holder = RedisStore::connect(config.clone()).await.unwrap();
+    let k = key("sentinel-failover");
+    let lease = holder
+        .try_acquire(&Acquire::new(k.clone(), OwnerToken::generate(), TTL))
+        .await
+        .unwrap();
+    let old = group.master_port().unwrap();
+    let new = tokio::task::spawn_blocking(move || {
+        let port = group.failover();
+        (group, port)
+    })
+    .await
+    .unwrap();
+    let (group, new) = (new.0, new.1.expect("failover"));
+    assert_ne!(old, new);
+    // The holder's store follows the failover (a READONLY answer from the demoted master makes
+    // it ask the sentinels again), renews and releases on the new master.
+    let lease = within(Duration::from_secs(15), || holder.extend(&lease, TTL))
+        .await
+        .expect("extend on the new master");
+    let other = RedisStore::connect(RedisConfig::new(group.url()))
+        .await
+        .unwrap();
+    let info = other
+        .inspect(&k)
+        .await
+        .unwrap()
+        .expect("held on the new master");
+    assert_eq!(info.token.as_ref(), Some(lease.token()));
+    assert!(within(Duration::from_secs(10), || holder.release(&lease))
+        .await
+        .unwrap());
+    assert!(other.inspect(&k).await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_few_replicas_undo_the_grant_and_say_so() {
+    // A lone server has no replica: WAIT 1 answers 0, so no lock may be reported held.
+    let server = RedisServer::start().unwrap();
+    let store = RedisStore::connect(
+        RedisConfig::new(server.url()).min_replicas(1, Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    let k = key("unacknowledged");
+    let err = store
+        .try_acquire(&Acquire::new(k.clone(), OwnerToken::generate(), TTL))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(err.is_temporary());
+    assert!(err.to_string().contains("replicas"), "{err}");
+    assert!(
+        store.inspect(&k).await.unwrap().is_none(),
+        "the grant was undone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_server_url_at_a_cluster_node_names_redis_cluster() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap()
+        .expect("start a Redis Cluster");
+    let seed = cluster.seeds()[0].clone();
+    let err = RedisStore::connect(RedisConfig::new(format!("redis://{seed}")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreSetup, "{err}");
+    assert!(err.to_string().contains("redis+cluster://"), "{err}");
+    // And the other way round: a cluster URL at a lone server.
+    let server = RedisServer::start().unwrap();
+    let err = RedisStore::connect(RedisConfig::cluster([format!(
+        "127.0.0.1:{}",
+        server.port()
+    )]))
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreSetup, "{err}");
+    assert!(err.to_string().contains("not a cluster"), "{err}");
+}
