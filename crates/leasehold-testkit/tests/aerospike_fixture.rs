@@ -830,6 +830,87 @@ async fn pause_holds_data_requests_until_resume() {
 }
 
 #[tokio::test]
+async fn freeze_stops_answering_info_too_until_thaw() {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let client = Arc::new(client(&fixture).await);
+    let key = as_key!(NS, "f", "k");
+
+    fixture.freeze();
+    assert!(fixture.faults().is_frozen());
+    // Info is not answered either, as from a SIGSTOPped server.
+    let admin = aerospike::AdminPolicy { timeout: 300 };
+    assert!(client.info(&admin, &["namespaces"]).await.is_err());
+    // A write sent while frozen times out in doubt, and is applied once thawed.
+    let wp = WritePolicy {
+        base_policy: short_timeout(300),
+        ..WritePolicy::default()
+    };
+    let err = client.put(&wp, &key, &[as_bin!("v", 7)]).await.unwrap_err();
+    assert!(err.in_doubt(), "{err:?}");
+    fixture.thaw();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let record = loop {
+        match client.get(&ReadPolicy::default(), &key, Bins::All).await {
+            Ok(record) => break record,
+            Err(e) => {
+                assert!(
+                    Instant::now() < give_up,
+                    "not answering after the thaw: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(record.bins.get("v"), Some(&Value::from(7)));
+    assert!(client.info(&admin, &["namespaces"]).await.is_ok());
+    client.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn partition_ownership_follows_the_switch() {
+    use leasehold_testkit::aerospike::Partitions;
+    // Owning nothing: the client connects but finds no node for any key.
+    let fixture = AerospikeFixture::start().await.unwrap();
+    fixture.set_partitions(Partitions::Unowned);
+    let client = client(&fixture).await;
+    assert!(!client.partition_map_complete());
+    let key = as_key!(NS, "o", "k");
+    let err = client
+        .put(&write_policy(), &key, &[as_bin!("v", 1)])
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err:?}").contains("Cannot get appropriate node"),
+        "{err:?}"
+    );
+    assert_eq!(fixture.requests(), 0, "nothing reached the node");
+    // Owning them again: the client's next tend maps them.
+    fixture.set_partitions(Partitions::Owned);
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while !client.partition_map_complete() {
+        assert!(Instant::now() < give_up, "never mapped");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    client
+        .put(&write_policy(), &key, &[as_bin!("v", 1)])
+        .await
+        .unwrap();
+    assert_eq!(fixture.record_count("o"), 1);
+
+    // No table at all: a connecting client gives up.
+    let fixture = AerospikeFixture::start().await.unwrap();
+    fixture.set_partitions(Partitions::NoTable);
+    assert_eq!(fixture.faults().partitions(), Partitions::NoTable);
+    let Err(err) = Client::new(&ClientPolicy::default(), &fixture.host_string()).await else {
+        panic!("connected without a partition table");
+    };
+    assert!(
+        err.to_string().contains("partition table never formed"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn custom_namespace_and_unknown_namespace() {
     let fixture = AerospikeFixture::builder()
         .namespace("locks")
