@@ -118,10 +118,31 @@ async fn blocking_lock_picks_up_a_remote_release_by_backoff() {
     guard.release().await.unwrap();
 }
 
-/// A store whose acquire always fails with a connection error, counting attempts.
-#[derive(Debug, Default)]
+/// A store whose every operation fails with an error of one kind (a connection error: the store
+/// is down), counting acquire attempts.
+#[derive(Debug)]
 struct Unreachable {
+    kind: ErrorKind,
     attempts: AtomicU32,
+}
+
+impl Default for Unreachable {
+    fn default() -> Self {
+        Unreachable::failing_with(ErrorKind::Connection)
+    }
+}
+
+impl Unreachable {
+    fn failing_with(kind: ErrorKind) -> Self {
+        Unreachable {
+            kind,
+            attempts: AtomicU32::new(0),
+        }
+    }
+
+    fn error(&self) -> Error {
+        Error::new(self.kind, "cannot reach 127.0.0.1:1")
+    }
 }
 
 impl LockStore for Unreachable {
@@ -133,21 +154,25 @@ impl LockStore for Unreachable {
     }
     async fn try_acquire(&self, _: &Acquire) -> Result<Lease> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
-        Err(Error::connection("cannot reach 127.0.0.1:1"))
+        Err(self.error())
     }
     async fn release(&self, _: &Lease) -> Result<bool> {
-        Err(Error::connection("cannot reach 127.0.0.1:1"))
+        Err(self.error())
     }
     async fn extend(&self, _: &Lease, _: Duration) -> Result<Lease> {
-        Err(Error::connection("cannot reach 127.0.0.1:1"))
+        Err(self.error())
     }
     async fn inspect(&self, _: &LockKey) -> Result<Option<LockInfo>> {
-        Err(Error::connection("cannot reach 127.0.0.1:1"))
+        Err(self.error())
     }
 }
 
-#[tokio::test]
-async fn non_retryable_errors_end_the_wait_at_once() {
+/// A down store is retried within the wait (a failover is ridden out, see
+/// `crates/leasehold-redis/tests/failover_manager.rs` for real outages); when the wait runs out
+/// the error is the last store error, not a timeout. Errors a retry cannot help end the wait at
+/// once.
+#[tokio::test(start_paused = true)]
+async fn a_down_store_is_retried_within_the_wait_and_other_errors_end_it_at_once() {
     let store = Arc::new(Unreachable::default());
     let locks = LockManager::builder()
         .client_id("test")
@@ -155,9 +180,43 @@ async fn non_retryable_errors_end_the_wait_at_once() {
         .store(store.clone())
         .build()
         .unwrap();
-    let err = locks.lock("k").await.unwrap_err();
+    let wait = Duration::from_secs(3);
+    let started = Instant::now();
+    let err = locks
+        .lock_with("k", LockOptions::new().wait(wait))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(started.elapsed() >= wait, "the whole wait was used");
+    assert!(
+        err.to_string().contains("still down after waiting"),
+        "{err}"
+    );
+    let source = std::error::Error::source(&err).expect("the last store error");
+    assert!(
+        source.to_string().contains("cannot reach 127.0.0.1:1"),
+        "{source}"
+    );
+    assert!(store.attempts.load(Ordering::SeqCst) > 2);
+
+    // A try-lock answers at once.
+    let before = store.attempts.load(Ordering::SeqCst);
+    let err = locks.try_lock("k").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection);
-    assert_eq!(store.attempts.load(Ordering::SeqCst), 1);
+    assert_eq!(store.attempts.load(Ordering::SeqCst), before + 1);
+
+    for kind in [ErrorKind::StoreSetup, ErrorKind::Internal] {
+        let store = Arc::new(Unreachable::failing_with(kind));
+        let locks = LockManager::builder()
+            .client_id("test")
+            .farm_id("f1")
+            .store(store.clone())
+            .build()
+            .unwrap();
+        let err = locks.lock("k").await.unwrap_err();
+        assert_eq!(err.kind(), kind);
+        assert_eq!(store.attempts.load(Ordering::SeqCst), 1);
+    }
 }
 
 #[tokio::test(start_paused = true)]

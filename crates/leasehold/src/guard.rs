@@ -144,6 +144,11 @@ impl LockGuard {
 
     /// Resets the lease's TTL to `ttl`, only if the lock is still ours
     /// ([`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) otherwise).
+    ///
+    /// A store that is down (connection refused or reset, a failover, an outcome in doubt) is
+    /// retried with backoff until the lease expires, at most the manager's
+    /// [`release_retry`](crate::LockManagerBuilder::release_retry); then the last store error is
+    /// returned.
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         if self.unprotected {
@@ -164,9 +169,7 @@ impl LockGuard {
         );
         let result = crate::observe::in_scenario(
             self.scenario.clone(),
-            self.handle
-                .store
-                .extend(&lease, ttl)
+            crate::failover::extend(&self.handle.store, &self.handle.retry, &lease, ttl)
                 .instrument(span.clone()),
         )
         .await;
@@ -194,6 +197,12 @@ impl LockGuard {
     /// Releases the lock now. `Ok(true)`: it was still ours and is now free. `Ok(false)`: it was no
     /// longer ours (expired, broken, or taken after expiry) and nothing was deleted — the seed
     /// manager's `releaseLock` false.
+    ///
+    /// A store that is down (connection refused or reset, a failover, an outcome in doubt) is
+    /// retried with backoff until the lease would expire anyway, at most the manager's
+    /// [`release_retry`](crate::LockManagerBuilder::release_retry). If it stays down, the error
+    /// (of the last store error's kind) says the lock is left to expire and in how long, and a
+    /// [`LockEvent::LeftToExpire`](crate::LockEvent::LeftToExpire) is emitted.
     pub async fn release(mut self) -> Result<bool> {
         // `released` is set only once the release has completed: if this future is dropped
         // midway, `Drop` still sends the (owner-checked) release in the background.

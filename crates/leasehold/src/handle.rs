@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tracing::Instrument;
 
 use crate::core::{BoxStore, Lease, Lifecycle, LockEvent, LockStore, Observers, Result};
+use crate::failover::Retry;
 use crate::schedule::Schedule;
 use crate::waiters::Waiters;
 
@@ -21,6 +22,8 @@ pub(crate) struct Handle {
     pub(crate) lifecycle: Lifecycle,
     /// The watchdog's renewals not due yet (see [`crate::renewal`]).
     pub(crate) renewals: Arc<Schedule>,
+    /// How a down store is retried (see [`crate::failover`]).
+    pub(crate) retry: Retry,
 }
 
 impl Handle {

@@ -36,6 +36,7 @@
 #![forbid(unsafe_code)]
 
 mod backoff;
+mod failover;
 mod guard;
 mod handle;
 mod holder;
@@ -65,7 +66,8 @@ pub use guard::LockGuard;
 pub use holder::Holder;
 pub use manager::{
     LockManager, LockManagerBuilder, LockOptions, ToLockKey, Toggle, DEFAULT_LOCK_TTL,
-    DEFAULT_MIN_BACKOFF, DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
+    DEFAULT_MIN_BACKOFF, DEFAULT_RELEASE_RETRY, DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT,
+    DEFAULT_WAIT_FOR_LOCK,
 };
 pub use memory::MemoryStore;
 pub use multi_guard::MultiGuard;

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::core::{Acquire, Error, ErrorKind, Lease, LockEvent, LockStore, OwnerToken, Result};
+use crate::failover::is_store_down;
 use crate::guard::LockGuard;
 
 use crate::handle::Handle;
@@ -76,10 +77,12 @@ impl LockManager {
                 ))
             }
             Err(error)
-                if plan.on_store_down == StoreDownPolicy::Proceed && store_down(error.kind()) =>
+                if plan.on_store_down == StoreDownPolicy::Proceed
+                    && is_store_down(error.kind()) =>
             {
                 // Fail open, as the scenario says: an alert every time, and a guard holding
-                // nothing.
+                // nothing. A blocking call gets here only once its whole wait was spent retrying
+                // the store (a failover is ridden out first); a try-lock at once.
                 span.record("outcome", "proceeded_without_lock");
                 tracing::warn!(key = %plan.key, scenario = &*plan.scenario, %error,
                     "store down: proceeding WITHOUT the lock (on_store_down = proceed)");
@@ -128,6 +131,10 @@ impl LockManager {
         // of this process releasing the key.
         let store = handle.store.watch(&plan.key).await;
         let local = (!store.is_live()).then(|| handle.waiters.subscribe(&plan.key));
+        // A store that is down (a failover: see `crate::failover`) is retried like a refusal,
+        // within the same wait: the consecutive failures shape the backoff, and the last error is
+        // what the caller gets if the wait runs out while the store is still down.
+        let mut down: Option<(Error, u32)> = None;
         loop {
             // Enabled before the attempt, so a release between a failed attempt and the sleep is
             // not missed.
@@ -149,7 +156,17 @@ impl LockManager {
                 .with_waiter(Some(store.waiter()));
             *attempts += 1;
             let (retry_after, behind_others) = match self.attempt(handle, req).await {
-                Err(e) if e.is_unavailable() => (e.retry_after(), e.is_behind_others()),
+                Err(e) if e.is_unavailable() => {
+                    down = None;
+                    (e.retry_after(), e.is_behind_others())
+                }
+                Err(e) if is_store_down(e.kind()) => {
+                    let failures = down.as_ref().map_or(1, |(_, n)| n + 1);
+                    tracing::debug!(key = %plan.key, error = %e, attempt = *attempts,
+                        "the store is down; retrying within the wait");
+                    down = Some((e, failures));
+                    (None, false)
+                }
                 done => return done,
             };
             if behind_others {
@@ -160,6 +177,19 @@ impl LockManager {
             }
             let now = Instant::now();
             if now >= deadline {
+                if let Some((last, failures)) = down {
+                    tracing::warn!(key = %plan.key, error = %last, attempts = *attempts,
+                        "the store stayed down for the whole wait");
+                    return Err(Error::new(
+                        last.kind(),
+                        format!(
+                            "the store was still down after waiting {:?} ({attempts} attempts,                              the last {failures} failed on the store); the last error is the cause",
+                            now - started
+                        ),
+                    )
+                    .with_key(plan.key.as_str())
+                    .with_source(last));
+                }
                 return Err(Error::new(
                     ErrorKind::Timeout,
                     format!(
@@ -175,10 +205,11 @@ impl LockManager {
             // backoff grows from its shortest step. The holder's remaining TTL (where the store
             // reports it) bounds the wait for a lock nobody releases.
             let backoff = &self.inner.config.backoff;
-            let pause = if store.is_live() {
-                backoff.longest()
-            } else {
-                backoff.delay(*attempts)
+            let pause = match &down {
+                // The store's notifications may be down with it: back off from the shortest step.
+                Some((_, failures)) => backoff.delay(*failures),
+                None if store.is_live() => backoff.longest(),
+                None => backoff.delay(*attempts),
             };
             let mut pause = pause.min(deadline - now);
             if let Some(left) = retry_after {
@@ -246,13 +277,4 @@ impl Drop for Undo<'_> {
         self.handle
             .release_in_background(maybe_held, "an abandoned or in-doubt acquisition");
     }
-}
-
-/// Errors that mean the store could not be reached (what `on_store_down` is about): a connection
-/// failure, retries exhausted, or an outcome left in doubt.
-fn store_down(kind: ErrorKind) -> bool {
-    matches!(
-        kind,
-        ErrorKind::Connection | ErrorKind::RetriesExhausted | ErrorKind::InDoubt
-    )
 }

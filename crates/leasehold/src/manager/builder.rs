@@ -9,6 +9,7 @@ use crate::core::{
     option_layer, validate_ttl, BoxStore, Error, Layer, Lifecycle, LockKey, LockLevel, LockStore,
     Observer, Observers, Result, MAX_TTL,
 };
+use crate::failover::{Failover, Retry};
 use crate::handle::Handle;
 use crate::layers::{
     GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer, UnlockWindowLayer,
@@ -19,8 +20,8 @@ use crate::MemoryStore;
 
 use super::options::Renewal;
 use super::{
-    Config, Inner, LockManager, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF, DEFAULT_RETRY_INTERVAL,
-    DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
+    Config, Inner, LockManager, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF, DEFAULT_RELEASE_RETRY,
+    DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
 };
 
 /// Builds a [`LockManager`]. Obtain one with [`LockManager::builder`].
@@ -42,6 +43,7 @@ pub struct LockManagerBuilder {
     wait_for_lock: Duration,
     retry_interval: Duration,
     min_backoff: Duration,
+    release_retry: Duration,
     shutdown_timeout: Duration,
     observers: Observers,
     task_holders: bool,
@@ -144,15 +146,17 @@ impl ScenarioLayers {
         }
     }
 
-    /// Wraps `store` in the enabled layers, inner → outer: readback, unlock window, graceful
-    /// shutdown, local competition, reentrancy (see `crate::layers` for the reasons). Each layer
-    /// gets the manager's observers and the layers that act at shutdown its lifecycle. The stack
-    /// stays generic and is erased (boxed) once, at the end.
+    /// Wraps `store` in the enabled layers, inner → outer: readback, (the manager's failover
+    /// retry of releases, always), unlock window, graceful shutdown, local competition,
+    /// reentrancy (see `crate::layers` and `crate::failover` for the reasons). Each layer gets
+    /// the manager's observers and the layers that act at shutdown its lifecycle. The stack stays
+    /// generic and is erased (boxed) once, at the end.
     fn assemble<S: LockStore>(
         &self,
         store: S,
         observers: &Observers,
         lifecycle: &Lifecycle,
+        retry: Retry,
     ) -> BoxStore {
         let readback = option_layer(
             self.readback
@@ -178,6 +182,7 @@ impl ScenarioLayers {
                 .map(|l| l.with_observers(observers.clone())),
         );
         let store = readback.layer(store);
+        let store = Failover::new(store, retry, observers.clone());
         let store = unlock_window.layer(store);
         let store = graceful_shutdown.layer(store);
         let store = local_competition.layer(store);
@@ -196,6 +201,7 @@ impl LockManagerBuilder {
             wait_for_lock: DEFAULT_WAIT_FOR_LOCK,
             retry_interval: DEFAULT_RETRY_INTERVAL,
             min_backoff: DEFAULT_MIN_BACKOFF,
+            release_retry: DEFAULT_RELEASE_RETRY,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             observers: Observers::default(),
             task_holders: true,
@@ -270,6 +276,18 @@ impl LockManagerBuilder {
     /// First sleep between attempts of a blocking acquire. Default 10 ms.
     pub fn min_backoff(mut self, backoff: Duration) -> Self {
         self.min_backoff = backoff;
+        self
+    }
+
+    /// The longest a release keeps retrying a store that is down (connection refused or reset,
+    /// a failover, an outcome in doubt), with the acquire's backoff between attempts; never past
+    /// the lease's expiry, after which the store lets the lock go by itself. When it gives up,
+    /// the release's error says the lock is left to expire, and a
+    /// [`LockEvent::LeftToExpire`](crate::LockEvent::LeftToExpire) is emitted. An explicit
+    /// [`LockGuard::extend`](crate::LockGuard::extend) retries within the same bound. Zero: one
+    /// attempt. Default 10 s ([`DEFAULT_RELEASE_RETRY`](crate::DEFAULT_RELEASE_RETRY)).
+    pub fn release_retry(mut self, budget: Duration) -> Self {
+        self.release_retry = budget;
         self
     }
 
@@ -429,6 +447,8 @@ impl LockManagerBuilder {
             ));
         }
         let lifecycle = Lifecycle::new();
+        let backoff = Backoff::new(self.min_backoff, self.retry_interval);
+        let retry = Retry::new(backoff, self.release_retry);
         let own_stacks: Vec<_> = self
             .registry
             .iter()
@@ -438,15 +458,18 @@ impl LockManagerBuilder {
         // The default store stays concrete, so the layer stack over it is erased (boxed) once;
         // scenarios with their own layers share one boxed base store.
         let store = match (self.store, own_stacks.is_empty()) {
-            (Some(store), true) => self.layers.assemble(store, &self.observers, &lifecycle),
-            (None, true) => self
+            (Some(store), true) => self
                 .layers
-                .assemble(MemoryStore::new(), &self.observers, &lifecycle),
+                .assemble(store, &self.observers, &lifecycle, retry),
+            (None, true) => {
+                self.layers
+                    .assemble(MemoryStore::new(), &self.observers, &lifecycle, retry)
+            }
             (base, false) => {
                 let base = base.unwrap_or_else(|| BoxStore::new(MemoryStore::new()));
                 for scenario in own_stacks {
                     let layers = self.layers.with_overrides(scenario.layer_settings());
-                    let store = layers.assemble(base.clone(), &self.observers, &lifecycle);
+                    let store = layers.assemble(base.clone(), &self.observers, &lifecycle, retry);
                     stacks.insert(
                         scenario.name.clone(),
                         Arc::new(Handle {
@@ -455,10 +478,12 @@ impl LockManagerBuilder {
                             waiters: Waiters::default(),
                             lifecycle: lifecycle.clone(),
                             renewals: Arc::default(),
+                            retry,
                         }),
                     );
                 }
-                self.layers.assemble(base, &self.observers, &lifecycle)
+                self.layers
+                    .assemble(base, &self.observers, &lifecycle, retry)
             }
         };
         Ok(LockManager {
@@ -469,6 +494,7 @@ impl LockManagerBuilder {
                     waiters: Waiters::default(),
                     lifecycle,
                     renewals: Arc::default(),
+                    retry,
                 }),
                 config: Config {
                     client_id,
@@ -476,7 +502,7 @@ impl LockManagerBuilder {
                     default_level: self.default_level,
                     lock_ttl: self.lock_ttl,
                     wait_for_lock: self.wait_for_lock,
-                    backoff: Backoff::new(self.min_backoff, self.retry_interval),
+                    backoff,
                     shutdown_timeout: self.shutdown_timeout,
                     task_holders: self.task_holders,
                     renewal: self.renewal,

@@ -27,8 +27,8 @@ mod shutdown;
 
 pub use builder::{LockManagerBuilder, Toggle};
 pub use options::{
-    LockOptions, ToLockKey, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF, DEFAULT_RETRY_INTERVAL,
-    DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
+    LockOptions, ToLockKey, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF, DEFAULT_RELEASE_RETRY,
+    DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
 };
 
 /// The lock manager: acquire, wait for, release and inspect distributed locks.
@@ -124,9 +124,20 @@ impl LockManager {
     ///
     /// A task of this process waiting on a key is woken as soon as a local holder releases it;
     /// against holders in other processes it retries with jittered exponential backoff (10 ms up to
-    /// the retry interval), never sleeping past the deadline. Errors other than
-    /// [`ErrorKind::LockUnavailable`](crate::ErrorKind::LockUnavailable) end the wait at once. When
-    /// the deadline passes the error is [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
+    /// the retry interval), never sleeping past the deadline. When the deadline passes the error
+    /// is [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
+    ///
+    /// # A store that is down
+    /// A blocking acquire rides out a failover: a store error that a failover or an outage gives
+    /// ([`Connection`](crate::ErrorKind::Connection),
+    /// [`RetriesExhausted`](crate::ErrorKind::RetriesExhausted),
+    /// [`InDoubt`](crate::ErrorKind::InDoubt)) is retried with the same backoff, within the same
+    /// wait, like a refusal. If the wait runs out while the store is still down, the error has the
+    /// last store error's kind (not `Timeout`) and that error as its source. Any other error ends
+    /// the wait at once. An attempt left in doubt is undone (an owner-checked release of its own
+    /// token, in the background), so no lock is left held for nobody. With a scenario's
+    /// `on_store_down = proceed` the call proceeds without the lock only once its wait is spent
+    /// (a [`try_lock`](Self::try_lock), which never retries, at once).
     ///
     /// # Cancel safety
     /// Dropping the future stops the wait: no lock is left held and no waiter registration is

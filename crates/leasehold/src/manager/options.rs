@@ -20,6 +20,10 @@ pub const DEFAULT_WAIT_FOR_LOCK: Duration = Duration::from_secs(90);
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// Default first sleep between attempts of a blocking acquire.
 pub const DEFAULT_MIN_BACKOFF: Duration = Duration::from_millis(10);
+/// Default longest time a release keeps retrying a store that is down (a failover, a refused
+/// connection), never past the lease's expiry: see
+/// [`LockManagerBuilder::release_retry`](crate::LockManagerBuilder::release_retry).
+pub const DEFAULT_RELEASE_RETRY: Duration = Duration::from_secs(10);
 /// Default time [`LockManager::shutdown`] waits for in-flight acquisitions and background
 /// releases.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);

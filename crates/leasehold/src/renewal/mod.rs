@@ -415,6 +415,10 @@ mod tests {
             waiters: Waiters::default(),
             lifecycle: Lifecycle::new(),
             renewals: Arc::default(),
+            retry: crate::failover::Retry::new(
+                crate::backoff::Backoff::new(Duration::from_millis(10), Duration::from_secs(1)),
+                Duration::from_secs(10),
+            ),
         })
     }
 

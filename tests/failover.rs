@@ -1,0 +1,232 @@
+//! The manager rides out a failover, against a scripted store on paused time: a blocking acquire
+//! retries a down store within its wait, an attempt in doubt is undone, a try-lock answers at
+//! once, `on_store_down = proceed` proceeds only once the wait is spent, and a guard's release
+//! retries within its budget. The same against a real redis-server behind a fault proxy is in
+//! `crates/leasehold-redis/tests/failover_manager.rs`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::scenario::{AcquireMode, Scenario, ScenarioRegistry, StoreDownPolicy};
+use leasehold::{Error, ErrorKind, LockEvent, LockManager, LockOptions};
+use leasehold_testkit::scripted::{reply_lost, Op, ScriptedStore};
+use tokio::time::Instant;
+
+fn refused() -> Error {
+    Error::connection("cannot reach 127.0.0.1:1").with_source(std::io::Error::other("refused"))
+}
+
+type Events = Arc<Mutex<Vec<LockEvent>>>;
+
+/// A manager over `store` without renewal, recording its events.
+fn manager(store: &ScriptedStore, registry: ScenarioRegistry) -> (LockManager, Events) {
+    let events: Events = Arc::default();
+    let sink = events.clone();
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(store.clone())
+        .renewal(false)
+        .scenarios(registry)
+        .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.clone()))
+        .build()
+        .unwrap();
+    (locks, events)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_blocking_acquire_retries_a_down_store_and_gets_the_lock_once_it_is_back() {
+    let store = ScriptedStore::new();
+    store
+        .expect_acquire(Err(refused()))
+        .expect_acquire(Err(Error::new(ErrorKind::RetriesExhausted, "TRYAGAIN")))
+        .expect_acquire(Err(refused()))
+        .grant_acquire()
+        .expect_release(Ok(true));
+    let (locks, events) = manager(&store, ScenarioRegistry::new());
+    let guard = locks
+        .lock_with("k", LockOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(guard.is_held());
+    let attempts = events.lock().unwrap().iter().find_map(|e| match e {
+        LockEvent::Acquired { attempts, .. } => Some(*attempts),
+        _ => None,
+    });
+    assert_eq!(attempts, Some(4));
+    assert!(guard.release().await.unwrap());
+    store.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_in_doubt_is_undone_before_the_wait_goes_on() {
+    let store = ScriptedStore::new();
+    // In doubt, and the readback fails too: the attempt may have taken the lock.
+    store
+        .expect_acquire(Err(reply_lost()))
+        .expect_inspect(Err(refused()))
+        .grant_acquire()
+        .expect_release(Ok(true))
+        .expect_release(Ok(true));
+    let (locks, _) = manager(&store, ScenarioRegistry::new());
+    let guard = locks
+        .lock_with("k", LockOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    // Let the background undo run.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let calls = store.calls();
+    let acquires: Vec<_> = calls.iter().filter(|c| c.op == Op::TryAcquire).collect();
+    let releases: Vec<_> = calls.iter().filter(|c| c.op == Op::Release).collect();
+    assert_eq!(acquires.len(), 2);
+    assert_eq!(releases.len(), 1, "the in-doubt attempt was undone");
+    assert_eq!(releases[0].token, acquires[0].token, "with its own token");
+    assert_ne!(
+        acquires[1].token, acquires[0].token,
+        "each attempt has a fresh token"
+    );
+    assert_eq!(Some(guard.token()), acquires[1].token.as_ref());
+    assert!(guard.release().await.unwrap());
+    store.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_down_for_the_whole_wait_reports_the_last_store_error_and_a_try_answers_at_once() {
+    let store = ScriptedStore::new();
+    for _ in 0..100 {
+        store.expect_acquire(Err(refused()));
+    }
+    let (locks, events) = manager(&store, ScenarioRegistry::new());
+    let wait = Duration::from_secs(2);
+    let started = Instant::now();
+    let err = locks
+        .lock_with("k", LockOptions::new().wait(wait))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(started.elapsed() >= wait);
+    let attempts = store.count(Op::TryAcquire);
+    assert!(attempts > 2, "{attempts}");
+    assert!(events.lock().unwrap().iter().any(|e| matches!(
+        e,
+        LockEvent::AcquireFailed { error: ErrorKind::Connection, attempts: n, .. } if *n as usize == attempts
+    )));
+
+    let started = Instant::now();
+    let err = locks.try_lock("k").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    assert_eq!(started.elapsed(), Duration::ZERO, "no sleep on paused time");
+    assert_eq!(store.count(Op::TryAcquire), attempts + 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_last_is_a_timeout_even_after_store_errors() {
+    let store = ScriptedStore::new();
+    let key = leasehold::LockKey::dc("f1", "test", "k").unwrap();
+    store.expect_acquire(Err(refused()));
+    for _ in 0..100 {
+        store.expect_acquire(Err(Error::unavailable(&key)));
+    }
+    let (locks, _) = manager(&store, ScenarioRegistry::new());
+    let err = locks
+        .lock_with("k", LockOptions::new().wait(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn proceed_on_store_down_waits_out_the_wait_first_and_a_try_proceeds_at_once() {
+    let registry = ScenarioRegistry::new()
+        .with(
+            Scenario::new("feed")
+                .keys("feed-*")
+                .wait(Duration::from_secs(1))
+                .on_store_down(StoreDownPolicy::Proceed),
+        )
+        .unwrap()
+        .with(
+            Scenario::new("poll")
+                .keys("poll-*")
+                .mode(AcquireMode::Try)
+                .on_store_down(StoreDownPolicy::Proceed),
+        )
+        .unwrap();
+    let store = ScriptedStore::new();
+    // Down for a moment, then back: the blocking call gets the real lock.
+    store
+        .expect_acquire(Err(refused()))
+        .grant_acquire()
+        .expect_release(Ok(true));
+    let (locks, events) = manager(&store, registry);
+    let guard = locks.acquire("feed-1").await.unwrap();
+    assert!(!guard.is_unprotected(), "the failover was ridden out");
+    assert!(guard.release().await.unwrap());
+
+    // Down for the whole wait: proceeds without the lock, once the wait is spent.
+    for _ in 0..100 {
+        store.expect_acquire(Err(refused()));
+    }
+    let started = Instant::now();
+    let guard = locks.acquire("feed-2").await.unwrap();
+    assert!(guard.is_unprotected());
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    let before = store.count(Op::TryAcquire);
+
+    // A try-only scenario proceeds after its one attempt.
+    let started = Instant::now();
+    let guard = locks.acquire("poll-1").await.unwrap();
+    assert!(guard.is_unprotected());
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(store.count(Op::TryAcquire), before + 1);
+    let proceeded = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, LockEvent::ProceededWithoutLock { .. }))
+        .count();
+    assert_eq!(proceeded, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_guards_release_retries_and_when_the_store_stays_down_says_the_lock_is_left_to_expire() {
+    let store = ScriptedStore::new();
+    store
+        .grant_acquire()
+        .expect_release(Err(refused()))
+        .expect_release(Err(reply_lost()))
+        .expect_inspect(Err(refused()))
+        .expect_release(Ok(true));
+    let (locks, events) = manager(&store, ScenarioRegistry::new());
+    let guard = locks
+        .try_lock_with("k", LockOptions::new().ttl(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert!(
+        guard.release().await.unwrap(),
+        "released once the store was back"
+    );
+    store.verify();
+
+    store.grant_acquire();
+    for _ in 0..100 {
+        store.expect_release(Err(refused()));
+    }
+    let ttl = Duration::from_secs(2);
+    let guard = locks
+        .try_lock_with("k", LockOptions::new().ttl(ttl))
+        .await
+        .unwrap();
+    let err = guard.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection);
+    assert!(err.to_string().contains("left to expire in"), "{err}");
+    let left = events.lock().unwrap().iter().find_map(|e| match e {
+        LockEvent::LeftToExpire {
+            error, expires_in, ..
+        } => Some((*error, *expires_in)),
+        _ => None,
+    });
+    let (kind, expires_in) = left.expect("a LeftToExpire event");
+    assert_eq!(kind, ErrorKind::Connection);
+    assert!(expires_in < ttl);
+}
