@@ -30,10 +30,14 @@ pub(crate) enum StoreUrl {
         /// `host:port,host:port` (the seeds or the sentinels).
         hosts: String,
     },
-    /// An Aerospike cluster, seeded by one host.
+    /// An Aerospike cluster, seeded by one host or several (`h1:3000,h2:3000`).
     Aerospike {
+        /// The first seed host (without IPv6 brackets).
         host: String,
+        /// The first seed host's port.
         port: u16,
+        /// Every seed host, `host:port[,host:port…]` (IPv6 in brackets): the client's seed list.
+        seeds: String,
         namespace: String,
         set_suffix: Option<String>,
         farm: Option<String>,
@@ -156,6 +160,15 @@ impl StoreUrl {
                 hosts,
             });
         }
+        if let Some((first, seeds)) = aerospike_seeds(raw).map_err(|p| fail(&p))? {
+            // Several seed hosts are no URL to the url crate: the URL with the first one alone
+            // is parsed as any, and the seed list is every host.
+            let mut parsed = Self::parse(&first).map_err(|e| fail(&e.problem))?;
+            if let StoreUrl::Aerospike { seeds: all, .. } = &mut parsed {
+                *all = seeds;
+            }
+            return Ok(parsed);
+        }
         let url = Url::parse(raw).map_err(|e| fail(&format!("not a URL ({e})")))?;
         match url.scheme() {
             "memory" => Ok(StoreUrl::Memory),
@@ -182,10 +195,12 @@ impl StoreUrl {
             "aerospike" => {
                 let mut url = url;
                 let tls = TlsParams::take(&mut url).map_err(|p| fail(&p))?;
-                let host = url
+                let bracketed = url
                     .host_str()
                     .filter(|h| !h.is_empty())
-                    .ok_or_else(|| fail("an aerospike URL needs a host"))?
+                    .ok_or_else(|| fail("an aerospike URL needs a host"))?;
+                let seeds = format!("{bracketed}:{}", url.port().unwrap_or(3000));
+                let host = bracketed
                     .trim_start_matches('[')
                     .trim_end_matches(']')
                     .to_owned();
@@ -233,6 +248,7 @@ impl StoreUrl {
                 Ok(StoreUrl::Aerospike {
                     host,
                     port: url.port().unwrap_or(3000),
+                    seeds,
                     namespace,
                     set_suffix,
                     farm,
@@ -266,11 +282,53 @@ impl StoreUrl {
                 (Some(h), Some(p)) if !h.is_empty() => format!("{h}:{p}"),
                 _ => url.path().to_owned(),
             },
-            StoreUrl::Aerospike { host, port, .. } => format!("{host}:{port}"),
+            StoreUrl::Aerospike { seeds, .. } => seeds.clone(),
             StoreUrl::Etcd { hosts, .. } => hosts.clone(),
             StoreUrl::RedisGroup { hosts, .. } => hosts.clone(),
         }
     }
+}
+
+/// For an `aerospike://` URL with several seed hosts (`user:pw@h1:3000,h2:3000/ns?…`): the URL
+/// with the first host alone, and every host as `host:port[,…]` (port 3000 when none is given).
+/// `None` for any other URL. Each host is checked as a URL's host and port would be.
+fn aerospike_seeds(raw: &str) -> Result<Option<(String, String)>, String> {
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        return Ok(None);
+    };
+    if !scheme.eq_ignore_ascii_case("aerospike") {
+        return Ok(None);
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => authority.split_at(at + 1),
+        None => ("", authority),
+    };
+    if !hosts.contains(',') {
+        return Ok(None);
+    }
+    let mut seeds = Vec::new();
+    for (n, host) in hosts.split(',').enumerate() {
+        if host.is_empty() {
+            return Err(format!(
+                "seed host {} of {hosts:?} is empty (write host:port,host:port)",
+                n + 1
+            ));
+        }
+        let url = Url::parse(&format!("aerospike://{host}/"))
+            .map_err(|e| format!("seed host {host:?} is not host:port ({e})"))?;
+        let name = url
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| format!("seed host {host:?} has no host name"))?;
+        seeds.push(format!("{name}:{}", url.port().unwrap_or(3000)));
+    }
+    let first = hosts.split(',').next().unwrap_or_default();
+    Ok(Some((
+        format!("{scheme}://{userinfo}{first}{tail}"),
+        seeds.join(","),
+    )))
 }
 
 /// `etcd://user:password@hosts…` → `etcd://user:***@hosts…`.
@@ -317,8 +375,7 @@ impl fmt::Display for StoreUrl {
             StoreUrl::Memory => f.write_str("memory://"),
             StoreUrl::Redis { url, .. } => f.write_str(&redact(url)),
             StoreUrl::Aerospike {
-                host,
-                port,
+                seeds,
                 namespace,
                 user,
                 password,
@@ -329,7 +386,7 @@ impl fmt::Display for StoreUrl {
                     (Some(u), None) => format!("{u}@"),
                     _ => String::new(),
                 };
-                write!(f, "aerospike://{auth}{host}:{port}/{namespace}")
+                write!(f, "aerospike://{auth}{seeds}/{namespace}")
             }
             StoreUrl::Etcd { raw, .. } => f.write_str(&redact_etcd(raw)),
             StoreUrl::RedisGroup { raw, .. } => {
@@ -388,6 +445,7 @@ mod tests {
             StoreUrl::Aerospike {
                 host: "127.0.0.1".into(),
                 port: 3100,
+                seeds: "127.0.0.1:3100".into(),
                 namespace: "locks".into(),
                 set_suffix: Some("dlm".into()),
                 farm: Some("f1".into()),
@@ -457,6 +515,63 @@ mod tests {
         assert_eq!(tls_name.as_deref(), Some("as.example"));
         assert_eq!(tls.ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
         assert!(tls.cert.is_some() && tls.key.is_some());
+    }
+
+    #[test]
+    fn aerospike_takes_several_seed_hosts() {
+        let url = StoreUrl::parse(
+            "aerospike://app:s3cret@10.0.0.5:3100,node6,[::1]:3200/locks?farm=f1&tls_name=as.example",
+        )
+        .unwrap();
+        let StoreUrl::Aerospike {
+            host,
+            port,
+            seeds,
+            namespace,
+            user,
+            password,
+            tls_name,
+            farm,
+            ..
+        } = &url
+        else {
+            panic!("{url:?}")
+        };
+        assert_eq!(seeds, "10.0.0.5:3100,node6:3000,[::1]:3200");
+        assert_eq!((host.as_str(), *port), ("10.0.0.5", 3100), "the first seed");
+        assert_eq!(namespace, "locks");
+        assert_eq!(
+            (user.as_deref(), password.as_deref()),
+            (Some("app"), Some("s3cret"))
+        );
+        assert_eq!(tls_name.as_deref(), Some("as.example"));
+        assert_eq!(farm.as_deref(), Some("f1"));
+        assert_eq!(url.address(), "10.0.0.5:3100,node6:3000,[::1]:3200");
+        assert_eq!(
+            url.to_string(),
+            "aerospike://app:***@10.0.0.5:3100,node6:3000,[::1]:3200/locks"
+        );
+        let one = StoreUrl::parse("aerospike://[::1]:3200/ns").unwrap();
+        assert_eq!(one.address(), "[::1]:3200");
+
+        for (raw, expect) in [
+            ("aerospike://h1:3000,,h2:3000/ns", "seed host 2"),
+            (
+                "aerospike://h1:3000,h2:99999/ns",
+                "\"h2:99999\" is not host:port",
+            ),
+            ("aerospike://h1:3000,h2:x/ns", "\"h2:x\" is not host:port"),
+            ("aerospike://u:s3cret@h1:3000,h2:3000", "namespace"),
+            (
+                "aerospike://h1:3000,h2:3000/ns?color=red",
+                "unknown aerospike parameter",
+            ),
+        ] {
+            let err = StoreUrl::parse(raw).unwrap_err().to_string();
+            assert!(err.contains(expect), "{raw}: {err}");
+            assert!(err.contains("examples: memory://"), "{err}");
+            assert!(!err.contains("s3cret"), "{err}");
+        }
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The `leasehold` binary against Aerospike: `run`, `inspect`, `list`, `release --force` and
-//! `history` (the lock trace of a traced scenario), a missing namespace, and credentials kept out
-//! of the output. Against the cluster in `AEROSPIKE_HOSTS` when it is set (its first host;
-//! `AEROSPIKE_NAMESPACE`, `AEROSPIKE_USER`, `AEROSPIKE_PASSWORD`), the wire fixture otherwise
-//! (`AerospikeTarget`); key names are unique per run.
+//! `history` (the lock trace of a traced scenario), a missing namespace, credentials kept out of
+//! the output, and several seed hosts in the URL. Against the cluster in `AEROSPIKE_HOSTS` when it
+//! is set (every host of it, as the URL's seed list; `AEROSPIKE_NAMESPACE`, `AEROSPIKE_USER`,
+//! `AEROSPIKE_PASSWORD`), the wire fixture otherwise (`AerospikeTarget`); key names are unique
+//! per run.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -39,9 +40,20 @@ fn holder(store: &str, global: &[&str], key: &str) -> Child {
     run
 }
 
-/// `aerospike://[user:password@]host:port/<namespace>?<query>` for the target (its first host).
+/// `aerospike://[user:password@]host:port[,host:port…]/<namespace>?<query>` for the target
+/// (every seed host it has).
 fn url(target: &AerospikeTarget, namespace: &str, query: &str) -> String {
-    let host = target.hosts().split(',').next().unwrap_or_default().trim();
+    seeded_url(target, target.hosts(), namespace, query)
+}
+
+/// [`url`] with these seed hosts.
+fn seeded_url(target: &AerospikeTarget, hosts: &str, namespace: &str, query: &str) -> String {
+    let host = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect::<Vec<_>>()
+        .join(",");
     let credentials = match target.credentials() {
         Some((user, password)) => {
             let enc = |s: &str| {
@@ -243,4 +255,70 @@ async fn history_prints_the_trace_kept_in_the_namespace() {
     assert_eq!(entries[0]["event"], "released", "{json}");
     assert_eq!(entries[1]["event"], "acquired", "{json}");
     assert!(entries[1]["pid"].as_u64().is_some(), "{json}");
+}
+
+/// A loopback port nothing listens on: connecting is refused.
+fn closed_port() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    addr.to_string()
+}
+
+/// The seed node is down, the others serve: `run` gets the lock through another seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs src/store.rs to hand StoreUrl::Aerospike's `seeds` to AerospikeConfig::new (today it builds the hosts from the first seed alone)"]
+async fn a_down_first_seed_is_passed_over() {
+    let target = AerospikeTarget::from_env().await.unwrap();
+    let hosts = format!("{},{}", closed_port(), target.hosts());
+    let url = seeded_url(&target, &hosts, target.namespace(), "farm=farm1");
+    let name = target.unique("seeded");
+    let out = tokio::task::spawn_blocking({
+        let (url, name) = (url.clone(), name.clone());
+        move || leasehold(&url, &["run", &name, "--", "true"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let mut run = holder(&url, &[], &name);
+    if let Some(fixture) = target.fixture() {
+        assert!(
+            fixture
+                .record_by_key("DC#farm1#distributed_lock", &format!("cli#{name}"))
+                .is_some(),
+            "held through the second seed"
+        );
+    }
+    let out = leasehold(&url, &["inspect", &name]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let _ = kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM);
+    run.wait().unwrap();
+    let out = leasehold(&url, &["inspect", &name]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "released: {}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn a_bad_seed_list_is_refused_before_any_io() {
+    for (raw, expect) in [
+        (
+            "aerospike://127.0.0.1:3000,,127.0.0.1:3001/test",
+            "seed host 2",
+        ),
+        (
+            "aerospike://u:s3cret@127.0.0.1:3000,127.0.0.1:99999/test",
+            "is not host:port",
+        ),
+    ] {
+        let out = leasehold(raw, &["inspect", "k"]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{raw}: {err}");
+        assert!(err.contains(expect), "{raw}: {err}");
+        assert!(!err.contains("s3cret"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
 }
