@@ -256,8 +256,13 @@ async fn a_node_without_partitions_fails_acquisitions_temporarily_until_it_has_t
 
     // The node takes its partitions (the client learns it at its next tend): acquisitions go
     // through again.
+    let owned_at = Instant::now();
     fixture.set_partitions(Partitions::Owned);
     let lease = acquire_when_usable(&store, &req, Duration::from_secs(10)).await;
+    eprintln!(
+        "acquired {:?} after the node took its partitions",
+        owned_at.elapsed()
+    );
     assert!(stored(&fixture, "homeless").is_some());
     assert!(store.release(&lease).await.unwrap());
     assert!(
@@ -275,6 +280,7 @@ async fn connect_waits_for_the_partition_table_and_its_masters() {
     ] {
         let fixture = AerospikeFixture::start().await.unwrap();
         fixture.set_partitions(state);
+        let started = Instant::now();
         let connecting = tokio::spawn(AerospikeStore::connect(config_for(&fixture.host_string())));
         tokio::time::sleep(Duration::from_millis(500)).await;
         fixture.set_partitions(Partitions::Owned);
@@ -282,6 +288,10 @@ async fn connect_waits_for_the_partition_table_and_its_masters() {
             .await
             .unwrap()
             .unwrap_or_else(|e| panic!("{state:?}: {e}"));
+        eprintln!(
+            "{state:?} for 0.5 s: connected after {:?}",
+            started.elapsed()
+        );
         // Connected once every partition had a master: the first try goes through.
         let req = acquire("formed", Duration::from_secs(30));
         let lease = store
@@ -313,6 +323,7 @@ async fn a_frozen_node_delays_extend_and_release_without_failing_them() {
     let req = acquire("frozen", Duration::from_secs(30));
     let lease = store.try_acquire(&req).await.unwrap();
 
+    let frozen_at = Instant::now();
     fixture.freeze();
     let extending = tokio::spawn({
         let (store, lease) = (store.clone(), lease.clone());
@@ -324,11 +335,13 @@ async fn a_frozen_node_delays_extend_and_release_without_failing_them() {
         .await
         .unwrap()
         .expect("extended once the node answered again");
+    eprintln!("extend through a 1 s freeze took {:?}", frozen_at.elapsed());
     let ttl = stored(&fixture, "frozen").unwrap().ttl.unwrap();
     assert!(ttl > Duration::from_secs(40), "the new TTL: {ttl:?}");
 
     // The delete reaches the frozen node and waits there; its reply is lost to the client's
     // timeout. The store reads the record back once the node answers: gone, so released.
+    let frozen_at = Instant::now();
     fixture.freeze();
     let releasing = tokio::spawn({
         let (store, lease) = (store.clone(), lease.clone());
@@ -340,6 +353,10 @@ async fn a_frozen_node_delays_extend_and_release_without_failing_them() {
         .await
         .unwrap()
         .expect("released once the node answered again"));
+    eprintln!(
+        "release through a 1 s freeze took {:?}",
+        frozen_at.elapsed()
+    );
     assert!(stored(&fixture, "frozen").is_none(), "nothing left behind");
     assert_eq!(store.inspect(&req.key).await.unwrap(), None);
 }
