@@ -15,7 +15,8 @@ use crate::observe::current_scenario;
 /// `leasehold.readback.recoveries` (`operation`, `held`), `leasehold.unlock_window.skips`,
 /// `leasehold.reentries`, `leasehold.handoffs`, `leasehold.releases` (`was_held`),
 /// `leasehold.shutdown.releases`, `leasehold.renewals`, `leasehold.locks.lost`,
-/// `leasehold.store_down.proceeded` (`error.type`), and the up-down counter
+/// `leasehold.store_down.proceeded` (`error.type`), `leasehold.releases.left_to_expire`
+/// (`error.type`), and the up-down counter
 /// `leasehold.locks.held`. Every measurement carries the `scenario` of the lock operation
 /// ([`current_scenario`](crate::observe::current_scenario); `default` outside one).
 ///
@@ -44,6 +45,7 @@ pub struct OtelMetrics {
     renewals: Counter<u64>,
     lost: Counter<u64>,
     proceeded: Counter<u64>,
+    left_to_expire: Counter<u64>,
     held: UpDownCounter<i64>,
 }
 
@@ -129,6 +131,12 @@ impl OtelMetrics {
                 "Acquisitions that proceeded WITHOUT the lock because the store was down \
                  (on_store_down = proceed): an alert",
             ),
+            left_to_expire: counter(
+                "leasehold.releases.left_to_expire",
+                "{release}",
+                "Releases that gave up on a store that stayed down: the lock is left to expire at \
+                 its TTL",
+            ),
             held: meter
                 .i64_up_down_counter("leasehold.locks.held")
                 .with_unit("{lock}")
@@ -206,6 +214,10 @@ impl Observer for OtelMetrics {
             LockEvent::Renewed { .. } => self.renewals.add(1, &self.attrs(&[])),
             LockEvent::Lost { .. } => self.lost.add(1, &self.attrs(&[])),
             LockEvent::ProceededWithoutLock { error, .. } => self.proceeded.add(
+                1,
+                &self.attrs(&[KeyValue::new("error.type", error.as_str())]),
+            ),
+            LockEvent::LeftToExpire { error, .. } => self.left_to_expire.add(
                 1,
                 &self.attrs(&[KeyValue::new("error.type", error.as_str())]),
             ),

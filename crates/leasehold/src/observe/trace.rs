@@ -127,6 +127,14 @@ fn describe(event: &LockEvent) -> String {
         LockEvent::ReleasedAtShutdown { .. } => "released by graceful shutdown".to_owned(),
         LockEvent::Renewed { .. } => "lease renewed".to_owned(),
         LockEvent::Lost { reason, .. } => format!("lost: {reason}"),
+        LockEvent::LeftToExpire {
+            error,
+            expires_in,
+            attempts,
+            ..
+        } => format!(
+            "release gave up after {attempts} attempts ({error}); left to expire in {expires_in:?}"
+        ),
         _ => String::new(),
     }
 }
