@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leasehold::observe::LockTrace;
 use leasehold::scenario::{AcquireMode, Scenario, ScenarioRegistry, StoreDownPolicy};
 use leasehold::{Error, ErrorKind, LockEvent, LockManager, LockOptions};
 use leasehold_testkit::scripted::{reply_lost, Op, ScriptedStore};
@@ -18,11 +19,13 @@ fn refused() -> Error {
 
 type Events = Arc<Mutex<Vec<LockEvent>>>;
 
-/// A manager over `store` without renewal, recording its events.
-fn manager(store: &ScriptedStore, registry: ScenarioRegistry) -> (LockManager, Events) {
+/// A manager over `store` without renewal, recording its events (and keeping a lock trace).
+fn manager(store: &ScriptedStore, registry: ScenarioRegistry) -> (LockManager, Events, LockTrace) {
     let events: Events = Arc::default();
     let sink = events.clone();
+    let trace = LockTrace::new(64);
     let locks = LockManager::builder()
+        .observer(trace.clone())
         .client_id("test")
         .farm_id("f1")
         .store(store.clone())
@@ -31,7 +34,7 @@ fn manager(store: &ScriptedStore, registry: ScenarioRegistry) -> (LockManager, E
         .observer(move |e: &LockEvent| sink.lock().unwrap().push(e.clone()))
         .build()
         .unwrap();
-    (locks, events)
+    (locks, events, trace)
 }
 
 #[tokio::test(start_paused = true)]
@@ -43,7 +46,7 @@ async fn a_blocking_acquire_retries_a_down_store_and_gets_the_lock_once_it_is_ba
         .expect_acquire(Err(refused()))
         .grant_acquire()
         .expect_release(Ok(true));
-    let (locks, events) = manager(&store, ScenarioRegistry::new());
+    let (locks, events, _) = manager(&store, ScenarioRegistry::new());
     let guard = locks
         .lock_with("k", LockOptions::new().wait(Duration::from_secs(5)))
         .await
@@ -68,7 +71,7 @@ async fn an_attempt_in_doubt_is_undone_before_the_wait_goes_on() {
         .grant_acquire()
         .expect_release(Ok(true))
         .expect_release(Ok(true));
-    let (locks, _) = manager(&store, ScenarioRegistry::new());
+    let (locks, _, _) = manager(&store, ScenarioRegistry::new());
     let guard = locks
         .lock_with("k", LockOptions::new().wait(Duration::from_secs(5)))
         .await
@@ -96,7 +99,7 @@ async fn a_store_down_for_the_whole_wait_reports_the_last_store_error_and_a_try_
     for _ in 0..100 {
         store.expect_acquire(Err(refused()));
     }
-    let (locks, events) = manager(&store, ScenarioRegistry::new());
+    let (locks, events, _) = manager(&store, ScenarioRegistry::new());
     let wait = Duration::from_secs(2);
     let started = Instant::now();
     let err = locks
@@ -127,7 +130,7 @@ async fn a_refusal_last_is_a_timeout_even_after_store_errors() {
     for _ in 0..100 {
         store.expect_acquire(Err(Error::unavailable(&key)));
     }
-    let (locks, _) = manager(&store, ScenarioRegistry::new());
+    let (locks, _, _) = manager(&store, ScenarioRegistry::new());
     let err = locks
         .lock_with("k", LockOptions::new().wait(Duration::from_secs(1)))
         .await
@@ -158,7 +161,7 @@ async fn proceed_on_store_down_waits_out_the_wait_first_and_a_try_proceeds_at_on
         .expect_acquire(Err(refused()))
         .grant_acquire()
         .expect_release(Ok(true));
-    let (locks, events) = manager(&store, registry);
+    let (locks, events, _) = manager(&store, registry);
     let guard = locks.acquire("feed-1").await.unwrap();
     assert!(!guard.is_unprotected(), "the failover was ridden out");
     assert!(guard.release().await.unwrap());
@@ -197,7 +200,7 @@ async fn a_guards_release_retries_and_when_the_store_stays_down_says_the_lock_is
         .expect_release(Err(reply_lost()))
         .expect_inspect(Err(refused()))
         .expect_release(Ok(true));
-    let (locks, events) = manager(&store, ScenarioRegistry::new());
+    let (locks, events, trace) = manager(&store, ScenarioRegistry::new());
     let guard = locks
         .try_lock_with("k", LockOptions::new().ttl(Duration::from_secs(5)))
         .await
@@ -229,4 +232,14 @@ async fn a_guards_release_retries_and_when_the_store_stays_down_says_the_lock_is
     let (kind, expires_in) = left.expect("a LeftToExpire event");
     assert_eq!(kind, ErrorKind::Connection);
     assert!(expires_in < ttl);
+    let entry = trace
+        .entries()
+        .into_iter()
+        .find(|e| e.event == "left_to_expire")
+        .expect("in the lock trace");
+    assert!(
+        entry.detail.contains("left to expire in"),
+        "{}",
+        entry.detail
+    );
 }

@@ -218,9 +218,12 @@ impl LockManager {
             // With store notifications a local release is not this task's turn (the store names
             // the next process in line, and local competition lets the head of this process's
             // line ask), so there is no local subscription to wait on.
+            // While the store is down its notifications are not trusted to pace the retries (a
+            // dropped connection wakes every waiter): the backoff does.
+            let store_up = down.is_none();
             tokio::select! {
                 _ = async { if let Some(woken) = woken.as_mut().as_pin_mut() { woken.await } }, if local.is_some() => {}
-                _ = &mut notified => {}
+                _ = &mut notified, if store_up => {}
                 _ = handle.lifecycle.closing() => {
                     return Err(Error::shut_down().with_key(plan.key.as_str()))
                 }
