@@ -1,12 +1,14 @@
 //! The lock manager over the Redis store rides out real outages: a private redis-server behind the
-//! testkit's TCP fault proxy, which refuses connections (and closes open ones) for a while, and a
-//! server turned read-only as a failover leaves a client talking to a replica (`READONLY`).
+//! testkit's TCP fault proxy, which refuses connections (and closes open ones) or loses every reply
+//! after the server applied the request, for a while, and a server turned read-only as a failover
+//! leaves a client talking to a replica (`READONLY`).
 //!
 //! What is checked (see `crate::failover` in `leasehold`): a blocking acquire retries the store
 //! within its wait and gets the lock once the store is back; a store down for the whole wait gives
 //! the last store error, not a timeout; a try-lock answers at once; a guard's release retries
 //! within its budget, and says the lock is left to its TTL when the store stays down; renewal
-//! keeps a guard held across an outage shorter than the lease. Each test has its own server and
+//! keeps a guard held across an outage shorter than the lease; attempts that may have taken the lock
+//! while their replies were lost are undone, never reported held. Each test has its own server and
 //! proxy on loopback; a second store talks to the server directly to see what it holds.
 
 use std::sync::{Arc, Mutex};
@@ -324,4 +326,53 @@ async fn a_blocking_acquire_rides_out_a_read_only_primary() {
     });
     assert!(attempts.is_some_and(|n| n > 1), "retried: {attempts:?}");
     assert!(guard.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_applied_with_their_replies_lost_are_undone_and_never_reported_held() {
+    let rig = rig(|b| b).await;
+    // Requests reach the server (an attempt may take the lock), replies are lost and the
+    // connection closed: every attempt in this outage ends in doubt.
+    rig.proxy.set_mode(ProxyMode::DropReplies);
+    let waiter = tokio::spawn({
+        let locks = rig.locks.clone();
+        async move {
+            locks
+                .lock_with("order-8", LockOptions::new().wait(Duration::from_secs(20)))
+                .await
+        }
+    });
+    tokio::time::sleep(OUTAGE).await;
+    rig.proxy.set_mode(ProxyMode::Pass);
+    let guard = waiter
+        .await
+        .unwrap()
+        .expect("acquired once replies came back");
+    let attempts = rig.events().iter().find_map(|e| match e {
+        LockEvent::Acquired { attempts, .. } => Some(*attempts),
+        _ => None,
+    });
+    assert!(attempts.is_some_and(|n| n > 1), "retried: {attempts:?}");
+    // Held in Redis by this guard's token, not by an earlier attempt's.
+    let info = rig
+        .direct
+        .inspect(guard.key())
+        .await
+        .unwrap()
+        .expect("held in Redis");
+    assert!(
+        info.is_owned_by(guard.token()),
+        "held by the guard's own token"
+    );
+    assert!(guard.release().await.unwrap());
+    // No attempt's lock is left behind: the key is free (an undo still in flight is waited for).
+    let free_by = Instant::now() + Duration::from_secs(15);
+    while rig.held("order-8").await {
+        assert!(Instant::now() < free_by, "a lock was left behind");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!rig
+        .events()
+        .iter()
+        .any(|e| matches!(e, LockEvent::LeftToExpire { .. })));
 }
