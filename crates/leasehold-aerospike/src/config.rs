@@ -418,9 +418,8 @@ impl AerospikeConfig {
 
     /// How long [`connect`](crate::AerospikeStore::connect) waits for a usable cluster (default
     /// [`DEFAULT_CONNECT_TIMEOUT`]): it tries every seed, again with backoff while none answers
-    /// or the partition table has not formed, and waits for every partition to have a master
-    /// (a strong-consistency namespace with unavailable partitions never gets there: connect then
-    /// goes on at the deadline, and only keys in those partitions fail).
+    /// or the partition table has not formed, until the client's partition map has the
+    /// namespace.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self

@@ -53,8 +53,8 @@ impl AerospikeStore {
     /// Connecting waits for a usable cluster within the connect timeout
     /// ([`AerospikeConfig::connect_timeout`]): every seed is tried, and tried again with backoff
     /// while none answers or the partition table has not formed (a node lost, a cluster
-    /// re-forming); then it waits for every partition to have a master, and goes on at the
-    /// deadline if some never get one (only keys in those partitions fail then).
+    /// re-forming), until the client's partition map has the namespace. Keys whose partition
+    /// has no master yet then fail with a temporary error until the cluster has re-formed.
     ///
     /// Bad names or values, a bad host list: `InvalidArgument`. No usable cluster within the
     /// connect timeout: `Connection`, naming every seed and what each answered. Namespace
@@ -107,16 +107,7 @@ impl AerospikeStore {
                 .with_source(e));
             }
         };
-        let client = Arc::new(client);
-        // A re-forming cluster can answer before every partition has a master again: wait for
-        // that too, within the same deadline.
-        while !client.partition_map_complete() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50).min(deadline - Instant::now())).await;
-        }
-        if !client.partition_map_complete() {
-            tracing::warn!(hosts = %seeds, "Aerospike partitions without a master after the connect timeout: keys in them fail until the cluster has re-formed");
-        }
-        Self::build(client, true, config, deadline).await
+        Self::build(Arc::new(client), true, config, deadline).await
     }
 
     /// Uses a client you already have (TLS, custom policies). Its lifecycle stays yours:
@@ -127,8 +118,8 @@ impl AerospikeStore {
         Self::build(client, false, config, deadline).await
     }
 
-    /// Checks the namespace (asking again on transient failures until `deadline`) and builds
-    /// the store.
+    /// Checks the namespace (asking again on transient failures until `deadline`), waits until
+    /// the client's partition map has it, and builds the store.
     async fn build(
         client: Arc<Client>,
         owns_client: bool,
@@ -157,6 +148,19 @@ impl AerospikeStore {
                     config.namespace, seeds, namespaces
                 ),
             ));
+        }
+        // The client routes a key only once its partition map has the namespace (a cluster
+        // re-forming can answer info before that).
+        while client.is_strong_consistency(&config.namespace).is_none() {
+            if Instant::now() >= deadline {
+                return Err(Error::connection(format!(
+                    "the Aerospike cluster at {seeds} has namespace {:?} but no partition map for \
+                     it within the connect timeout ({} ms): the cluster is still forming",
+                    config.namespace,
+                    config.connect_timeout.as_millis()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50).min(deadline - Instant::now())).await;
         }
         Ok(AerospikeStore {
             inner: Arc::new(Inner {
@@ -694,6 +698,11 @@ impl LockStore for AerospikeStore {
     /// Exclusive: one round trip, a delete with a filter expression `lh_token == token`. Readers
     /// and permits: one `operate` removing the holder's entry, and a filtered delete of the
     /// record when it was the last live holder. Traced: one more round trip.
+    ///
+    /// A node lost or a cluster re-forming is waited out within the retry budget
+    /// ([`AerospikeConfig::retry_budget`]); a delete whose reply was lost is settled by reading
+    /// the record back (gone: `Ok(true)`), never sent again blindly. Budget spent:
+    /// `RetriesExhausted`, or `InDoubt` if a delete may have landed.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let result = self.release_once(lease).await;
         self.trace_release(lease, result).await
@@ -702,6 +711,9 @@ impl LockStore for AerospikeStore {
     /// Exclusive: one round trip, a touch with the same filter and the new expiration. Readers
     /// and permits: one filtered `operate` (two when the record must keep a longer TTL). Traced:
     /// one more round trip when the lease was lost.
+    ///
+    /// Transient failures and lost replies are sent again (harmless twice) within the retry
+    /// budget, never past the lease's end.
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         validate_ttl(ttl)?;
         let result = self.extend_once(lease, ttl).await;
