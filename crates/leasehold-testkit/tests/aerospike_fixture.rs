@@ -1151,3 +1151,92 @@ async fn a_fixture_with_a_user_needs_a_login() {
         .await
         .unwrap();
 }
+
+/// The fixture process SIGSTOPped answers nothing, as `freeze` plays it in-process: a write sent
+/// meanwhile times out in doubt and is applied after SIGCONT, info is not answered either.
+#[tokio::test]
+async fn a_sigstopped_fixture_process_behaves_as_freeze_plays_it() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    /// Kills the child (by its own handle, i.e. its pid) if the test fails before it exits; a
+    /// stopped process dies of SIGKILL too.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            if matches!(self.0.try_wait(), Ok(None)) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+    }
+    let signal = |sig: &str, pid: u32| {
+        let status = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_aerospike-fixture"))
+            .args(["--bind", "127.0.0.1:0", "--namespace", "bin"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .map(|_| line)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let addr = line
+        .trim_end()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    let policy = ClientPolicy {
+        max_error_rate: 0,
+        ..ClientPolicy::default()
+    };
+    let client = Client::new(&policy, &addr).await.unwrap();
+    let key = as_key!("bin", "s", "stopped");
+
+    let pid = child.0.id();
+    signal("-STOP", pid);
+    let wp = WritePolicy {
+        base_policy: short_timeout(300),
+        ..WritePolicy::default()
+    };
+    let err = client.put(&wp, &key, &[as_bin!("v", 9)]).await.unwrap_err();
+    assert!(err.in_doubt(), "{err:?}");
+    let admin = aerospike::AdminPolicy { timeout: 300 };
+    assert!(client.info(&admin, &["namespaces"]).await.is_err());
+    signal("-CONT", pid);
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let record = loop {
+        match client.get(&ReadPolicy::default(), &key, Bins::All).await {
+            Ok(record) => break record,
+            Err(e) => {
+                assert!(Instant::now() < give_up, "not answering after SIGCONT: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(
+        record.bins.get("v"),
+        Some(&Value::from(9)),
+        "applied after SIGCONT"
+    );
+    client.close().await.unwrap();
+    signal("-TERM", pid);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "did not exit on SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
