@@ -2,7 +2,8 @@
 //! under the lock, for D seconds — what a service on many instances does to a hot key.
 //!
 //! `cargo bench -p leasehold-bench --bench fleet` runs every configuration below; set
-//! `FLEET=redis` (or `aerospike`, `etcd`) to run one store only, and `FLEET_ONLY=<label>` (a
+//! `FLEET=redis` (or `redis-cluster`, a 3-master Redis Cluster; `etcd`; `etcd-cluster`, 3
+//! members; `aerospike`) to run one store only, and `FLEET_ONLY=<label>` (a
 //! configuration's label, as printed) to run one row. Each configuration starts its
 //! own server (a private redis-server or etcd, or the Aerospike wire fixture in this process),
 //! spawns the processes (this binary again, told its part by environment), and reports:
@@ -26,7 +27,9 @@ use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::aerospike::AerospikeFixture;
 use leasehold_testkit::etcd::EtcdServer;
+use leasehold_testkit::etcd_cluster::EtcdCluster;
 use leasehold_testkit::redis::RedisServer;
+use leasehold_testkit::redis_cluster::RedisCluster;
 
 /// One run's shape.
 #[derive(Debug, Clone)]
@@ -47,7 +50,8 @@ struct Shape {
 /// What one process reports: one line per acquisition, `wait_us start_ns end_ns`, then a line
 /// `REQUESTS total acquires releases` (store requests).
 fn child(shape_env: &str) {
-    let mut parts = shape_env.split(',');
+    // `;` between fields: a cluster's address lists its nodes with commas.
+    let mut parts = shape_env.split(';');
     let mut next = || parts.next().expect("child shape").to_owned();
     let (store, address, tasks, hold_us, run_ms, hand_off, fair, strict) = (
         next(),
@@ -82,7 +86,7 @@ fn child(shape_env: &str) {
                 .expect("redis"),
             ),
             "etcd" => builder.store(
-                EtcdStore::connect(EtcdConfig::new([address]).fair(fair == "1"))
+                EtcdStore::connect(EtcdConfig::new(address.split(',')).fair(fair == "1"))
                     .await
                     .expect("etcd"),
             ),
@@ -166,7 +170,7 @@ fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) {
     let before = commands();
     let me = std::env::current_exe().unwrap();
     let env = format!(
-        "{},{},{},{},{},{},{},{}",
+        "{};{};{};{};{};{};{};{}",
         shape.store,
         address,
         shape.tasks,
@@ -341,6 +345,51 @@ fn main() {
             }
             run(&shape, &server.url(), commands);
             server.command(&["FLUSHALL"]).expect("flush");
+        }
+    }
+    if wanted("redis-cluster") {
+        let cluster = RedisCluster::start().expect("a Redis Cluster (redis-server, redis-tools)");
+        // Commands the masters ran (a replica's replayed writes are not requests).
+        let commands = || {
+            let masters: Vec<u16> = cluster
+                .topology()
+                .ok()?
+                .into_iter()
+                .filter(|n| n.master)
+                .map(|n| n.port)
+                .collect();
+            masters
+                .iter()
+                .map(|port| {
+                    cluster
+                        .node(*port)?
+                        .info_field("stats", "total_commands_processed")
+                        .ok()?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .sum()
+        };
+        for shape in [
+            fleet("redis cluster, default stack (fair)", "redis", false, true),
+            fleet("redis cluster, fair + hand-off", "redis", true, true),
+        ] {
+            if !row_wanted(&shape) {
+                continue;
+            }
+            run(&shape, &cluster.url(), commands);
+        }
+    }
+    if wanted("etcd-cluster") {
+        for shape in [
+            fleet("etcd 3 members, default stack (fair)", "etcd", false, true),
+            fleet("etcd 3 members, fair + hand-off", "etcd", true, true),
+        ] {
+            if !row_wanted(&shape) {
+                continue;
+            }
+            let cluster = EtcdCluster::start(3).expect("etcd (install the etcd-server package)");
+            run(&shape, &cluster.endpoints().join(","), || None);
         }
     }
     if wanted("etcd") {

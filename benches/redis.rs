@@ -5,6 +5,8 @@
 //! 1. Uncontended acquire + release, side by side on the same server: a raw two-round-trip
 //!    baseline on one `redis` connection (`SET NX PX`, then the compare-and-delete script) vs
 //!    leasehold's `try_lock` + `release` through the default layer stack (and over the bare store).
+//! 3. `REDIS_CLUSTER=1`: uncontended `try_lock` + `release` (default stack) on one server and on a
+//!    3-master Redis Cluster (3 replicas), alternating in one run, and the ratio of their medians.
 //! 2. A hot key: 64 tasks in one process, with local competition off / on / on with hand-off;
 //!    acquisitions per second and Redis commands per acquisition (from `INFO stats`).
 
@@ -16,6 +18,7 @@ use leasehold::layers::{CountingLayer, LocalCompetitionLayer};
 use leasehold::{LockManager, LockManagerBuilder, LockOptions};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::redis::RedisServer;
+use leasehold_testkit::redis_cluster::RedisCluster;
 
 const ROUNDS: usize = 4000;
 const RELEASE: &str =
@@ -154,6 +157,9 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` asks for the list of benchmarks
     }
+    if std::env::var("REDIS_CLUSTER").is_ok_and(|v| v == "1") {
+        return cluster_against_one_server().await;
+    }
     let server = RedisServer::start().expect("redis-server (install the redis-server package)");
     let url = server.url();
     println!(
@@ -182,4 +188,31 @@ async fn main() {
             .local_competition(LocalCompetitionLayer::new().hand_off(true))
     })
     .await;
+}
+
+/// Uncontended `try_lock` + `release` through the default stack, on one server and on a Redis
+/// Cluster, in alternating batches so both see the same machine load.
+async fn cluster_against_one_server() {
+    let server = RedisServer::start().expect("redis-server");
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap()
+        .expect("a Redis Cluster (redis-server, redis-tools)");
+    let one = manager(&server.url(), |b| b.default_layers()).await;
+    let many = manager(&cluster.url(), |b| b.default_layers()).await;
+    let (mut one_p50, mut many_p50) = (Vec::new(), Vec::new());
+    for batch in 0..5 {
+        println!("batch {batch}");
+        one_p50.push(leasehold_pairs("  one server, default stack", &one).await);
+        many_p50.push(leasehold_pairs("  Redis Cluster, default stack", &many).await);
+    }
+    one_p50.sort_unstable();
+    many_p50.sort_unstable();
+    let (one, many) = (one_p50[2], many_p50[2]);
+    println!(
+        "\nmedian of batch p50s: one server {:.1} µs, cluster {:.1} µs, cluster / one server = {:.3} (goal ≤ 1.05)",
+        one.as_secs_f64() * 1e6,
+        many.as_secs_f64() * 1e6,
+        many.as_secs_f64() / one.as_secs_f64()
+    );
 }

@@ -134,12 +134,48 @@ async fn connect_cluster(config: &RedisConfig, seeds: &[String]) -> Result<Conne
         }
         tls_error(&address, &e).unwrap_or_else(|| map(Op::Connect, "", &address, e))
     })?;
+    if config.fair {
+        require_sharded_pubsub(&mut connection.clone(), &address).await?;
+    }
     Ok(Connected {
         connection: Connection::Cluster(connection.clone()),
         address,
         subscriber: Subscriber::Cluster(connection),
         pushes: Some(pushes),
     })
+}
+
+/// Fair waiting's release announcements on a cluster are sharded pub/sub (`SPUBLISH`), which
+/// Redis has from 7.0 on: an older cluster is told at connect, not by its first fair script.
+async fn require_sharded_pubsub(
+    cluster: &mut redis::cluster_async::ClusterConnection,
+    address: &str,
+) -> Result<()> {
+    let info = cluster
+        .route_command(
+            redis::cmd("INFO").arg("server").clone(),
+            redis::cluster_routing::RoutingInfo::SingleNode(
+                redis::cluster_routing::SingleNodeRoutingInfo::Random,
+            ),
+        )
+        .await
+        .and_then(|v| redis::from_redis_value::<String>(v).map_err(Into::into));
+    let major = info.ok().and_then(|info| {
+        info.lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .and_then(|v| v.trim().split('.').next()?.parse::<u32>().ok())
+    });
+    match major {
+        Some(major) if major < 7 => Err(Error::new(
+            ErrorKind::StoreSetup,
+            format!(
+                "{address} runs Redis {major}.x: fair waiting on a cluster announces releases \
+                 with sharded pub/sub (SPUBLISH), which needs Redis 7.0 or later; upgrade, or \
+                 turn fair waiting off (RedisConfig::fair(false): waiters poll)"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 async fn connect_sentinel(config: &RedisConfig, spec: &SentinelSpec) -> Result<Connected> {

@@ -174,6 +174,16 @@ impl RedisStore {
         self.inner.waiting.id()
     }
 
+    /// Where the store sends its commands, for messages: with Sentinel, the master in use too.
+    fn address(&self) -> std::borrow::Cow<'_, str> {
+        match &self.inner.conn {
+            Connection::Sentinel(link) => {
+                format!("{} (now {})", self.inner.address, link.address()).into()
+            }
+            _ => self.inner.address.as_str().into(),
+        }
+    }
+
     fn conn(&self) -> Connection {
         self.inner.conn.clone()
     }
@@ -184,7 +194,7 @@ impl RedisStore {
     }
 
     fn err(&self, op: Op, key: &LockKey, e: redis::RedisError) -> Error {
-        map(op, key.as_str(), &self.inner.address, e)
+        map(op, key.as_str(), &self.address(), e)
     }
 
     /// One acquisition (see `try_acquire` for cancel safety): the acquire round trip, then, with
@@ -226,7 +236,7 @@ impl RedisStore {
              within {:?}; {} (a replica down or lagging: retry, or lower min_replicas)",
             min.replicas,
             if op == Op::Acquire { "grant" } else { "extend" },
-            self.inner.address,
+            self.address(),
             min.timeout,
             if op == Op::Acquire {
                 "the grant is undone"
@@ -482,7 +492,7 @@ impl LockStore for RedisStore {
         } else {
             format!("{}{}*", glob_escape(config_prefix), glob_escape(prefix))
         };
-        let list_err = |e| map(Op::List, prefix, &self.inner.address, e);
+        let list_err = |e| map(Op::List, prefix, &self.address(), e);
         let mut conn = self.conn();
         // On a cluster every master scans its own keys; one server scans all.
         let nodes = match &mut conn {

@@ -429,6 +429,17 @@ impl RedisSentinel {
         Ok(())
     }
 
+    /// Starts the data node on `port` again (empty data; the sentinels make it a replica of
+    /// the master they name) and waits until the group settles.
+    pub fn restart(&mut self, port: u16) -> io::Result<()> {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port() == port)
+            .ok_or_else(|| io::Error::other(format!("no node on {port}")))?
+            .restart()?;
+        self.wait_settled()
+    }
+
     /// `SENTINEL FAILOVER`: the sentinels promote a replica at once. Returns the new master's
     /// port once every sentinel names it and it serves as master.
     pub fn failover(&self) -> io::Result<u16> {

@@ -1,0 +1,207 @@
+//! Failover benchmark: how long locks stop being granted when the node holding a lock's data
+//! dies, and whether a lock held across it is reported lost. Real deployments on loopback, a
+//! fault injected by SIGKILL.
+//!
+//! Run: `cargo bench -p leasehold-bench --bench failover` (`FAILOVER=redis-cluster`,
+//! `redis-sentinel` or `etcd-cluster` for one; `FAILOVER_ROUNDS=N`, default 10).
+//!
+//! Each round: one task takes and releases the key in a loop (a 1 ms critical section, each
+//! `lock()` waiting up to 30 s), while another guard holds a second key under watchdog renewal
+//! (TTL 6 s). The node serving both keys (the slot's master, the Sentinel master, the etcd
+//! leader) is killed; the round measures the time from the kill to the next lock granted, and
+//! whether the held guard reported its lock lost. The node is then restarted and the deployment
+//! left to settle before the next round. Printed: p50 and max of the gaps, how many held locks
+//! were reported lost, and the store's own failover time for scale (the node timeout or the
+//! sentinels' down-after, plus the election).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leasehold::{LockManager, LockOptions};
+use leasehold_etcd::{EtcdConfig, EtcdStore};
+use leasehold_redis::{RedisConfig, RedisStore};
+use leasehold_testkit::etcd_cluster::EtcdCluster;
+use leasehold_testkit::redis_cluster::{
+    RedisCluster, RedisSentinel, CLUSTER_NODE_TIMEOUT, SENTINEL_DOWN_AFTER,
+};
+
+/// What one round saw.
+struct Round {
+    gap: Duration,
+    lost: bool,
+}
+
+fn manager(store: impl leasehold::LockStore) -> LockManager {
+    LockManager::builder()
+        .client_id("bench")
+        .farm_id("f1")
+        .lock_ttl(Duration::from_secs(6))
+        .store(store)
+        .build()
+        .expect("manager")
+}
+
+/// Runs one round against `locks`: `kill` is called once the loop runs; returns the gap from the
+/// kill to the next grant, and whether the held guard was reported lost within `settle`.
+async fn round(locks: &LockManager, round: usize, kill: impl FnOnce()) -> Round {
+    let held = locks
+        .lock_with(
+            format!("held-{round}").as_str(),
+            LockOptions::new().wait(Duration::from_secs(30)),
+        )
+        .await
+        .expect("take the held lock");
+    let grants = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let stop = tokio_util_stop();
+    let looping = {
+        let (locks, grants, stop) = (locks.clone(), grants.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match locks
+                    .lock_with("loop", LockOptions::new().wait(Duration::from_secs(30)))
+                    .await
+                {
+                    Ok(guard) => {
+                        grants.lock().unwrap().push(Instant::now());
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        let _ = guard.release().await;
+                    }
+                    Err(error) => eprintln!("  lock failed: {error}"),
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed = Instant::now();
+    kill();
+    // Wait for the first grant after the kill, then a while longer for renewal to notice a loss.
+    let gap = loop {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let first = grants.lock().unwrap().iter().copied().find(|t| *t > killed);
+        if let Some(first) = first {
+            break first - killed;
+        }
+        if killed.elapsed() > Duration::from_secs(60) {
+            break killed.elapsed();
+        }
+    };
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = looping.await;
+    let lost = !held.is_held();
+    let _ = held.release().await;
+    Round { gap, lost }
+}
+
+fn tokio_util_stop() -> Arc<std::sync::atomic::AtomicBool> {
+    Arc::new(std::sync::atomic::AtomicBool::new(false))
+}
+
+fn report(label: &str, store_failover: &str, rounds: &[Round]) {
+    let mut gaps: Vec<Duration> = rounds.iter().map(|r| r.gap).collect();
+    gaps.sort_unstable();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "| {label} | {} | {store_failover} | {:.0} | {:.0} | {} of {} |",
+        rounds.len(),
+        ms(gaps[gaps.len() / 2]),
+        ms(*gaps.last().unwrap()),
+        rounds.iter().filter(|r| r.lost).count(),
+        rounds.len()
+    );
+}
+
+fn main() {
+    let only = std::env::var("FAILOVER").ok();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    let rounds: usize = std::env::var("FAILOVER_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!("| deployment | failovers | store's own detection | kill → next grant p50 ms | max ms | held locks reported lost |");
+    println!("|---|---|---|---|---|---|");
+    if wanted("redis-cluster") {
+        let mut cluster = RedisCluster::start().expect("a Redis Cluster");
+        let locks = runtime.block_on(async {
+            manager(
+                RedisStore::connect(
+                    RedisConfig::new(cluster.url()).min_replicas(1, Duration::from_millis(500)),
+                )
+                .await
+                .expect("connect"),
+            )
+        });
+        let mut seen = Vec::new();
+        for i in 0..rounds {
+            // The held key and the loop's key on one master: the slot of `loop` is the one
+            // whose master dies, and `held-i` is checked for loss wherever it lives.
+            let master = cluster
+                .master_of("leasehold:{DC#f1#bench#loop}")
+                .expect("master");
+            let cluster_ref = &mut cluster;
+            let r = runtime.block_on(round(&locks, i, || cluster_ref.kill(master).expect("kill")));
+            eprintln!(
+                "  redis cluster round {i}: gap {:?}, lost {}",
+                r.gap, r.lost
+            );
+            seen.push(r);
+            cluster.restart(master).expect("restart");
+        }
+        report(
+            "Redis Cluster 3+3, min_replicas(1)",
+            &format!("cluster-node-timeout {CLUSTER_NODE_TIMEOUT:?}"),
+            &seen,
+        );
+    }
+    if wanted("redis-sentinel") {
+        let mut group = RedisSentinel::start().expect("Redis Sentinel");
+        let locks = runtime.block_on(async {
+            manager(
+                RedisStore::connect(
+                    RedisConfig::new(group.url()).min_replicas(1, Duration::from_millis(500)),
+                )
+                .await
+                .expect("connect"),
+            )
+        });
+        let mut seen = Vec::new();
+        for i in 0..rounds {
+            let master = group.master_port().expect("master");
+            let group_ref = &mut group;
+            let r = runtime.block_on(round(&locks, i, || group_ref.kill(master).expect("kill")));
+            eprintln!("  sentinel round {i}: gap {:?}, lost {}", r.gap, r.lost);
+            seen.push(r);
+            group.restart(master).expect("restart");
+        }
+        report(
+            "Sentinel: master + 2 replicas, 3 sentinels, min_replicas(1)",
+            &format!("down-after {SENTINEL_DOWN_AFTER:?}"),
+            &seen,
+        );
+    }
+    if wanted("etcd-cluster") {
+        let cluster = EtcdCluster::start(3).expect("etcd (install etcd-server)");
+        let locks = runtime.block_on(async {
+            manager(
+                EtcdStore::connect(EtcdConfig::new(cluster.endpoints()))
+                    .await
+                    .expect("connect"),
+            )
+        });
+        let mut seen = Vec::new();
+        for i in 0..rounds {
+            let leader = cluster.wait_for_leader().expect("leader");
+            let r = runtime.block_on(round(&locks, i, || cluster.kill(leader).expect("kill")));
+            eprintln!("  etcd round {i}: gap {:?}, lost {}", r.gap, r.lost);
+            seen.push(r);
+            cluster.restart(leader).expect("restart");
+            cluster.wait_healthy().expect("healthy");
+        }
+        report("etcd, 3 members (leader killed)", "election", &seen);
+    }
+}
