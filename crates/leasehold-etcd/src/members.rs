@@ -32,6 +32,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use crate::error::{classify, Verdict};
@@ -144,6 +145,9 @@ impl Members {
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
+        if retry == Retry::Safe {
+            return self.hedged(&mut request).await;
+        }
         // While the members elect a leader they refuse ("no leader"): the round is tried again
         // for up to one member timeout, so an election costs a wait, not a failure.
         let started = Instant::now();
@@ -158,6 +162,149 @@ impl Members {
                 outcome => return outcome.map_err(|(failed, _)| failed),
             }
         }
+    }
+
+    /// A request that is safe to send twice, hedged: sent to the preferred member, and if no
+    /// answer came within a quarter of the member timeout (at most 500 ms), sent again to the
+    /// next member (and so on, round the members, the earlier attempts still running); a failed
+    /// attempt sends the next one at once. The first answer wins, for up to one member timeout
+    /// in all.
+    ///
+    /// This is what keeps a renewal alive through a paused leader: a follower forwards a lease
+    /// keep-alive to the leader, and a request it forwarded to a leader that stopped answering
+    /// waits for its whole timeout, while the same request sent after the election goes to the
+    /// new leader.
+    async fn hedged<T, F, Fut>(&self, request: &mut F) -> Result<(T, usize), Failed>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+        let hedge = (self.timeout / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
+        let order = self.order();
+        let n = order.len();
+        if n == 0 {
+            return Err(Failed {
+                at: String::new(),
+                error: etcd_client::Error::InvalidArgs("no etcd endpoint configured".to_owned()),
+            });
+        }
+        // Attempts in flight: (id, member, when sent).
+        let mut in_flight: Vec<(usize, usize, Instant)> = Vec::new();
+        let mut connecting = FuturesUnordered::new();
+        let mut running = FuturesUnordered::new();
+        let mut launched = 0;
+        let mut down = vec![false; self.members.len()];
+        let (mut tried, mut last) = (Vec::new(), None);
+        let mut failures = 0;
+        let mut pause = Duration::from_millis(25);
+        let timer = tokio::time::sleep_until(started);
+        tokio::pin!(timer);
+        loop {
+            if in_flight.is_empty() && order.iter().all(|&i| down[i]) {
+                break; // every member is down (nothing was sent): no use waiting
+            }
+            tokio::select! {
+                () = &mut timer, if in_flight.len() < 2 * n => {
+                    let i = order[launched % n];
+                    in_flight.push((launched, i, Instant::now()));
+                    let id = launched;
+                    launched += 1;
+                    connecting.push(async move { (id, i, self.client(i).await) });
+                    timer.as_mut().reset(Instant::now() + hedge);
+                    continue;
+                }
+                Some((id, i, client)) = connecting.next(), if !connecting.is_empty() => {
+                    match client {
+                        Ok(client) => {
+                            let attempt = request(client);
+                            running.push(async move { (id, i, attempt.await) });
+                            continue;
+                        }
+                        Err(error) => {
+                            in_flight.retain(|(other, _, _)| *other != id);
+                            last = Some(self.attempt_failed(i, error, &mut tried, &mut down)?);
+                        }
+                    }
+                }
+                Some((id, i, outcome)) = running.next(), if !running.is_empty() => {
+                    in_flight.retain(|(other, _, _)| *other != id);
+                    match outcome {
+                        Ok(answer) => {
+                            self.answered(i);
+                            // Who is still silent after a hedge's wait is slow or gone: its
+                            // streams should move, and the next request not start with it.
+                            let slow = Instant::now() - hedge;
+                            for &(_, j, sent) in &in_flight {
+                                if j != i && sent <= slow {
+                                    self.failed(j);
+                                }
+                            }
+                            return Ok((answer, i));
+                        }
+                        Err(error) => {
+                            last = Some(self.attempt_failed(i, error, &mut tried, &mut down)?);
+                        }
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    for &(_, j, _) in &in_flight {
+                        self.failed(j);
+                        tried.push(format!("{} (no reply within {:?})", self.name(j), self.timeout));
+                    }
+                    last = Some(etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded(
+                        format!("no reply within {:?}", self.timeout),
+                    )));
+                    break;
+                }
+            }
+            // A failed attempt: the next member at once, until each has failed once in this
+            // call; then (an election, every member refusing) with a growing pause.
+            failures += 1;
+            let wait = if failures < n {
+                Duration::ZERO
+            } else {
+                let wait = pause;
+                pause = (pause * 2).min(Duration::from_millis(200));
+                wait
+            };
+            timer.as_mut().reset(Instant::now() + wait);
+        }
+        tried.dedup();
+        Err(Failed {
+            at: tried.join(", "),
+            error: last.unwrap_or_else(|| {
+                etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded("no reply"))
+            }),
+        })
+    }
+
+    /// An attempt on member `i` failed with `error`: the cluster's answer ends the request
+    /// (`Err`); anything else marks the member and is kept for the message.
+    fn attempt_failed(
+        &self,
+        i: usize,
+        error: etcd_client::Error,
+        tried: &mut Vec<String>,
+        down: &mut [bool],
+    ) -> Result<etcd_client::Error, Failed> {
+        let verdict = classify(&error);
+        if verdict == Verdict::Answer {
+            self.answered(i);
+            return Err(Failed {
+                at: self.name(i).to_owned(),
+                error,
+            });
+        }
+        self.failed(i);
+        if verdict == Verdict::Unsent {
+            down[i] = true;
+        }
+        tracing::debug!(member = self.name(i), %error, ?verdict,
+            "an etcd member failed a request; asking another");
+        tried.push(format!("{} ({})", self.name(i), short(&error)));
+        Ok(error)
     }
 
     /// One round over the members (see [`run_at`](Self::run_at)); a failure says whether some
