@@ -3,6 +3,32 @@
 use aerospike::ResultCode;
 use leasehold_core::{Error, ErrorKind};
 
+/// An Aerospike client error as the cause of a leasehold error: shown on one line (the client's
+/// own text spans several — one per seed that failed, one per cause), with the client error
+/// itself as its source.
+#[derive(Debug)]
+pub(crate) struct Cause(pub(crate) aerospike::Error);
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0.to_string();
+        let mut words = text.split_whitespace();
+        if let Some(first) = words.next() {
+            f.write_str(first)?;
+        }
+        for word in words {
+            write!(f, " {word}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
 /// What the client error says happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Class {
@@ -188,7 +214,7 @@ pub(crate) fn map(op: &str, key: &str, seeds: &str, error: aerospike::Error) -> 
             format!("Aerospike client failed the {op} ({at})"),
         ),
     };
-    let error = Error::new(kind, message).with_source(error);
+    let error = Error::new(kind, message).with_source(Cause(error));
     if key.is_empty() {
         error
     } else {

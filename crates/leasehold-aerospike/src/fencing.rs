@@ -1,14 +1,19 @@
 //! Fencing tokens for exclusive holds: the fence counter record and the three steps that take a
 //! token inside the hold (create-only, increment, owner-filtered write of the token).
 
+use aerospike::expressions::{and, bin_exists, eq, not, string_bin, string_val};
 use aerospike::policy::{Expiration, RecordExistsAction};
 use aerospike::{as_bin, operations, Bins, Key, ReadPolicy, Replica, ResultCode, Value};
 use leasehold_core::{Acquire, Error, ErrorKind, Lease, LockKey, Result};
 use tokio::time::Instant;
 
-use crate::error::{classify, Class};
+use crate::error::{classify, Cause, Class};
 use crate::layout::{fence_set, COUNTER_BIN, FENCE_BIN, TOKEN_BIN};
+use crate::retry::Backoff;
 use crate::store::{ttl_seconds, AerospikeStore, MAX_TAKEOVERS};
+
+/// How often a failed acquisition looks for its own late-landing create.
+const LATE_CREATE_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl AerospikeStore {
     fn fence_key(&self, key: &LockKey) -> Result<Key> {
@@ -58,7 +63,20 @@ impl AerospikeStore {
     ///
     /// Never reports `InDoubt`: a lost create reply is resolved here by reading the record back,
     /// because a lease recovered elsewhere from the record alone could lack its fencing token.
+    /// A create whose reply was lost can still land after the acquisition gave up (a stopped node
+    /// applies what it had buffered when it resumes): a failed acquisition that sent one watches
+    /// for it and deletes it (see [`Self::sweep_late_create`]).
     pub(crate) async fn acquire_fenced(&self, req: &Acquire) -> Result<Lease> {
+        let mut doubted = false;
+        let result = self.acquire_fenced_steps(req, &mut doubted).await;
+        if doubted && result.is_err() {
+            self.sweep_late_create(req);
+        }
+        result
+    }
+
+    /// [`Self::acquire_fenced`]'s steps; `doubted` is set once a create's reply was lost.
+    async fn acquire_fenced_steps(&self, req: &Acquire, doubted: &mut bool) -> Result<Lease> {
         let record_key = self.record_key(&req.key)?;
         let sent_at = Instant::now();
         // Step 1: the create. A lost reply is read back; if the record is absent the create did
@@ -70,6 +88,13 @@ impl AerospikeStore {
             };
             match classify(&e) {
                 Class::Server(ResultCode::KeyExistsError | ResultCode::GenerationError) => {
+                    // An earlier create of ours whose reply was lost may have landed meanwhile:
+                    // then the record is ours, and the steps go on.
+                    if *doubted
+                        && matches!(self.read_owner(&record_key).await, Ok(Some(owner)) if owner == req.token.as_str())
+                    {
+                        break;
+                    }
                     // Held, or a shared record: `writer_meets_record` refuses, or removes a
                     // shared record nobody holds any more so that the create can go again.
                     takeovers += 1;
@@ -78,18 +103,21 @@ impl AerospikeStore {
                     }
                     self.writer_meets_record(req, &record_key).await?;
                 }
-                Class::InDoubt => match self.resolve_create(req, &record_key, e).await {
-                    Ok(()) => break,
-                    Err(e)
-                        if e.kind() == ErrorKind::Connection
-                            && attempt < self.inner.config.retries =>
-                    {
-                        tracing::debug!(key = %req.key, attempt, error = %e, "create again");
-                        attempt += 1;
-                        tokio::time::sleep(self.inner.config.retry_delay).await;
+                Class::InDoubt => {
+                    *doubted = true;
+                    match self.resolve_create(req, &record_key, e).await {
+                        Ok(()) => break,
+                        Err(e)
+                            if e.kind() == ErrorKind::Connection
+                                && attempt < self.inner.config.retries =>
+                        {
+                            tracing::debug!(key = %req.key, attempt, error = %e, "create again");
+                            attempt += 1;
+                            tokio::time::sleep(self.inner.config.retry_delay).await;
+                        }
+                        Err(e) => return Err(e),
                     }
-                    Err(e) => return Err(e),
-                },
+                }
                 _ => return Err(self.exhausted_or("acquire", &req.key, e)),
             }
         }
@@ -126,7 +154,7 @@ impl AerospikeStore {
                         ),
                     )
                     .with_key(req.key.as_str())
-                    .with_source(e))
+                    .with_source(Cause(e)))
                 }
                 _ => {
                     let error = self.exhausted_or("fence write", &req.key, e);
@@ -167,7 +195,7 @@ impl AerospikeStore {
                     crate::error::place(self.address(), &lost)
                 ))
                 .with_key(req.key.as_str())
-                .with_source(lost))
+                .with_source(Cause(lost)))
             }
             Err(e) => {
                 let error = Error::new(
@@ -180,10 +208,54 @@ impl AerospikeStore {
                     ),
                 )
                 .with_key(req.key.as_str())
-                .with_source(e);
+                .with_source(Cause(e));
                 Err(self.abandon(req, "acquire", error).await)
             }
         }
+    }
+
+    /// After a fenced acquisition failed with a create in doubt: that create may still land. For
+    /// the retry budget (never past the TTL), the record is read every 200 ms, and deleted if it
+    /// appears with our token and without a fencing token (a create of ours that never went on to
+    /// its fence steps: no acquisition of ours holds it). In the background; one read per 200 ms
+    /// per such acquisition, only after an outage.
+    pub(crate) fn sweep_late_create(&self, req: &Acquire) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // the record, if it lands, expires with its TTL
+        };
+        let (store, req) = (self.clone(), req.clone());
+        runtime.spawn(async move {
+            let Ok(record_key) = store.record_key(&req.key) else {
+                return;
+            };
+            let until = Instant::now() + store.inner.config.retry_budget.min(req.ttl);
+            let mut policy = store.write_policy(store.inner.config.commit_levels.release);
+            policy.base_policy.filter_expression = Some(and(vec![
+                eq(
+                    string_bin(TOKEN_BIN.to_owned()),
+                    string_val(req.token.as_str().to_owned()),
+                ),
+                not(bin_exists(FENCE_BIN.to_owned())),
+            ]));
+            while Instant::now() < until {
+                tokio::time::sleep(LATE_CREATE_POLL).await;
+                match store.read_owner(&record_key).await {
+                    Ok(Some(owner)) if owner == req.token.as_str() => {}
+                    _ => continue,
+                }
+                let mut backoff = Backoff::until(&store.inner.config, until);
+                let (deleted, _) = store
+                    .retry_with(&mut backoff, "late create", &req.key, true, || {
+                        store.inner.client.delete(&policy, &record_key)
+                    })
+                    .await;
+                match deleted {
+                    Ok(_) => tracing::info!(key = %req.key, "a create that landed after its acquisition gave up was deleted"),
+                    Err(e) => tracing::warn!(key = %req.key, error = %e, "a create that landed after its acquisition gave up stays until its TTL"),
+                }
+                return;
+            }
+        });
     }
 
     /// Gives up an acquisition whose create may have landed: deletes our record (owner-filtered,

@@ -20,7 +20,7 @@ use leasehold_core::{
 use tokio::time::Instant;
 
 use crate::config::AerospikeConfig;
-use crate::error::{classify, map, place, transient_reason, Class};
+use crate::error::{classify, map, place, transient_reason, Cause, Class};
 use crate::layout::{Layout, FENCE_BIN, TOKEN_BIN};
 use crate::retry::Backoff;
 use crate::waiting::Waiting;
@@ -104,7 +104,7 @@ impl AerospikeStore {
                     backoff.made(),
                     backoff.elapsed().as_millis()
                 ))
-                .with_source(e));
+                .with_source(Cause(e)));
             }
         };
         Self::build(Arc::new(client), true, config, deadline).await
@@ -338,7 +338,7 @@ impl AerospikeStore {
             ),
         )
         .with_key(key.as_str())
-        .with_source(e)
+        .with_source(Cause(e))
     }
 
     /// The time budget of a release or an extension that starts now.
@@ -544,7 +544,7 @@ impl AerospikeStore {
                 place(self.address(), &last)
             ))
             .with_key(lease.key().as_str())
-            .with_source(last),
+            .with_source(Cause(last)),
             false => self.exhausted(
                 "release",
                 lease.key(),

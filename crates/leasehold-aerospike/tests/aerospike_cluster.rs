@@ -149,6 +149,12 @@ async fn when_every_seed_refuses_the_error_names_each_after_the_connect_timeout(
         text.contains(&a) && text.contains(&b),
         "names every seed: {text}"
     );
+    assert!(
+        !text.contains('\n'),
+        "one line, the client's cause too: {text}"
+    );
+    let cause = std::error::Error::source(&err).expect("the client error");
+    assert!(cause.source().is_some(), "the client error itself under it");
 
     // A bad host list never gets that far.
     for hosts in [format!("{a},,{b}"), format!("{a},127.0.0.1:99999")] {
@@ -392,4 +398,47 @@ async fn a_paused_node_makes_a_release_in_doubt_and_the_readback_settles_it() {
         err.to_string().contains(fixture.node_name()),
         "names the node: {err}"
     );
+}
+
+/// Fixture only: a create sent to a paused node lands when it resumes, after the fenced
+/// acquisition that sent it gave up; the store deletes it (it has our token and no fencing
+/// token), so the key is free again long before the record's TTL.
+#[tokio::test]
+async fn a_create_that_lands_after_its_acquisition_gave_up_is_deleted() {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let store = AerospikeStore::connect(
+        config_for(&fixture.host_string()).retries(1, Duration::from_millis(10)),
+    )
+    .await
+    .unwrap();
+    fixture.pause();
+    let req = acquire("late", Duration::from_secs(60));
+    let attempt = tokio::spawn({
+        let (store, req) = (store.clone(), req.clone());
+        async move { store.try_acquire(&req).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    fixture.resume();
+    let err = attempt.await.unwrap().unwrap_err();
+    assert!(err.is_temporary(), "{err}");
+    assert_ne!(
+        err.kind(),
+        ErrorKind::InDoubt,
+        "fenced: never in doubt: {err}"
+    );
+    // The held create (and the clean-up's delete) are applied now, in any order.
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while let Some(record) = stored(&fixture, "late") {
+        assert!(
+            Instant::now() < give_up,
+            "the late create was left for its TTL: {record:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let lease = store
+        .try_acquire(&acquire("late", Duration::from_secs(60)))
+        .await
+        .expect("free again");
+    assert!(lease.fencing_token().is_some());
+    assert!(store.release(&lease).await.unwrap());
 }
