@@ -442,3 +442,36 @@ async fn a_create_that_lands_after_its_acquisition_gave_up_is_deleted() {
     assert!(lease.fencing_token().is_some());
     assert!(store.release(&lease).await.unwrap());
 }
+
+/// Fixture only: the key's waiter line (fair waiting, the default) sits in a partition that is
+/// unavailable for a while. The acquisition fails temporary, naming the node, and leaves nothing;
+/// once the partition serves, the lock is taken and released.
+#[tokio::test]
+async fn a_waiter_line_in_an_unavailable_partition_is_a_temporary_error() {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let store = AerospikeStore::connect(config_for(&fixture.host_string()).fair(true))
+        .await
+        .unwrap();
+    let line = aerospike::Key::new(
+        "test",
+        leasehold_aerospike::layout::queue_set(DC_SET),
+        aerospike::Value::from("orders#lined"),
+    )
+    .unwrap()
+    .digest();
+    let rule = fixture
+        .faults()
+        .inject(Fault::ResultCode(11), Target::Digest(line));
+    let req = acquire("lined", Duration::from_secs(30));
+    let err = store.try_acquire(&req).await.unwrap_err();
+    assert_transient(&err, "partition is unavailable");
+    assert!(err.to_string().contains(fixture.node_name()), "{err}");
+    assert!(stored(&fixture, "lined").is_none(), "nothing taken");
+    fixture.faults().remove(rule);
+    let lease = store
+        .try_acquire(&req)
+        .await
+        .expect("the line serves again");
+    assert!(store.release(&lease).await.unwrap());
+    assert!(stored(&fixture, "lined").is_none(), "nothing left behind");
+}
