@@ -243,3 +243,56 @@ async fn a_guards_release_retries_and_when_the_store_stays_down_says_the_lock_is
         entry.detail
     );
 }
+
+/// An attempt in doubt whose write lands after its undo (a paused server applies it late) would
+/// hold the lock for nobody until its TTL: the wait recognises its own token as the holder,
+/// releases it, and takes the lock.
+#[tokio::test(start_paused = true)]
+async fn an_attempt_that_lands_after_its_undo_is_released_when_the_wait_finds_it_holding() {
+    let store = ScriptedStore::new();
+    let first: Arc<Mutex<Option<leasehold::OwnerToken>>> = Arc::default();
+    let key = leasehold::LockKey::dc("f1", "test", "k").unwrap();
+    let seen = first.clone();
+    store
+        // In doubt, and the readback cannot tell.
+        .expect_acquire_with(move |req| {
+            *seen.lock().unwrap() = Some(req.token.clone());
+            Err(reply_lost())
+        })
+        .expect_inspect(Err(refused()))
+        // Its undo finds nothing yet: the write has not landed.
+        .expect_release(Ok(false))
+        // Then it lands: the next attempt is refused, and the holder is that first attempt.
+        .expect_acquire(Err(Error::unavailable(&key)));
+    let holder = first.clone();
+    let held = key.clone();
+    store
+        .expect_inspect_with(move |_| {
+            Ok(Some(leasehold::LockInfo::new(
+                held,
+                holder.lock().unwrap().clone(),
+            )))
+        })
+        .expect_release(Ok(true))
+        .grant_acquire()
+        .expect_release(Ok(true));
+    let (locks, _, _) = manager(&store, ScenarioRegistry::new());
+    let guard = locks
+        .lock_with("k", LockOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let first = first.lock().unwrap().clone().unwrap();
+    let released: Vec<_> = store
+        .calls()
+        .into_iter()
+        .filter(|c| c.op == Op::Release)
+        .map(|c| c.token.unwrap())
+        .collect();
+    assert_eq!(
+        released,
+        [first.clone(), first],
+        "undone, then released once it landed"
+    );
+    assert!(guard.release().await.unwrap());
+    store.verify();
+}

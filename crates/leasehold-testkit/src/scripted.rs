@@ -320,6 +320,18 @@ impl ScriptedStore {
         self
     }
 
+    /// Queues a closure that answers the next `inspect` from the key: for answers that depend
+    /// on what earlier calls were asked (the token of an earlier request, say).
+    pub fn expect_inspect_with(
+        &self,
+        answer: impl FnOnce(&LockKey) -> Result<Option<LockInfo>> + Send + 'static,
+    ) -> &Self {
+        self.lock()
+            .inspect
+            .push_back(Box::new(move |key: &LockKey| ready(answer(key))));
+        self
+    }
+
     /// Queues the answer to the next `list`.
     pub fn expect_list(&self, answer: Result<Vec<LockInfo>>) -> &Self {
         self.lock()

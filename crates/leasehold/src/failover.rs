@@ -48,6 +48,19 @@ pub(crate) fn is_store_down(kind: ErrorKind) -> bool {
     )
 }
 
+/// Whether a failed write may still have been applied: its outcome is in doubt, or the readback
+/// layer gave up on an in-doubt write (retries exhausted, the in-doubt error as its cause) — a
+/// write delayed past its readback can still land. Such an acquire attempt is undone.
+pub(crate) fn may_have_applied(error: &Error) -> bool {
+    match error.kind() {
+        ErrorKind::InDoubt => true,
+        ErrorKind::RetriesExhausted => std::error::Error::source(error)
+            .and_then(|cause| cause.downcast_ref::<Error>())
+            .is_some_and(Error::is_in_doubt),
+        _ => false,
+    }
+}
+
 /// How the manager retries a store that is down: the backoff between attempts, and the longest a
 /// release (or an explicit extend) keeps trying.
 #[derive(Debug, Clone, Copy)]

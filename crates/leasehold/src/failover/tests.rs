@@ -185,3 +185,16 @@ async fn an_extend_retries_until_the_lease_expires() {
     );
     assert!(store.count(Op::Extend) > 1);
 }
+
+#[test]
+fn an_in_doubt_write_or_a_readback_that_gave_up_on_one_may_have_applied() {
+    assert!(may_have_applied(&reply_lost()));
+    let exhausted =
+        Error::new(ErrorKind::RetriesExhausted, "readback gave up").with_source(reply_lost());
+    assert!(may_have_applied(&exhausted));
+    // A store's own retries of requests that were never applied.
+    let never_applied =
+        Error::new(ErrorKind::RetriesExhausted, "5 attempts").with_source(refused());
+    assert!(!may_have_applied(&never_applied));
+    assert!(!may_have_applied(&refused()));
+}

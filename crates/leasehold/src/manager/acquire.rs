@@ -7,8 +7,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::core::{Acquire, Error, ErrorKind, Lease, LockEvent, LockStore, OwnerToken, Result};
-use crate::failover::is_store_down;
+use crate::core::{
+    Acquire, Error, ErrorKind, Lease, LockEvent, LockMode, LockStore, OwnerToken, Result,
+};
+use crate::failover::{is_store_down, may_have_applied};
 use crate::guard::LockGuard;
 
 use crate::handle::Handle;
@@ -20,6 +22,9 @@ use super::LockManager;
 /// Added to a holder's remaining TTL before trying again: the store's clock and ours may differ
 /// by a little, and an attempt a hair early only fails again.
 const EXPIRY_SLACK: Duration = Duration::from_millis(2);
+
+/// How many in-doubt attempts of one wait are remembered, to recognise one that landed late.
+const MAX_IN_DOUBT: usize = 8;
 
 impl LockManager {
     /// One acquisition: a single attempt (`wait: None`) or a wait loop, in a tracing span, with
@@ -121,7 +126,7 @@ impl LockManager {
                 .with_holder(plan.holder)
                 .with_mode(plan.mode)
                 .with_trace(plan.trace);
-            return self.attempt(handle, req).await;
+            return self.attempt(handle, &req).await;
         };
         let started = started.unwrap_or_else(Instant::now);
         let deadline = started + wait;
@@ -135,6 +140,10 @@ impl LockManager {
         // within the same wait: the consecutive failures shape the backoff, and the last error is
         // what the caller gets if the wait runs out while the store is still down.
         let mut down: Option<(Error, u32)> = None;
+        // The tokens of this wait's attempts that ended in doubt (each undone in the background):
+        // such a write can still land after its undo (held in a paused server or the network), and
+        // the lock would then be held for nobody until its TTL. A refusal is checked against them.
+        let mut in_doubt: Vec<OwnerToken> = Vec::new();
         loop {
             // Enabled before the attempt, so a release between a failed attempt and the sleep is
             // not missed.
@@ -155,12 +164,23 @@ impl LockManager {
                 .with_trace(plan.trace)
                 .with_waiter(Some(store.waiter()));
             *attempts += 1;
-            let (retry_after, behind_others) = match self.attempt(handle, req).await {
+            let (retry_after, behind_others) = match self.attempt(handle, &req).await {
                 Err(e) if e.is_unavailable() => {
                     down = None;
+                    if !in_doubt.is_empty() && self.undo_late(plan, &mut in_doubt).await {
+                        // The holder was one of our own attempts that landed late, now released:
+                        // ask again at once.
+                        continue;
+                    }
                     (e.retry_after(), e.is_behind_others())
                 }
                 Err(e) if is_store_down(e.kind()) => {
+                    if may_have_applied(&e) {
+                        if in_doubt.len() == MAX_IN_DOUBT {
+                            in_doubt.remove(0);
+                        }
+                        in_doubt.push(req.token.clone());
+                    }
                     let failures = down.as_ref().map_or(1, |(_, n)| n + 1);
                     tracing::debug!(key = %plan.key, error = %e, attempt = *attempts,
                         "the store is down; retrying within the wait");
@@ -183,7 +203,8 @@ impl LockManager {
                     return Err(Error::new(
                         last.kind(),
                         format!(
-                            "the store was still down after waiting {:?} ({attempts} attempts,                              the last {failures} failed on the store); the last error is the cause",
+                            "the store was still down after waiting {:?} ({attempts} attempts, the \
+                             last {failures} failed on the store); the last error is the cause",
                             now - started
                         ),
                     )
@@ -232,14 +253,47 @@ impl LockManager {
         }
     }
 
-    async fn attempt(&self, handle: &Handle, req: Acquire) -> Result<Lease> {
+    /// After a refusal, when attempts of this wait ended in doubt: if the holder is one of them
+    /// (its write landed after its undo was sent), releases it (owner-checked, that attempt's
+    /// token) and says whether the caller should ask again at once. Exclusive holds only: a shared
+    /// or permit record has many holders, and its in-doubt attempts are left to their undo.
+    async fn undo_late(&self, plan: &Plan, in_doubt: &mut Vec<OwnerToken>) -> bool {
+        if plan.mode != LockMode::Exclusive {
+            return false;
+        }
+        let handle = &plan.handle;
+        let holder = match handle.store.inspect(&plan.key).await {
+            Ok(Some(info)) => info.token,
+            _ => return false,
+        };
+        let Some(at) = holder.and_then(|holder| in_doubt.iter().position(|t| *t == holder)) else {
+            return false;
+        };
+        let token = in_doubt.swap_remove(at);
+        let late =
+            Lease::new(plan.key.clone(), token, plan.ttl, Instant::now()).with_mode(plan.mode);
+        match handle.store.release(&late).await {
+            Ok(released) => {
+                tracing::info!(key = %plan.key, released,
+                    "an attempt that ended in doubt had taken the lock after all; released it");
+                true
+            }
+            Err(error) => {
+                tracing::debug!(key = %plan.key, %error,
+                    "could not release an attempt that landed late; its undo is still retrying");
+                false
+            }
+        }
+    }
+
+    async fn attempt(&self, handle: &Handle, req: &Acquire) -> Result<Lease> {
         let mut undo = Undo {
             handle,
-            req: &req,
+            req,
             armed: true,
         };
-        let result = handle.store.try_acquire(&req).await;
-        undo.armed = result.as_ref().is_err_and(Error::is_in_doubt);
+        let result = handle.store.try_acquire(req).await;
+        undo.armed = result.as_ref().is_err_and(may_have_applied);
         drop(undo);
         if let Err(error) = &result {
             if error.is_unavailable() {
@@ -254,10 +308,11 @@ impl LockManager {
 
 /// Undoes an acquisition attempt that may have taken the lock for nobody: the caller stopped
 /// waiting midway (its future was dropped, perhaps after the store applied the write), or the
-/// attempt ended in doubt (reply lost, and the readback too). An owner-checked release of the
-/// attempt's own token is sent in the background through the whole stack, as a task the
-/// lifecycle tracks: a no-op if the lock was not taken, and no other holder's lock can be touched
-/// (every token is fresh per attempt). Network stores also undo their own cancelled requests; the
+/// attempt ended in doubt (reply lost, and the readback too, or the readback's retries ran out:
+/// see `may_have_applied`). An owner-checked release of the attempt's own token is sent in the
+/// background through the whole stack (retried while the store is down, see `crate::failover`),
+/// as a task the lifecycle tracks: a no-op if the lock was not taken, and no other holder's lock
+/// can be touched (every token is fresh per attempt). Network stores also undo their own cancelled requests; the
 /// second release then finds nothing.
 struct Undo<'a> {
     handle: &'a Handle,
