@@ -245,3 +245,110 @@ async fn a_single_server_url_at_a_cluster_node_names_redis_cluster() {
     assert_eq!(err.kind(), ErrorKind::StoreSetup, "{err}");
     assert!(err.to_string().contains("not a cluster"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_master_costs_a_renewed_lock_nothing_and_its_waiter_gets_it_after() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap()
+        .expect("start a Redis Cluster");
+    // Without min_replicas: while the old master is paused the promoted replica has no replica
+    // of its own, and min_replicas(1) would (rightly) refuse to confirm the renewals.
+    let config = RedisConfig::new(cluster.url());
+    let manager = |store| {
+        LockManager::builder()
+            .client_id("t")
+            .farm_id("f1")
+            .lock_ttl(Duration::from_secs(10)) // renewed every 3.3 s by the watchdog
+            .store(store)
+            .build()
+            .unwrap()
+    };
+    let holder_store = RedisStore::connect(config.clone()).await.unwrap();
+    let master = cluster
+        .master_of(&holder_store.lock_key(&key("paused")))
+        .unwrap();
+    let holder = manager(holder_store);
+    let waiter = manager(RedisStore::connect(config).await.unwrap());
+    let guard = holder.try_lock("paused").await.unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock_with("paused", LockOptions::new().wait(Duration::from_secs(40)))
+            .await
+            .map(|g| g.fencing_token())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Paused past the node timeout: its replica takes the slot over meanwhile.
+    let promoted = cluster.replica_of(master).unwrap();
+    cluster.node(master).unwrap().pause().unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    cluster.node(master).unwrap().resume().unwrap();
+    cluster
+        .wait_until(|nodes| nodes.iter().any(|n| n.port == promoted && n.master))
+        .unwrap();
+    // Renewal rode out the pause: the lock was never reported lost, and it is still ours.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(guard.is_held(), "the renewed lock was not reported lost");
+    assert!(!waiting.is_finished(), "the waiter did not get a held lock");
+    let held = guard.fencing_token();
+    assert!(guard.release().await.unwrap());
+    let granted = waiting
+        .await
+        .unwrap()
+        .expect("the waiter got the lock after the release");
+    assert!(granted > held, "{held:?} then {granted:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_in_a_loop_ride_out_a_killed_sentinel_master() {
+    let mut group = tokio::task::spawn_blocking(RedisSentinel::start)
+        .await
+        .unwrap()
+        .expect("start Redis Sentinel");
+    let store = RedisStore::connect(RedisConfig::new(group.url()))
+        .await
+        .unwrap();
+    let locks = LockManager::builder()
+        .client_id("t")
+        .farm_id("f1")
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let runs = tokio::spawn(async move {
+        let mut done = 0u32;
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(10) {
+            let guard = locks
+                .lock_with("loop", LockOptions::new().wait(Duration::from_secs(30)))
+                .await?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            guard.release().await?;
+            done += 1;
+        }
+        Ok::<u32, leasehold::Error>(done)
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let old = group.master_port().unwrap();
+    group.kill(old).unwrap();
+    let new = tokio::task::spawn_blocking(move || {
+        let new = group.wait_new_master(old);
+        (group, new)
+    })
+    .await
+    .unwrap();
+    let (_group, new) = (new.0, new.1.expect("the sentinels promoted a replica"));
+    assert_ne!(new, old);
+    let done = runs
+        .await
+        .unwrap()
+        .expect("every acquisition rode out the failover");
+    assert!(done > 10, "{done} acquisitions");
+    let looped = key("loop");
+    assert!(
+        within(Duration::from_secs(10), || store.inspect(&looped))
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing left"
+    );
+}
