@@ -53,6 +53,11 @@ pub(crate) enum Verdict {
 
 /// Classifies a failed request (see [`Verdict`]).
 pub(crate) fn classify(error: &etcd_client::Error) -> Verdict {
+    // A TLS handshake that failed (untrusted CA, wrong name) is a setup problem, and asking the
+    // next member would only hide it behind a timeout.
+    if leasehold_core::TlsFailure::classify(error).is_some() {
+        return Verdict::Answer;
+    }
     if before_sending(error) {
         return Verdict::Unsent;
     }
