@@ -183,3 +183,70 @@ pub(crate) fn unexpected(op: Op, key: &str, what: &str) -> Error {
     ))
     .with_key(key)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: Code, message: &str) -> etcd_client::Error {
+        etcd_client::Error::GRpcStatus(tonic::Status::new(code, message))
+    }
+
+    #[test]
+    fn a_refused_connection_was_never_sent() {
+        let refused = status(
+            Code::Unavailable,
+            "error trying to connect: tcp connect error: Connection refused (os error 111)",
+        );
+        assert_eq!(classify(&refused), Verdict::Unsent);
+        assert_eq!(
+            map(Op::Acquire, "k", "127.0.0.1:1", refused).kind(),
+            ErrorKind::Connection
+        );
+    }
+
+    #[test]
+    fn no_leader_is_refused_before_applying_on_any_member() {
+        let no_leader = status(Code::Unavailable, "etcdserver: no leader");
+        assert_eq!(classify(&no_leader), Verdict::Refused);
+        assert_eq!(
+            map(Op::Release, "k", "127.0.0.1:1", no_leader).kind(),
+            ErrorKind::Connection
+        );
+    }
+
+    #[test]
+    fn a_leader_change_under_a_write_is_in_doubt_and_under_a_read_is_not() {
+        let changed = || status(Code::Unavailable, "etcdserver: leader changed");
+        assert_eq!(classify(&changed()), Verdict::Lost);
+        for write in [Op::Acquire, Op::Release, Op::Extend] {
+            let error = map(write, "k", "127.0.0.1:1", changed());
+            assert_eq!(error.kind(), ErrorKind::InDoubt, "{write:?}");
+            assert!(error.to_string().contains("127.0.0.1:1"), "{error}");
+        }
+        assert_eq!(
+            map(Op::Inspect, "k", "127.0.0.1:1", changed()).kind(),
+            ErrorKind::Connection
+        );
+        let timed_out = status(
+            Code::Unavailable,
+            "etcdserver: request timed out, possibly due to previous leader failure",
+        );
+        assert_eq!(classify(&timed_out), Verdict::Lost);
+        assert_eq!(
+            map(Op::Acquire, "k", "a", timed_out).kind(),
+            ErrorKind::InDoubt
+        );
+    }
+
+    #[test]
+    fn the_clusters_answers_end_the_request() {
+        for answer in [
+            status(Code::NotFound, "etcdserver: requested lease not found"),
+            status(Code::InvalidArgument, "etcdserver: authentication failed"),
+            status(Code::PermissionDenied, "etcdserver: permission denied"),
+        ] {
+            assert_eq!(classify(&answer), Verdict::Answer, "{answer}");
+        }
+    }
+}

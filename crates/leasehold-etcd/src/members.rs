@@ -507,3 +507,66 @@ fn short(error: &etcd_client::Error) -> String {
     }
     short
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members() -> Members {
+        let endpoints: Vec<String> = (1..=3).map(|i| format!("http://10.0.0.{i}:2379")).collect();
+        Members::new(&endpoints, ConnectOptions::new(), Duration::from_secs(1))
+    }
+
+    #[test]
+    fn the_member_that_answered_last_is_asked_first() {
+        let members = members();
+        assert_eq!(members.order(), [0, 1, 2]);
+        assert_eq!(members.name(0), "10.0.0.1:2379");
+        members.answered(2);
+        assert_eq!(members.order(), [2, 0, 1]);
+    }
+
+    #[test]
+    fn a_member_that_failed_is_asked_last_and_loses_its_place() {
+        let members = members();
+        let failures = members.failures();
+        members.failed(0);
+        assert!(members.is_suspect(0));
+        assert!(failures.has_changed().unwrap(), "streams are told");
+        assert_eq!(members.order(), [1, 2, 0]);
+        members.failed(1);
+        assert_eq!(
+            members.order(),
+            [2, 0, 1],
+            "the one that failed first is tried first of the suspect ones"
+        );
+        members.answered(0);
+        assert!(!members.is_suspect(0));
+        assert_eq!(members.order(), [0, 2, 1]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn suspicion_lapses() {
+        let members = members();
+        members.failed(1);
+        assert!(members.is_suspect(1));
+        tokio::time::advance(SUSPECT_FOR + Duration::from_millis(1)).await;
+        assert!(!members.is_suspect(1));
+        assert_eq!(members.order(), [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_failure_is_named_in_a_few_words() {
+        let error = etcd_client::Error::IoError(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        ));
+        assert!(
+            short(&error).ends_with("connection refused"),
+            "{}",
+            short(&error)
+        );
+        let long = etcd_client::Error::GRpcStatus(tonic::Status::unavailable("x".repeat(200)));
+        assert_eq!(short(&long).len(), 80);
+    }
+}
