@@ -113,8 +113,7 @@ async fn connect(url: &StoreUrl, farm_id: &str) -> Result<BoxStore, CliError> {
             Ok(BoxStore::new(store))
         }
         StoreUrl::Aerospike {
-            host,
-            port,
+            seeds,
             namespace,
             set_suffix,
             user,
@@ -123,13 +122,8 @@ async fn connect(url: &StoreUrl, farm_id: &str) -> Result<BoxStore, CliError> {
             tls,
             ..
         } => {
-            let hosts = if host.contains(':') {
-                format!("[{host}]:{port}")
-            } else {
-                format!("{host}:{port}")
-            };
             let mut config = AerospikeConfig::new(
-                hosts,
+                seeds.as_str(),
                 namespace.as_str(),
                 // --farm-id, else the URL's farm=, else the default: the same farm as the keys.
                 farm_id,

@@ -267,7 +267,6 @@ fn closed_port() -> String {
 
 /// The seed node is down, the others serve: `run` gets the lock through another seed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs src/store.rs to hand StoreUrl::Aerospike's `seeds` to AerospikeConfig::new (today it builds the hosts from the first seed alone)"]
 async fn a_down_first_seed_is_passed_over() {
     let target = AerospikeTarget::from_env().await.unwrap();
     let hosts = format!("{},{}", closed_port(), target.hosts());

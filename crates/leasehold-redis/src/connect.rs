@@ -77,7 +77,7 @@ async fn connect_node(config: &RedisConfig) -> Result<Connected> {
     Ok(Connected {
         connection: Connection::Node(connection),
         address,
-        subscriber: Subscriber::Node(client),
+        subscriber: Subscriber::Node(Box::new(client)),
         pushes: None,
     })
 }

@@ -73,7 +73,7 @@ pub(crate) enum Subscriber {
     /// No client to subscribe with (a store made from a connection manager): waiters poll.
     None,
     /// One server: a pub/sub connection of its own (`SUBSCRIBE`).
-    Node(redis::Client),
+    Node(Box<redis::Client>),
     /// Sentinel: a pub/sub connection to the master the sentinels name when it is made.
     Sentinel(Arc<crate::connection::SentinelLink>),
     /// A Redis Cluster: sharded subscriptions (`SSUBSCRIBE`) on the cluster connection, which
@@ -377,7 +377,7 @@ impl Waiting {
             return Ok(Some(sink.clone()));
         }
         let client = match &self.subscriber {
-            Subscriber::Node(client) => client.clone(),
+            Subscriber::Node(client) => (**client).clone(),
             // The master the sentinels name now: after a failover, the new one.
             Subscriber::Sentinel(link) => link.master_client().await?,
             Subscriber::None | Subscriber::Cluster(_) => return Ok(None),
