@@ -199,7 +199,10 @@ fn main() {
                 group_ref.kill(master).expect("kill");
                 group_ref.wait_new_master(master).expect("a new master");
             }));
-            eprintln!("  sentinel round {i}: store {:?}, gap {:?}, lost {}", r.store, r.gap, r.lost);
+            eprintln!(
+                "  sentinel round {i}: store {:?}, gap {:?}, lost {}",
+                r.store, r.gap, r.lost
+            );
             seen.push(r);
             group.restart(master).expect("restart");
         }
@@ -225,7 +228,10 @@ fn main() {
                 cluster.kill(leader).expect("kill");
                 cluster.wait_for_leader().expect("a new leader");
             }));
-            eprintln!("  etcd round {i}: store {:?}, gap {:?}, lost {}", r.store, r.gap, r.lost);
+            eprintln!(
+                "  etcd round {i}: store {:?}, gap {:?}, lost {}",
+                r.store, r.gap, r.lost
+            );
             seen.push(r);
             cluster.restart(leader).expect("restart");
             cluster.wait_healthy().expect("healthy");
