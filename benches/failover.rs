@@ -165,11 +165,17 @@ fn main() {
             let master = cluster
                 .master_of("leasehold:{DC#f1#bench#loop}")
                 .expect("master");
+            let replica = cluster.replica_of(master).expect("replica");
             let cluster_ref = &mut cluster;
-            let r = runtime.block_on(round(&locks, i, || cluster_ref.kill(master).expect("kill")));
+            let r = runtime.block_on(round(&locks, i, || {
+                cluster_ref.kill(master).expect("kill");
+                cluster_ref
+                    .wait_until(|nodes| nodes.iter().any(|n| n.port == replica && n.master))
+                    .expect("the replica took over");
+            }));
             eprintln!(
-                "  redis cluster round {i}: gap {:?}, lost {}",
-                r.gap, r.lost
+                "  redis cluster round {i}: store {:?}, gap {:?}, lost {}",
+                r.store, r.gap, r.lost
             );
             seen.push(r);
             cluster.restart(master).expect("restart");
