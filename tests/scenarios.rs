@@ -791,17 +791,19 @@ async fn a_scenarios_readback_retries_reach_its_locks() {
         ]
     );
 
-    // No retry: read back, never sent again.
+    // No retry: read back, never sent again. The write could still land late, so the manager
+    // undoes the attempt (an owner-checked release of its token, in the background).
     let scripted_before = scripted.ops().len();
     scripted
         .expect_acquire(Err(reply_lost()))
-        .expect_inspect(Ok(None));
+        .expect_inspect(Ok(None))
+        .expect_release(Ok(false));
     let error = locks.try_lock("once-1").await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::RetriesExhausted, "{error}");
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(
         scripted.ops()[scripted_before..],
-        [Op::TryAcquire, Op::Inspect]
+        [Op::TryAcquire, Op::Inspect, Op::Release]
     );
     scripted.verify();
 }
