@@ -54,7 +54,8 @@ pub(crate) struct TlsFiles {
 
 impl EtcdConfig {
     /// A configuration for these endpoints: `host:port` (plain HTTP/2), or `http://host:port` /
-    /// `https://host:port`. Several endpoints of one cluster are balanced by the client.
+    /// `https://host:port`. Several endpoints of one cluster, in any order: requests go to the
+    /// member that answered last, and on to the next when it fails.
     pub fn new<E: Into<String>>(endpoints: impl IntoIterator<Item = E>) -> Self {
         EtcdConfig {
             endpoints: endpoints

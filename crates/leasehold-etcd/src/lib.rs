@@ -33,15 +33,19 @@
 //!
 //! ## Why `etcd-client`
 //! It is the maintained, tokio-native etcd v3 gRPC client (tonic): transactions with range
-//! compares, leases, watches, user/password auth and TLS through rustls (cargo feature `tls`),
-//! and load balancing over several endpoints. Building it needs `protoc` (Debian's
-//! `protobuf-compiler`), because its build script compiles etcd's protobuf definitions.
+//! compares, leases, watches, user/password auth and TLS through rustls (cargo feature `tls`).
+//! Building it needs `protoc` (Debian's `protobuf-compiler`), because its build script compiles
+//! etcd's protobuf definitions. The store keeps one client per member and fails over between
+//! them itself (its balanced channel keeps sending to a dead member; docs/ETCD.md, "Clusters").
 //!
 //! ## Failures
-//! A write whose reply does not arrive within the response timeout, or whose connection drops
-//! after it was sent, is [`ErrorKind::InDoubt`](leasehold_core::ErrorKind::InDoubt) — the readback
-//! layer resolves it. A cluster that cannot be reached, has no leader, or refuses for now is
-//! `Connection`; wrong credentials or permissions are `StoreSetup`.
+//! Every request goes to the member that answered last, whatever the endpoint order; one that a
+//! member refuses or never got goes to the next member, and so does one that is safe to send
+//! twice (reads, keep-alives) and got no reply. A write whose reply does not arrive within the
+//! response timeout, or whose connection drops after it was sent, is
+//! [`ErrorKind::InDoubt`](leasehold_core::ErrorKind::InDoubt) — the readback layer resolves it, on
+//! a live member. A cluster that cannot be reached, has no leader, or refuses for now is
+//! `Connection`, naming each member tried; wrong credentials or permissions are `StoreSetup`.
 //!
 //! ```no_run
 //! use leasehold::LockManager;
