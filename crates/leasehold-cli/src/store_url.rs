@@ -178,6 +178,7 @@ impl StoreUrl {
                 }
                 let mut url = url;
                 let tls = TlsParams::take(&mut url).map_err(|p| fail(&p))?;
+                check_redis_query(&url, REDIS_TCP_PARAMS).map_err(|p| fail(&p))?;
                 if url.scheme() == "redis" && !tls.is_empty() {
                     return Err(fail("tls_ca, tls_cert and tls_key need TLS: use rediss://"));
                 }
@@ -187,6 +188,7 @@ impl StoreUrl {
                 if url.path().is_empty() || url.path() == "/" {
                     return Err(fail("a unix socket URL needs a socket path"));
                 }
+                check_redis_query(&url, REDIS_UNIX_PARAMS).map_err(|p| fail(&p))?;
                 Ok(StoreUrl::Redis {
                     url,
                     tls: TlsParams::default(),
@@ -287,6 +289,35 @@ impl StoreUrl {
             StoreUrl::RedisGroup { hosts, .. } => hosts.clone(),
         }
     }
+}
+
+/// The query parameters a `redis://` or `rediss://` URL takes: the redis client's `protocol`
+/// (`resp2`/`resp3`) and leasehold's TLS files (`rediss://` only).
+const REDIS_TCP_PARAMS: &[&str] = &["protocol", "tls_ca", "tls_cert", "tls_key"];
+
+/// The query parameters a `redis+unix://` or `unix://` URL takes (all read by the redis client).
+const REDIS_UNIX_PARAMS: &[&str] = &["db", "user", "pass", "protocol"];
+
+/// Refuses a query parameter the redis client would silently ignore (`?bogus=1`, a misspelt
+/// `?protocl=resp3`), naming the ones that exist. The `tls_*` parameters were taken out before.
+fn check_redis_query(url: &Url, known: &[&str]) -> Result<(), String> {
+    for (k, _) in url.query_pairs() {
+        if known.contains(&&*k) {
+            continue;
+        }
+        let hint = match &*k {
+            "db" => " (the database is the path: redis://host:6379/2)",
+            "user" | "pass" | "password" | "username" => {
+                " (credentials go before the host: redis://user:password@host:6379)"
+            }
+            _ => "",
+        };
+        return Err(format!(
+            "unknown redis parameter {k:?}{hint} (known: {})",
+            known.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// For an `aerospike://` URL with several seed hosts (`user:pw@h1:3000,h2:3000/ns?…`): the URL
@@ -500,6 +531,39 @@ mod tests {
         ] {
             let err = StoreUrl::parse(raw).unwrap_err().to_string();
             assert!(err.contains(expect), "{raw}: {err}");
+        }
+    }
+
+    #[test]
+    fn redis_urls_refuse_unknown_parameters() {
+        for (raw, expect) in [
+            (
+                "redis://127.0.0.1:6379/?bogus=1",
+                "unknown redis parameter \"bogus\" (known: protocol, tls_ca, tls_cert, tls_key)",
+            ),
+            (
+                "rediss://u:s3cret@h:6380/0?tls_ca=/ca.pem&protocl=resp3",
+                "unknown redis parameter \"protocl\"",
+            ),
+            ("redis://h:6379?db=2", "the database is the path"),
+            ("redis://h:6379?password=x", "credentials go before the host"),
+            (
+                "redis+unix:///run/redis.sock?db=1&bogus=1",
+                "unknown redis parameter \"bogus\" (known: db, user, pass, protocol)",
+            ),
+        ] {
+            let err = StoreUrl::parse(raw).unwrap_err().to_string();
+            assert!(err.contains(expect), "{raw}: {err}");
+            assert!(err.contains("examples: memory://"), "{err}");
+            assert!(!err.contains("s3cret"), "{err}");
+        }
+        for ok in [
+            "redis://127.0.0.1:6379/?protocol=resp3",
+            "redis://127.0.0.1:6379/2",
+            "rediss://h:6380/?protocol=3&tls_ca=/ca.pem",
+            "redis+unix:///run/redis.sock?db=1&user=u&pass=p&protocol=resp3",
+        ] {
+            StoreUrl::parse(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
         }
     }
 
