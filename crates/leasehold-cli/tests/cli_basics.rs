@@ -57,6 +57,10 @@ fn bad_input_exits_2_with_one_line_and_an_example() {
         ),
         (vec!["--store", "redis://", "inspect", "k"], "needs a host"),
         (
+            vec!["--store", "redis://127.0.0.1:6379/?bogus=1", "inspect", "k"],
+            "unknown redis parameter \"bogus\" (known: protocol, tls_ca, tls_cert, tls_key)",
+        ),
+        (
             vec!["--store", "aerospike://127.0.0.1:3000", "inspect", "k"],
             "namespace",
         ),
