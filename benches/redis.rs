@@ -198,21 +198,99 @@ async fn cluster_against_one_server() {
         .await
         .unwrap()
         .expect("a Redis Cluster (redis-server, redis-tools)");
+    let bare = tokio::task::spawn_blocking(|| RedisCluster::start_with_replicas(0))
+        .await
+        .unwrap()
+        .expect("a Redis Cluster without replicas");
     let one = manager(&server.url(), |b| b.default_layers()).await;
     let many = manager(&cluster.url(), |b| b.default_layers()).await;
-    let (mut one_p50, mut many_p50) = (Vec::new(), Vec::new());
+    let unreplicated = manager(&bare.url(), |b| b.default_layers()).await;
+    let raw_one = raw_cluster_client(&server.url(), false);
+    let raw_many = raw_cluster_client(&cluster.url(), true);
+    let (mut one_p50, mut many_p50, mut bare_p50) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut raw_one_p50, mut raw_many_p50) = (Vec::new(), Vec::new());
     for batch in 0..5 {
         println!("batch {batch}");
         one_p50.push(leasehold_pairs("  one server, default stack", &one).await);
-        many_p50.push(leasehold_pairs("  Redis Cluster, default stack", &many).await);
+        many_p50.push(leasehold_pairs("  Redis Cluster 3+3, default stack", &many).await);
+        bare_p50.push(leasehold_pairs("  Redis Cluster 3+0, default stack", &unreplicated).await);
+        raw_one_p50.push(raw_set_del("  raw SET NX PX + DEL, one server", &raw_one).await);
+        raw_many_p50.push(raw_set_del("  raw SET NX PX + DEL, cluster 3+3", &raw_many).await);
     }
-    one_p50.sort_unstable();
-    many_p50.sort_unstable();
-    let (one, many) = (one_p50[2], many_p50[2]);
+    let median = |mut v: Vec<Duration>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let (one, many, bare) = (median(one_p50), median(many_p50), median(bare_p50));
+    let (raw_one, raw_many) = (median(raw_one_p50), median(raw_many_p50));
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
-        "\nmedian of batch p50s: one server {:.1} µs, cluster {:.1} µs, cluster / one server = {:.3} (goal ≤ 1.05)",
-        one.as_secs_f64() * 1e6,
-        many.as_secs_f64() * 1e6,
-        many.as_secs_f64() / one.as_secs_f64()
+        "\nmedian of batch p50s: one server {:.1} µs, cluster 3+3 {:.1} µs ({:.3}×, goal ≤ 1.05), \
+         cluster without replicas {:.1} µs ({:.3}×); raw client: one server {:.1} µs, cluster {:.1} µs ({:.3}×)",
+        us(one),
+        us(many),
+        many.as_secs_f64() / one.as_secs_f64(),
+        us(bare),
+        bare.as_secs_f64() / one.as_secs_f64(),
+        us(raw_one),
+        us(raw_many),
+        raw_many.as_secs_f64() / raw_one.as_secs_f64()
     );
+}
+
+/// The redis crate's own client, one server or cluster: what a lock costs with no leasehold in
+/// the way (`SET NX PX` then `DEL`), to tell the cluster client's share from ours.
+enum RawClient {
+    One(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+fn raw_cluster_client(url: &str, cluster: bool) -> RawClient {
+    if cluster {
+        let seeds: Vec<String> = url
+            .trim_start_matches("redis+cluster://")
+            .split(',')
+            .map(|h| format!("redis://{h}"))
+            .collect();
+        RawClient::Cluster(redis::cluster::ClusterClient::new(seeds).unwrap())
+    } else {
+        RawClient::One(redis::Client::open(url).unwrap())
+    }
+}
+
+async fn raw_set_del(label: &str, client: &RawClient) -> Duration {
+    async fn pairs(label: &str, conn: &mut impl redis::aio::ConnectionLike) -> Duration {
+        let mut samples = Vec::with_capacity(ROUNDS);
+        let start = Instant::now();
+        for i in 0..ROUNDS {
+            let t = Instant::now();
+            let ok: Option<String> = redis::cmd("SET")
+                .arg("{bench}:raw")
+                .arg(i)
+                .arg("NX")
+                .arg("PX")
+                .arg(30_000)
+                .query_async(conn)
+                .await
+                .unwrap();
+            assert!(ok.is_some());
+            let _: i64 = redis::cmd("DEL")
+                .arg("{bench}:raw")
+                .query_async(conn)
+                .await
+                .unwrap();
+            samples.push(t.elapsed());
+        }
+        summary(label, samples, start.elapsed())
+    }
+    match client {
+        RawClient::One(client) => {
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            pairs(label, &mut conn).await
+        }
+        RawClient::Cluster(client) => {
+            let mut conn = client.get_async_connection().await.unwrap();
+            pairs(label, &mut conn).await
+        }
+    }
 }

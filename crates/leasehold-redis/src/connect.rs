@@ -22,6 +22,12 @@ const RECONNECT_RETRIES: usize = 2;
 /// The longest pause between those retries.
 const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
 
+/// How often the cluster client retries a request that met a moved slot or a dead node, and
+/// its shortest and longest pause in milliseconds (jittered between them, growing).
+const CLUSTER_RETRIES: u32 = 6;
+const CLUSTER_RETRY_MIN_WAIT_MS: u64 = 10;
+const CLUSTER_RETRY_MAX_WAIT_MS: u64 = 200;
+
 /// A store's connection, the address its messages name, and how it hears release announcements.
 pub(crate) struct Connected {
     pub(crate) connection: Connection,
@@ -97,7 +103,14 @@ async fn connect_cluster(config: &RedisConfig, seeds: &[String]) -> Result<Conne
         // Sharded pub/sub messages arrive as RESP3 pushes, on the same connections; the
         // cluster client resubscribes when a slot moves to another node.
         .use_protocol(ProtocolVersion::RESP3)
-        .push_sender(pushes_in);
+        .push_sender(pushes_in)
+        // The client retries a request that met a moving slot or a dead node by itself. Its
+        // default pauses start at 1.28 s, which a failover pays on top of the cluster's own
+        // detection; short pauses retry soon after the replica took over, and the caller's
+        // budget (a blocking acquire's wait, a release's or renewal's retry) covers the rest.
+        .retries(CLUSTER_RETRIES)
+        .min_retry_wait(CLUSTER_RETRY_MIN_WAIT_MS)
+        .max_retry_wait(CLUSTER_RETRY_MAX_WAIT_MS);
     #[cfg(feature = "tls")]
     let builder = match tls_certificates(config)? {
         Some(certificates) => builder.certs(certificates),

@@ -56,9 +56,15 @@ impl RedisCluster {
     /// Starts 6 nodes and joins them with `redis-cli --cluster create … --cluster-replicas 1`,
     /// then waits until every node reports `cluster_state:ok` and every replica is in sync.
     pub fn start() -> io::Result<Self> {
+        Self::start_with_replicas(1)
+    }
+
+    /// Starts 3 masters with `replicas` replicas each (0 for a cluster without replication,
+    /// to measure what replication costs).
+    pub fn start_with_replicas(replicas: usize) -> io::Result<Self> {
         let timeout = CLUSTER_NODE_TIMEOUT.as_millis().to_string();
         let mut nodes = Vec::new();
-        for _ in 0..6 {
+        for _ in 0..3 * (1 + replicas) {
             nodes.push(RedisServer::start_with_args(&[
                 "--cluster-enabled",
                 "yes",
@@ -78,7 +84,7 @@ impl RedisCluster {
             create.arg(format!("127.0.0.1:{}", node.port()));
         }
         let out = create
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .map_err(|e| {
                 if e.kind() == io::ErrorKind::NotFound {
