@@ -20,7 +20,11 @@
 //!   request;
 //! - sent and no reply (a timeout, a connection lost mid-request, a leader change during a write):
 //!   a read, a lease keep-alive or anything else that is safe to send twice is tried on the next
-//!   member; a write is returned (`InDoubt`: the readback resolves it, on a live member).
+//!   member — and *hedged*: sent to the next member too when the first has not answered within a
+//!   quarter of the timeout (see [`Members::run`]); a write is returned (`InDoubt`: the readback
+//!   resolves it, on a live member).
+//! - while the members elect a leader (every one refuses with "no leader"), the request is asked
+//!   again, with a growing pause, for up to one timeout.
 //!
 //! A member that failed is *suspect* for a while: it is tried last, and streams (watches, the
 //! waiter lease's keep-alive) that run on it are told to re-open on another member. Every failure
