@@ -242,7 +242,7 @@ async fn cluster_against_one_server() {
 /// the way (`SET NX PX` then `DEL`), to tell the cluster client's share from ours.
 enum RawClient {
     One(redis::Client),
-    Cluster(redis::cluster::ClusterClient),
+    Cluster(Box<redis::cluster::ClusterClient>),
 }
 
 fn raw_cluster_client(url: &str, cluster: bool) -> RawClient {
@@ -252,7 +252,7 @@ fn raw_cluster_client(url: &str, cluster: bool) -> RawClient {
             .split(',')
             .map(|h| format!("redis://{h}"))
             .collect();
-        RawClient::Cluster(redis::cluster::ClusterClient::new(seeds).unwrap())
+        RawClient::Cluster(Box::new(redis::cluster::ClusterClient::new(seeds).unwrap()))
     } else {
         RawClient::One(redis::Client::open(url).unwrap())
     }
