@@ -546,7 +546,10 @@ mod tests {
                 "unknown redis parameter \"protocl\"",
             ),
             ("redis://h:6379?db=2", "the database is the path"),
-            ("redis://h:6379?password=x", "credentials go before the host"),
+            (
+                "redis://h:6379?password=x",
+                "credentials go before the host",
+            ),
             (
                 "redis+unix:///run/redis.sock?db=1&bogus=1",
                 "unknown redis parameter \"bogus\" (known: db, user, pass, protocol)",
