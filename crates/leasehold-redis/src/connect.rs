@@ -24,7 +24,7 @@ const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(500);
 
 /// How often the cluster client retries a request that met a moved slot or a dead node, and
 /// its shortest and longest pause in milliseconds (jittered between them, growing).
-const CLUSTER_RETRIES: u32 = 6;
+const CLUSTER_RETRIES: u32 = 12;
 const CLUSTER_RETRY_MIN_WAIT_MS: u64 = 10;
 const CLUSTER_RETRY_MAX_WAIT_MS: u64 = 200;
 

@@ -31,14 +31,18 @@ impl Op {
     }
 }
 
-/// Error codes with which Redis refuses a command it did not run, for a while.
-const NOT_SERVING_NOW: [&str; 6] = [
+/// Error codes with which Redis refuses a command it did not run, for a while. `MOVED` and `ASK`
+/// reach the store only when the cluster client ran out of redirections while a slot moved (a
+/// failover in progress): nothing was applied.
+const NOT_SERVING_NOW: [&str; 8] = [
     "LOADING",
     "READONLY",
     "MASTERDOWN",
     "TRYAGAIN",
     "BUSY",
     "CLUSTERDOWN",
+    "MOVED",
+    "ASK",
 ];
 
 /// Maps a failed request.
@@ -50,8 +54,9 @@ const NOT_SERVING_NOW: [&str; 6] = [
 /// - A script calling a command the server does not have (fair waiting's `LMOVE` on Redis
 ///   before 6.2; it is the first write of the script, so nothing was applied):
 ///   [`ErrorKind::StoreSetup`], naming the version needed and the way out.
-/// - Refused for now (`LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`, `BUSY`, `CLUSTERDOWN`):
-///   nothing applied, [`ErrorKind::Connection`] (temporary).
+/// - Refused for now (`LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`, `BUSY`, `CLUSTERDOWN`,
+///   and `MOVED`/`ASK` left over from a slot moving during a failover): nothing applied,
+///   [`ErrorKind::Connection`] (temporary).
 /// - Anything else: [`ErrorKind::Internal`], with the server's error as the cause.
 pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error {
     let what = op.name();
@@ -120,6 +125,19 @@ mod tests {
     use redis::{ErrorKind as RedisKind, ServerErrorKind};
 
     use super::*;
+
+    #[test]
+    fn a_redirection_left_over_from_a_failover_is_temporary() {
+        let moved = RedisError::from((
+            RedisKind::Server(ServerErrorKind::Moved),
+            "An error was signalled by the server",
+            "14124 127.0.0.1:38421".to_owned(),
+        ));
+        assert_eq!(moved.code(), Some("MOVED"));
+        let error = map(Op::Acquire, "DC#f1#app#k", "the cluster", moved);
+        assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
+        assert!(error.to_string().contains("MOVED"), "{error}");
+    }
 
     #[test]
     fn a_script_command_the_server_lacks_is_a_setup_error_naming_the_version() {
