@@ -98,6 +98,9 @@ async fn round(locks: &LockManager, round: usize, fault: impl FnOnce()) -> Round
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = looping.await;
     let lost = !held.is_held();
+    if lost {
+        eprintln!("  the held lock was reported lost: {}", held.lost().await);
+    }
     let _ = held.release().await;
     Round { gap, store, lost }
 }
