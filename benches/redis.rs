@@ -241,7 +241,7 @@ async fn cluster_against_one_server() {
 /// The redis crate's own client, one server or cluster: what a lock costs with no leasehold in
 /// the way (`SET NX PX` then `DEL`), to tell the cluster client's share from ours.
 enum RawClient {
-    One(redis::Client),
+    One(Box<redis::Client>),
     Cluster(Box<redis::cluster::ClusterClient>),
 }
 
@@ -254,7 +254,7 @@ fn raw_cluster_client(url: &str, cluster: bool) -> RawClient {
             .collect();
         RawClient::Cluster(Box::new(redis::cluster::ClusterClient::new(seeds).unwrap()))
     } else {
-        RawClient::One(redis::Client::open(url).unwrap())
+        RawClient::One(Box::new(redis::Client::open(url).unwrap()))
     }
 }
 

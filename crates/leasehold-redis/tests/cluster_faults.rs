@@ -35,6 +35,38 @@ where
     }
 }
 
+/// A manager on `store` with the default stack and watchdog, keys `DC#f1#t#<name>`.
+fn manager(store: RedisStore, ttl: Duration) -> LockManager {
+    LockManager::builder()
+        .client_id("t")
+        .farm_id("f1")
+        .lock_ttl(ttl)
+        .store(store)
+        .build()
+        .unwrap()
+}
+
+/// Takes and releases `loop` for `run`, each `lock()` waiting up to 30 s: how many times, or the
+/// first error.
+fn acquire_in_a_loop(
+    locks: LockManager,
+    run: Duration,
+) -> tokio::task::JoinHandle<leasehold::Result<u32>> {
+    tokio::spawn(async move {
+        let mut done = 0u32;
+        let started = Instant::now();
+        while started.elapsed() < run {
+            let guard = locks
+                .lock_with("loop", LockOptions::new().wait(Duration::from_secs(30)))
+                .await?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            guard.release().await?;
+            done += 1;
+        }
+        Ok(done)
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_failover_loses_no_lock_acknowledged_by_a_replica() {
     let cluster = tokio::task::spawn_blocking(RedisCluster::start)
@@ -89,25 +121,7 @@ async fn acquisitions_in_a_loop_ride_out_a_killed_master() {
         .unwrap();
     let k = key("loop");
     let master = cluster.master_of(&store.lock_key(&k)).unwrap();
-    let locks = LockManager::builder()
-        .client_id("t")
-        .farm_id("f1")
-        .store(store.clone())
-        .build()
-        .unwrap();
-    let runs = tokio::spawn(async move {
-        let mut done = 0u32;
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(8) {
-            let guard = locks
-                .lock_with("loop", LockOptions::new().wait(Duration::from_secs(20)))
-                .await?;
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            guard.release().await?;
-            done += 1;
-        }
-        Ok::<u32, leasehold::Error>(done)
-    });
+    let runs = acquire_in_a_loop(manager(store.clone(), TTL), Duration::from_secs(8));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     cluster.kill(master).unwrap();
     let done = runs
@@ -129,7 +143,7 @@ async fn a_waiter_on_a_cluster_is_told_of_the_release() {
     let config = RedisConfig::new(cluster.url());
     // Polling once a minute: only the release announcement (sharded pub/sub) can wake the
     // waiter within its wait.
-    let manager = |store| {
+    let polling_rarely = |store| {
         LockManager::builder()
             .client_id("t")
             .farm_id("f1")
@@ -138,8 +152,8 @@ async fn a_waiter_on_a_cluster_is_told_of_the_release() {
             .build()
             .unwrap()
     };
-    let holder = manager(RedisStore::connect(config.clone()).await.unwrap());
-    let waiter = manager(RedisStore::connect(config).await.unwrap());
+    let holder = polling_rarely(RedisStore::connect(config.clone()).await.unwrap());
+    let waiter = polling_rarely(RedisStore::connect(config).await.unwrap());
     let guard = holder.try_lock("told").await.unwrap();
     let waiting = tokio::spawn(async move {
         waiter
@@ -255,21 +269,16 @@ async fn a_paused_master_costs_a_renewed_lock_nothing_and_its_waiter_gets_it_aft
     // Without min_replicas: while the old master is paused the promoted replica has no replica
     // of its own, and min_replicas(1) would (rightly) refuse to confirm the renewals.
     let config = RedisConfig::new(cluster.url());
-    let manager = |store| {
-        LockManager::builder()
-            .client_id("t")
-            .farm_id("f1")
-            .lock_ttl(Duration::from_secs(10)) // renewed every 3.3 s by the watchdog
-            .store(store)
-            .build()
-            .unwrap()
-    };
     let holder_store = RedisStore::connect(config.clone()).await.unwrap();
     let master = cluster
         .master_of(&holder_store.lock_key(&key("paused")))
         .unwrap();
-    let holder = manager(holder_store);
-    let waiter = manager(RedisStore::connect(config).await.unwrap());
+    // Renewed every 3.3 s by the watchdog.
+    let holder = manager(holder_store, Duration::from_secs(10));
+    let waiter = manager(
+        RedisStore::connect(config).await.unwrap(),
+        Duration::from_secs(10),
+    );
     let guard = holder.try_lock("paused").await.unwrap();
     let waiting = tokio::spawn(async move {
         waiter
@@ -308,25 +317,7 @@ async fn acquisitions_in_a_loop_ride_out_a_killed_sentinel_master() {
     let store = RedisStore::connect(RedisConfig::new(group.url()))
         .await
         .unwrap();
-    let locks = LockManager::builder()
-        .client_id("t")
-        .farm_id("f1")
-        .store(store.clone())
-        .build()
-        .unwrap();
-    let runs = tokio::spawn(async move {
-        let mut done = 0u32;
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(10) {
-            let guard = locks
-                .lock_with("loop", LockOptions::new().wait(Duration::from_secs(30)))
-                .await?;
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            guard.release().await?;
-            done += 1;
-        }
-        Ok::<u32, leasehold::Error>(done)
-    });
+    let runs = acquire_in_a_loop(manager(store.clone(), TTL), Duration::from_secs(10));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let old = group.master_port().unwrap();
     group.kill(old).unwrap();
