@@ -36,6 +36,7 @@
 #![forbid(unsafe_code)]
 
 mod backoff;
+pub mod blocking;
 mod failover;
 mod guard;
 mod handle;
