@@ -413,7 +413,7 @@ impl LockManagerBuilder {
         self
     }
 
-    /// The observers configured so far (for layers added by later issues' builder methods).
+    /// The observers configured so far (for layers that report to them, added by other builder methods).
     pub fn observers(&self) -> &Observers {
         &self.observers
     }
