@@ -56,9 +56,74 @@ where
     })
 }
 
+/// Cancel-safe acquisition for a store whose connection applies requests in the order they were
+/// sent (one multiplexed Redis connection per node): `acquire` runs on the caller's task, and
+/// only when the caller stops waiting before its answer does `release` (owner-checked) follow it,
+/// on a task of its own. Sent after the request on the same ordered connection, the release
+/// undoes whatever the request did, so nothing is left under a token nobody knows — at no cost
+/// unless the caller is cancelled, where [`acquire_detached`] spawns a task for every request.
+///
+/// Stores whose requests may overtake each other (separate streams or pooled connections) need
+/// [`acquire_detached`]: there an undo sent early could land before the acquisition it undoes.
+pub async fn acquire_undone_on_drop<AF, R, RF>(
+    req: &Acquire,
+    acquire: AF,
+    release: R,
+) -> Result<Lease>
+where
+    AF: Future<Output = Result<Lease>>,
+    R: FnOnce(Lease) -> RF + Send + 'static,
+    RF: Future<Output = Result<bool>> + Send + 'static,
+{
+    let mut undo = UndoOnDrop {
+        req,
+        release: Some(release),
+    };
+    let answer = acquire.await;
+    undo.release = None; // answered: an in-doubt answer is the caller's to undo
+    answer
+}
+
+/// Sends the owner-checked release of a request whose caller stopped waiting for its answer.
+struct UndoOnDrop<'a, R, RF>
+where
+    R: FnOnce(Lease) -> RF,
+    RF: Future<Output = Result<bool>> + Send + 'static,
+{
+    req: &'a Acquire,
+    release: Option<R>,
+}
+
+impl<R, RF> Drop for UndoOnDrop<'_, R, RF>
+where
+    R: FnOnce(Lease) -> RF,
+    RF: Future<Output = Result<bool>> + Send + 'static,
+{
+    fn drop(&mut self) {
+        let Some(release) = self.release.take() else {
+            return;
+        };
+        let key = self.req.key.clone();
+        let undo = release(maybe_held(self.req));
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(error) = undo.await {
+                        tracing::warn!(key = %key, %error,
+                            "could not undo an acquisition nobody waited for; it expires at its TTL");
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(key = %key,
+                "an acquisition was abandoned outside a runtime and cannot be undone; \
+                 it expires at its TTL"),
+        }
+    }
+}
+
 /// What an in-doubt acquisition may hold: the request's lock under its token, from now.
 fn maybe_held(req: &Acquire) -> Lease {
-    Lease::new(req.key.clone(), req.token.clone(), req.ttl, Instant::now())
+    Lease::new(req.key.clone(), req.token.clone(), req.ttl, Instant::now()).with_mode(req.mode)
 }
 
 /// The caller's end of a detached acquisition. Dropped unread, it closes the channel (an answer
@@ -169,5 +234,65 @@ mod tests {
             .expect("the unread lease was released")
             .unwrap();
         assert_eq!(&token, &req.token);
+    }
+
+    #[tokio::test]
+    async fn an_answered_acquisition_on_the_callers_task_is_never_undone() {
+        let released = Arc::new(AtomicBool::new(false));
+        let r = released.clone();
+        let req = req().with_mode(crate::LockMode::Shared);
+        let lease = acquire_undone_on_drop(
+            &req,
+            async {
+                Ok(Lease::new(
+                    req.key.clone(),
+                    req.token.clone(),
+                    req.ttl,
+                    Instant::now(),
+                ))
+            },
+            move |_| async move {
+                r.store(true, Ordering::SeqCst);
+                Ok(true)
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(lease.token(), &req.token);
+        let refused = acquire_undone_on_drop(
+            &req,
+            async { Err(Error::unavailable(&req.key)) },
+            |_| async { Ok(true) },
+        )
+        .await;
+        assert!(refused.unwrap_err().is_unavailable());
+        tokio::task::yield_now().await;
+        assert!(!released.load(Ordering::SeqCst), "nothing to undo");
+    }
+
+    #[tokio::test]
+    async fn an_acquisition_abandoned_on_the_callers_task_is_released_in_its_mode() {
+        let (released_tx, released_rx) = tokio::sync::oneshot::channel();
+        let req = req().with_mode(crate::LockMode::Shared);
+        let fut = acquire_undone_on_drop(
+            &req,
+            async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Err(Error::unavailable(&req.key))
+            },
+            move |lease| async move {
+                let _ = released_tx.send((lease.token().clone(), lease.mode()));
+                Ok(true)
+            },
+        );
+        assert!(tokio::time::timeout(Duration::from_millis(5), fut)
+            .await
+            .is_err());
+        let (token, mode) = tokio::time::timeout(Duration::from_secs(5), released_rx)
+            .await
+            .expect("the abandoned acquisition was undone")
+            .unwrap();
+        assert_eq!(token, req.token);
+        assert_eq!(mode, crate::LockMode::Shared);
     }
 }

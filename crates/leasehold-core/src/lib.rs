@@ -38,7 +38,7 @@ mod token;
 mod watch;
 
 pub use acquire::{Acquire, HolderId, WaiterId};
-pub use detached::acquire_detached;
+pub use detached::{acquire_detached, acquire_undone_on_drop};
 pub use dyn_store::BoxStore;
 pub use error::{Error, ErrorKind, Result};
 pub use event::{LockEvent, Observer, Observers, SkipReason};

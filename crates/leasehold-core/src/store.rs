@@ -170,8 +170,10 @@ pub trait LockStore: Send + Sync + 'static {
         async move { Err(Error::unsupported(name, "listing")) }
     }
 
-    /// Registers this process as waiting for `key`, before the first attempt of a blocking
-    /// acquisition, until the returned watch is dropped (see [`ReleaseWatch`]).
+    /// Registers this process as waiting for `key`, until the returned watch is dropped (see
+    /// [`ReleaseWatch`]). The manager calls it only once a blocking acquisition's first attempt
+    /// (a plain try, without a deadline) was refused, before the attempts that wait: an
+    /// acquisition nobody contends never pays for a watch.
     ///
     /// Stores with [`Capabilities::notifications`] fire the watch when the lock may be free for
     /// this process (a release, or this process's turn in the store's waiter queue). Never fails:

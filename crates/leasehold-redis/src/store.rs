@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{
-    acquire_detached, validate_ttl, Acquire, Capabilities, Error, HistoryEntry, HistoryEvent,
+    acquire_undone_on_drop, validate_ttl, Acquire, Capabilities, Error, HistoryEntry, HistoryEvent,
     Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result, TraceConfig,
 };
 use redis::aio::ConnectionManager;
@@ -414,18 +414,16 @@ impl LockStore for RedisStore {
         self.inner.waiting.watch(self.lock_key(key), leave).await
     }
 
-    /// One round trip. Cancel safe: the request runs on its own task; if the caller stops waiting,
-    /// the task finishes and releases (owner-checked) what it acquired, or what it may have
-    /// acquired if the reply was lost, so no lock is left under a token nobody knows.
+    /// One round trip. Cancel safe: if the caller stops waiting before the answer, an
+    /// owner-checked release follows the request on the same connection (one per node, which
+    /// applies requests in order), so no lock is left under a token nobody knows.
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         validate_ttl(req.ttl)?;
         req.mode.validate()?;
-        let (acquirer, releaser) = (self.clone(), self.clone());
-        acquire_detached(
-            req,
-            move |req| async move { acquirer.acquire_once(&req).await },
-            move |lease| async move { releaser.release_once(&lease).await },
-        )
+        let releaser = self.clone();
+        acquire_undone_on_drop(req, self.acquire_once(req), move |lease| async move {
+            releaser.release_once(&lease).await
+        })
         .await
     }
 

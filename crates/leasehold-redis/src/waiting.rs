@@ -43,6 +43,12 @@ struct Watched {
     /// When the attempt that last renewed the process's place (its deadline in the queue) was
     /// sent; `None` while the process has no place.
     renewed: Option<Instant>,
+    /// Whether this process's channel for the key is subscribed on the current connection.
+    subscribed: bool,
+    /// Since when nobody here waits on the key. Its subscription lingers (see [`LINGER`]): a
+    /// key contended once is likely contended again, and the next wait then starts without a
+    /// round trip.
+    idle_since: Option<Instant>,
 }
 
 impl Watched {
@@ -52,6 +58,23 @@ impl Watched {
         }
     }
 }
+
+/// How long a key's subscription outlives its last waiter.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// At most this many idle subscriptions are kept; beyond it the longest idle go first.
+const MAX_IDLE: usize = 1024;
+
+/// How often, at most, the idle subscriptions are looked over.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The pauses between attempts to remake a dropped subscriber connection while someone waits.
+const RECONNECT_PAUSES: [std::time::Duration; 4] = [
+    std::time::Duration::from_millis(50),
+    std::time::Duration::from_millis(200),
+    std::time::Duration::from_millis(500),
+    std::time::Duration::from_secs(1),
+];
 
 /// How this process gives up an entry (its own id, or a waiting call's) in a key's queue.
 pub(crate) type Leave = Arc<dyn Fn(String) + Send + Sync>;
@@ -132,9 +155,15 @@ pub(crate) struct Waiting {
     channel_prefix: String,
     /// How this process subscribes to its channels.
     subscriber: Subscriber,
+    /// The keys this process waits on, and those whose subscription lingers after the last wait.
     watched: Mutex<HashMap<String, Watched>>,
     /// The subscriber connection's command side; `None` until first needed and after it dropped.
     sink: tokio::sync::Mutex<Option<PubSubSink>>,
+    /// Read by each subscription while it is sent, written by the sweep's unsubscription: a wait
+    /// that starts on a key being swept subscribes after the unsubscription reached the server.
+    order: tokio::sync::RwLock<()>,
+    /// When the idle subscriptions were last looked over.
+    swept: Mutex<Instant>,
     connect_timeout: std::time::Duration,
 }
 
@@ -161,6 +190,8 @@ impl Waiting {
             subscriber,
             watched: Mutex::new(HashMap::new()),
             sink: tokio::sync::Mutex::new(None),
+            order: tokio::sync::RwLock::new(()),
+            swept: Mutex::new(Instant::now()),
             connect_timeout,
         }
     }
@@ -266,8 +297,9 @@ impl Waiting {
         }
     }
 
-    /// Registers a waiting call on `lock_key`; the first one subscribes to this process's channel
-    /// for the key (confirmed before this returns, so no release after it is missed).
+    /// Registers a waiting call on `lock_key`; unless the key's subscription is still in place
+    /// (others wait, or it lingers from an earlier wait), subscribes to this process's channel
+    /// for the key, confirmed before this returns, so no release after it is missed.
     pub(crate) async fn watch(self: &Arc<Self>, lock_key: String, leave: Leave) -> ReleaseWatch {
         let notify = Arc::new(Notify::new());
         // The watch mints the wait's id; the registration follows under that id, before any
@@ -279,9 +311,10 @@ impl Waiting {
             self.id,
             self.next_watch.fetch_add(1, Ordering::Relaxed)
         );
-        let first = {
+        let subscribed = {
             let mut watched = self.lock();
             let watched = watched.entry(lock_key.clone()).or_default();
+            watched.idle_since = None;
             watched.watchers.insert(
                 waiter,
                 Watcher {
@@ -290,12 +323,17 @@ impl Waiting {
                     queued: false,
                 },
             );
-            watched.watchers.len() == 1
+            watched.subscribed
         };
-        if first {
-            if let Err(error) = self.subscribe(&lock_key).await {
-                tracing::debug!(key = %lock_key, %error,
-                    "could not subscribe to release notifications; waiting by polling");
+        if !subscribed {
+            match self.subscribe(&lock_key).await {
+                Ok(()) => {
+                    if let Some(watched) = self.lock().get_mut(&lock_key) {
+                        watched.subscribed = true;
+                    }
+                }
+                Err(error) => tracing::debug!(key = %lock_key, %error,
+                    "could not subscribe to release notifications; waiting by polling"),
             }
         }
         let waiting = self.clone();
@@ -314,7 +352,10 @@ impl Waiting {
                 .filter(|w| w.queued)
                 .map(|w| w.entry);
             if entry.watchers.is_empty() {
-                let process = watched.remove(&lock_key).is_some_and(|w| w.queued);
+                // The last waiter here: the process's place goes, its subscription lingers.
+                let process = std::mem::take(&mut entry.queued);
+                entry.renewed = None;
+                entry.idle_since = Some(Instant::now());
                 (own, process, true)
             } else {
                 (own, false, false)
@@ -329,50 +370,119 @@ impl Waiting {
         if process {
             leave(self.id.clone());
         }
-        if !last {
+        if last {
+            self.sweep();
+        }
+    }
+
+    /// Ends the subscriptions idle for [`LINGER`] or beyond the [`MAX_IDLE`] newest, at most
+    /// once per [`SWEEP_EVERY`].
+    fn sweep(self: &Arc<Self>) {
+        let now = Instant::now();
+        {
+            let mut swept = self.swept.lock().unwrap_or_else(PoisonError::into_inner);
+            if now.duration_since(*swept) < SWEEP_EVERY {
+                return;
+            }
+            *swept = now;
+        }
+        let ended = {
+            let mut watched = self.lock();
+            let mut idle: Vec<(Instant, String)> = watched
+                .iter()
+                .filter_map(|(key, w)| w.idle_since.map(|at| (at, key.clone())))
+                .collect();
+            idle.sort_unstable();
+            let over = idle.len().saturating_sub(MAX_IDLE);
+            let ended: Vec<String> = idle
+                .into_iter()
+                .enumerate()
+                .filter(|(i, (at, _))| *i < over || now.duration_since(*at) >= LINGER)
+                .map(|(_, (_, key))| key)
+                .collect();
+            for key in &ended {
+                watched.remove(key);
+            }
+            ended
+        };
+        if ended.is_empty() {
             return;
         }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let waiting = self.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let channel = waiting.own_channel(&lock_key);
-                if let Subscriber::Cluster(cluster) = &waiting.subscriber {
-                    let _ = cluster.clone().sunsubscribe(channel).await;
-                    return;
+        runtime.spawn(async move { waiting.unsubscribe(ended).await });
+    }
+
+    /// Unsubscribes the channels of `lock_keys` that are still unwatched once the connection is
+    /// this task's: a wait that started on one of them since has subscribed it again, and keeps it.
+    async fn unsubscribe(&self, lock_keys: Vec<String>) {
+        let _order = self.order.write().await;
+        let sink = self.sink.lock().await.clone();
+        let channels: Vec<String> = {
+            let watched = self.lock();
+            lock_keys
+                .iter()
+                .filter(|key| !watched.contains_key(*key))
+                .map(|key| self.own_channel(key))
+                .collect()
+        };
+        if channels.is_empty() {
+            return;
+        }
+        let result = match (&self.subscriber, sink) {
+            (Subscriber::Cluster(cluster), _) => {
+                let mut cluster = cluster.clone();
+                let mut result = Ok(());
+                // Sharded channels of different slots may live on different nodes: one each.
+                for channel in channels {
+                    result = result.and(cluster.sunsubscribe(channel).await);
                 }
-                let sink = waiting.sink.lock().await.clone();
-                if let Some(mut sink) = sink {
-                    let _ = sink.unsubscribe(channel).await;
-                }
-            });
+                result
+            }
+            (_, Some(mut sink)) => sink.unsubscribe(channels).await,
+            (_, None) => Ok(()),
+        };
+        if let Err(error) = result {
+            tracing::debug!(%error, "could not end idle release subscriptions");
         }
     }
 
     async fn subscribe(self: &Arc<Self>, lock_key: &str) -> redis::RedisResult<()> {
+        let _order = self.order.read().await;
         if let Subscriber::Cluster(cluster) = &self.subscriber {
-            return tokio::time::timeout(
+            return within(
                 self.connect_timeout,
                 cluster.clone().ssubscribe(self.own_channel(lock_key)),
             )
-            .await
-            .map_err(|_| {
-                redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
-            })?;
+            .await;
         }
-        let Some(mut sink) = self.connected_sink().await? else {
+        let sink = {
+            let mut sink = self.sink.lock().await;
+            if sink.is_none() {
+                // Made now, with every key in the map subscribed: this one too.
+                self.connected_sink(&mut sink).await?;
+                return Ok(());
+            }
+            sink.clone()
+        };
+        let Some(mut sink) = sink else {
             return Ok(());
         };
-        tokio::time::timeout(
+        within(
             self.connect_timeout,
             sink.subscribe(self.own_channel(lock_key)),
         )
         .await
-        .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
     }
 
-    /// The subscriber connection, made (and every watched key subscribed again) if there is none.
-    async fn connected_sink(self: &Arc<Self>) -> redis::RedisResult<Option<PubSubSink>> {
-        let mut sink = self.sink.lock().await;
+    /// The subscriber connection (`sink` is [`Self::sink`], locked), made if there is none, with
+    /// every key in the map subscribed again on it.
+    async fn connected_sink(
+        self: &Arc<Self>,
+        sink: &mut Option<PubSubSink>,
+    ) -> redis::RedisResult<Option<PubSubSink>> {
         if let Some(sink) = &*sink {
             return Ok(Some(sink.clone()));
         }
@@ -382,15 +492,18 @@ impl Waiting {
             Subscriber::Sentinel(link) => link.master_client().await?,
             Subscriber::None | Subscriber::Cluster(_) => return Ok(None),
         };
-        let pubsub = tokio::time::timeout(self.connect_timeout, client.get_async_pubsub())
-            .await
-            .map_err(|_| {
-                redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
-            })??;
+        let pubsub = within(self.connect_timeout, client.get_async_pubsub()).await?;
         let (mut new_sink, stream) = pubsub.split();
-        let channels: Vec<String> = self.lock().keys().map(|k| self.own_channel(k)).collect();
-        if !channels.is_empty() {
-            new_sink.subscribe(channels).await?;
+        let keys: Vec<String> = self.lock().keys().cloned().collect();
+        if !keys.is_empty() {
+            let channels: Vec<String> = keys.iter().map(|k| self.own_channel(k)).collect();
+            within(self.connect_timeout, new_sink.subscribe(channels)).await?;
+            let mut watched = self.lock();
+            for key in &keys {
+                if let Some(watched) = watched.get_mut(key) {
+                    watched.subscribed = true;
+                }
+            }
         }
         let waiting = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -401,18 +514,62 @@ impl Waiting {
                 };
                 waiting.deliver(message.get_channel_name(), message.get_payload().ok());
             }
-            // The connection dropped: the next new watch reconnects; until then waiters poll.
             if let Some(waiting) = waiting.upgrade() {
-                *waiting.sink.lock().await = None;
-                // Whoever waits now must not sleep out a whole poll interval for a message that
-                // cannot come: wake them to ask the store again.
-                for watched in waiting.lock().values() {
-                    watched.wake_all();
-                }
+                waiting.connection_dropped().await;
             }
         });
         *sink = Some(new_sink.clone());
         Ok(Some(new_sink))
+    }
+
+    /// The subscriber connection dropped (the server restarted, or a Sentinel failover: the
+    /// sentinels disconnect the clients of a demoted master). Whoever waits is woken to ask the
+    /// store at once (a message may have been lost), and while anyone waits the connection is
+    /// made again — to the master the sentinels name now — with every channel, and the waiters
+    /// woken once more, since a release may have gone unheard in between.
+    fn connection_dropped(self: Arc<Self>) -> futures::future::BoxFuture<'static, ()> {
+        // Boxed: remaking the connection spawns the task that calls this again when it drops.
+        Box::pin(self.remake_connection())
+    }
+
+    async fn remake_connection(self: Arc<Self>) {
+        {
+            let mut sink = self.sink.lock().await;
+            *sink = None;
+            for watched in self.lock().values_mut() {
+                watched.subscribed = false;
+                watched.wake_all();
+            }
+        }
+        let mut pauses = RECONNECT_PAUSES.iter().chain(std::iter::repeat(
+            &RECONNECT_PAUSES[RECONNECT_PAUSES.len() - 1],
+        ));
+        loop {
+            if self.lock().values().all(|w| w.watchers.is_empty()) {
+                return; // nobody waits: the next watch connects
+            }
+            let remade = {
+                let mut sink = self.sink.lock().await;
+                if sink.is_some() {
+                    return; // a watch remade it already
+                }
+                self.connected_sink(&mut sink).await
+            };
+            match remade {
+                Ok(_) => {
+                    for watched in self.lock().values() {
+                        watched.wake_all();
+                    }
+                    return;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "could not remake the release subscription; retrying");
+                }
+            }
+            if let Some(pause) = pauses.next() {
+                tokio::time::sleep(*pause).await;
+            }
+        }
     }
 
     /// A release was announced on `channel` (this process's own for a lock), naming the next
@@ -446,6 +603,16 @@ impl Waiting {
             watcher.notify.notify_waiters();
         }
     }
+}
+
+/// `request`, failed as a timeout if it takes longer than `limit`.
+async fn within<T>(
+    limit: std::time::Duration,
+    request: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    tokio::time::timeout(limit, request)
+        .await
+        .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
 }
 
 #[cfg(test)]
@@ -571,6 +738,32 @@ mod tests {
         assert!(woken.as_mut().now_or_never().is_none());
         waiting.deliver(&waiting.own_channel(LOCK), Some(waiting.id().to_owned()));
         assert!(woken.now_or_never().is_some(), "our own channel wakes us");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscription_outlives_its_last_waiter_until_it_was_idle_for_the_linger() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        drop(waiting.watch(LOCK.to_owned(), leave.clone()).await);
+        let kept = |key: &str| waiting.lock().get(key).is_some_and(|w| w.subscribed);
+        assert!(kept(LOCK), "idle, still subscribed");
+
+        // Waited on again within the linger: the same subscription, idle no more.
+        tokio::time::advance(LINGER / 2).await;
+        drop(waiting.watch(LOCK.to_owned(), leave.clone()).await);
+        tokio::time::advance(LINGER / 2 + SWEEP_EVERY).await;
+        drop(
+            waiting
+                .watch("p:DC#f#other".to_owned(), leave.clone())
+                .await,
+        );
+        assert!(kept(LOCK), "idle for half the linger only");
+
+        tokio::time::advance(LINGER).await;
+        drop(waiting.watch("p:DC#f#third".to_owned(), leave).await);
+        assert!(!kept(LOCK), "idle past the linger: swept");
+        assert!(!kept("p:DC#f#other"), "so was this one");
+        assert!(kept("p:DC#f#third"), "just left");
     }
 
     #[tokio::test]

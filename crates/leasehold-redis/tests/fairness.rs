@@ -606,3 +606,107 @@ async fn when_a_lapsed_head_is_dropped_during_a_hold_the_release_tells_the_new_h
         "the release told Y, not the crashed place it had dropped"
     );
 }
+
+/// How many times the server ran `command` since its statistics were last reset.
+async fn calls(url: &str, command: &str) -> u64 {
+    let mut conn = connection(url).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a call count"))
+}
+
+async fn reset_stats(url: &str) {
+    let mut conn = connection(url).await;
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG RESETSTAT");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_nobody_contends_costs_the_round_trips_of_a_try_and_never_subscribes() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let locks = manager(&url, |c| c).await;
+    // Connected and the scripts loaded, so only the cycle itself is counted.
+    locks
+        .try_lock("warm")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    reset_stats(&url).await;
+
+    for _ in 0..3 {
+        let guard = locks
+            .lock_with("quiet", LockOptions::new().wait(Duration::from_secs(5)))
+            .await
+            .expect("free");
+        guard.release().await.expect("release");
+    }
+    assert_eq!(
+        calls(&url, "subscribe").await,
+        0,
+        "no wait, no subscription"
+    );
+    assert_eq!(calls(&url, "unsubscribe").await, 0);
+    assert_eq!(
+        calls(&url, "evalsha").await,
+        6,
+        "an acquire and a release each, one script apiece, as try_lock + release"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_contended_again_is_still_subscribed_and_its_waiter_woken_without_polling() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let holder = manager(&url, |c| c).await;
+    // Polls once a minute: only the release announcement can hand it the lock within the test.
+    let waiter = polling_every(&url, Duration::from_secs(60), Duration::from_secs(60)).await;
+    reset_stats(&url).await;
+
+    for round in 1..=3 {
+        let held = holder.try_lock("again").await.expect("free between rounds");
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let guard = waiter
+                    .lock_with("again", LockOptions::new().wait(Duration::from_secs(30)))
+                    .await
+                    .expect("its turn comes");
+                let waited = started.elapsed();
+                guard.release().await.expect("release");
+                waited
+            })
+        };
+        queue_until(&url, "again", |q| q.len() == 1).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        held.release().await.unwrap();
+        let waited = waiting.await.expect("the waiter got the lock");
+        assert!(
+            waited < Duration::from_secs(20),
+            "round {round}: woken by the announcement, not the minute's poll ({waited:?})"
+        );
+    }
+    assert_eq!(
+        calls(&url, "subscribe").await,
+        1,
+        "the first wait subscribed; the later ones found the subscription in place"
+    );
+    assert_eq!(
+        calls(&url, "unsubscribe").await,
+        0,
+        "it lingers between waits"
+    );
+}

@@ -120,22 +120,18 @@ impl LockManager {
         attempts: &mut u32,
     ) -> Result<Lease> {
         let handle = &plan.handle;
-        let Some(wait) = wait else {
-            *attempts = 1;
-            let req = Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
+        let try_once = || {
+            Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
                 .with_holder(plan.holder)
                 .with_mode(plan.mode)
-                .with_trace(plan.trace);
-            return self.attempt(handle, &req).await;
+                .with_trace(plan.trace)
+        };
+        *attempts = 1;
+        let Some(wait) = wait else {
+            return self.attempt(handle, &try_once()).await;
         };
         let started = started.unwrap_or_else(Instant::now);
         let deadline = started + wait;
-        // Registered before the first attempt: the store's notification that the lock may be
-        // free for this process (a release elsewhere, or this process's turn in the store's
-        // waiter queue). A store that cannot notify leaves local releases as the wake-up: a task
-        // of this process releasing the key.
-        let store = handle.store.watch(&plan.key).await;
-        let local = (!store.is_live()).then(|| handle.waiters.subscribe(&plan.key));
         // A store that is down (a failover: see `crate::failover`) is retried like a refusal,
         // within the same wait: the consecutive failures shape the backoff, and the last error is
         // what the caller gets if the wait runs out while the store is still down.
@@ -144,6 +140,36 @@ impl LockManager {
         // such a write can still land after its undo (held in a paused server or the network), and
         // the lock would then be held for nobody until its TTL. A refusal is checked against them.
         let mut in_doubt: Vec<OwnerToken> = Vec::new();
+        // Most locks meet nobody: a first plain try costs what `try_lock` costs, and only a
+        // refusal pays for the watch (a subscription, on stores that notify). A try never takes a
+        // place in line, so it cannot pass anyone waiting. A release between its refusal and the
+        // watch is not missed: the loop asks again once the watch is in place.
+        let first = try_once();
+        match self.attempt(handle, &first).await {
+            Err(e) if e.is_unavailable() => {}
+            Err(e) if is_store_down(e.kind()) => {
+                if may_have_applied(&e) {
+                    in_doubt.push(first.token.clone());
+                }
+                down = Some((e, 1));
+                // The store is down: its first backoff step before the next attempt, as in the
+                // loop (and the try's undo goes out first).
+                let pause = self.inner.config.backoff.delay(1);
+                tokio::select! {
+                    _ = handle.lifecycle.closing() => {
+                        return Err(Error::shut_down().with_key(plan.key.as_str()))
+                    }
+                    _ = tokio::time::sleep_until(deadline.min(Instant::now() + pause)) => {}
+                }
+            }
+            done => return done,
+        }
+        // The store's notification that the lock may be free for this process (a release
+        // elsewhere, or this process's turn in the store's waiter queue), registered before the
+        // first attempt that waits. A store that cannot notify leaves local releases as the
+        // wake-up: a task of this process releasing the key.
+        let store = handle.store.watch(&plan.key).await;
+        let local = (!store.is_live()).then(|| handle.waiters.subscribe(&plan.key));
         loop {
             // Enabled before the attempt, so a release between a failed attempt and the sleep is
             // not missed.
