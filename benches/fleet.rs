@@ -333,6 +333,13 @@ fn main() {
                 false,
                 false,
             ),
+            // One waiter per process: every acquisition is a fresh wait of its process.
+            Shape {
+                label: "redis, 32 processes × 1 task",
+                processes: 32,
+                tasks: 1,
+                ..fleet("", "redis", false, true)
+            },
             Shape {
                 label: "redis, one process, 64 tasks",
                 processes: 1,
