@@ -1,0 +1,495 @@
+//! The uncontended lock cycle on every store, next to a raw baseline written with the same client
+//! crate, in one run.
+//!
+//! Run: `cargo bench -p leasehold-bench --bench uncontended`
+//! (`UNCONTENDED_ONLY=redis|etcd|aerospike` runs one store; `AEROSPIKE_HOSTS` adds a real
+//! Aerospike cluster after the fixture.)
+//!
+//! One process, sequential cycles, nobody else on the key: acquire, then release. Each row locks
+//! a key of its own, so that a background request of one row never lands in another's timing.
+//! The rows of a store run in interleaved batches (a warm-up batch, then [`BATCHES`], each row
+//! once per batch, in alternating order), so drift on a shared machine hits every row alike.
+//! Each row reports the median over the batches of the batch's p50 per cycle, the spread of
+//! those p50s, and its ratio to the raw baseline's median.
+//!
+//! The leasehold rows use the recommended manager (`LockManager::builder().store(..).build()`:
+//! every layer on, the renewal watchdog on) and vary only what the row names:
+//! - `try_lock` + `release`, and `lock()` + `release` (a blocking acquire that nobody makes wait);
+//! - `fair(false)` and `fencing(false)`: the store built without its fleet-wide waiter line, or
+//!   without fencing tokens.
+//!
+//! The raw baselines, the cheapest correct cycle (owner-checked release) with the same crate:
+//! - Redis (`redis`, one multiplexed connection): `SET key token NX PX 30000`, then the
+//!   compare-and-delete script (`GET` = token → `DEL`): 2 round trips.
+//! - etcd (`etcd-client`): one lease granted once and reused by every cycle; a `Txn` putting the
+//!   token on that lease if the key's create revision is 0, then a `Txn` deleting the key if its
+//!   value is the token: 2 Raft writes (leasehold's `try_lock` grants a lease per lock: 3).
+//! - Aerospike (`aerospike`): the Java lock manager's cycle, a create-only `put` of the lock
+//!   record (the Java manager's bins and the owner token), then a `delete` filtered on the owner
+//!   token (the Java manager's own delete is unfiltered; the filter is what makes it correct):
+//!   2 round trips.
+//!
+//! After the timed batches, each store's rows run once more with the server's own count: Redis
+//! commands per cycle (`INFO stats`, a script counting with the commands it runs) and Aerospike
+//! round trips per cycle (data requests, as the fixture counts them; background requests that
+//! land after the row's cycles count with the next row).
+
+use std::time::{Duration, Instant};
+
+use aerospike::expressions::{eq, string_bin, string_val};
+use aerospike::policy::{AuthMode, Expiration, RecordExistsAction};
+use aerospike::{as_bin, Client, ClientPolicy, Key, Value, WritePolicy};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use leasehold::{LockManager, LockManagerBuilder};
+use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
+use leasehold_etcd::{EtcdConfig, EtcdStore};
+use leasehold_redis::{RedisConfig, RedisStore};
+use leasehold_testkit::aerospike::{AerospikeFixture, AerospikeTarget};
+use leasehold_testkit::etcd::EtcdServer;
+use leasehold_testkit::redis::RedisServer;
+
+/// Measured batches per row (after one warm-up batch).
+const BATCHES: usize = 7;
+const RELEASE_SCRIPT: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+/// One way to take and give back a lock.
+enum Cycle {
+    RawRedis {
+        conn: redis::aio::MultiplexedConnection,
+        release: redis::Script,
+        key: String,
+    },
+    RawEtcd {
+        kv: Box<etcd_client::KvClient>,
+        lease: i64,
+        key: String,
+    },
+    RawAerospike(Box<RawAerospike>),
+    Try(LockManager, String),
+    Lock(LockManager, String),
+}
+
+struct RawAerospike {
+    client: Client,
+    key: Key,
+    create: WritePolicy,
+    farm: String,
+}
+
+impl Cycle {
+    async fn run(&mut self, i: usize) {
+        match self {
+            Cycle::RawRedis { conn, release, key } => {
+                let token = format!("raw-{i}");
+                let ok: Option<String> = redis::cmd("SET")
+                    .arg(key.as_str())
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async(conn)
+                    .await
+                    .expect("SET");
+                assert!(ok.is_some(), "the raw key was free");
+                let deleted: i64 = release
+                    .key(key.as_str())
+                    .arg(&token)
+                    .invoke_async(conn)
+                    .await
+                    .expect("release script");
+                assert_eq!(deleted, 1);
+            }
+            Cycle::RawEtcd { kv, lease, key } => {
+                let token = format!("raw-{i}");
+                let acquire = Txn::new()
+                    .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(
+                        key.as_str(),
+                        token.as_str(),
+                        Some(PutOptions::new().with_lease(*lease)),
+                    )]);
+                assert!(kv.txn(acquire).await.expect("txn").succeeded());
+                let release = Txn::new()
+                    .when([Compare::value(
+                        key.as_str(),
+                        CompareOp::Equal,
+                        token.as_str(),
+                    )])
+                    .and_then([TxnOp::delete(key.as_str(), None)]);
+                assert!(kv.txn(release).await.expect("txn").succeeded());
+            }
+            Cycle::RawAerospike(raw) => {
+                let token = format!("raw-{i}");
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                let bins = [
+                    as_bin!(format!("{}##data", raw.farm), 1),
+                    as_bin!(format!("{}##uat", raw.farm), now_ms),
+                    as_bin!("lh_token", token.as_str()),
+                ];
+                raw.client
+                    .put(&raw.create, &raw.key, &bins)
+                    .await
+                    .expect("the raw key was free");
+                let mut delete = WritePolicy::default();
+                delete.base_policy.filter_expression =
+                    Some(eq(string_bin("lh_token".to_owned()), string_val(token)));
+                assert!(raw.client.delete(&delete, &raw.key).await.expect("delete"));
+            }
+            Cycle::Try(locks, key) => {
+                let guard = locks.try_lock(key.as_str()).await.expect("try_lock");
+                assert!(guard.release().await.expect("release"));
+            }
+            Cycle::Lock(locks, key) => {
+                let guard = locks.lock(key.as_str()).await.expect("lock");
+                assert!(guard.release().await.expect("release"));
+            }
+        }
+    }
+}
+
+struct Row {
+    label: String,
+    cycle: Cycle,
+    p50s: Vec<Duration>,
+}
+
+impl Row {
+    fn new(label: impl Into<String>, cycle: Cycle) -> Row {
+        Row {
+            label: label.into(),
+            cycle,
+            p50s: Vec::new(),
+        }
+    }
+
+    /// `n` cycles; the batch's p50.
+    async fn batch(&mut self, n: usize) -> Duration {
+        let mut samples = Vec::with_capacity(n);
+        for i in 0..n {
+            let t = Instant::now();
+            self.cycle.run(i).await;
+            samples.push(t.elapsed());
+        }
+        samples.sort_unstable();
+        samples[samples.len() / 2]
+    }
+}
+
+fn median(values: &[Duration]) -> Duration {
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Runs the rows in interleaved batches of `n` cycles and prints the table; the first row is the
+/// raw baseline. `counted` runs each row once more under the server's count.
+async fn measure(
+    store: &str,
+    rows: &mut [Row],
+    n: usize,
+    counted: Option<(&str, &dyn Fn() -> u64)>,
+) {
+    println!("\n{store}: {BATCHES} batches × {n} cycles per row (after a warm-up batch)");
+    for batch in 0..=BATCHES {
+        let order: Vec<usize> = if batch % 2 == 0 {
+            (0..rows.len()).collect()
+        } else {
+            (0..rows.len()).rev().collect()
+        };
+        for i in order {
+            let p50 = rows[i].batch(n).await;
+            if batch > 0 {
+                rows[i].p50s.push(p50);
+            }
+        }
+    }
+    let counts: Vec<Option<f64>> = match counted {
+        Some((_, count)) => {
+            let mut counts = Vec::new();
+            for row in rows.iter_mut() {
+                let before = count();
+                for i in 0..n {
+                    row.cycle.run(i).await;
+                }
+                counts.push(Some((count() - before) as f64 / n as f64));
+            }
+            counts
+        }
+        None => vec![None; rows.len()],
+    };
+    let raw = median(&rows[0].p50s);
+    let unit = counted.map_or("", |(unit, _)| unit);
+    println!(
+        "| {:<50} | {:>8} | {:>17} | {:>5} | {unit} |",
+        "cycle", "p50 µs", "batch p50s µs", "× raw"
+    );
+    for (row, count) in rows.iter().zip(counts) {
+        let (lo, hi) = (
+            row.p50s.iter().min().copied().unwrap_or_default(),
+            row.p50s.iter().max().copied().unwrap_or_default(),
+        );
+        let p50 = median(&row.p50s);
+        println!(
+            "| {:<50} | {:>8.1} | {:>7.1} – {:>7.1} | {:>5.2} | {} |",
+            row.label,
+            us(p50),
+            us(lo),
+            us(hi),
+            p50.as_secs_f64() / raw.as_secs_f64(),
+            count.map_or(String::new(), |c| format!("{c:.2}")),
+        );
+    }
+}
+
+fn manager(
+    store: impl leasehold::LockStore,
+    configure: impl FnOnce(LockManagerBuilder) -> LockManagerBuilder,
+) -> LockManager {
+    configure(
+        LockManager::builder()
+            .client_id("bench")
+            .farm_id("f1")
+            .store(store),
+    )
+    .build()
+    .expect("manager")
+}
+
+/// The rows every store has: `try_lock` and `lock()` for each named store configuration.
+fn leasehold_rows(configs: Vec<(&str, LockManager)>, prefix: &str) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (name, locks) in configs {
+        let key = |kind: &str| format!("{prefix}-{}-{kind}", name.replace([' ', '(', ')'], ""));
+        rows.push(Row::new(
+            format!("leasehold {name}: try_lock + release"),
+            Cycle::Try(locks.clone(), key("try")),
+        ));
+        rows.push(Row::new(
+            format!("leasehold {name}: lock() + release"),
+            Cycle::Lock(locks, key("lock")),
+        ));
+    }
+    rows
+}
+
+async fn redis_rows() {
+    let server = match RedisServer::start() {
+        Ok(server) => server,
+        Err(e) => return println!("\nredis: skipped, no redis-server ({e})"),
+    };
+    let url = server.url();
+    let client = redis::Client::open(url.as_str()).expect("redis url");
+    let conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection");
+    let store = |configure: fn(RedisConfig) -> RedisConfig| {
+        let url = url.clone();
+        async move {
+            RedisStore::connect(configure(RedisConfig::new(url)))
+                .await
+                .expect("redis store")
+        }
+    };
+    let configs = vec![
+        ("default", manager(store(|c| c).await, |b| b)),
+        (
+            "fair(false)",
+            manager(store(|c| c.fair(false)).await, |b| b),
+        ),
+        (
+            "fencing(false)",
+            manager(store(|c| c.fencing(false)).await, |b| b),
+        ),
+    ];
+    let mut rows = vec![Row::new(
+        "raw: SET NX PX + compare-and-delete script",
+        Cycle::RawRedis {
+            conn,
+            release: redis::Script::new(RELEASE_SCRIPT),
+            key: "bench:raw".to_owned(),
+        },
+    )];
+    rows.extend(leasehold_rows(configs, "bench"));
+    println!(
+        "\nredis-server {} on {url}",
+        server
+            .info_field("server", "redis_version")
+            .unwrap_or_default()
+    );
+    let commands = || -> u64 {
+        // The INFO call itself is one command.
+        server
+            .info_field("stats", "total_commands_processed")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |n| n.saturating_sub(1))
+    };
+    measure(
+        "redis",
+        &mut rows,
+        400,
+        Some(("Redis commands / cycle", &commands)),
+    )
+    .await;
+}
+
+async fn etcd_rows() {
+    let server = match EtcdServer::start() {
+        Ok(server) => server,
+        Err(e) => return println!("\netcd: skipped, no etcd ({e})"),
+    };
+    let endpoint = server.endpoint();
+    let client = etcd_client::Client::connect([endpoint.as_str()], None)
+        .await
+        .expect("etcd client");
+    // Granted once, for longer than the run: every raw cycle puts its key on it.
+    let lease = client
+        .lease_client()
+        .grant(600, None)
+        .await
+        .expect("lease grant")
+        .id();
+    let store = EtcdStore::connect(EtcdConfig::new([endpoint.as_str()]))
+        .await
+        .expect("etcd store");
+    let mut rows = vec![Row::new(
+        "raw: put-if-absent Txn (reused lease) + delete Txn",
+        Cycle::RawEtcd {
+            kv: Box::new(client.kv_client()),
+            lease,
+            key: "bench:raw".to_owned(),
+        },
+    )];
+    rows.extend(leasehold_rows(
+        vec![("default", manager(store, |b| b))],
+        "bench",
+    ));
+    println!("\netcd on {endpoint} (one member, fsync on)");
+    measure("etcd", &mut rows, 100, None).await;
+}
+
+/// The Aerospike rows against `hosts` (the fixture, or a real cluster).
+async fn aerospike_rows(
+    label: &str,
+    hosts: &str,
+    namespace: &str,
+    credentials: Option<(&str, &str)>,
+    unique: &dyn Fn(&str) -> String,
+    requests: Option<&dyn Fn() -> u64>,
+) {
+    let mut policy = ClientPolicy::default();
+    if let Some((user, password)) = credentials {
+        policy.auth_mode = AuthMode::Internal(user.to_owned(), password.to_owned());
+    }
+    let client = Client::new(&policy, &hosts.to_owned())
+        .await
+        .expect("aerospike client");
+    let raw = RawAerospike {
+        client,
+        key: Key::new(namespace, "DC#f1#raw", Value::from(unique("bench#raw"))).expect("key"),
+        create: WritePolicy {
+            record_exists_action: RecordExistsAction::CreateOnly,
+            expiration: Expiration::Seconds(30),
+            send_key: true,
+            ..WritePolicy::default()
+        },
+        farm: "f1".to_owned(),
+    };
+    let store = |configure: fn(AerospikeConfig) -> AerospikeConfig| {
+        let mut config = AerospikeConfig::new(hosts, namespace, "f1");
+        if let Some((user, password)) = credentials {
+            config = config.credentials(user, password);
+        }
+        async move {
+            AerospikeStore::connect(configure(config))
+                .await
+                .expect("aerospike store")
+        }
+    };
+    let configs = vec![
+        ("default", manager(store(|c| c).await, |b| b)),
+        (
+            "fair(false)",
+            manager(store(|c| c.fair(false)).await, |b| b),
+        ),
+        (
+            "fencing(false)",
+            manager(store(|c| c.fencing(false)).await, |b| b),
+        ),
+    ];
+    let mut rows = vec![Row::new(
+        "raw: create-only put + filtered delete (Java's)",
+        Cycle::RawAerospike(Box::new(raw)),
+    )];
+    rows.extend(leasehold_rows(configs, &unique("bench")));
+    println!("\n{label} at {hosts}, namespace {namespace}");
+    let counted = requests.map(|count| ("round trips / cycle", count));
+    measure(label, &mut rows, 1000, counted).await;
+}
+
+fn wanted(store: &str) -> bool {
+    std::env::var("UNCONTENDED_ONLY").map_or(true, |only| only.split(',').any(|s| s == store))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` asks for the list of benchmarks
+    }
+    println!("uncontended acquire + release, one process, sequential cycles");
+    let started = Instant::now();
+    if wanted("redis") {
+        redis_rows().await;
+    }
+    if wanted("etcd") {
+        etcd_rows().await;
+    }
+    if wanted("aerospike") {
+        // The fixture serves from a runtime of its own (one thread), as a server process would,
+        // instead of sharing the client's workers.
+        let server_rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("aerospike-fixture")
+            .enable_all()
+            .build()
+            .expect("fixture runtime");
+        let fixture = server_rt
+            .spawn(AerospikeFixture::start())
+            .await
+            .expect("fixture task")
+            .expect("start the fixture");
+        let requests = || fixture.requests();
+        aerospike_rows(
+            "aerospike (wire fixture)",
+            &fixture.host_string(),
+            fixture.namespace(),
+            None,
+            &|name: &str| name.to_owned(),
+            Some(&requests),
+        )
+        .await;
+        if std::env::var("AEROSPIKE_HOSTS").is_ok_and(|h| !h.trim().is_empty()) {
+            let target = AerospikeTarget::from_env().await.expect("target");
+            aerospike_rows(
+                "aerospike (cluster)",
+                target.hosts(),
+                target.namespace(),
+                target.credentials(),
+                &|name: &str| target.unique(name),
+                None,
+            )
+            .await;
+        }
+        drop(fixture);
+        server_rt.shutdown_background();
+    }
+    println!("\n(whole run: {:.0} s)", started.elapsed().as_secs_f64());
+}
