@@ -15,6 +15,12 @@
 //! | readers, permits | same record key, own format: `lh_mode` (`shared` / `semaphore:N`), `lh_holders` (map token → expiry ms), `lh_writer` (waiting writer); changed by filtered `operate`s |
 //! | lock history (traced keys) | record `<lock set>#trace` / lock id, list bin `lh_trace` (newest first, bounded), expires the trace TTL after its last write |
 //!
+//! ## Feature flags
+//!
+//! | feature | default | what it enables |
+//! |---|---|---|
+//! | `tls` | off | TLS to the cluster, through rustls with *ring*: [`AerospikeConfig::tls_name`], [`AerospikeConfig::tls_ca_file`] and [`AerospikeConfig::tls_client_cert`]. Without it a TLS configuration is refused with an `InvalidArgument` error naming the feature. |
+//!
 //! ```no_run
 //! use leasehold::LockManager;
 //! use leasehold_aerospike::{AerospikeConfig, AerospikeStore};

@@ -47,6 +47,12 @@
 //! a live member. A cluster that cannot be reached, has no leader, or refuses for now is
 //! `Connection`, naming each member tried; wrong credentials or permissions are `StoreSetup`.
 //!
+//! ## Feature flags
+//!
+//! | feature | default | what it enables |
+//! |---|---|---|
+//! | `tls` | off | TLS to etcd through tonic's rustls (with *ring*): `etcds://` URLs, `?tls_ca=` / `tls_cert=` / `tls_key=`, [`EtcdConfig::tls_ca_file`] and [`EtcdConfig::tls_client_cert`]. Without it a TLS configuration is refused with an `InvalidArgument` error naming the feature. |
+//!
 //! ```no_run
 //! use leasehold::LockManager;
 //! use leasehold_etcd::{EtcdConfig, EtcdStore};

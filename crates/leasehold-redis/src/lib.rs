@@ -32,6 +32,12 @@
 //! whose connection drops after it was sent, is [`ErrorKind::InDoubt`](leasehold_core::ErrorKind::InDoubt)
 //! — the readback layer resolves it. A connection that cannot be made is `Connection`.
 //!
+//! ## Feature flags
+//!
+//! | feature | default | what it enables |
+//! |---|---|---|
+//! | `tls` | off | TLS: `rediss://` URLs (and `rediss+cluster://`, `rediss+sentinel://`), through rustls with the webpki root certificates; a private CA and a client certificate with [`RedisConfig::tls_ca_file`] and [`RedisConfig::tls_client_cert`]. Without it a `rediss://` URL is refused with an `InvalidArgument` error naming the feature. |
+//!
 //! ```no_run
 //! use leasehold::LockManager;
 //! use leasehold_redis::{RedisConfig, RedisStore};

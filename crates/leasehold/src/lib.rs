@@ -33,6 +33,14 @@
 //! ```
 //!
 //! See `docs/DESIGN.md` for how a request flows through the layers.
+//!
+//! ## Feature flags
+//! Every feature is off by default; [`blocking`] and the embedded store need none.
+//!
+//! | feature | default | what it enables |
+//! |---|---|---|
+//! | `otel` | off | OpenTelemetry metrics: [`observe::OtelMetrics`](crate::observe), through the `opentelemetry` API crate |
+//! | `signal` | off | `LockManager::install_signal_handler`: graceful shutdown on SIGINT/SIGTERM (Ctrl-C on Windows), through `ctrlc` |
 #![forbid(unsafe_code)]
 
 mod backoff;
