@@ -40,7 +40,7 @@ use aerospike::expressions::{eq, string_bin, string_val};
 use aerospike::policy::{AuthMode, Expiration, RecordExistsAction};
 use aerospike::{as_bin, Client, ClientPolicy, Key, Value, WritePolicy};
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use leasehold::{LockManager, LockManagerBuilder};
+use leasehold::{LockManager, LockManagerBuilder, LockStore};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_redis::{RedisConfig, RedisStore};
@@ -66,6 +66,8 @@ enum Cycle {
         key: String,
     },
     RawAerospike(Box<RawAerospike>),
+    /// The store alone, no manager: `try_acquire` + `release`.
+    Store(leasehold::BoxStore, String),
     Try(LockManager, String),
     Lock(LockManager, String),
 }
@@ -137,6 +139,16 @@ impl Cycle {
                 delete.base_policy.filter_expression =
                     Some(eq(string_bin("lh_token".to_owned()), string_val(token)));
                 assert!(raw.client.delete(&delete, &raw.key).await.expect("delete"));
+            }
+            Cycle::Store(store, key) => {
+                let key = leasehold::LockKey::dc("f1", "bench", key.as_str()).expect("key");
+                let req = leasehold::Acquire::new(
+                    key,
+                    leasehold::OwnerToken::generate(),
+                    Duration::from_secs(30),
+                );
+                let lease = store.try_acquire(&req).await.expect("store try_acquire");
+                assert!(store.release(&lease).await.expect("store release"));
             }
             Cycle::Try(locks, key) => {
                 let guard = locks.try_lock(key.as_str()).await.expect("try_lock");
@@ -317,7 +329,21 @@ async fn redis_rows() {
             key: "bench:raw".to_owned(),
         },
     )];
+    rows.push(Row::new(
+        "the store alone (no manager): try_acquire + release",
+        Cycle::Store(
+            leasehold::BoxStore::new(store(|c| c).await),
+            "bench-store".to_owned(),
+        ),
+    ));
     rows.extend(leasehold_rows(configs, "bench"));
+    rows.extend(leasehold_rows(
+        vec![(
+            "without_layers, renewal(false)",
+            manager(store(|c| c).await, |b| b.without_layers().renewal(false)),
+        )],
+        "bench",
+    ));
     println!(
         "\nredis-server {} on {url}",
         server
