@@ -23,7 +23,15 @@ fn holder(store: &str, key: &str, script: &str) -> std::process::Child {
 fn a_second_run_fails_with_the_conflict_status_or_waits() {
     let server = RedisServer::start().unwrap();
     let url = server.url();
-    let mut first = holder(&url, "report", "echo ready; sleep 1");
+    let first_token = std::env::temp_dir().join(format!("leasehold-first-{}", std::process::id()));
+    let mut first = holder(
+        &url,
+        "report",
+        &format!(
+            "echo $LEASEHOLD_FENCING_TOKEN > {}; echo ready; sleep 1",
+            first_token.display()
+        ),
+    );
 
     let out = output(leasehold(&url).args(["run", "report", "--", "true"]));
     assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
@@ -48,7 +56,13 @@ fn a_second_run_fails_with_the_conflict_status_or_waits() {
         "echo $LEASEHOLD_FENCING_TOKEN; exit 3",
     ]));
     assert_eq!(out.status.code(), Some(3), "child status propagates");
-    assert_eq!(text(&out.stdout).trim(), "2");
+    let first_token: u64 = std::fs::read_to_string(&first_token)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let token: u64 = text(&out.stdout).trim().parse().expect("a fencing token");
+    assert!(token > first_token, "{token} after {first_token}");
     assert!(started.elapsed() < Duration::from_secs(15));
     assert!(first.wait().unwrap().success());
 }
@@ -82,18 +96,32 @@ fn sigterm_to_run_is_forwarded_and_the_lock_released_at_once() {
 fn inspect_list_and_forced_release_against_redis() {
     let server = RedisServer::start().unwrap();
     let url = server.url();
-    let mut run = holder(&url, "stuck", "echo ready; exec sleep 30");
+    let token_file = std::env::temp_dir().join(format!("leasehold-stuck-{}", std::process::id()));
+    let mut run = holder(
+        &url,
+        "stuck",
+        &format!(
+            "echo $LEASEHOLD_FENCING_TOKEN > {}; echo ready; exec sleep 30",
+            token_file.display()
+        ),
+    );
+    let token: u64 = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
 
     let out = output(leasehold(&url).args(["inspect", "stuck"]));
     assert_eq!(out.status.code(), Some(0));
     let shown = text(&out.stdout);
-    for field in ["holder", "host", "pid", "ttl left", "fencing token  1"] {
+    let fence = format!("fencing token  {token}");
+    for field in ["holder", "host", "pid", "ttl left", fence.as_str()] {
         assert!(shown.contains(field), "{field}: {shown}");
     }
     let out = output(leasehold(&url).args(["inspect", "stuck", "--json"]));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["held"], true);
-    assert_eq!(json["fencing_token"], 1);
+    assert_eq!(json["fencing_token"], token);
     assert!(json["ttl_left_ms"].as_u64().unwrap() > 10_000);
 
     let out = output(leasehold(&url).args(["list"]));

@@ -14,7 +14,9 @@
 //! ## Key layout
 //! - lock: `<prefix><lock key>`, e.g. `leasehold:DC#farm1#orders#order-42`, value = owner token,
 //!   expiry = the lease TTL (milliseconds);
-//! - fence counter: `<prefix>fence:<lock key>`, an integer without TTL that only grows;
+//! - fence counter: `<prefix>fence:<lock key>`, kept for the TTL of the last hold it counted and
+//!   started again from the server's clock once gone (see docs/FENCING.md), so nothing of a key
+//!   outlives its locks;
 //! - fair waiting: the waiter queue `<prefix>queue:<lock key>` (a list), waiter deadlines
 //!   `<prefix>queue-deadline:<lock key>` (a hash), and one channel per waiting process,
 //!   `<prefix>released:<lock key>:<process id>`

@@ -32,3 +32,89 @@ async fn strict_store() -> (RedisStore, RedisServer) {
 mod strict_fifo {
     leasehold_testkit::conformance_tests!(with_guard: super::strict_store());
 }
+
+/// Fencing keeps no state for keys nobody holds: the last token of a key lives as long as the
+/// hold it was issued to, and a token issued after it expired is still above every earlier one
+/// (tokens follow the server's clock).
+mod bounded_fencing {
+    use std::time::Duration;
+
+    use futures::StreamExt;
+    use leasehold_core::{Acquire, LockKey, LockStore, OwnerToken};
+
+    const TTL: Duration = Duration::from_millis(1500);
+
+    fn acquire(key: &LockKey) -> Acquire {
+        Acquire::new(key.clone(), OwnerToken::generate(), TTL)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hundred_thousand_keys_leave_nothing_behind_and_tokens_keep_growing() {
+        let (store, server) = super::store(true).await;
+        let keys: Vec<LockKey> = (0..100_000)
+            .map(|i| LockKey::dc("f1", "orders", &format!("order-{i}")).unwrap())
+            .collect();
+        let first_round: Vec<u64> = futures::stream::iter(&keys)
+            .map(|key| {
+                let store = &store;
+                async move {
+                    let lease = store.try_acquire(&acquire(key)).await.expect("free");
+                    assert!(store.release(&lease).await.expect("release"));
+                    lease.fencing_token().expect("fenced")
+                }
+            })
+            .buffered(64)
+            .collect()
+            .await;
+
+        // Past the longest TTL of any hold, the store holds none of our keys.
+        tokio::time::sleep(TTL + Duration::from_millis(500)).await;
+        let mut conn = redis::Client::open(server.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let left: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+        assert_eq!(left, 0, "every key of 100,000 locks expired with its holds");
+
+        // A token issued after the key's last token expired is above all the earlier ones.
+        for (key, before) in keys.iter().zip(&first_round).step_by(10_000) {
+            let lease = store.try_acquire(&acquire(key)).await.unwrap();
+            let after = lease.fencing_token().unwrap();
+            assert!(after > *before, "{key}: {after} after {before}");
+            let highest = first_round.iter().max().unwrap();
+            assert!(after > *highest, "above every token issued before");
+            store.release(&lease).await.unwrap();
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_last_token_ahead_of_the_clock_is_still_exceeded() {
+        let (store, server) = super::store(true).await;
+        let key = LockKey::dc("f1", "orders", "ahead").unwrap();
+        // As if the server's clock had gone back: the key's last token is far in its future.
+        let ahead: u64 = 4_000_000_000_000_000;
+        let mut conn = redis::Client::open(server.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let () = redis::cmd("SET")
+            .arg("leasehold:fence:DC#f1#orders#ahead")
+            .arg(ahead)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let lease = store.try_acquire(&acquire(&key)).await.unwrap();
+        assert_eq!(lease.fencing_token(), Some(ahead + 1));
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg("leasehold:fence:DC#f1#orders#ahead")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            pttl > 0 && pttl <= TTL.as_millis() as i64,
+            "kept for the hold's TTL: {pttl}"
+        );
+    }
+}

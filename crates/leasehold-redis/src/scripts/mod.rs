@@ -39,6 +39,18 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 /// sets it), else `{0, ms}` (refused; a blocking writer, `wait_ms` > 0, leaves its marker) or an
 /// error reply `MODECONFLICT <mode>` for a semaphore.
 const PRELUDE: &str = r"
+local function next_fence(key, ttl)
+  local token = redis.pcall('INCR', key)
+  if type(token) == 'table' and token.err then return nil end
+  if token == 1 then
+    local t = redis.call('TIME')
+    token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('SET', key, string.format('%.0f', token), 'PX', ttl)
+  else
+    redis.call('PEXPIRE', key, ttl)
+  end
+  return token
+end
 local function token_of(value)
   local sep = string.find(value, '\n', 1, true)
   if sep then return string.sub(value, 1, sep - 1) end
@@ -139,8 +151,9 @@ fn script_text(body: &str, prelude: bool, publish: &str) -> String {
 }
 
 /// Exclusive acquire (first-come mode): set the lock only if absent, with a TTL in
-/// milliseconds, and with `ARGV[3]` = `1` in the same atomic step increment the key's fence
-/// counter (a key without TTL, so it only grows).
+/// milliseconds, and with `ARGV[3]` = `1` in the same atomic step issue the next fencing token
+/// (`next_fence`: one above the key's last token, kept for the hold's TTL; when none is left,
+/// the server's clock in microseconds, which no earlier token of the key can exceed).
 /// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` `1` to
 /// fence, `ARGV[4]` ms a refused blocking writer keeps new readers out (0: a try).
 /// Returns `{1, fence or false}`, or `{0, ms}` when held (`ms`: the holder's TTL left).
@@ -161,7 +174,7 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 if ARGV[3] == '1' then
-  return {1, redis.call('INCR', KEYS[2])}
+  return {1, next_fence(KEYS[2], ARGV[2])}
 end
 return {1, false}
 ";
@@ -247,10 +260,9 @@ return out
 /// in line, else 0), else `{0, ms, 0}`: `ms` is how long until the lock can be free without a
 /// release (the holder's TTL left, or the head waiter's deadline), at least 1.
 ///
-/// The fence counter is incremented right after the lock is set, by `pcall`: a counter that is
+/// The fencing token is issued right after the lock is set (`next_fence`): a last token that is
 /// not an integer (written by someone else) is an error with the lock deleted again and the line
-/// as it was, never a lock taken without a token. (Checking it first cost a `GET` per
-/// acquisition.)
+/// as it was, never a lock taken without a token.
 const ACQUIRE_FAIR_LUA: &str = r"
 local me = ARGV[3]
 local requeue = ARGV[6] == '1' and me ~= ''
@@ -329,15 +341,18 @@ if (not head) or head == me then
   if taken then
     local fence = false
     if ARGV[5] == '1' then
-      fence = redis.pcall('INCR', KEYS[2])
-      if type(fence) == 'table' and fence.err then
+      fence = next_fence(KEYS[2], ARGV[2])
+      if not fence then
         -- Never a lock without its token: undo the hold (the key was free or a dead record).
         redis.call('DEL', KEYS[1])
         if moved then put_back(me) end
         return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
       end
     end
-    if moved and not requeue then
+    -- A served waiting call's deadline goes with it (strict FIFO entries, `<id>#<n>`, are new
+    -- for every wait); a process's is overwritten when it joins again, and expires with the
+    -- line, so its removal is not worth a command per hand-over.
+    if moved and not requeue and string.find(me, '#', 1, true) then
       redis.call('HDEL', KEYS[4], me)
     end
     if joined or (requeue and ARGV[8] == '1') then
