@@ -19,19 +19,25 @@ fn holder(store: &str, key: &str, script: &str) -> std::process::Child {
     started(store, &[key, "--ttl", "20s"], script)
 }
 
+/// Starts a [`holder`] of `key` that runs `then` under the lock, and returns it with the
+/// fencing token `run` gave it.
+fn fenced_holder(store: &str, key: &str, then: &str) -> (std::process::Child, u64) {
+    let file = std::env::temp_dir().join(format!("leasehold-{key}-{}", std::process::id()));
+    let script = format!(
+        "echo $LEASEHOLD_FENCING_TOKEN > {}; echo ready; {then}",
+        file.display()
+    );
+    let child = holder(store, key, &script);
+    let token = std::fs::read_to_string(&file).expect("the token written before ready");
+    let _ = std::fs::remove_file(&file);
+    (child, token.trim().parse().expect("a fencing token"))
+}
+
 #[test]
 fn a_second_run_fails_with_the_conflict_status_or_waits() {
     let server = RedisServer::start().unwrap();
     let url = server.url();
-    let first_token = std::env::temp_dir().join(format!("leasehold-first-{}", std::process::id()));
-    let mut first = holder(
-        &url,
-        "report",
-        &format!(
-            "echo $LEASEHOLD_FENCING_TOKEN > {}; echo ready; sleep 1",
-            first_token.display()
-        ),
-    );
+    let (mut first, first_token) = fenced_holder(&url, "report", "sleep 1");
 
     let out = output(leasehold(&url).args(["run", "report", "--", "true"]));
     assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
@@ -56,11 +62,6 @@ fn a_second_run_fails_with_the_conflict_status_or_waits() {
         "echo $LEASEHOLD_FENCING_TOKEN; exit 3",
     ]));
     assert_eq!(out.status.code(), Some(3), "child status propagates");
-    let first_token: u64 = std::fs::read_to_string(&first_token)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
     let token: u64 = text(&out.stdout).trim().parse().expect("a fencing token");
     assert!(token > first_token, "{token} after {first_token}");
     assert!(started.elapsed() < Duration::from_secs(15));
@@ -96,20 +97,7 @@ fn sigterm_to_run_is_forwarded_and_the_lock_released_at_once() {
 fn inspect_list_and_forced_release_against_redis() {
     let server = RedisServer::start().unwrap();
     let url = server.url();
-    let token_file = std::env::temp_dir().join(format!("leasehold-stuck-{}", std::process::id()));
-    let mut run = holder(
-        &url,
-        "stuck",
-        &format!(
-            "echo $LEASEHOLD_FENCING_TOKEN > {}; echo ready; exec sleep 30",
-            token_file.display()
-        ),
-    );
-    let token: u64 = std::fs::read_to_string(&token_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let (mut run, token) = fenced_holder(&url, "stuck", "exec sleep 30");
 
     let out = output(leasehold(&url).args(["inspect", "stuck"]));
     assert_eq!(out.status.code(), Some(0));
