@@ -5,8 +5,10 @@
 //! 1. Uncontended acquire + release, side by side on the same server: a raw two-round-trip
 //!    baseline on one `redis` connection (`SET NX PX`, then the compare-and-delete script) vs
 //!    leasehold's `try_lock` + `release` through the default layer stack (and over the bare store).
-//! 3. `REDIS_CLUSTER=1`: uncontended `try_lock` + `release` (default stack) on one server and on a
-//!    3-master Redis Cluster (3 replicas), alternating in one run, and the ratio of their medians.
+//! 3. `REDIS_CLUSTER=1`: uncontended `try_lock` + `release` (default stack) on one server (alone
+//!    and with one replica) and on a 3-master Redis Cluster (3 replicas, and none), alternating
+//!    in one run, and the ratio of their medians; on the cluster both with the store's direct
+//!    routing (the default) and through the redis crate's cluster client alone.
 //! 2. A hot key: 64 tasks in one process, with local competition off / on / on with hand-off;
 //!    acquisitions per second and Redis commands per acquisition (from `INFO stats`).
 
@@ -75,7 +77,14 @@ async fn manager(
     url: &str,
     configure: impl FnOnce(LockManagerBuilder) -> LockManagerBuilder,
 ) -> LockManager {
-    let store = RedisStore::connect(RedisConfig::new(url)).await.unwrap();
+    manager_with(RedisConfig::new(url), configure).await
+}
+
+async fn manager_with(
+    config: RedisConfig,
+    configure: impl FnOnce(LockManagerBuilder) -> LockManagerBuilder,
+) -> LockManager {
+    let store = RedisStore::connect(config).await.unwrap();
     // The bare manager (no layer, no renewal watchdog); each measurement turns on what it names.
     configure(
         LockManager::builder()
@@ -191,9 +200,12 @@ async fn main() {
 }
 
 /// Uncontended `try_lock` + `release` through the default stack, on one server and on a Redis
-/// Cluster, in alternating batches so both see the same machine load.
+/// Cluster, with the raw clients beside them. The rows take turns round by round (the order
+/// rotating each round), so every row sees the same machine load even on a busy machine.
 async fn cluster_against_one_server() {
     let server = RedisServer::start().expect("redis-server");
+    let replicated = RedisServer::start().expect("redis-server");
+    let replica = replica_of(&replicated);
     let cluster = tokio::task::spawn_blocking(RedisCluster::start)
         .await
         .unwrap()
@@ -202,71 +214,155 @@ async fn cluster_against_one_server() {
         .await
         .unwrap()
         .expect("a Redis Cluster without replicas");
-    let one = manager(&server.url(), |b| b.default_layers()).await;
-    let many = manager(&cluster.url(), |b| b.default_layers()).await;
-    let unreplicated = manager(&bare.url(), |b| b.default_layers()).await;
-    let raw_one = raw_cluster_client(&server.url(), false);
-    let raw_many = raw_cluster_client(&cluster.url(), true);
-    let (mut one_p50, mut many_p50, mut bare_p50) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut raw_one_p50, mut raw_many_p50) = (Vec::new(), Vec::new());
-    for batch in 0..5 {
+    // What direct routing does, without leasehold: the one-server client, on the key's master.
+    let raw_master = format!(
+        "redis://127.0.0.1:{}",
+        cluster.master_of(RAW_KEY).expect("the raw key's master")
+    );
+    let mut rows: Vec<(&str, Row)> = vec![
+        (
+            "one server",
+            Row::Lock(manager(&server.url(), |b| b.default_layers()).await),
+        ),
+        (
+            "one server + 1 replica",
+            Row::Lock(manager(&replicated.url(), |b| b.default_layers()).await),
+        ),
+        (
+            "cluster 3+3, direct routing",
+            Row::Lock(manager(&cluster.url(), |b| b.default_layers()).await),
+        ),
+        (
+            "cluster 3+3, the crate's cluster client",
+            Row::Lock(
+                manager_with(RedisConfig::new(cluster.url()).direct_routing(false), |b| {
+                    b.default_layers()
+                })
+                .await,
+            ),
+        ),
+        (
+            "cluster 3+0, direct routing",
+            Row::Lock(manager(&bare.url(), |b| b.default_layers()).await),
+        ),
+        ("raw: one server", Row::one(&server.url()).await),
+        (
+            "raw: cluster 3+3, the crate's cluster client",
+            Row::cluster(&cluster.url()).await,
+        ),
+        (
+            "raw: cluster 3+3, the key's master directly",
+            Row::one(&raw_master).await,
+        ),
+    ];
+    const BATCHES: usize = 5;
+    println!(
+        "{BATCHES} batches of {ROUNDS} rounds; each round runs every row once, in rotating order\n"
+    );
+    let mut p50s: Vec<Vec<Duration>> = vec![Vec::new(); rows.len()];
+    for batch in 0..BATCHES {
         println!("batch {batch}");
-        one_p50.push(leasehold_pairs("  one server, default stack", &one).await);
-        many_p50.push(leasehold_pairs("  Redis Cluster 3+3, default stack", &many).await);
-        bare_p50.push(leasehold_pairs("  Redis Cluster 3+0, default stack", &unreplicated).await);
-        raw_one_p50.push(raw_set_del("  raw SET NX PX + DEL, one server", &raw_one).await);
-        raw_many_p50.push(raw_set_del("  raw SET NX PX + DEL, cluster 3+3", &raw_many).await);
+        let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(ROUNDS); rows.len()];
+        let start = Instant::now();
+        for round in 0..ROUNDS {
+            for k in 0..rows.len() {
+                let row = (round + k) % rows.len();
+                samples[row].push(rows[row].1.once(round).await);
+            }
+        }
+        let elapsed = start.elapsed();
+        for (row, samples) in samples.into_iter().enumerate() {
+            p50s[row].push(summary(&format!("  {}", rows[row].0), samples, elapsed));
+        }
     }
     let median = |mut v: Vec<Duration>| {
         v.sort_unstable();
         v[v.len() / 2]
     };
-    let (one, many, bare) = (median(one_p50), median(many_p50), median(bare_p50));
-    let (raw_one, raw_many) = (median(raw_one_p50), median(raw_many_p50));
+    let medians: Vec<Duration> = p50s.into_iter().map(median).collect();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let ratio = |a: usize, b: usize| medians[a].as_secs_f64() / medians[b].as_secs_f64();
     println!(
-        "\nmedian of batch p50s: one server {:.1} µs, cluster 3+3 {:.1} µs ({:.3}×, goal ≤ 1.05), \
-         cluster without replicas {:.1} µs ({:.3}×); raw client: one server {:.1} µs, cluster {:.1} µs ({:.3}×)",
-        us(one),
-        us(many),
-        many.as_secs_f64() / one.as_secs_f64(),
-        us(bare),
-        bare.as_secs_f64() / one.as_secs_f64(),
-        us(raw_one),
-        us(raw_many),
-        raw_many.as_secs_f64() / raw_one.as_secs_f64()
+        "\nmedian of the batch p50s (leasehold: try_lock + release, default stack; raw: SET NX PX \
+         + DEL)"
     );
+    for (row, (name, _)) in rows.iter().enumerate() {
+        let (against, what) = if row < 5 {
+            (0, "one server")
+        } else {
+            (5, "raw one server")
+        };
+        println!(
+            "  {name:<46} {:>7.1} µs   {:.3}× {what}",
+            us(medians[row]),
+            ratio(row, against)
+        );
+    }
+    println!(
+        "\ncluster 3+3 / one server: {:.3}× (goal ≤ 1.05); 3+3 / one server + 1 replica: {:.3}×; \
+         3+0 / one server: {:.3}×; 3+3 through the crate's cluster client / one server: {:.3}×",
+        ratio(2, 0),
+        ratio(2, 1),
+        ratio(4, 0),
+        ratio(3, 0)
+    );
+    drop(replica);
 }
 
-/// The redis crate's own client, one server or cluster: what a lock costs with no leasehold in
-/// the way (`SET NX PX` then `DEL`), to tell the cluster client's share from ours.
-enum RawClient {
-    One(Box<redis::Client>),
-    Cluster(Box<redis::cluster::ClusterClient>),
+/// The raw rows' key (a hash tag, so the cluster client and the direct row use one slot).
+const RAW_KEY: &str = "{bench}:raw";
+
+/// A replica of `master`, in sync before it returns.
+fn replica_of(master: &RedisServer) -> RedisServer {
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &port])
+        .expect("a replica redis-server");
+    let started = Instant::now();
+    while replica
+        .info_field("replication", "master_link_status")
+        .map_or(true, |s| s != "up")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the replica did not sync"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    replica
 }
 
-fn raw_cluster_client(url: &str, cluster: bool) -> RawClient {
-    if cluster {
+/// One row of the cluster comparison: leasehold's manager, or the redis crate's own client (one
+/// server, or cluster) with no leasehold in the way (`SET NX PX` then `DEL`), to tell the
+/// client's share from ours.
+enum Row {
+    Lock(LockManager),
+    One(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Row {
+    async fn one(url: &str) -> Row {
+        let client = redis::Client::open(url).unwrap();
+        Row::One(client.get_multiplexed_async_connection().await.unwrap())
+    }
+
+    async fn cluster(url: &str) -> Row {
         let seeds: Vec<String> = url
             .trim_start_matches("redis+cluster://")
             .split(',')
             .map(|h| format!("redis://{h}"))
             .collect();
-        RawClient::Cluster(Box::new(redis::cluster::ClusterClient::new(seeds).unwrap()))
-    } else {
-        RawClient::One(Box::new(redis::Client::open(url).unwrap()))
+        let client = redis::cluster::ClusterClient::new(seeds).unwrap();
+        Row::Cluster(client.get_async_connection().await.unwrap())
     }
-}
 
-async fn raw_set_del(label: &str, client: &RawClient) -> Duration {
-    async fn pairs(label: &str, conn: &mut impl redis::aio::ConnectionLike) -> Duration {
-        let mut samples = Vec::with_capacity(ROUNDS);
-        let start = Instant::now();
-        for i in 0..ROUNDS {
+    /// One acquire + release, timed.
+    async fn once(&mut self, round: usize) -> Duration {
+        async fn set_del(conn: &mut impl redis::aio::ConnectionLike, round: usize) -> Duration {
             let t = Instant::now();
             let ok: Option<String> = redis::cmd("SET")
-                .arg("{bench}:raw")
-                .arg(i)
+                .arg(RAW_KEY)
+                .arg(round)
                 .arg("NX")
                 .arg("PX")
                 .arg(30_000)
@@ -275,22 +371,21 @@ async fn raw_set_del(label: &str, client: &RawClient) -> Duration {
                 .unwrap();
             assert!(ok.is_some());
             let _: i64 = redis::cmd("DEL")
-                .arg("{bench}:raw")
+                .arg(RAW_KEY)
                 .query_async(conn)
                 .await
                 .unwrap();
-            samples.push(t.elapsed());
+            t.elapsed()
         }
-        summary(label, samples, start.elapsed())
-    }
-    match client {
-        RawClient::One(client) => {
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-            pairs(label, &mut conn).await
-        }
-        RawClient::Cluster(client) => {
-            let mut conn = client.get_async_connection().await.unwrap();
-            pairs(label, &mut conn).await
+        match self {
+            Row::Lock(locks) => {
+                let t = Instant::now();
+                let guard = locks.try_lock("uncontended").await.unwrap();
+                assert!(guard.release().await.unwrap());
+                t.elapsed()
+            }
+            Row::One(conn) => set_del(conn, round).await,
+            Row::Cluster(conn) => set_del(conn, round).await,
         }
     }
 }

@@ -13,6 +13,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::config::RedisConfig;
 use crate::connection::{Connection, SentinelLink};
 use crate::error::{map, Op};
+use crate::slots::{NodeConnector, Router};
 use crate::topology::{SentinelSpec, Topology};
 use crate::waiting::Subscriber;
 
@@ -150,12 +151,65 @@ async fn connect_cluster(config: &RedisConfig, seeds: &[String]) -> Result<Conne
     if config.fair {
         require_sharded_pubsub(&mut connection.clone(), &address).await?;
     }
+    let connector = NodeConnector::new(
+        node_template(config, seeds)?,
+        config.connect_timeout,
+        config.response_timeout,
+    );
+    let router = Router::connect(
+        connection.clone(),
+        connector,
+        config.direct_routing,
+        config.min_replicas.is_some(),
+    )
+    .await;
     Ok(Connected {
-        connection: Connection::Cluster(connection.clone()),
+        connection: Connection::Cluster(router),
         address,
         subscriber: Subscriber::Cluster(connection),
         pushes: Some(pushes),
     })
+}
+
+/// The connection settings every direct connection to a cluster node starts from: the first
+/// seed's (credentials, TLS files), in RESP3 as the cluster client's own connections, so replies
+/// read the same whichever way a command went.
+fn node_template(config: &RedisConfig, seeds: &[String]) -> Result<redis::ConnectionInfo> {
+    let bad = |e: redis::RedisError| {
+        Error::invalid_argument(format!(
+            "{:?} is not a usable Redis Cluster URL",
+            config.redacted_url()
+        ))
+        .with_source(e)
+    };
+    let seed = seeds.first().ok_or_else(|| {
+        Error::invalid_argument(format!(
+            "{:?} names no Redis Cluster node",
+            config.redacted_url()
+        ))
+    })?;
+    #[cfg(feature = "tls")]
+    let client = match tls_certificates(config)? {
+        // The redis crate's own message can quote the PEM it failed on: keep only ours.
+        Some(certificates) => {
+            redis::Client::build_with_tls(seed.as_str(), certificates).map_err(|e| {
+                Error::invalid_argument(format!(
+                    "the TLS files for {} cannot be used ({:?})",
+                    config.redacted_url(),
+                    e.kind()
+                ))
+            })?
+        }
+        None => redis::Client::open(seed.as_str()).map_err(bad)?,
+    };
+    #[cfg(not(feature = "tls"))]
+    let client = redis::Client::open(seed.as_str()).map_err(bad)?;
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    Ok(info.set_redis_settings(settings))
 }
 
 /// Fair waiting's release announcements on a cluster are sharded pub/sub (`SPUBLISH`), which

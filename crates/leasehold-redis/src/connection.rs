@@ -3,7 +3,9 @@
 //! is where a command goes and how a failover is followed.
 //!
 //! - One server: the redis crate's `ConnectionManager` (reconnects to the same address).
-//! - Cluster: the redis crate's async cluster client, which routes each script by its first key,
+//! - Cluster: each single-slot command goes from the caller's task straight to its slot's master,
+//!   over a connection the store keeps per master (`crate::slots`); the redis crate's async
+//!   cluster client takes everything else and whatever the direct route cannot vouch for — it
 //!   follows `MOVED`/`ASK` and slot migrations, and refreshes its slot map after a failover.
 //! - Sentinel: a `ConnectionManager` to the current master, replaced when the master stops
 //!   serving (a `READONLY` reply from a demoted master, a refused or lost connection): the
@@ -13,18 +15,19 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+
+use crate::slots::Router;
 
 /// Where a store's commands go. Cheap to clone.
 #[derive(Clone)]
 pub(crate) enum Connection {
     /// One server.
     Node(ConnectionManager),
-    /// A Redis Cluster.
-    Cluster(ClusterConnection),
+    /// A Redis Cluster: the direct route per slot, and the cluster client behind it.
+    Cluster(Arc<Router>),
     /// The master the sentinels name, followed across failovers.
     Sentinel(Arc<SentinelLink>),
 }
@@ -42,14 +45,29 @@ impl Connection {
         wait.arg(replicas).arg(timeout.as_millis() as u64);
         match self {
             // The cluster client would send WAIT to every master and keep the least answer;
-            // the write went to the key's master alone.
-            Connection::Cluster(cluster) => {
-                let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                let answer = cluster.route_command(wait, routing).await?;
-                redis::from_redis_value(answer).map_err(Into::into)
+            // the write went to the key's master alone, on the connection WAIT must use.
+            Connection::Cluster(router) => {
+                let answer = router.wait_replicas(key, wait).await?;
+                redis::from_redis_value(answer.extract_error()?).map_err(Into::into)
             }
             other => wait.query_async(other).await,
+        }
+    }
+
+    /// Where a command on `redis_key` failed, for messages: on a cluster, the node (and slot)
+    /// its last failure came from, if recent — `node 127.0.0.1:7001 (slot 1234) of <address>`;
+    /// elsewhere, and when no failure is known, `address` as it is.
+    pub(crate) fn failure_site<'a>(
+        &self,
+        redis_key: &str,
+        address: &'a str,
+    ) -> std::borrow::Cow<'a, str> {
+        match self {
+            Connection::Cluster(router) => match router.failure_site(redis_key) {
+                Some((node, slot)) => crate::error::on_node(address, node.as_deref(), slot).into(),
+                None => address.into(),
+            },
+            _ => address.into(),
         }
     }
 }
@@ -58,7 +76,7 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Connection::Node(node) => node.req_packed_command(cmd),
-            Connection::Cluster(cluster) => cluster.req_packed_command(cmd),
+            Connection::Cluster(router) => Box::pin(router.request(cmd)),
             Connection::Sentinel(link) => {
                 let link = link.clone();
                 Box::pin(async move {
@@ -79,7 +97,9 @@ impl ConnectionLike for Connection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Connection::Node(node) => node.req_packed_commands(pipeline, offset, count),
-            Connection::Cluster(cluster) => cluster.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(router) => {
+                Box::pin(router.request_pipeline(pipeline, offset, count))
+            }
             Connection::Sentinel(link) => {
                 let link = link.clone();
                 Box::pin(async move {
@@ -95,7 +115,7 @@ impl ConnectionLike for Connection {
     fn get_db(&self) -> i64 {
         match self {
             Connection::Node(node) => node.get_db(),
-            Connection::Cluster(cluster) => cluster.get_db(),
+            Connection::Cluster(_) => 0,
             Connection::Sentinel(link) => link.current().get_db(),
         }
     }
@@ -225,49 +245,17 @@ fn timed_out() -> RedisError {
 }
 
 /// A cluster node, by address.
-pub(crate) type NodeAddress = (String, u16);
+pub(crate) type NodeAddress = crate::slots::NodeAddress;
 
-/// Every master of the cluster (`CLUSTER SLOTS`), for commands that each node answers for its
-/// own keys (`SCAN`).
-pub(crate) async fn masters(
-    cluster: &mut ClusterConnection,
-) -> RedisResult<Vec<Option<NodeAddress>>> {
-    let slots = cluster
-        .route_command(
-            redis::cmd("CLUSTER").arg("SLOTS").clone(),
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-        )
-        .await?;
-    // [[start, end, [host, port, id, …], replica…], …]
-    let ranges: Vec<Vec<Value>> = redis::from_redis_value(slots)?;
-    let mut masters: Vec<Option<NodeAddress>> = Vec::new();
-    for range in ranges {
-        let Some(master) = range.into_iter().nth(2) else {
-            continue;
-        };
-        let (host, port): (String, u16) = match redis::from_redis_value::<Vec<Value>>(master) {
-            Ok(fields) if fields.len() >= 2 => {
-                let mut fields = fields.into_iter();
-                match (fields.next(), fields.next()) {
-                    (Some(host), Some(port)) => (
-                        redis::from_redis_value(host)?,
-                        redis::from_redis_value(port)?,
-                    ),
-                    _ => continue,
-                }
-            }
-            _ => continue,
-        };
-        if !masters.contains(&Some((host.clone(), port))) {
-            masters.push(Some((host, port)));
-        }
-    }
-    Ok(masters)
+/// Every master of the cluster (`CLUSTER SLOTS`, read afresh), for commands that each node
+/// answers for its own keys (`SCAN`).
+pub(crate) async fn masters(router: &Router) -> RedisResult<Vec<Option<NodeAddress>>> {
+    Ok(router.masters().await?.into_iter().map(Some).collect())
 }
 
-/// `cmd` on the cluster node at `node`.
+/// `cmd` on the cluster node at `node`, through the cluster client.
 pub(crate) async fn query_node<T: redis::FromRedisValue>(
-    cluster: &mut ClusterConnection,
+    router: &Router,
     cmd: Cmd,
     node: &NodeAddress,
 ) -> RedisResult<T> {
@@ -275,6 +263,6 @@ pub(crate) async fn query_node<T: redis::FromRedisValue>(
         host: node.0.clone(),
         port: node.1,
     });
-    let answer = cluster.route_command(cmd, routing).await?;
+    let answer = router.cluster().route_command(cmd, routing).await?;
     redis::from_redis_value(answer).map_err(Into::into)
 }

@@ -33,8 +33,11 @@ impl Op {
 
 /// Error codes with which Redis refuses a command it did not run, for a while. `MOVED` and `ASK`
 /// reach the store only when the cluster client ran out of redirections while a slot moved (a
-/// failover in progress): nothing was applied.
-const NOT_SERVING_NOW: [&str; 8] = [
+/// failover in progress): nothing was applied. `NOSCRIPT` reaches it only when the script was
+/// loaded and the call still met a node without it — a cluster's masters changing between the
+/// two (a promoted replica's script cache starts empty).
+const NOT_SERVING_NOW: [&str; 9] = [
+    "NOSCRIPT",
     "LOADING",
     "READONLY",
     "MASTERDOWN",
@@ -55,7 +58,8 @@ const NOT_SERVING_NOW: [&str; 8] = [
 ///   before 6.2; it is the first write of the script, so nothing was applied):
 ///   [`ErrorKind::StoreSetup`], naming the version needed and the way out.
 /// - Refused for now (`LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`, `BUSY`, `CLUSTERDOWN`,
-///   and `MOVED`/`ASK` left over from a slot moving during a failover): nothing applied,
+///   `MOVED`/`ASK` left over from a slot moving during a failover, and `NOSCRIPT` after the
+///   reload): nothing applied,
 ///   [`ErrorKind::Connection`] (temporary).
 /// - Anything else: [`ErrorKind::Internal`], with the server's error as the cause.
 pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error {
@@ -113,6 +117,17 @@ pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error 
     }
 }
 
+/// The place a cluster command failed, for [`map`]'s `address`: the node the slot map named for
+/// the key's slot, and the slot, within the cluster `address` describes —
+/// `node 127.0.0.1:7001 (slot 1234) of the Redis Cluster at …`, or `slot 1234 of …` when no
+/// master was known for the slot.
+pub(crate) fn on_node(address: &str, node: Option<&str>, slot: u16) -> String {
+    match node {
+        Some(node) => format!("node {node} (slot {slot}) of {address}"),
+        None => format!("slot {slot} (no master known) of {address}"),
+    }
+}
+
 /// Whether a script failed on a command this server does not know (an older Redis).
 fn too_old(error: &RedisError) -> bool {
     error
@@ -137,6 +152,27 @@ mod tests {
         let error = map(Op::Acquire, "DC#f1#app#k", "the cluster", moved);
         assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
         assert!(error.to_string().contains("MOVED"), "{error}");
+    }
+
+    #[test]
+    fn a_cluster_error_names_the_node_and_slot_and_keeps_the_cause() {
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let site = on_node(
+            "the Redis Cluster at 127.0.0.1:7000",
+            Some("127.0.0.1:7002"),
+            8119,
+        );
+        let error = map(Op::Release, "DC#f1#app#k", &site, refused);
+        assert_eq!(error.kind(), ErrorKind::Connection);
+        let message = error.to_string();
+        assert!(
+            message
+                .contains("node 127.0.0.1:7002 (slot 8119) of the Redis Cluster at 127.0.0.1:7000"),
+            "{message}"
+        );
+        let cause = std::error::Error::source(&error).expect("the cause is kept");
+        assert!(cause.downcast_ref::<RedisError>().is_some(), "{cause}");
+        assert!(on_node("c", None, 3).contains("slot 3"));
     }
 
     #[test]

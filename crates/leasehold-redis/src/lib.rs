@@ -64,6 +64,7 @@ mod connection;
 mod error;
 mod reply;
 mod scripts;
+mod slots;
 mod store;
 mod topology;
 mod waiting;

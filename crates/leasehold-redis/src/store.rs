@@ -194,7 +194,9 @@ impl RedisStore {
     }
 
     fn err(&self, op: Op, key: &LockKey, e: redis::RedisError) -> Error {
-        map(op, key.as_str(), &self.address(), e)
+        let address = self.address();
+        let site = self.inner.conn.failure_site(&self.lock_key(key), &address);
+        map(op, key.as_str(), &site, e)
     }
 
     /// One acquisition (see `try_acquire` for cancel safety): the acquire round trip, then, with

@@ -67,6 +67,22 @@ fn acquire_in_a_loop(
     })
 }
 
+/// The last command of every direct connection (the store's own, one per master, named
+/// `leasehold-direct`) on the node at `port`, from `CLIENT LIST`: how a test tells that lock
+/// operations went straight to the node rather than through the cluster client.
+fn direct_commands(cluster: &RedisCluster, port: u16) -> Vec<String> {
+    let list = cluster
+        .node(port)
+        .expect("a node on that port")
+        .command(&["CLIENT", "LIST"])
+        .unwrap();
+    list.lines()
+        .filter(|line| line.split(' ').any(|f| f == "name=leasehold-direct"))
+        .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("cmd=")))
+        .map(str::to_owned)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_failover_loses_no_lock_acknowledged_by_a_replica() {
     let cluster = tokio::task::spawn_blocking(RedisCluster::start)
@@ -83,6 +99,15 @@ async fn a_cluster_failover_loses_no_lock_acknowledged_by_a_replica() {
             .await
             .expect("acquire (acknowledged by a replica)");
         let master = cluster.master_of(&holder.lock_key(&k)).unwrap();
+        // The grant and its WAIT went straight to the slot's master, WAIT on the connection
+        // that carried the write.
+        assert!(
+            direct_commands(&cluster, master)
+                .iter()
+                .any(|c| c == "wait"),
+            "round {round}: {:?}",
+            direct_commands(&cluster, master)
+        );
         let promoted = cluster.failover_takeover(master).unwrap();
         assert_ne!(promoted, master);
         // The promoted replica had the grant: nobody else gets the lock.
@@ -107,6 +132,15 @@ async fn a_cluster_failover_loses_no_lock_acknowledged_by_a_replica() {
             .await
             .unwrap());
         assert!(other.inspect(&k).await.unwrap().is_none(), "nothing left");
+        // After the failover the direct route found the promoted master: the last inspect ran
+        // there, not through the cluster client.
+        assert!(
+            direct_commands(&cluster, promoted)
+                .iter()
+                .any(|c| c == "evalsha"),
+            "round {round}: {:?}",
+            direct_commands(&cluster, promoted)
+        );
     }
 }
 
@@ -132,6 +166,64 @@ async fn acquisitions_in_a_loop_ride_out_a_killed_master() {
     let new_master = cluster.master_of(&store.lock_key(&k)).unwrap();
     assert_ne!(new_master, master);
     assert!(store.inspect(&k).await.unwrap().is_none(), "nothing left");
+    assert!(
+        direct_commands(&cluster, new_master)
+            .iter()
+            .any(|c| c == "evalsha"),
+        "the acquisitions after the failover went straight to the new master: {:?}",
+        direct_commands(&cluster, new_master)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_on_a_cluster_names_the_node_that_failed_and_the_slot() {
+    // No replicas: a killed master's slots stay without one until it comes back.
+    let mut cluster = tokio::task::spawn_blocking(|| RedisCluster::start_with_replicas(0))
+        .await
+        .unwrap()
+        .expect("start a Redis Cluster without replicas");
+    let store = RedisStore::connect(RedisConfig::new(cluster.url()))
+        .await
+        .unwrap();
+    let k = key("named");
+    let lock_key = store.lock_key(&k);
+    let (master, slot) = (
+        cluster.master_of(&lock_key).unwrap(),
+        cluster.slot_of(&lock_key).unwrap(),
+    );
+    assert!(store.inspect(&k).await.unwrap().is_none());
+    cluster.kill(master).unwrap();
+    let err = store.inspect(&k).await.unwrap_err();
+    assert!(err.is_temporary(), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("node 127.0.0.1:{master} (slot {slot})")),
+        "names the master that failed: {message}"
+    );
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the Redis error is kept as the cause"
+    );
+    // A write names it too, and reports nothing held.
+    let err = store
+        .try_acquire(&Acquire::new(k.clone(), OwnerToken::generate(), TTL))
+        .await
+        .unwrap_err();
+    assert!(err.is_temporary(), "{err}");
+    assert!(err.to_string().contains(&format!(":{master}")), "{err}");
+    // The master comes back: the store reconnects to it and locks work again.
+    let _cluster = tokio::task::spawn_blocking(move || cluster.restart(master).map(|()| cluster))
+        .await
+        .unwrap()
+        .expect("restart the master");
+    let lease = within(Duration::from_secs(20), || {
+        let req = Acquire::new(k.clone(), OwnerToken::generate(), TTL);
+        let store = store.clone();
+        async move { store.try_acquire(&req).await }
+    })
+    .await
+    .expect("locks work once the master is back");
+    assert!(store.release(&lease).await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,7 +390,12 @@ async fn a_paused_master_costs_a_renewed_lock_nothing_and_its_waiter_gets_it_aft
     // Renewal rode out the pause: the lock was never reported lost, and it is still ours.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(guard.is_held(), "the renewed lock was not reported lost");
-    assert!(!waiting.is_finished(), "the waiter did not get a held lock");
+    if waiting.is_finished() {
+        panic!(
+            "the waiter finished while the lock was held: {:?}",
+            waiting.await
+        );
+    }
     let held = guard.fencing_token();
     assert!(guard.release().await.unwrap());
     let granted = waiting
