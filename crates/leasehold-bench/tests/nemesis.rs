@@ -29,7 +29,10 @@ fn config(store: StoreKind, seconds: u64, faults: &[FaultKind]) -> RunConfig {
     config
 }
 
-fn run_checked(config: RunConfig) -> Verdict {
+/// Runs `config` and checks what every store must show. `unique_tokens`: no two acquisitions
+/// may share a fencing token (not asked of a Redis without replica acknowledgement, where a
+/// failover can lose the counter's last increment: docs/RELIABILITY.md).
+fn run_checked(config: RunConfig, unique_tokens: bool) -> Verdict {
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
     let result = run(&config).expect("the run");
     let v = result.verdict;
@@ -42,7 +45,13 @@ fn run_checked(config: RunConfig) -> Verdict {
         report::details(&v)
     );
     assert!(v.acquisitions > 0, "the workers got the lock: {table}");
-    assert_eq!(v.fence_violations(), 0, "fence violations: {table}");
+    assert_eq!(
+        v.out_of_order, 0,
+        "writes accepted out of fencing order: {table}"
+    );
+    if unique_tokens {
+        assert_eq!(v.shared_tokens, 0, "acquisitions sharing a token: {table}");
+    }
     assert!(
         v.fault_errors.is_empty(),
         "every fault was injected and healed: {table}"
@@ -68,23 +77,29 @@ fn run_checked(config: RunConfig) -> Verdict {
 
 #[test]
 fn etcd_keeps_mutual_exclusion_and_fencing_under_every_fault() {
-    let v = run_checked(config(StoreKind::Etcd, 25, StoreKind::Etcd.faults()));
+    let v = run_checked(config(StoreKind::Etcd, 25, StoreKind::Etcd.faults()), true);
     assert_eq!(v.overlaps_kept, 0, "no overlap between holders etcd kept");
     assert_eq!(v.lost_silent, 0, "no lock lost silently on etcd");
 }
 
 #[test]
 fn a_single_redis_fences_through_kills_pauses_and_a_black_hole() {
-    run_checked(config(StoreKind::Redis, 20, StoreKind::Redis.faults()));
+    run_checked(
+        config(StoreKind::Redis, 20, StoreKind::Redis.faults()),
+        true,
+    );
 }
 
 #[test]
 fn a_redis_cluster_without_replica_acknowledgement_fences_through_failovers() {
-    run_checked(config(
-        StoreKind::RedisCluster,
-        20,
-        &[FaultKind::Failover, FaultKind::ClientPause],
-    ));
+    run_checked(
+        config(
+            StoreKind::RedisCluster,
+            20,
+            &[FaultKind::Failover, FaultKind::ClientPause],
+        ),
+        false,
+    );
 }
 
 #[test]
@@ -95,25 +110,34 @@ fn a_redis_cluster_with_min_replicas_fences_through_kills_and_failovers() {
         &[FaultKind::Kill, FaultKind::Failover, FaultKind::ClientPause],
     );
     config.min_replicas = 1;
-    run_checked(config);
+    run_checked(config, true);
 }
 
 #[test]
-fn sentinel_fences_through_kills_pauses_and_failovers() {
-    let mut config = config(StoreKind::Sentinel, 20, StoreKind::Sentinel.faults());
+fn sentinel_with_min_replicas_fences_through_failovers() {
+    // A long pause or a kill of the master takes the group several seconds to settle (the
+    // sentinels' down-after, the election, the old master's resync): those run in the long runs.
+    let mut config = config(
+        StoreKind::Sentinel,
+        25,
+        &[FaultKind::Failover, FaultKind::ClientPause],
+    );
     config.min_replicas = 1;
-    run_checked(config);
+    run_checked(config, true);
 }
 
 #[test]
 fn the_aerospike_fixture_fences_through_pauses_and_client_pauses() {
-    run_checked(config(
-        StoreKind::Aerospike,
-        15,
-        &[
-            FaultKind::PauseShort,
-            FaultKind::PauseLong,
-            FaultKind::ClientPause,
-        ],
-    ));
+    run_checked(
+        config(
+            StoreKind::Aerospike,
+            15,
+            &[
+                FaultKind::PauseShort,
+                FaultKind::PauseLong,
+                FaultKind::ClientPause,
+            ],
+        ),
+        true,
+    );
 }

@@ -45,6 +45,10 @@ struct Args {
     /// Redis: acknowledge grants on this many replicas (`min_replicas(n, 500ms)`).
     #[arg(long, default_value_t = 0)]
     min_replicas: u32,
+    /// Keep the run's histories in this directory (JSON lines per worker, the faults, the
+    /// resource's writes and the client pauses).
+    #[arg(long)]
+    keep: Option<std::path::PathBuf>,
 }
 
 fn main() {
@@ -84,6 +88,7 @@ fn main() {
     config.workers = args.workers;
     config.ttl = args.ttl;
     config.min_replicas = args.min_replicas;
+    config.keep = args.keep;
     eprintln!(
         "nemesis: {} for {:?}, {} workers, TTL {:?}, faults {}, seed {}",
         config.label(),

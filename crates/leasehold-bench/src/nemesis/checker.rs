@@ -57,7 +57,8 @@ pub struct Verdict {
     pub writes_rejected: usize,
     /// Accepted writes whose token was below one accepted earlier.
     pub out_of_order: usize,
-    /// Accepted writes whose token another acquisition had also written with.
+    /// Acquisitions whose accepted writes carried a token an earlier acquisition had also
+    /// written with.
     pub shared_tokens: usize,
     /// Overlap incidents: sets of critical sections of different workers, each overlapping
     /// another of the set in time while both holders believed they held the lock.
@@ -71,6 +72,12 @@ pub struct Verdict {
     pub lost_reported: usize,
     /// Locks lost without the guard saying so (release answered "not ours").
     pub lost_silent: usize,
+    /// Silent losses by the fault in progress when the lock was released (or `none`).
+    pub silent_by_fault: BTreeMap<String, usize>,
+    /// Failed acquisitions by the fault in progress when they failed (or `none`).
+    pub failures_by_fault: BTreeMap<String, usize>,
+    /// Acquisitions sharing a token, by the fault in progress when the later one was granted.
+    pub shared_by_fault: BTreeMap<String, usize>,
     /// Releases that failed.
     pub release_failed: usize,
     /// Client pauses carried out.
@@ -125,6 +132,9 @@ pub fn check(history: &History) -> Verdict {
     check_pauses(history, &mut v);
     for failure in &history.failures {
         *v.failure_kinds.entry(failure.kind.clone()).or_default() += 1;
+        *v.failures_by_fault
+            .entry(fault_at(&history.faults, failure.failed_ns))
+            .or_default() += 1;
         v.longest_failed_ms = v
             .longest_failed_ms
             .max(ms_between(failure.asked_ns, failure.failed_ns));
@@ -141,6 +151,7 @@ pub fn check(history: &History) -> Verdict {
 fn check_fence(history: &History, v: &mut Verdict) {
     let mut highest: Option<u64> = None;
     let mut owner_of: HashMap<u64, (usize, u64)> = HashMap::new();
+    let mut sharing: HashSet<(usize, u64)> = HashSet::new();
     for w in &history.writes {
         if !w.accepted {
             v.writes_rejected += 1;
@@ -157,14 +168,28 @@ fn check_fence(history: &History, v: &mut Verdict) {
         }
         highest = Some(highest.map_or(token, |h| h.max(token)));
         let owner = *owner_of.entry(token).or_insert((w.worker, w.seq));
-        if owner != (w.worker, w.seq) {
+        // Counted once per acquisition, not per write.
+        if owner != (w.worker, w.seq) && sharing.insert((w.worker, w.seq)) {
             v.shared_tokens += 1;
+            *v.shared_by_fault
+                .entry(fault_at(&history.faults, w.start_ns))
+                .or_default() += 1;
             v.examples.push(format!(
                 "token {token} written by worker {} acquisition {} and worker {} acquisition {}",
                 owner.0, owner.1, w.worker, w.seq
             ));
         }
     }
+}
+
+/// The kind of the fault in progress at `at`, or that ended less than a TTL-ish 2 s before it
+/// (its effects outlive it: a failover's clients reconnect, a lease runs out); `none` if none.
+fn fault_at(faults: &[FaultRecord], at: u64) -> String {
+    const AFTER: u64 = 2_000_000_000;
+    faults
+        .iter()
+        .find(|f| f.start_ns <= at && at <= f.end_ns + AFTER)
+        .map_or_else(|| "none".to_owned(), |f| f.kind.clone())
 }
 
 fn check_overlaps(history: &History, v: &mut Verdict) {
@@ -254,6 +279,9 @@ fn check_losses(history: &History, v: &mut Verdict) {
             v.lost_reported += 1;
         } else if a.release == ReleaseOutcome::NotOurs {
             v.lost_silent += 1;
+            *v.silent_by_fault
+                .entry(fault_at(&history.faults, a.release_ns))
+                .or_default() += 1;
         }
         if matches!(a.release, ReleaseOutcome::Failed(_)) {
             v.release_failed += 1;
@@ -357,6 +385,7 @@ mod tests {
             writes: vec![
                 write(0, 0, 5, 1, true),
                 write(1, 0, 5, 2, true),
+                write(1, 0, 5, 2, true),
                 write(2, 0, 4, 3, false),
                 write(2, 1, 4, 4, true),
             ],
@@ -364,7 +393,7 @@ mod tests {
         };
         let v = check(&history);
         assert_eq!((v.shared_tokens, v.out_of_order), (1, 1));
-        assert_eq!((v.writes_accepted, v.writes_rejected), (3, 1));
+        assert_eq!((v.writes_accepted, v.writes_rejected), (4, 1));
         assert_eq!(v.fence_violations(), 2);
     }
 }

@@ -7,7 +7,7 @@ use super::checker::Verdict;
 
 /// The table's header (two lines).
 pub const HEADER: &str = "| store | faults injected | acquisitions | writes accepted / rejected | \
-fence violations | overlap incidents while both believed they held (with a paused client) | \
+fence violations: writes accepted out of order / acquisitions sharing a token | overlap incidents while both believed they held (with a paused client) | \
 overlap incidents among holders the store kept | losses reported / silent | client pauses: late write rejected / loss \
 reported | failed acquisitions (longest) | longest gap between grants | left behind |\n\
 |---|---|---|---|---|---|---|---|---|---|---|---|";
@@ -32,11 +32,12 @@ pub fn row(label: &str, v: &Verdict) -> String {
         )
     };
     format!(
-        "| {label} | {faults} | {} | {} / {} | {} | {} ({}) | {} | {} / {} | {pauses} | {} ({:.0} ms) | {:.0} ms | {} |",
+        "| {label} | {faults} | {} | {} / {} | {} / {} | {} ({}) | {} | {} / {} | {pauses} | {} ({:.0} ms) | {:.0} ms | {} |",
         v.acquisitions,
         v.writes_accepted,
         v.writes_rejected,
-        v.fence_violations(),
+        v.out_of_order,
+        v.shared_tokens,
         v.overlaps,
         v.overlaps_paused,
         v.overlaps_kept,
@@ -59,6 +60,16 @@ pub fn details(v: &Verdict) -> String {
             .map(|(k, n)| format!("{n} {k}"))
             .collect();
         let _ = writeln!(out, "- failed acquisitions by kind: {}", kinds.join(", "));
+    }
+    for (what, counts) in [
+        ("failed acquisitions", &v.failures_by_fault),
+        ("silent losses", &v.silent_by_fault),
+        ("acquisitions sharing a token", &v.shared_by_fault),
+    ] {
+        if !counts.is_empty() {
+            let by: Vec<String> = counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            let _ = writeln!(out, "- {what} by the fault in progress: {}", by.join(", "));
+        }
     }
     if v.release_failed > 0 {
         let _ = writeln!(out, "- releases that failed: {}", v.release_failed);

@@ -39,6 +39,9 @@ pub struct RunConfig {
     pub quiet: (Duration, Duration),
     /// The nemesis binary (re-spawned as workers and as the Aerospike node).
     pub exe: PathBuf,
+    /// Where to keep the run's histories (workers' files and logs, `faults.json`,
+    /// `writes.json`, `pauses.json`), for a look at what the table counts; `None`: not kept.
+    pub keep: Option<PathBuf>,
 }
 
 impl RunConfig {
@@ -57,6 +60,7 @@ impl RunConfig {
             hold: Duration::from_millis(5),
             quiet: (Duration::from_millis(500), Duration::from_millis(1500)),
             exe: exe.into(),
+            keep: None,
         }
     }
 
@@ -190,6 +194,9 @@ pub fn run(config: &RunConfig) -> io::Result<RunResult> {
             }
         }
     }
+    if let Some(keep) = &config.keep {
+        keep_history(keep, dir.path(), &history)?;
+    }
     let verdict = checker::check(&history);
     drop(resource);
     drop(deployment);
@@ -199,6 +206,28 @@ pub fn run(config: &RunConfig) -> io::Result<RunResult> {
         history,
         verdict,
     })
+}
+
+/// Copies the workers' files and writes the coordinator's records into `keep`.
+fn keep_history(
+    keep: &std::path::Path,
+    dir: &std::path::Path,
+    history: &History,
+) -> io::Result<()> {
+    std::fs::create_dir_all(keep)?;
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if let Some(name) = path.file_name() {
+            std::fs::copy(&path, keep.join(name))?;
+        }
+    }
+    let write = |name: &str, value: serde_json::Result<String>| {
+        std::fs::write(keep.join(name), value.map_err(io::Error::other)?)
+    };
+    write("faults.json", serde_json::to_string_pretty(&history.faults))?;
+    write("writes.json", serde_json::to_string(&history.writes))?;
+    write("pauses.json", serde_json::to_string_pretty(&history.pauses))?;
+    Ok(())
 }
 
 /// The lock as a fresh client finds it once every worker has stopped: `None` when free.
