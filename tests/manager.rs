@@ -881,6 +881,30 @@ async fn a_waiter_in_another_manager_is_woken_by_the_release_not_by_polling() {
     );
 }
 
+/// The embedded store keeps a line per key: a waiter woken by a release takes the key even if the
+/// releasing instance asks again before the waiter runs (before the line, it could lose the key
+/// that way again and again).
+#[tokio::test(start_paused = true)]
+async fn a_waiter_in_line_is_not_passed_by_an_instance_asking_again() {
+    let store = MemoryStore::new();
+    let (a, b) = two_instances(&store);
+    let held = a.try_lock("k").await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = b.lock("k").await.unwrap();
+        guard.release().await.unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.release().await.unwrap();
+    // The waiter has not run since the release; the releasing instance asks again at once.
+    let again = a.try_lock("k").await;
+    assert!(
+        again.unwrap_err().is_unavailable(),
+        "the key is the waiter's turn, not the newcomer's"
+    );
+    waiter.await.unwrap();
+    let _free = a.try_lock("k").await.expect("free once the waiter is done");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_waiter_tries_again_when_the_holders_lease_runs_out() {
     let store = MemoryStore::new();

@@ -17,8 +17,10 @@ use crate::sweep::Sweeper;
 use crate::KeyMap;
 
 mod record;
+mod waiting;
 
 use record::{Admit, Record};
+use waiting::Watched;
 
 /// How often the background task reclaims expired records by default.
 const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(1);
@@ -66,9 +68,9 @@ struct Inner {
     fence: AtomicU64,
     purge_interval: Duration,
     purger: Sweeper,
-    /// Keys some manager waits on, and how to wake it: every manager sharing this store is
-    /// notified of a release at once instead of polling.
-    watched: KeyMap<Arc<Notify>>,
+    /// Keys some manager waits on: how to wake it (every manager sharing this store is notified
+    /// of a release at once instead of polling), and the key's line of waiters.
+    watched: KeyMap<Arc<Watched>>,
     /// Entries in `watched`, so an unwatched release skips the map.
     watched_count: AtomicUsize,
     /// Lock histories of traced keys: an in-process ring per key, newest first.
@@ -150,8 +152,8 @@ impl Inner {
     /// Wakes the managers waiting on `key`.
     fn notify_release(&self, key: &LockKey) {
         if self.watched_count.load(Ordering::Acquire) > 0 {
-            if let Some(notify) = self.watched.get(key) {
-                notify.notify_waiters();
+            if let Some(watched) = self.watched.get(key).map(|w| w.clone()) {
+                watched.lock().wake_released();
             }
         }
     }
@@ -191,21 +193,29 @@ impl LockStore for MemoryStore {
         Ok(())
     }
 
+    /// Registers a waiter on `key`. Its refused exclusive attempts take a place in the key's
+    /// line, which it keeps until it is served or this watch is dropped.
     async fn watch(&self, key: &LockKey) -> ReleaseWatch {
-        let notify = match self.inner.watched.entry(key.clone()) {
+        let watched = match self.inner.watched.entry(key.clone()) {
             Entry::Occupied(watched) => watched.get().clone(),
             Entry::Vacant(free) => {
                 self.inner.watched_count.fetch_add(1, Ordering::AcqRel);
-                free.insert(Arc::new(Notify::new())).clone()
+                free.insert(Arc::default()).clone()
             }
         };
+        let notify = Arc::new(Notify::new());
+        let watch = ReleaseWatch::new(notify.clone(), || {});
+        let waiter = watch.waiter();
+        watched.lock().add(waiter, notify);
         let (inner, key) = (self.inner.clone(), key.clone());
-        ReleaseWatch::new(notify, move || {
-            // The map's own reference is the last one once this watch's is dropped (it is
-            // dropped with the watch, just after this hook): nobody else waits on the key.
+        watch.also_on_drop(move || {
+            watched.lock().remove(waiter);
+            drop(watched);
+            // Every live watch holds the entry (its hook does), and a new one takes its hold
+            // under the map's lock: the map's reference alone left means nobody waits on the key.
             if inner
                 .watched
-                .remove_if(&key, |_, notify| Arc::strong_count(notify) <= 2)
+                .remove_if(&key, |_, watched| Arc::strong_count(watched) == 1)
                 .is_some()
             {
                 inner.watched_count.fetch_sub(1, Ordering::AcqRel);
@@ -230,6 +240,20 @@ impl LockStore for MemoryStore {
                 0
             }
         };
+        // An exclusive request on a key with a line: only the head of the line may take it, and
+        // a blocking attempt refused for any reason keeps (or takes) its place. The line stays
+        // locked until the decision is made, so nobody passes in between.
+        let watched = (exclusive && self.inner.watched_count.load(Ordering::Acquire) > 0)
+            .then(|| self.inner.watched.get(&req.key).map(|w| w.clone()))
+            .flatten();
+        let mut line = watched.as_ref().map(|w| w.lock());
+        let me = req.waiter.zip(req.deadline);
+        if let Some(line) = line.as_mut() {
+            if !line.may_take(me, now) {
+                line.join(me);
+                return Err(Error::unavailable(&req.key));
+            }
+        }
         let admitted = match self.inner.records.entry(req.key.clone()) {
             Entry::Occupied(mut held) => match held.get_mut().admit(req, now) {
                 Ok(Admit::Replace) => {
@@ -246,6 +270,13 @@ impl LockStore for MemoryStore {
                 Ok(fence)
             }
         };
+        if let Some(line) = line.as_mut() {
+            match &admitted {
+                Ok(_) => line.served(me),
+                Err(_) => line.join(me),
+            }
+        }
+        drop(line);
         let fence = match admitted {
             Ok(fence) => fence,
             Err(refused) => {

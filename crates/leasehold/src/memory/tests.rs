@@ -145,3 +145,99 @@ async fn list_filters_by_prefix_and_sorts() {
         .collect();
     assert_eq!(dc, ["a", "b", "c"]);
 }
+
+/// A blocking attempt of waiter `watch` on `entity`, waiting up to a minute.
+fn waiting(entity: &str, watch: &ReleaseWatch) -> Acquire {
+    req(entity, 10_000)
+        .with_deadline(Some(Instant::now() + Duration::from_secs(60)))
+        .with_waiter(Some(watch.waiter()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_released_key_goes_to_the_first_in_line_never_to_a_newcomer() {
+    use futures::FutureExt;
+    let store = MemoryStore::new();
+    let held = store.try_acquire(&req("line", 10_000)).await.unwrap();
+    let (first, second) = (
+        store.watch(&key("line")).await,
+        store.watch(&key("line")).await,
+    );
+    assert!(store
+        .try_acquire(&waiting("line", &first))
+        .await
+        .unwrap_err()
+        .is_unavailable());
+    assert!(store
+        .try_acquire(&waiting("line", &second))
+        .await
+        .unwrap_err()
+        .is_unavailable());
+
+    let mut first_woken = Box::pin(first.notify().notified());
+    let mut second_woken = Box::pin(second.notify().notified());
+    first_woken.as_mut().enable();
+    second_woken.as_mut().enable();
+    assert!(store.release(&held).await.unwrap());
+    assert!(first_woken.now_or_never().is_some(), "the head is woken");
+    assert!(
+        second_woken.now_or_never().is_some(),
+        "and every other waiter (the head may not be listening)"
+    );
+
+    // The key is free, yet neither a try nor the second in line may pass the head.
+    let newcomer = store.try_acquire(&req("line", 10_000)).await;
+    assert!(
+        newcomer.unwrap_err().is_unavailable(),
+        "a try waits its turn"
+    );
+    let early = store.try_acquire(&waiting("line", &second)).await;
+    assert!(early.unwrap_err().is_unavailable(), "not its turn yet");
+    let lease = store.try_acquire(&waiting("line", &first)).await.unwrap();
+    assert!(store.release(&lease).await.unwrap());
+    let lease = store.try_acquire(&waiting("line", &second)).await.unwrap();
+    assert!(store.release(&lease).await.unwrap());
+    // The line is empty again: a try takes the key.
+    store.try_acquire(&req("line", 10_000)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_that_gives_up_hands_its_turn_to_the_next() {
+    use futures::FutureExt;
+    let store = MemoryStore::new();
+    let held = store.try_acquire(&req("gone", 10_000)).await.unwrap();
+    let (first, second) = (
+        store.watch(&key("gone")).await,
+        store.watch(&key("gone")).await,
+    );
+    assert!(store.try_acquire(&waiting("gone", &first)).await.is_err());
+    assert!(store.try_acquire(&waiting("gone", &second)).await.is_err());
+    assert!(store.release(&held).await.unwrap());
+
+    let mut second_woken = Box::pin(second.notify().notified());
+    second_woken.as_mut().enable();
+    drop(first);
+    assert!(
+        second_woken.now_or_never().is_some(),
+        "woken: it is first now"
+    );
+    store.try_acquire(&waiting("gone", &second)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_whose_wait_is_over_leaves_the_head_of_the_line() {
+    let store = MemoryStore::new();
+    let held = store.try_acquire(&req("late", 10_000)).await.unwrap();
+    let first = store.watch(&key("late")).await;
+    let short = req("late", 10_000)
+        .with_deadline(Some(Instant::now() + Duration::from_secs(1)))
+        .with_waiter(Some(first.waiter()));
+    assert!(store.try_acquire(&short).await.is_err());
+    assert!(store.release(&held).await.unwrap());
+    assert!(
+        store.try_acquire(&req("late", 10_000)).await.is_err(),
+        "in line"
+    );
+    tokio::time::advance(Duration::from_secs(1)).await;
+    // Its watch is still registered (a caller that forgot it), but its wait is over.
+    store.try_acquire(&req("late", 10_000)).await.unwrap();
+}

@@ -1,0 +1,116 @@
+//! Waiting on the embedded store: who waits on a key, and the key's line of exclusive waiters.
+//!
+//! Only the head of the line may take a free key, and a try or a newcomer never passes anyone in
+//! line. Without the line, a waiter woken by a release could lose the key
+//! to an instance that asked again before the waiter ran.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::core::WaiterId;
+
+/// A key some manager waits on.
+#[derive(Debug, Default)]
+pub(super) struct Watched {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct State {
+    /// Every live watch of the key: its wake-up, and whether it has a place in `line`.
+    waiters: HashMap<WaiterId, (Arc<Notify>, bool)>,
+    /// Exclusive waiters refused so far, in arrival order, each with the deadline of its wait.
+    line: VecDeque<(WaiterId, Instant)>,
+}
+
+impl Watched {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl State {
+    /// Registers a watch's wake-up.
+    pub(super) fn add(&mut self, waiter: WaiterId, notify: Arc<Notify>) {
+        self.waiters.insert(waiter, (notify, false));
+    }
+
+    /// Forgets a watch (dropped: its wait is over) and its place; if it was first in line, the
+    /// next is woken, since it may find the key free and only a release would wake it.
+    pub(super) fn remove(&mut self, waiter: WaiterId) {
+        self.waiters.remove(&waiter);
+        let was_head = self.line.front().is_some_and(|(w, _)| *w == waiter);
+        self.line.retain(|(w, _)| *w != waiter);
+        if was_head {
+            self.wake_head();
+        }
+    }
+
+    /// Whether `me` (a blocking waiter's id and deadline; `None` for a try) may take a free key:
+    /// the line is empty or `me` is first. Waiters whose wait is over leave the head first.
+    pub(super) fn may_take(&mut self, me: Option<(WaiterId, Instant)>, now: Instant) -> bool {
+        let mut lapsed = false;
+        while self
+            .line
+            .front()
+            .is_some_and(|(_, deadline)| *deadline <= now)
+        {
+            if let Some((waiter, _)) = self.line.pop_front() {
+                if let Some(entry) = self.waiters.get_mut(&waiter) {
+                    entry.1 = false;
+                }
+            }
+            lapsed = true;
+        }
+        if lapsed {
+            self.wake_head();
+        }
+        self.line
+            .front()
+            .is_none_or(|(head, _)| me.is_some_and(|(me, _)| *head == me))
+    }
+
+    /// Puts a refused blocking waiter at the back of the line, unless it has a place already.
+    /// Only a watched wait queues: a caller without a watch could never be woken in turn.
+    pub(super) fn join(&mut self, me: Option<(WaiterId, Instant)>) {
+        let Some((me, deadline)) = me else {
+            return;
+        };
+        let Some(entry) = self.waiters.get_mut(&me) else {
+            return;
+        };
+        if !entry.1 {
+            entry.1 = true;
+            self.line.push_back((me, deadline));
+        }
+    }
+
+    /// `me` took the key: its place goes.
+    pub(super) fn served(&mut self, me: Option<(WaiterId, Instant)>) {
+        let Some((me, _)) = me else {
+            return;
+        };
+        if let Some(entry) = self.waiters.get_mut(&me) {
+            if entry.1 {
+                entry.1 = false;
+                self.line.retain(|(w, _)| *w != me);
+            }
+        }
+    }
+
+    /// The key was released: wakes every waiter. Only the first in line will take it, but the
+    /// first may not be listening right now (a task waiting in local competition's line behind
+    /// another of its process), and a wake-up only it could use would then be lost until a poll.
+    pub(super) fn wake_released(&self) {
+        for (notify, _) in self.waiters.values() {
+            notify.notify_waiters();
+        }
+    }
+
+    fn wake_head(&self) {
+        self.wake_released();
+    }
+}
