@@ -9,7 +9,9 @@
 //!   incidents where the store kept both holders (both released `Ok(true)` with no loss
 //!   reported): mutual exclusion broken by the store.
 //! - **Losses**: locks reported lost to their guard, and locks lost silently (the release found
-//!   the lock no longer ours, and the guard had not said so).
+//!   the lock no longer ours, the guard had not said so, and another holder had been granted it
+//!   before the release was called); apart from those, leases that ran out while their release
+//!   was on its way (after the work).
 //! - **Client pauses**: whether each paused holder's late write was rejected by the fence, and
 //!   whether its guard reported the loss when it woke.
 //! - **Availability**: failed acquisitions, the longest failed call, the longest gap between two
@@ -70,8 +72,12 @@ pub struct Verdict {
     pub overlaps_kept: usize,
     /// Locks whose loss the guard reported.
     pub lost_reported: usize,
-    /// Locks lost without the guard saying so (release answered "not ours").
+    /// Locks lost without the guard saying so: the release answered "not ours", and another
+    /// holder had been granted the lock before the release was called.
     pub lost_silent: usize,
+    /// Releases that answered "not ours" with nobody granted the lock before the release was
+    /// called: the lease ran out while the release was on its way, after the work.
+    pub lapsed_in_release: usize,
     /// Silent losses by the fault in progress when the lock was released (or `none`).
     pub silent_by_fault: BTreeMap<String, usize>,
     /// Failed acquisitions by the fault in progress when they failed (or `none`).
@@ -274,14 +280,27 @@ impl UnionFind {
 }
 
 fn check_losses(history: &History, v: &mut Verdict) {
+    let mut grants: Vec<u64> = history.acquisitions.iter().map(|a| a.acquired_ns).collect();
+    grants.sort_unstable();
     for a in &history.acquisitions {
         if a.lost_ns.is_some() {
             v.lost_reported += 1;
         } else if a.release == ReleaseOutcome::NotOurs {
-            v.lost_silent += 1;
-            *v.silent_by_fault
-                .entry(fault_at(&history.faults, a.release_ns))
-                .or_default() += 1;
+            // Lost while the holder still worked only if someone else was granted the lock
+            // before the holder called release; otherwise the lease ran out while the release
+            // was on its way (a release stops the renewal, and a store that does not answer
+            // holds it past the TTL): the work was done under the lock.
+            let after_grant = grants.partition_point(|&g| g <= a.acquired_ns);
+            let before_release = grants.partition_point(|&g| g < a.release_ns);
+            let taken_meanwhile = after_grant < before_release;
+            if taken_meanwhile {
+                v.lost_silent += 1;
+                *v.silent_by_fault
+                    .entry(fault_at(&history.faults, a.release_ns))
+                    .or_default() += 1;
+            } else {
+                v.lapsed_in_release += 1;
+            }
         }
         if matches!(a.release, ReleaseOutcome::Failed(_)) {
             v.release_failed += 1;
@@ -373,10 +392,25 @@ mod tests {
             ..History::default()
         };
         let v = check(&history);
+        assert_eq!((v.lost_silent, v.lapsed_in_release), (0, 0));
         assert_eq!(v.overlaps, 2, "two incidents");
         assert_eq!(v.overlaps_kept, 1);
         assert_eq!(v.lost_reported, 1);
         assert_eq!(v.longest_gap_ms, 150.0 / 1e6);
+    }
+
+    #[test]
+    fn a_lease_that_ran_out_during_its_release_is_not_a_silent_loss() {
+        let mut lapsed = acq(0, 0, 1, 100, 200);
+        lapsed.release = ReleaseOutcome::NotOurs;
+        let mut taken = acq(1, 0, 2, 300, 400);
+        taken.release = ReleaseOutcome::NotOurs;
+        let history = History {
+            acquisitions: vec![lapsed, taken, acq(2, 0, 3, 350, 500)],
+            ..History::default()
+        };
+        let v = check(&history);
+        assert_eq!((v.lost_silent, v.lapsed_in_release), (1, 1));
     }
 
     #[test]

@@ -248,12 +248,17 @@ impl Deployment {
             (Deployment::RedisCluster(cluster), FaultKind::Kill) => {
                 let master = cluster.master_of(REDIS_TAG)?;
                 let replica = cluster.replica_of(master)?;
+                let killed = std::time::Instant::now();
                 cluster.kill(master)?;
                 let promoted =
                     cluster.wait_until(|nodes| nodes.iter().any(|n| n.port == replica && n.master));
+                // The deployment's own failover time, to set the lock's gap against.
+                let failover = killed.elapsed();
                 cluster.restart(master)?;
                 promoted?;
-                Ok(format!("slot master :{master}"))
+                Ok(format!(
+                    "slot master :{master} → :{replica} after {failover:.1?}"
+                ))
             }
             (Deployment::RedisCluster(cluster), FaultKind::PauseShort | FaultKind::PauseLong) => {
                 let master = cluster.master_of(REDIS_TAG)?;
@@ -274,11 +279,13 @@ impl Deployment {
             }
             (Deployment::Sentinel(group), FaultKind::Kill) => {
                 let master = group.master_port()?;
+                let killed = std::time::Instant::now();
                 group.kill(master)?;
                 let promoted = group.wait_new_master(master);
+                let failover = killed.elapsed();
                 group.restart(master)?;
                 let new = promoted?;
-                Ok(format!("master :{master} → :{new}"))
+                Ok(format!("master :{master} → :{new} after {failover:.1?}"))
             }
             (Deployment::Sentinel(group), FaultKind::PauseShort | FaultKind::PauseLong) => {
                 let master = group.master_port()?;
@@ -299,12 +306,14 @@ impl Deployment {
             }
             (Deployment::Etcd { cluster, .. }, FaultKind::Kill) => {
                 let leader = cluster.wait_for_leader()?;
+                let killed = std::time::Instant::now();
                 cluster.kill(leader)?;
                 let elected = cluster.wait_for_leader();
+                let election = killed.elapsed();
                 cluster.restart(leader)?;
                 let new = elected?;
                 cluster.wait_healthy()?;
-                Ok(format!("leader m{leader} → m{new}"))
+                Ok(format!("leader m{leader} → m{new} after {election:.1?}"))
             }
             (Deployment::Etcd { cluster, .. }, FaultKind::PauseShort | FaultKind::PauseLong) => {
                 let leader = cluster.wait_for_leader()?;

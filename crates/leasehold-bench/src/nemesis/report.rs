@@ -71,6 +71,14 @@ pub fn details(v: &Verdict) -> String {
             let _ = writeln!(out, "- {what} by the fault in progress: {}", by.join(", "));
         }
     }
+    if v.lapsed_in_release > 0 {
+        let _ = writeln!(
+            out,
+            "- releases that found the lease run out on their way (after the work, nobody \
+             granted meanwhile): {}",
+            v.lapsed_in_release
+        );
+    }
     if v.release_failed > 0 {
         let _ = writeln!(out, "- releases that failed: {}", v.release_failed);
     }
