@@ -59,18 +59,22 @@ pub(crate) enum Kind {
     Single,
     /// A scan / query over a set (no digest, a query id or partition list).
     Scan,
-    /// Batch requests, UDFs, secondary-index queries: not served.
+    /// Several records in one message (the batch-index protocol, see [`super::batch`]).
+    Batch,
+    /// UDFs, secondary-index queries, batches of another form: not served.
     Unsupported,
 }
 
 pub(crate) fn classify(msg: &Message) -> Kind {
     let has = |t| msg.field(t).is_some();
-    if msg.info1 & wire::INFO1_BATCH != 0
-        || has(wire::FIELD_BATCH_INDEX)
-        || has(wire::FIELD_UDF_PACKAGE)
-        || has(wire::FIELD_INDEX_RANGE)
-    {
+    if has(wire::FIELD_UDF_PACKAGE) || has(wire::FIELD_INDEX_RANGE) {
         Kind::Unsupported
+    } else if msg.info1 & wire::INFO1_BATCH != 0 || has(wire::FIELD_BATCH_INDEX) {
+        if msg.info1 & wire::INFO1_BATCH != 0 && has(wire::FIELD_BATCH_INDEX) {
+            Kind::Batch
+        } else {
+            Kind::Unsupported
+        }
     } else if has(wire::FIELD_DIGEST) {
         Kind::Single
     } else if has(wire::FIELD_QUERY_ID) || has(wire::FIELD_PID_ARRAY) {

@@ -318,6 +318,47 @@ impl Faults {
     }
 }
 
+impl Faults {
+    /// Picks the fault for one batch request, whose rows are `keys`: the first rule that matches
+    /// any row decides (a count-limited rule uses one count: the batch is one request). Returns
+    /// the fault and which rows the rule matches (every row for [`Target::NextRequests`]), so
+    /// that a result code can be imposed on those rows only, as a server answers per record.
+    pub(crate) fn take_batch(&self, keys: &[RequestKey<'_>]) -> Option<(Fault, Vec<bool>)> {
+        let mut state = self.lock();
+        let mut hit = None;
+        for (idx, rule) in state.rules.iter_mut().enumerate() {
+            let matched: Vec<bool> = keys
+                .iter()
+                .map(|key| match &rule.target {
+                    Target::NextRequests(n) => *n > 0,
+                    Target::Key(user_key) => key_matches(user_key, *key),
+                    Target::Digest(d) => key.digest == Some(&d[..]),
+                    Target::KeyTimes(user_key, n) => *n > 0 && key_matches(user_key, *key),
+                    Target::DigestTimes(d, n) => *n > 0 && key.digest == Some(&d[..]),
+                })
+                .collect();
+            if !matched.iter().any(|m| *m) {
+                continue;
+            }
+            let used_up = match &mut rule.target {
+                Target::NextRequests(n) | Target::KeyTimes(_, n) | Target::DigestTimes(_, n) => {
+                    *n -= 1;
+                    *n == 0
+                }
+                Target::Key(_) | Target::Digest(_) => false,
+            };
+            hit = Some((idx, rule.fault.clone(), used_up, matched));
+            break;
+        }
+        let (idx, fault, used_up, matched) = hit?;
+        if used_up {
+            state.rules.remove(idx);
+        }
+        state.applied += 1;
+        Some((fault, matched))
+    }
+}
+
 fn key_matches(user_key: &str, key: RequestKey<'_>) -> bool {
     key.digest == Some(&string_key_digest(key.set, user_key)[..])
 }
@@ -369,6 +410,38 @@ mod tests {
         assert_eq!(faults.take(hit), Some(Fault::ResultCode(14)));
         assert!(faults.remove(id));
         assert_eq!(faults.take(hit), None);
+    }
+
+    #[test]
+    fn a_batch_is_one_request_and_a_rule_says_which_rows_it_hits() {
+        let faults = Faults::new();
+        let target = string_key_digest(b"set", "k");
+        let other = string_key_digest(b"set", "other");
+        faults.inject(Fault::ResultCode(11), Target::DigestTimes(target, 1));
+        fn rows<'a>(a: &'a [u8; 20], b: &'a [u8; 20]) -> [RequestKey<'a>; 2] {
+            [
+                RequestKey {
+                    set: b"set",
+                    digest: Some(&a[..]),
+                },
+                RequestKey {
+                    set: b"set",
+                    digest: Some(&b[..]),
+                },
+            ]
+        }
+        assert_eq!(faults.take_batch(&rows(&other, &other)), None);
+        assert_eq!(
+            faults.take_batch(&rows(&other, &target)),
+            Some((Fault::ResultCode(11), vec![false, true]))
+        );
+        assert_eq!(faults.pending(), 0, "one count for the whole batch");
+        faults.inject(Fault::DropReply, Target::NextRequests(1));
+        assert_eq!(
+            faults.take_batch(&rows(&other, &target)),
+            Some((Fault::DropReply, vec![true, true]))
+        );
+        assert_eq!(faults.applied(), 2);
     }
 
     #[test]

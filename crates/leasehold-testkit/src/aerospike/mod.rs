@@ -45,6 +45,12 @@
 //!   CDT list ops (`cdt_list`: append, insert, trim, clear, size, get, get by index or index
 //!   range), with one result per op in order when the client sets respond-all-ops. The user key is stored
 //!   when the client sends it (`send_key`).
+//! - Batch messages (the batch-index protocol of `Client::batch`): rows that read (all bins,
+//!   named bins, header only, read operations), write or operate, or delete, each with its own
+//!   attributes (record-exists action, generation check, expiration, send-key, filter; repeated
+//!   rows), run as the single-record commands they describe and answered row by row, each answer
+//!   carrying the row's index, then a last message. Faults apply to a batch as one request; a
+//!   result-code fault answers only the rows whose record it targets.
 //! - Filter expressions (field 43) on reads, writes, deletes, operates and scans: comparisons
 //!   of bins, literals, `and`/`or`/`not`, `bin_type`, `key_exists`, `set_name`, `ttl`, and map
 //!   reads (get by key, key or value interval, size) on map bins. A record
@@ -56,9 +62,9 @@
 //! - Security messages (frame type 2), with [`AerospikeFixtureBuilder::credentials`]: `LOGIN`
 //!   with user and bcrypt credential (answers a session token and TTL) and `AUTHENTICATE` with a
 //!   token; without a user, a login answers `SECURITY_NOT_ENABLED`.
-//! - Not served (answered `PARAMETER_ERROR`): batch, UDF, secondary-index queries, background
-//!   queries, CDT bit/HLL/expression operations, list ops by value or rank, user and role
-//!   administration.
+//! - Not served (answered `PARAMETER_ERROR`): UDF (single or as batch rows), secondary-index
+//!   queries, background queries, CDT bit/HLL/expression operations, list ops by value or rank,
+//!   user and role administration.
 //!
 //! Result codes are the server's ([`result_code`]).
 //!
@@ -81,6 +87,10 @@
 //!   "never" unless [`AerospikeFixtureBuilder::default_ttl`] sets one. A record past its void
 //!   time is invisible to every command at once (*checked on a cluster* for reads and creates).
 //! - A write that leaves a record without bins deletes it.
+//! - The rows of a batch run one after another in the request's order, each answered whatever
+//!   the others' results (a server may run them in parallel: any order is one the fixture could
+//!   have chosen); a row's write is the single-record write with the same attributes (*checked on
+//!   a cluster*: create-only and filtered rows, header reads, reads of absent records).
 //! - A scan resuming a partially scanned partition rescans the whole partition.
 //! - `add` on a bin holding a non-integer answers `BIN_TYPE_ERROR` (12); an `add` with a
 //!   non-integer value answers `PARAMETER_ERROR` (4).
@@ -89,6 +99,7 @@
 //!   the connection logged in or authenticated with a token.
 
 mod admin;
+mod batch;
 mod cdt_list;
 mod cdt_map;
 mod cdt_value;

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
+use super::batch;
 use super::command::{self, Kind, NsConfig};
 use super::faults::{Fault, Faults, RequestKey};
 use super::info::NodeInfo;
@@ -191,12 +192,15 @@ where
         .requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     shared.faults.wait_resumed().await;
+    let kind = command::classify(msg);
+    if kind == Kind::Batch {
+        return batch_message(stream, shared, msg).await;
+    }
     let digest = command::digest_of(msg);
     let fault = shared.faults.take(RequestKey {
         set: msg.field(wire::FIELD_SET).unwrap_or_default(),
         digest: digest.as_ref().map(|d| &d[..]),
     });
-    let kind = command::classify(msg);
     match fault {
         Some(Fault::DropConnection) => return Ok(false),
         Some(Fault::Hold) => shared.faults.hold().await,
@@ -217,10 +221,8 @@ where
             vec![reply.to_frame()]
         }
         Kind::Scan => command::scan(&shared.store(), &shared.ns, msg),
-        Kind::Unsupported => {
-            tracing::warn!(
-                "aerospike fixture: unsupported data message (batch, UDF or index query)"
-            );
+        Kind::Batch | Kind::Unsupported => {
+            tracing::warn!("aerospike fixture: unsupported data message (UDF or index query)");
             vec![Reply {
                 info3: wire::INFO3_LAST,
                 result_code: rc::PARAMETER_ERROR,
@@ -237,6 +239,57 @@ where
     for frame in frames {
         stream.write_all(&frame).await?;
     }
+    stream.flush().await?;
+    Ok(true)
+}
+
+/// Serves one batch message (see [`super::batch`]); returns whether the connection stays open.
+/// A fault that matches any row applies to the whole message (it is one request on one
+/// connection), except a result code, which answers the rows it matches, as a server answers
+/// per record.
+async fn batch_message<S>(stream: &mut S, shared: &Shared, msg: &Message) -> Result<bool, ConnError>
+where
+    S: AsyncWrite + Unpin,
+{
+    let rows = match batch::parse(msg) {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::warn!("aerospike fixture: refusing a batch it cannot parse: {e}");
+            stream
+                .write_all(&batch::refused(rc::PARAMETER_ERROR))
+                .await?;
+            stream.flush().await?;
+            return Ok(true);
+        }
+    };
+    let keys: Vec<RequestKey<'_>> = rows
+        .iter()
+        .map(|row| RequestKey {
+            set: row.msg.field(wire::FIELD_SET).unwrap_or_default(),
+            digest: Some(&row.digest[..]),
+        })
+        .collect();
+    let fault = shared.faults.take_batch(&keys);
+    let mut forced = vec![None; rows.len()];
+    match &fault {
+        Some((Fault::DropConnection, _)) => return Ok(false),
+        Some((Fault::Hold, _)) => shared.faults.hold().await,
+        Some((Fault::ResultCode(code), matched)) => {
+            for (slot, hit) in forced.iter_mut().zip(matched) {
+                if *hit {
+                    *slot = Some(*code);
+                }
+            }
+        }
+        _ => {}
+    }
+    let frame = batch::execute(&mut shared.store(), &shared.ns, &rows, &forced);
+    match fault {
+        Some((Fault::DropReply, _)) => return Ok(false),
+        Some((Fault::DelayReply(delay), _)) => tokio::time::sleep(delay).await,
+        _ => {}
+    }
+    stream.write_all(&frame).await?;
     stream.flush().await?;
     Ok(true)
 }

@@ -163,6 +163,50 @@ impl<'a> Reader<'a> {
         let b = self.bytes(4, what)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
+
+    /// `count` fields: `u32` size (type byte included), type, data.
+    pub(crate) fn fields(&mut self, count: u16) -> Result<Vec<Field>, WireError> {
+        let mut fields = Vec::with_capacity(usize::from(count).min(64));
+        for _ in 0..count {
+            let size = self.u32("field size")?;
+            if size < 1 {
+                return Err(WireError::BadSize("field", size));
+            }
+            let ftype = self.u8("field type")?;
+            let data = self.bytes(size as usize - 1, "field data")?.to_vec();
+            fields.push(Field { ftype, data });
+        }
+        Ok(fields)
+    }
+
+    /// `count` operations: `u32` size, op type, particle type, version, name length, name, value.
+    pub(crate) fn ops(&mut self, count: u16) -> Result<Vec<Op>, WireError> {
+        let mut ops = Vec::with_capacity(usize::from(count).min(64));
+        for _ in 0..count {
+            let size = self.u32("op size")?;
+            if size < 4 {
+                return Err(WireError::BadSize("op", size));
+            }
+            let op_type = self.u8("op header")?;
+            let particle = self.u8("op header")?;
+            let _version = self.u8("op header")?;
+            let name_len = self.u8("op header")?;
+            let value_len = (size as usize - 4)
+                .checked_sub(usize::from(name_len))
+                .ok_or(WireError::BadSize("op", size))?;
+            let name = std::str::from_utf8(self.bytes(usize::from(name_len), "op name")?)
+                .map_err(|_| WireError::BinName)?
+                .to_owned();
+            let value = self.bytes(value_len, "op value")?.to_vec();
+            ops.push(Op {
+                op_type,
+                particle,
+                name,
+                value,
+            });
+        }
+        Ok(ops)
+    }
 }
 
 /// One field of a message.
@@ -211,40 +255,8 @@ impl Message {
         let _timeout = r.u32("header")?;
         let field_count = r.u16("header")?;
         let op_count = r.u16("header")?;
-        let mut fields = Vec::with_capacity(usize::from(field_count).min(64));
-        for _ in 0..field_count {
-            let size = r.u32("field size")?;
-            if size < 1 {
-                return Err(WireError::BadSize("field", size));
-            }
-            let ftype = r.u8("field type")?;
-            let data = r.bytes(size as usize - 1, "field data")?.to_vec();
-            fields.push(Field { ftype, data });
-        }
-        let mut ops = Vec::with_capacity(usize::from(op_count).min(64));
-        for _ in 0..op_count {
-            let size = r.u32("op size")?;
-            if size < 4 {
-                return Err(WireError::BadSize("op", size));
-            }
-            let op_type = r.u8("op header")?;
-            let particle = r.u8("op header")?;
-            let _version = r.u8("op header")?;
-            let name_len = r.u8("op header")?;
-            let value_len = (size as usize - 4)
-                .checked_sub(usize::from(name_len))
-                .ok_or(WireError::BadSize("op", size))?;
-            let name = std::str::from_utf8(r.bytes(usize::from(name_len), "op name")?)
-                .map_err(|_| WireError::BinName)?
-                .to_owned();
-            let value = r.bytes(value_len, "op value")?.to_vec();
-            ops.push(Op {
-                op_type,
-                particle,
-                name,
-                value,
-            });
-        }
+        let fields = r.fields(field_count)?;
+        let ops = r.ops(op_count)?;
         if r.remaining() != 0 {
             return Err(WireError::Trailing(r.remaining()));
         }
@@ -309,6 +321,8 @@ pub(crate) struct Reply {
     pub(crate) result_code: u8,
     pub(crate) generation: u32,
     pub(crate) void_time: u32,
+    /// The row a batch reply answers (the request's index of it); 0 outside batches.
+    pub(crate) batch_index: u32,
     pub(crate) fields: Vec<(u8, Vec<u8>)>,
     pub(crate) bins: Vec<(String, Option<Particle>)>,
 }
@@ -332,7 +346,7 @@ impl Reply {
         out.push(self.result_code);
         out.extend_from_slice(&self.generation.to_be_bytes());
         out.extend_from_slice(&self.void_time.to_be_bytes());
-        out.extend_from_slice(&0u32.to_be_bytes()); // batch index / timeout
+        out.extend_from_slice(&self.batch_index.to_be_bytes()); // batch index / timeout
         out.extend_from_slice(&(self.fields.len().min(u16::MAX as usize) as u16).to_be_bytes());
         out.extend_from_slice(&(self.bins.len().min(u16::MAX as usize) as u16).to_be_bytes());
         for (ftype, data) in self.fields.iter().take(u16::MAX as usize) {
