@@ -5,9 +5,11 @@
 //! One uncontended acquire + release, side by side in one run on the same fixture:
 //! - `raw`: the `aerospike` client alone, a create-only `put` then a `delete` filtered on the
 //!   owner token — the cheapest cycle with owner-checked release (2 round trips);
-//! - `unfenced`: leasehold's store with `fencing(false)`, the Java manager's cycle (2 round trips);
-//! - `fenced`: leasehold's store with fencing in hold order: create, fence increment, owner-filtered
-//!   fence write, then the filtered delete (4 round trips);
+//! - `unfenced`: leasehold's store with `fencing(false)`: the Java manager's cycle, with fair
+//!   waiting's line read in the create's request (2 round trips);
+//! - `fenced`: leasehold's store with fencing in hold order: the create (reading the line and the
+//!   fence record's generation in the same request), the generation-checked fence increment, then
+//!   the filtered delete (3 round trips);
 //! - `traced`: `fencing(false)` with the lock trace on: each of the two operations is followed by
 //!   the history record's `operate` (4 round trips); with the default bound (the history list at
 //!   its 100 entries, rewritten by every entry) and with a bound of 1 (the round trip alone).

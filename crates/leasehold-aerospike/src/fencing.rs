@@ -1,14 +1,21 @@
-//! Fencing tokens for exclusive holds: the fence counter record and the three steps that take a
-//! token inside the hold (create-only, increment, owner-filtered write of the token).
+//! Fencing tokens for exclusive holds: the fence counter record, and the steps that take a token
+//! inside the hold — the create (which reads the fence record's generation in the same request)
+//! and a generation-checked increment; or, when that check cannot decide, an increment and an
+//! owner-filtered write of the token into the lock record.
 
-use aerospike::expressions::{and, bin_exists, eq, not, string_bin, string_val};
-use aerospike::policy::{Expiration, RecordExistsAction};
-use aerospike::{as_bin, operations, Bins, Key, ReadPolicy, Replica, ResultCode, Value};
+use aerospike::expressions::{
+    and, bin_exists, eq, int_bin, int_val, le, not, string_bin, string_val,
+};
+use aerospike::operations::{self, Operation};
+use aerospike::policy::{Expiration, GenerationPolicy, RecordExistsAction};
+use aerospike::{as_bin, Bins, Key, ReadPolicy, Replica, ResultCode, Value};
 use leasehold_core::{Acquire, Error, ErrorKind, Lease, LockKey, Result};
 use tokio::time::Instant;
 
+use crate::acquire::{LineRule, Seen};
 use crate::error::{classify, Cause, Class};
-use crate::layout::{fence_set, COUNTER_BIN, FENCE_BIN, TOKEN_BIN};
+use crate::layout::{fence_set, COUNTER_BIN, FENCE_BIN, OWNER_BIN, TOKEN_BIN};
+use crate::line::Line;
 use crate::retry::Backoff;
 use crate::store::{ttl_seconds, AerospikeStore, MAX_TAKEOVERS};
 
@@ -16,7 +23,7 @@ use crate::store::{ttl_seconds, AerospikeStore, MAX_TAKEOVERS};
 const LATE_CREATE_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl AerospikeStore {
-    fn fence_key(&self, key: &LockKey) -> Result<Key> {
+    pub(crate) fn fence_key(&self, key: &LockKey) -> Result<Key> {
         let set = fence_set(&self.inner.layout.lock_set(key)?);
         Key::new(
             self.inner.config.namespace.clone(),
@@ -26,8 +33,43 @@ impl AerospikeStore {
         .map_err(|e| Error::invalid_argument("cannot build the fence key").with_source(e))
     }
 
-    pub(crate) async fn next_fence(&self, key: &LockKey) -> Result<u64> {
-        let fence_key = self.fence_key(key)?;
+    /// The fence step when nothing else wrote the fence record since `generation` was read with
+    /// the create: one generation-checked `operate` (add 1, our owner token, read the counter).
+    /// `Ok(None)`: the generation changed (another acquisition's fence step came between, or
+    /// ours landed in doubt), and the verified steps decide ([`Self::fence_verified`]).
+    async fn fence_checked(
+        &self,
+        req: &Acquire,
+        fence_key: &Key,
+        generation: u32,
+    ) -> Result<Option<u64>> {
+        let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
+        policy.generation_policy = GenerationPolicy::ExpectGenEqual;
+        policy.generation = generation;
+        policy.expiration = Expiration::Never;
+        let ops = fence_ops(req);
+        // Never sent again after a lost reply: landed, it changed the generation, and a second
+        // one would be refused for that; the verified steps take over instead.
+        let result = self
+            .with_retries("fence", &req.key, || {
+                self.inner.client.operate(&policy, fence_key, &ops)
+            })
+            .await;
+        match result {
+            Ok(record) => counter(req, &record).map(Some),
+            Err(e) => match classify(&e) {
+                Class::Server(ResultCode::GenerationError | ResultCode::KeyExistsError)
+                | Class::InDoubt => Ok(None),
+                _ => Err(self.exhausted_or("fence increment", &req.key, e)),
+            },
+        }
+    }
+
+    /// The fence counter's unconditional increment, retried whatever happened to it: applied
+    /// twice, it only leaves a gap. It leaves the record's owner as it was: the token is ours only
+    /// once the lock record carries it (step 3 of the verified steps).
+    pub(crate) async fn next_fence(&self, req: &Acquire) -> Result<u64> {
+        let fence_key = self.fence_key(&req.key)?;
         let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
         policy.expiration = Expiration::Never;
         let ops = [
@@ -35,65 +77,79 @@ impl AerospikeStore {
             operations::get_bin(COUNTER_BIN),
         ];
         let record = self
-            .retrying("fence", key, true, || {
+            .retrying("fence", &req.key, true, || {
                 self.inner.client.operate(&policy, &fence_key, &ops)
             })
             .await
-            .map_err(|e| self.exhausted_or("fence increment", key, e))?;
-        // Two operations on one bin answer with both results (add: nil, get: the new value).
-        let value = match record.bins.get(COUNTER_BIN) {
-            Some(Value::MultiResult(results)) => results.last(),
-            other => other,
-        };
-        match value {
-            Some(Value::Int(n)) if *n > 0 => Ok(*n as u64),
-            other => Err(
-                Error::internal(format!("fence counter read back as {other:?}"))
-                    .with_key(key.as_str()),
-            ),
-        }
+            .map_err(|e| self.exhausted_or("fence increment", &req.key, e))?;
+        counter(req, &record)
     }
 
-    /// Fencing in hold order: (1) create-only the lock record with the owner token, (2) increment
-    /// the key's fence counter, (3) write the counter's value into the lock record, filtered on the
-    /// owner token and update-only. The increment happens while the record is ours, and the
-    /// filtered write proves it still was afterwards, so a holder's token is taken inside its own
-    /// hold: tokens grow in the order of the holds. An acquisition that loses the record between
-    /// the steps fails and leaves nothing of ours held.
+    /// Fencing in hold order, in two round trips: (1) create-only the lock record with the owner
+    /// token, reading the fence record's generation in the same request (module `acquire`);
+    /// (2) increment the fence counter with a write that expects that generation. Tokens follow
+    /// the holds: the increment is applied only if no other acquisition's increment came after
+    /// our read, which was after our create; an acquisition whose record was taken over
+    /// meanwhile (it expired, or was broken) by one that already incremented is refused by the
+    /// generation, and one whose hold outlived its TTL before the answer gives up (its record may
+    /// have expired). A changed generation (another acquisition's increment landed between the
+    /// read and ours: a hand-over, or a stale acquirer) falls back to the verified steps
+    /// ([`Self::fence_verified`]), which prove the hold after the increment with a third.
+    ///
+    /// With `rule` (a fair try), the line read with the create is judged before the token is
+    /// taken: a refusal gives the record back.
     ///
     /// Never reports `InDoubt`: a lost create reply is resolved here by reading the record back,
     /// because a lease recovered elsewhere from the record alone could lack its fencing token.
     /// A create whose reply was lost can still land after the acquisition gave up (a stopped node
     /// applies what it had buffered when it resumes): a failed acquisition that sent one watches
     /// for it and deletes it (see [`Self::sweep_late_create`]).
-    pub(crate) async fn acquire_fenced(&self, req: &Acquire) -> Result<Lease> {
-        let mut doubted = false;
-        let result = self.acquire_fenced_steps(req, &mut doubted).await;
-        if doubted && result.is_err() {
-            self.sweep_late_create(req);
+    pub(crate) async fn acquire_fenced(
+        &self,
+        req: &Acquire,
+        rule: Option<LineRule<'_>>,
+    ) -> Result<(Lease, Option<Line>)> {
+        // The acquisition time of the latest create whose reply was lost, if any.
+        let mut doubted = None;
+        let result = self.acquire_fenced_steps(req, rule, &mut doubted).await;
+        if let (Some(uat), Err(_)) = (doubted, &result) {
+            self.sweep_late_create(req, uat);
         }
         result
     }
 
-    /// [`Self::acquire_fenced`]'s steps; `doubted` is set once a create's reply was lost.
-    async fn acquire_fenced_steps(&self, req: &Acquire, doubted: &mut bool) -> Result<Lease> {
+    /// [`Self::acquire_fenced`]'s steps; `doubted` is set to the `uat` of a create whose reply
+    /// was lost.
+    async fn acquire_fenced_steps(
+        &self,
+        req: &Acquire,
+        rule: Option<LineRule<'_>>,
+        doubted: &mut Option<i64>,
+    ) -> Result<(Lease, Option<Line>)> {
         let record_key = self.record_key(&req.key)?;
+        let fence_key = self.fence_key(&req.key)?;
+        let queue_key = rule.map(|_| self.queue_key(&req.key)).transpose()?;
         let sent_at = Instant::now();
         // Step 1: the create. A lost reply is read back; if the record is absent the create did
         // not apply (or applied and already expired), so sending it again is a fresh attempt.
         let (mut attempt, mut takeovers) = (1, 0);
-        loop {
-            let Err(e) = self.create(req, &record_key).await else {
-                break;
+        let seen = loop {
+            let uat = self.next_uat();
+            let (created, seen) = self
+                .create_and_read(req, &record_key, uat, queue_key.as_ref(), Some(&fence_key))
+                .await;
+            let Err(e) = created else {
+                break seen;
             };
             match classify(&e) {
                 Class::Server(ResultCode::KeyExistsError | ResultCode::GenerationError) => {
                     // An earlier create of ours whose reply was lost may have landed meanwhile:
-                    // then the record is ours, and the steps go on.
-                    if *doubted
+                    // then the record is ours, and the steps go on (verified: nothing was read
+                    // with that create).
+                    if doubted.is_some()
                         && matches!(self.read_owner(&record_key).await, Ok(Some(owner)) if owner == req.token.as_str())
                     {
-                        break;
+                        break Seen::default();
                     }
                     // Held, or a shared record: `writer_meets_record` refuses, or removes a
                     // shared record nobody holds any more so that the create can go again.
@@ -104,9 +160,9 @@ impl AerospikeStore {
                     self.writer_meets_record(req, &record_key).await?;
                 }
                 Class::InDoubt => {
-                    *doubted = true;
+                    *doubted = Some(uat);
                     match self.resolve_create(req, &record_key, e).await {
-                        Ok(()) => break,
+                        Ok(()) => break Seen::default(),
                         Err(e)
                             if e.kind() == ErrorKind::Connection
                                 && attempt < self.inner.config.retries =>
@@ -120,13 +176,56 @@ impl AerospikeStore {
                 }
                 _ => return Err(self.exhausted_or("acquire", &req.key, e)),
             }
-        }
-        // Step 2: the increment, while the record is ours.
-        let fence = match self.next_fence(&req.key).await {
+        };
+        let lease = Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at);
+        let line = self
+            .judge_line(req, &record_key, &lease, rule, seen.line)
+            .await?;
+        // Step 2: the token, while the record is ours.
+        let checked = match seen.fence {
+            Some(Ok(generation)) => match self.fence_checked(req, &fence_key, generation).await {
+                Ok(fence) => fence,
+                Err(e) => return Err(self.abandon(req, "fence increment", e).await),
+            },
+            _ => None,
+        };
+        let fence = match checked {
+            Some(fence) => {
+                if let Some(held) = Self::outlived(req, sent_at) {
+                    let error = Error::new(
+                        ErrorKind::LockUnavailable,
+                        format!(
+                            "the lock record's TTL ({} ms) ran out before its fencing token was                              taken ({} ms): it may have expired and been taken since; nothing of                              ours is held; try again, with a TTL longer than two round trips",
+                            req.ttl.as_millis(),
+                            held.as_millis()
+                        ),
+                    )
+                    .with_key(req.key.as_str());
+                    return Err(self.abandon(req, "fence increment", error).await);
+                }
+                fence
+            }
+            None => self.fence_verified(req, &record_key, sent_at).await?,
+        };
+        Ok((lease.with_fencing_token(Some(fence)), line))
+    }
+
+    /// The verified fence steps, for when the generation-checked one could not decide: (2)
+    /// increment the counter unconditionally, (3) write its value into the lock record,
+    /// filtered on the owner token and update-only. Step 3 succeeding proves the record was
+    /// still ours after step 2 (only our own create can make a record with our token), so the
+    /// increment lies inside our hold. If the record expired or was broken between the steps,
+    /// step 3 answers `KEY_NOT_FOUND` / `FILTERED_OUT`: `LockUnavailable`, nothing of ours held.
+    async fn fence_verified(
+        &self,
+        req: &Acquire,
+        record_key: &Key,
+        sent_at: Instant,
+    ) -> Result<u64> {
+        let fence = match self.next_fence(req).await {
             Ok(fence) => fence,
             Err(e) => return Err(self.abandon(req, "fence increment", e).await),
         };
-        // Step 3: the token into our record — only if it is still ours.
         let mut policy = self.owned_by(&req.token, self.inner.config.commit_levels.acquire);
         policy.record_exists_action = RecordExistsAction::UpdateOnly;
         policy.expiration = Expiration::DontUpdate;
@@ -134,14 +233,11 @@ impl AerospikeStore {
         // Writing the same value twice under the same filter is harmless: retried in doubt too.
         let written = self
             .retrying("fence write", &req.key, true, || {
-                self.inner.client.put(&policy, &record_key, &bins)
+                self.inner.client.put(&policy, record_key, &bins)
             })
             .await;
         match written {
-            Ok(()) => Ok(
-                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                    .with_fencing_token(Some(fence)),
-            ),
+            Ok(()) => Ok(fence),
             Err(e) => match classify(&e) {
                 Class::Server(ResultCode::FilteredOut | ResultCode::KeyNotFoundError) => {
                     Err(Error::new(
@@ -216,10 +312,11 @@ impl AerospikeStore {
 
     /// After a fenced acquisition failed with a create in doubt: that create may still land. For
     /// the retry budget (never past the TTL), the record is read every 200 ms, and deleted if it
-    /// appears with our token and without a fencing token (a create of ours that never went on to
-    /// its fence steps: no acquisition of ours holds it). In the background; one read per 200 ms
-    /// per such acquisition, only after an outage.
-    pub(crate) fn sweep_late_create(&self, req: &Acquire) {
+    /// appears with our token, without a fencing token and with an acquisition time (`uat`) no
+    /// later than the last create in doubt's (a create of ours that never went on to its fence
+    /// steps: no acquisition of ours holds it). In the background; one read per 200 ms per such
+    /// acquisition, only after an outage.
+    pub(crate) fn sweep_late_create(&self, req: &Acquire, uat: i64) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // the record, if it lands, expires with its TTL
         };
@@ -230,12 +327,15 @@ impl AerospikeStore {
             };
             let until = Instant::now() + store.inner.config.retry_budget.min(req.ttl);
             let mut policy = store.write_policy(store.inner.config.commit_levels.release);
+            // Ours, never fenced, and from one of the creates in doubt (a later acquisition
+            // under the same token wrote a later acquisition time).
             policy.base_policy.filter_expression = Some(and(vec![
                 eq(
                     string_bin(TOKEN_BIN.to_owned()),
                     string_val(req.token.as_str().to_owned()),
                 ),
                 not(bin_exists(FENCE_BIN.to_owned())),
+                le(int_bin(store.inner.layout.uat_bin().to_owned()), int_val(uat)),
             ]));
             while Instant::now() < until {
                 tokio::time::sleep(LATE_CREATE_POLL).await;
@@ -282,5 +382,31 @@ impl AerospikeStore {
         )
         .with_key(req.key.as_str())
         .with_source(error)
+    }
+}
+
+/// The generation-checked fence step's operations: add 1, record our owner token (what
+/// `inspect` matches the counter against), read the counter back.
+fn fence_ops(req: &Acquire) -> [Operation; 3] {
+    [
+        operations::add(&as_bin!(COUNTER_BIN, 1)),
+        operations::put(&as_bin!(OWNER_BIN, req.token.as_str())),
+        operations::get_bin(COUNTER_BIN),
+    ]
+}
+
+/// The counter value a fence `operate` read back.
+fn counter(req: &Acquire, record: &aerospike::Record) -> Result<u64> {
+    // Two operations on one bin answer with both results (add: nil, get: the new value).
+    let value = match record.bins.get(COUNTER_BIN) {
+        Some(Value::MultiResult(results)) => results.last(),
+        other => other,
+    };
+    match value {
+        Some(Value::Int(n)) if *n > 0 => Ok(*n as u64),
+        other => Err(
+            Error::internal(format!("fence counter read back as {other:?}"))
+                .with_key(req.key.as_str()),
+        ),
     }
 }

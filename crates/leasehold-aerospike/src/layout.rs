@@ -23,6 +23,9 @@ pub const HOLDERS_BIN: &str = "lh_holders";
 pub const WRITER_BIN: &str = "lh_writer";
 /// Bin of the fence counter record.
 pub const COUNTER_BIN: &str = "lh_counter";
+/// Bin of the fence counter record: the owner token of the acquisition that took the counter's
+/// current value (a holder's fencing token, when its lock record carries none).
+pub const OWNER_BIN: &str = "lh_owner";
 /// Map bin of a key's queue record: waiter id (one per process) → `[ticket, deadline]`, both µs
 /// since the Unix epoch on the waiter's clock (the ticket is its arrival time: the line's order).
 pub const LINE_BIN: &str = "lh_line";

@@ -19,7 +19,7 @@ use crate::store::{ttl_seconds, AerospikeStore};
 use crate::waiting::{now_us, sampled, us};
 
 impl AerospikeStore {
-    fn queue_key(&self, key: &LockKey) -> Result<Key> {
+    pub(crate) fn queue_key(&self, key: &LockKey) -> Result<Key> {
         let set = queue_set(&self.inner.layout.lock_set(key)?);
         Key::new(
             self.inner.config.namespace.clone(),
@@ -100,8 +100,10 @@ impl AerospikeStore {
         Ok(line)
     }
 
-    /// Reads the line without joining it (a try-lock); an absent record is an empty line.
-    async fn peek(&self, req: &Acquire, queue_key: &Key) -> Result<Line> {
+    /// Reads the line without joining it; an absent record is an empty line.
+    pub(crate) async fn peek(&self, req: &Acquire) -> Result<Line> {
+        let queue_key = self.queue_key(&req.key)?;
+        let queue_key = &queue_key;
         let mut base_policy = self.base(0);
         base_policy.replica = Replica::Master;
         let policy = ReadPolicy { base_policy };
@@ -263,37 +265,34 @@ impl AerospikeStore {
             .watch(key.as_str().to_owned(), move || store.leave_line(owned))
     }
 
-    /// The fair exclusive acquire. A blocking attempt (with a deadline) takes or keeps the
-    /// process's place and reads the line (1 round trip); a try-lock only reads it. Only with
-    /// nobody live ahead does it try the lock record (the create-only write, and the fence steps);
-    /// granted, a process in line leaves it or goes to its end (1 more). Refused, the error says
-    /// when the line suggests looking again, and the process's waiters are woken then.
+    /// The fair exclusive acquire. A try (no deadline) reads the line with its create
+    /// ([`Self::try_fair`]). A blocking attempt (with a deadline) takes or keeps the process's
+    /// place and reads the line (1 round trip); only with nobody live ahead does it try the lock
+    /// record (the create-only write, and the fence step); granted, a process in line leaves it
+    /// or goes to its end (1 more). Refused, the error says when the line suggests looking
+    /// again, and the process's waiters are woken then.
     pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Result<Lease> {
+        if req.deadline.is_none() {
+            return self.try_fair(req).await;
+        }
         let queue_key = self.queue_key(&req.key)?;
         let key = req.key.as_str();
         let waiting = &self.inner.waiting;
         let me = waiting.id();
-        let blocking = req.deadline.is_some();
         let cap = self.waiter_timeout() / 3;
         // The head refused by the lock record asks the record again directly, for a while: one
         // round trip per hand-over instead of two.
-        let known_head = blocking.then(|| waiting.head(key, cap)).flatten();
+        let known_head = waiting.head(key, cap);
         // Only a fresh reading is remembered: the process enters again (refreshing its place)
         // at least every `cap`.
         let fresh = known_head.is_none();
         let line = match known_head {
             Some(line) => line,
-            None if blocking => self.enter(req, &queue_key).await?,
-            None => self.peek(req, &queue_key).await?,
+            None => self.enter(req, &queue_key).await?,
         };
         let now = now_us();
         let ahead = line.ahead_of(me, now);
-        if ahead == 0
-            && blocking
-            && fresh
-            && line.holder_busy(now)
-            && line.granted != waiting.published(key)
-        {
+        if ahead == 0 && fresh && line.holder_busy(now) && line.granted != waiting.published(key) {
             // The head, with the holder (another process: this one asks, so it holds nothing)
             // mid-hold: it looks again at the expected release, going straight to the lock
             // record then.
@@ -305,22 +304,13 @@ impl AerospikeStore {
         }
         if ahead > 0 {
             let again_in = line.look_again_in(ahead, now, 0, cap);
-            if blocking {
-                waiting.late(key, false);
-                waiting.attempted(key, true, Some(again_in));
-            }
+            waiting.late(key, false);
+            waiting.attempted(key, true, Some(again_in));
             return Err(Error::unavailable(&req.key).with_retry_after(again_in));
         }
-        match self.acquire_record(req).await {
-            Ok(lease) => {
+        match self.acquire_record(req, None).await {
+            Ok((lease, _)) => {
                 let granted_at = Instant::now();
-                if !blocking {
-                    let contended = line.others(me, now) > 0;
-                    // A try-lock is no watcher: any watcher is another task.
-                    let sample = sampled(contended, waiting.waiters(key) > 0);
-                    waiting.granted(key, sample.then_some(granted_at));
-                    return Ok(lease.with_contended(contended));
-                }
                 waiting.set_head(key, None);
                 waiting.late(key, false);
                 let requeue = waiting.others_wait(key);
@@ -364,9 +354,6 @@ impl AerospikeStore {
                 Ok(lease.with_contended(others > 0))
             }
             Err(e) if e.is_unavailable() => {
-                if !blocking {
-                    return Err(e);
-                }
                 let now = now_us();
                 let late = waiting.late(key, line.holder_overdue(now));
                 let again_in = line.ask_again_in(0, now, late, cap);
@@ -378,12 +365,36 @@ impl AerospikeStore {
                 Err(e.with_retry_after(again_in))
             }
             Err(e) => {
-                if blocking {
-                    waiting.set_head(key, None);
-                    waiting.attempted(key, true, None);
-                }
+                waiting.set_head(key, None);
+                waiting.attempted(key, true, None);
                 Err(e)
             }
         }
+    }
+
+    /// A fair try (no deadline): the lock record's create, with the key's line read in the same
+    /// request (module `acquire`). The record is ours only if the line shows no live place ahead
+    /// of this process's (a try never passes a queued process, and never takes a place itself);
+    /// otherwise it is given back at once and the try is refused, with when the line suggests
+    /// looking again.
+    async fn try_fair(&self, req: &Acquire) -> Result<Lease> {
+        let waiting = &self.inner.waiting;
+        let (key, me) = (req.key.as_str(), waiting.id());
+        let cap = self.waiter_timeout() / 3;
+        let rule = |line: &Line| {
+            let now = now_us();
+            let ahead = line.ahead_of(me, now);
+            (ahead > 0).then(|| {
+                Error::unavailable(&req.key)
+                    .with_retry_after(line.look_again_in(ahead, now, 0, cap))
+            })
+        };
+        let (lease, line) = self.acquire_record(req, Some(&rule)).await?;
+        let granted_at = Instant::now();
+        let contended = line.is_some_and(|line| line.others(me, now_us()) > 0);
+        // A try-lock is no watcher: any watcher is another task.
+        let sample = sampled(contended, waiting.waiters(key) > 0);
+        waiting.granted(key, sample.then_some(granted_at));
+        Ok(lease.with_contended(contended))
     }
 }

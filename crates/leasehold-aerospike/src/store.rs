@@ -1,27 +1,28 @@
 //! The Aerospike store.
 
 use std::fmt;
+use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use aerospike::expressions::{eq, string_bin, string_val};
 use aerospike::policy::{
-    AdminPolicy, BasePolicy, CommitLevel, Expiration, QueryPolicy, RecordExistsAction,
+    AdminPolicy, BasePolicy, BatchPolicy, CommitLevel, Expiration, QueryPolicy,
 };
 use aerospike::{
-    as_bin, Bins, Client, ClientPolicy, Key, PartitionFilter, ReadPolicy, Record, Replica,
-    ResultCode, Statement, Value, WritePolicy,
+    BatchOperation, BatchReadPolicy, Bins, Client, ClientPolicy, Key, PartitionFilter, ReadPolicy,
+    Record, Replica, ResultCode, Statement, Value, WritePolicy,
 };
 use futures::StreamExt;
 use leasehold_core::{
-    acquire_detached, validate_ttl, Acquire, Capabilities, Error, ErrorKind, HistoryEntry, Lease,
-    LockInfo, LockKey, LockLevel, LockStore, OwnerToken, ReleaseWatch, Result, TraceConfig,
+    validate_ttl, Acquire, Capabilities, Error, ErrorKind, HistoryEntry, Lease, LockInfo, LockKey,
+    LockLevel, LockStore, OwnerToken, ReleaseWatch, Result, TraceConfig,
 };
 use tokio::time::Instant;
 
 use crate::config::AerospikeConfig;
 use crate::error::{classify, map, place, transient_reason, Cause, Class};
-use crate::layout::{Layout, FENCE_BIN, TOKEN_BIN};
+use crate::layout::{Layout, COUNTER_BIN, FENCE_BIN, OWNER_BIN, TOKEN_BIN};
 use crate::retry::Backoff;
 use crate::waiting::Waiting;
 
@@ -41,6 +42,8 @@ pub(crate) struct Inner {
     pub(crate) layout: Layout,
     /// Fair waiting: this store's place in lines, and its waiters' schedules.
     pub(crate) waiting: Arc<Waiting>,
+    /// The acquisition time (`uat`, epoch ms) of this store's latest create: the next is later.
+    pub(crate) last_uat: AtomicI64,
 }
 
 /// How often an exclusive acquisition removes a shared record nobody holds and creates again
@@ -170,6 +173,7 @@ impl AerospikeStore {
                 config,
                 layout,
                 waiting: Arc::new(Waiting::new()),
+                last_uat: AtomicI64::new(0),
             }),
         })
     }
@@ -348,33 +352,6 @@ impl AerospikeStore {
         Backoff::until(&self.inner.config, deadline)
     }
 
-    /// The lock record's create-only write (owner token, the Java manager's bins, expiration =
-    /// TTL), retried only while nothing was sent.
-    pub(crate) async fn create(
-        &self,
-        req: &Acquire,
-        record_key: &Key,
-    ) -> Result<(), aerospike::Error> {
-        let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
-        policy.record_exists_action = RecordExistsAction::CreateOnly;
-        policy.expiration = Expiration::Seconds(ttl_seconds(req.ttl));
-        policy.send_key = self.inner.config.send_key;
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        let layout = &self.inner.layout;
-        let bins = [
-            as_bin!(layout.data_bin(), 1),
-            as_bin!(layout.uat_bin(), now_ms),
-            as_bin!(TOKEN_BIN, req.token.as_str()),
-        ];
-        self.with_retries("acquire", &req.key, || {
-            self.inner.client.put(&policy, record_key, &bins)
-        })
-        .await
-    }
-
     /// This store's id in waiter lines (one per store instance).
     pub fn waiter_id(&self) -> &str {
         self.inner.waiting.id()
@@ -386,43 +363,7 @@ impl AerospikeStore {
         } else if self.inner.config.fair {
             self.acquire_fair(req).await
         } else {
-            self.acquire_record(req).await
-        }
-    }
-
-    /// The exclusive lock record's acquisition: what decides exclusion, fair or not.
-    pub(crate) async fn acquire_record(&self, req: &Acquire) -> Result<Lease> {
-        if self.inner.config.fencing {
-            return self.acquire_fenced(req).await;
-        }
-        // Unfenced: the Java manager's cycle, one create-only write (again after removing a
-        // shared record nobody holds any more, see `writer_meets_record`).
-        let record_key = self.record_key(&req.key)?;
-        let sent_at = Instant::now();
-        let mut takeovers = 0;
-        loop {
-            match self.create(req, &record_key).await {
-                Ok(()) => {
-                    return Ok(Lease::new(
-                        req.key.clone(),
-                        req.token.clone(),
-                        req.ttl,
-                        sent_at,
-                    ))
-                }
-                Err(e) => match classify(&e) {
-                    Class::Server(ResultCode::KeyExistsError | ResultCode::GenerationError)
-                        if takeovers < MAX_TAKEOVERS =>
-                    {
-                        takeovers += 1;
-                        self.writer_meets_record(req, &record_key).await?;
-                    }
-                    Class::Server(ResultCode::KeyExistsError | ResultCode::GenerationError) => {
-                        return Err(Error::unavailable(&req.key))
-                    }
-                    _ => return Err(self.exhausted_or("acquire", &req.key, e)),
-                },
-            }
+            self.acquire_record(req, None).await.map(|(lease, _)| lease)
         }
     }
 
@@ -454,7 +395,7 @@ impl AerospikeStore {
     /// after a pause; a lost reply is resolved by reading the record back (absent: released;
     /// still ours: the delete is sent again; someone else's: ours had already gone). Never sent
     /// again blindly.
-    async fn delete_owned(&self, lease: &Lease, record_key: &Key) -> Result<bool> {
+    pub(crate) async fn delete_owned(&self, lease: &Lease, record_key: &Key) -> Result<bool> {
         let policy = self.owned_by(lease.token(), self.inner.config.commit_levels.release);
         let mut backoff = self.budget(None);
         // Whether a delete's reply was lost: then a readback comes first.
@@ -624,6 +565,71 @@ impl AerospikeStore {
     }
 }
 
+impl AerospikeStore {
+    /// Fills in the fencing tokens of exclusive holds whose lock records carry none, from their
+    /// fence records (one batch read). Best effort: `list` answers without them if it fails.
+    async fn fence_records(&self, locks: &mut [LockInfo]) {
+        let wanted: Vec<usize> = (0..locks.len())
+            .filter(|&i| !locks[i].mode.is_shared_record() && locks[i].fencing_token.is_none())
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let read = BatchReadPolicy::default();
+        let mut rows = Vec::with_capacity(wanted.len());
+        for &i in &wanted {
+            let Ok(fence_key) = self.fence_key(&locks[i].key) else {
+                return;
+            };
+            rows.push(BatchOperation::read(
+                &read,
+                fence_key,
+                Bins::from([COUNTER_BIN, OWNER_BIN]),
+            ));
+        }
+        let mut base_policy = self.base(self.inner.config.retries.saturating_sub(1) as usize);
+        base_policy.replica = self.inner.config.read_replica;
+        let policy = BatchPolicy {
+            base_policy,
+            concurrency: self.batch_concurrency(),
+            ..BatchPolicy::default()
+        };
+        if let Err(error) = self.inner.client.batch(&policy, &mut rows).await {
+            tracing::debug!(%error, "list: fence records not read; tokens left out");
+        }
+        for (&i, row) in wanted.iter().zip(&rows) {
+            let blank = LockInfo::new(locks[i].key.clone(), None);
+            let info = std::mem::replace(&mut locks[i], blank);
+            locks[i] = with_fence_record(info, row.record());
+        }
+    }
+}
+
+/// An exclusive holder's fencing token from its key's fence record, when its lock record has
+/// none: the counter, if the record names this holder as the owner that took it.
+fn with_fence_record(info: LockInfo, fence: Option<&Record>) -> LockInfo {
+    if info.fencing_token.is_some() || info.mode.is_shared_record() {
+        return info;
+    }
+    let Some(fence) = fence else {
+        return info;
+    };
+    let owner = match fence.bins.get(OWNER_BIN) {
+        Some(Value::String(owner)) => owner.as_str(),
+        _ => return info,
+    };
+    let counter = match fence.bins.get(COUNTER_BIN) {
+        Some(Value::Int(n)) if *n > 0 => *n as u64,
+        _ => return info,
+    };
+    let ours = info.token.as_ref().is_some_and(|t| t.as_str() == owner);
+    if ours {
+        info.with_fencing_token(Some(counter))
+    } else {
+        info
+    }
+}
+
 /// Aerospike expiration is in whole seconds, and 0 means "namespace default" (possibly never):
 /// round up, never down to 0. (`validate_ttl` already refused a zero TTL.)
 pub(crate) fn ttl_seconds(ttl: Duration) -> u32 {
@@ -659,28 +665,27 @@ impl LockStore for AerospikeStore {
         self.write_trace(key, trace, entry).await
     }
 
-    /// Exclusive: create-only write with expiration = TTL rounded up to whole seconds; with
-    /// fencing, then the fence counter's increment and an owner-filtered write of its value into
-    /// the record (3 round trips, tokens in hold order). With fair waiting (the default), first
-    /// one round trip on the key's waiter line, and only the head (or anyone, if nobody waits)
-    /// tries; a blocking attempt that gets the lock leaves the line (one more, module
-    /// `waiting`). A create refused by an existing record reads it once to tell a held lock from a shared record (see docs/AEROSPIKE.md). Readers and
-    /// permits: one filtered `operate` when admitted (module `shared`). Traced: one more round
-    /// trip for the history entry (module `trace`). Cancel safe: the requests run on their own
-    /// task, and an acquisition nobody receives is released again (owner-checked).
+    /// Exclusive: create-only write with expiration = TTL rounded up to whole seconds (the Java
+    /// manager's request: 1 round trip). Fenced, the fence record's generation is read in the
+    /// same request and the token taken with one generation-checked increment (2 round trips,
+    /// tokens in hold order; 3 more when that check cannot decide, module `fencing`). Fair (the
+    /// default): a try reads the key's waiter line in the same request and gives the record
+    /// back if another process waits ahead (nothing more while nobody waits, module
+    /// `acquire`); a blocking attempt joins the line first and only the head tries, and leaves
+    /// the line once granted (modules `queue`, `waiting`). A create refused by an existing record
+    /// reads it once to tell a held lock from a shared record (see docs/AEROSPIKE.md). Readers
+    /// and permits: one filtered `operate` when admitted (module `shared`). Traced: one more
+    /// round trip for the history entry (module `trace`). Cancel safe: the requests run on the
+    /// caller's task, and an acquisition the caller drops before its answer is released again,
+    /// owner-checked, in the background (module `cancel`).
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         validate_ttl(req.ttl)?;
         req.mode.validate()?;
         self.record_key(&req.key)?;
-        let (acquirer, releaser) = (self.clone(), self.clone());
-        acquire_detached(
-            req,
-            move |req| async move {
-                let result = acquirer.acquire_once(&req).await;
-                acquirer.trace_acquire(&req, result).await
-            },
-            move |lease| async move { releaser.release(&lease).await },
-        )
+        self.undone_if_dropped(req, async {
+            let result = self.acquire_once(req).await;
+            self.trace_acquire(req, result).await
+        })
         .await
     }
 
@@ -722,16 +727,44 @@ impl LockStore for AerospikeStore {
 
     /// One round trip: the lock record's bins and TTL (every live holder of a shared record), read from the node the configured read
     /// replica policy picks (`AerospikeConfig::read_replica`).
+    ///
+    /// Fenced: the fence record is read in the same request (a batch), since a holder's token is
+    /// in its lock record only when it took it with the verified steps; otherwise it is the
+    /// fence counter, when the fence record names the holder as its owner.
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let record_key = self.record_key(key)?;
         let mut base_policy = self.base(self.inner.config.retries.saturating_sub(1) as usize);
         base_policy.replica = self.inner.config.read_replica;
-        let policy = ReadPolicy { base_policy };
-        match self.inner.client.get(&policy, &record_key, Bins::All).await {
-            Ok(record) => Ok(self.info(key.clone(), &record)),
-            Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => Ok(None),
-            Err(e) => Err(map("inspect", key.as_str(), self.address(), e)),
+        if !self.inner.config.fencing {
+            let policy = ReadPolicy { base_policy };
+            return match self.inner.client.get(&policy, &record_key, Bins::All).await {
+                Ok(record) => Ok(self.info(key.clone(), &record)),
+                Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => Ok(None),
+                Err(e) => Err(map("inspect", key.as_str(), self.address(), e)),
+            };
         }
+        let policy = BatchPolicy {
+            base_policy,
+            concurrency: self.batch_concurrency(),
+            ..BatchPolicy::default()
+        };
+        let read = BatchReadPolicy::default();
+        let mut rows = vec![
+            BatchOperation::read(&read, record_key, Bins::All),
+            BatchOperation::read(
+                &read,
+                self.fence_key(key)?,
+                Bins::from([COUNTER_BIN, OWNER_BIN]),
+            ),
+        ];
+        let whole = self.inner.client.batch(&policy, &mut rows).await.err();
+        let info = match (rows[0].record(), rows[0].error().or(whole.as_ref())) {
+            (Some(record), _) => self.info(key.clone(), record),
+            (None, Some(e)) if classify(e) == Class::Server(ResultCode::KeyNotFoundError) => None,
+            (None, Some(e)) => return Err(map("inspect", key.as_str(), self.address(), e.clone())),
+            (None, None) => None,
+        };
+        Ok(info.map(|info| with_fence_record(info, rows[1].record())))
     }
 
     /// Scans this farm's DC set and the XDC set. Records written without a user key (the Java
@@ -776,6 +809,9 @@ impl LockStore for AerospikeStore {
                     locks.push(info);
                 }
             }
+        }
+        if self.inner.config.fencing {
+            self.fence_records(&mut locks).await;
         }
         locks.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(locks)

@@ -15,9 +15,9 @@ use leasehold_testkit::aerospike::{AerospikeFixture, Fault, Target};
 
 const FARM: &str = "farm1";
 
-/// First-come: these faults hit the lock record's own round trips (the create, the fence steps,
-/// the delete), which a try-lock over the fair line reaches only after reading the line; the
-/// line's requests have their own fault test below.
+/// First-come: these faults hit the lock record's own round trips (the create, with the fence
+/// record's read in the same request, the fence steps, the delete); the fair line's requests have
+/// their own fault tests (`aerospike_cluster.rs`).
 fn config(fixture: &AerospikeFixture) -> AerospikeConfig {
     AerospikeConfig::new(fixture.host_string(), "test", FARM)
         .fair(false)
@@ -313,10 +313,11 @@ async fn acquire_when_free(store: &AerospikeStore, entity: &str) -> leasehold::L
 }
 
 /// Fixture only: it pauses one acquirer between its steps (fault injection). Acquirer A is held
-/// between its create and its fence increment, then between the increment and the fence write;
-/// meanwhile its 1 s record expires and B acquires, holds and releases. A's acquisition must fail
-/// (never a hold with a smaller token than B's), nothing of A's stays, and the tokens of the
-/// successive holders B, C, B', C' strictly grow.
+/// between its create and its fence step; then, made to take the verified steps (its
+/// generation-checked increment answered `GENERATION_ERROR`), between the increment and the
+/// fence write. Meanwhile its 1 s record expires and B acquires, holds and releases. A's
+/// acquisition must fail (never a hold with a smaller token than B's), nothing of A's stays, and
+/// the tokens of the successive holders B, C, B', C' strictly grow.
 #[tokio::test]
 async fn fencing_tokens_grow_in_hold_order_when_an_acquirer_pauses_between_its_steps() {
     let fixture = AerospikeFixture::start().await.unwrap();
@@ -331,17 +332,24 @@ async fn fencing_tokens_grow_in_hold_order_when_an_acquirer_pauses_between_its_s
     .unwrap();
     let entity = "paused";
     let mut holders: Vec<(&str, u64)> = Vec::new();
-    for step in ["create -> increment", "increment -> fence write"] {
-        if step == "create -> increment" {
-            // A's first request on the fence counter is its increment.
+    for step in ["create -> fence step", "increment -> fence write"] {
+        // A's first request (the create, with the fence record's generation read in the same
+        // batch) passes.
+        fixture.faults().inject(
+            Fault::PassThrough,
+            Target::DigestTimes(lock_digest(entity), 1),
+        );
+        if step == "create -> fence step" {
+            // Its next request on the fence record is the generation-checked increment.
             fixture
                 .faults()
                 .inject(Fault::Hold, Target::DigestTimes(fence_digest(entity), 1));
         } else {
-            // A's first request on the lock record (the create) passes; the second is held.
+            // The generation-checked increment is refused, the verified increment passes, and
+            // A's next request on the lock record (the fence write) is held.
             fixture.faults().inject(
-                Fault::PassThrough,
-                Target::DigestTimes(lock_digest(entity), 1),
+                Fault::ResultCode(leasehold_testkit::aerospike::result_code::GENERATION_ERROR),
+                Target::DigestTimes(fence_digest(entity), 1),
             );
             fixture
                 .faults()
@@ -448,4 +456,45 @@ async fn an_in_doubt_permit_acquire_is_resolved_by_readback() {
     assert_eq!(info.holders.len(), 1, "one permit, not two");
     assert!(guard.release().await.unwrap());
     assert_eq!(store.inspect(&key("permit-doubt-2")).await.unwrap(), None);
+}
+
+/// An acquisition the caller drops before its answer is undone in the background — also when the
+/// dropped request lands after the undo (the undo travels on another pooled connection and can
+/// overtake it): the undo looks again and removes what landed.
+#[tokio::test]
+async fn an_abandoned_acquisition_is_undone_even_when_its_request_lands_after_the_undo() {
+    let (fixture, store) = setup().await;
+    // The create's request waits in the fixture until released: the caller gives up first.
+    fixture
+        .faults()
+        .inject(Fault::Hold, Target::DigestTimes(lock_digest("dropped"), 1));
+    let req = acquire("dropped", Duration::from_secs(30));
+    let dropped = tokio::time::timeout(Duration::from_millis(100), store.try_acquire(&req)).await;
+    assert!(dropped.is_err(), "the caller stopped waiting");
+    assert_eq!(fixture.faults().held(), 1);
+    // The undo's first delete finds nothing; then the held create lands.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    fixture.faults().release_held();
+    let landed = tokio::time::Instant::now() + Duration::from_secs(1);
+    while fixture.faults().held() > 0 {
+        assert!(
+            tokio::time::Instant::now() < landed,
+            "the create was applied"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Removed by the undo's next look, long before the record's 30 s TTL.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
+    while store.inspect(&req.key).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the late create was never undone"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let next = store
+        .try_acquire(&acquire("dropped", Duration::from_secs(30)))
+        .await
+        .expect("the key is free again");
+    assert!(store.release(&next).await.unwrap());
 }

@@ -132,7 +132,11 @@ async fn records_use_the_java_managers_layout() {
         record.bins.get("lh_token"),
         Some(&Value::String(req.token.to_string()))
     );
-    assert_eq!(record.bins.get("lh_fence"), Some(&Value::Int(1)));
+    assert_eq!(
+        record.bins.get("lh_fence"),
+        None,
+        "a token taken with the generation-checked increment is in the fence record only"
+    );
     assert_eq!(lease.fencing_token(), Some(1));
     let ttl = record.time_to_live().expect("expires");
     assert!(ttl <= Duration::from_secs(30) && ttl >= Duration::from_secs(28));
@@ -141,7 +145,14 @@ async fn records_use_the_java_managers_layout() {
         .await
         .expect("the fence counter lives in its own set");
     assert_eq!(counter.bins.get("lh_counter"), Some(&Value::Int(1)));
+    assert_eq!(
+        counter.bins.get("lh_owner"),
+        Some(&Value::String(req.token.to_string())),
+        "naming the holder that took the counter's value"
+    );
     assert_eq!(counter.time_to_live(), None, "and never expires");
+    let info = store.inspect(&req.key).await.unwrap().unwrap();
+    assert_eq!(info.fencing_token, Some(1), "inspect reads it there");
     if let Some(fixture) = target.fixture() {
         let stored = fixture.record_by_key(DC_SET, &user_key).unwrap();
         assert!(stored.user_key.is_some(), "send_key: `list` can name it");
