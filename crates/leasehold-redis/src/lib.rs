@@ -28,8 +28,13 @@
 //! never collide with the `fence:`, `queue:`, `queue-deadline:` or `released:` namespaces.
 //!
 //! ## Connections and failures
-//! One multiplexed connection managed by `redis::aio::ConnectionManager`, which reconnects by
-//! itself after a server restart. Scripts are called by SHA1 and reloaded transparently after a
+//! One server: one multiplexed connection managed by `redis::aio::ConnectionManager`, which
+//! reconnects by itself after a server restart. Sentinel (`redis+sentinel://`): the same, to the
+//! master the sentinels name, asked again on `READONLY`, a lost connection or a timeout. Redis
+//! Cluster (`redis+cluster://`): every key of one lock shares a hash tag, and each operation goes
+//! from the caller's task straight to its slot's master over one multiplexed connection per master
+//! ([`RedisConfig::direct_routing`]); redirections, failovers and unreachable nodes fall back to
+//! the redis crate's cluster client, and errors name the node and slot. Scripts are called by SHA1 and reloaded transparently after a
 //! restart or `SCRIPT FLUSH`. A write whose reply does not arrive within the response timeout, or
 //! whose connection drops after it was sent, is [`ErrorKind::InDoubt`](leasehold_core::ErrorKind::InDoubt)
 //! — the readback layer resolves it. A connection that cannot be made is `Connection`.
