@@ -10,8 +10,8 @@
 //!   reported): mutual exclusion broken by the store.
 //! - **Losses**: locks reported lost to their guard, and locks lost silently (the release found
 //!   the lock no longer ours, the guard had not said so, and another holder had been granted it
-//!   before the release was called); apart from those, leases that ran out while their release
-//!   was on its way (after the work).
+//!   before the release was called); apart from those, releases that found the lock gone with
+//!   nobody else granted it meanwhile.
 //! - **Client pauses**: whether each paused holder's late write was rejected by the fence, and
 //!   whether its guard reported the loss when it woke.
 //! - **Availability**: failed acquisitions, the longest failed call, the longest gap between two
@@ -75,8 +75,9 @@ pub struct Verdict {
     /// Locks lost without the guard saying so: the release answered "not ours", and another
     /// holder had been granted the lock before the release was called.
     pub lost_silent: usize,
-    /// Releases that answered "not ours" with nobody granted the lock before the release was
-    /// called: the lease ran out while the release was on its way, after the work.
+    /// Releases that answered "not ours" with nobody else granted the lock before the release
+    /// was called: no other holder overlapped the work (the lease ran out while the release was
+    /// on its way, or the record was lost in a failover and nobody took the lock meanwhile).
     pub lapsed_in_release: usize,
     /// Silent losses by the fault in progress when the lock was released (or `none`).
     pub silent_by_fault: BTreeMap<String, usize>,
@@ -192,8 +193,10 @@ fn check_fence(history: &History, v: &mut Verdict) {
 /// (its effects outlive it: a failover's clients reconnect, a lease runs out); `none` if none.
 fn fault_at(faults: &[FaultRecord], at: u64) -> String {
     const AFTER: u64 = 2_000_000_000;
+    // The latest one: its effects are the freshest.
     faults
         .iter()
+        .rev()
         .find(|f| f.start_ns <= at && at <= f.end_ns + AFTER)
         .map_or_else(|| "none".to_owned(), |f| f.kind.clone())
 }
@@ -286,10 +289,11 @@ fn check_losses(history: &History, v: &mut Verdict) {
         if a.lost_ns.is_some() {
             v.lost_reported += 1;
         } else if a.release == ReleaseOutcome::NotOurs {
-            // Lost while the holder still worked only if someone else was granted the lock
-            // before the holder called release; otherwise the lease ran out while the release
-            // was on its way (a release stops the renewal, and a store that does not answer
-            // holds it past the TTL): the work was done under the lock.
+            // Lost to another holder only if someone else was granted the lock before the holder
+            // called release; otherwise nobody overlapped the work: the lease ran out while the
+            // release was on its way (a release stops the renewal, and a store that does not
+            // answer holds it past the TTL), or a failover lost the record and nobody took the
+            // lock before the release.
             let after_grant = grants.partition_point(|&g| g <= a.acquired_ns);
             let before_release = grants.partition_point(|&g| g < a.release_ns);
             let taken_meanwhile = after_grant < before_release;

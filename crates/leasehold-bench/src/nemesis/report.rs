@@ -74,8 +74,7 @@ pub fn details(v: &Verdict) -> String {
     if v.lapsed_in_release > 0 {
         let _ = writeln!(
             out,
-            "- releases that found the lease run out on their way (after the work, nobody \
-             granted meanwhile): {}",
+            "- releases that found the lock gone, nobody else granted it before the release: {}",
             v.lapsed_in_release
         );
     }
