@@ -3,7 +3,10 @@
 //!
 //! Run: `cargo bench -p leasehold-bench --bench uncontended`
 //! (`UNCONTENDED_ONLY=redis|etcd|aerospike` runs one store; `AEROSPIKE_HOSTS` adds a real
-//! Aerospike cluster after the fixture.)
+//! Aerospike cluster after the fixture.) The Aerospike rows run twice on the fixture: as it
+//! answers (in memory, on loopback: the client's own cost per round trip), and with every reply
+//! held at least 1 ms (about 2 ms a round trip with tokio's millisecond timer: a store across a
+//! network, where the round trips are the cost).
 //!
 //! One process, sequential cycles, nobody else on the key: acquire, then release. Each row locks
 //! a key of its own, so that a background request of one row never lands in another's timing.
@@ -44,7 +47,7 @@ use leasehold::{LockManager, LockManagerBuilder, LockStore};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_redis::{RedisConfig, RedisStore};
-use leasehold_testkit::aerospike::{AerospikeFixture, AerospikeTarget};
+use leasehold_testkit::aerospike::{AerospikeFixture, AerospikeTarget, Fault, Target};
 use leasehold_testkit::etcd::EtcdServer;
 use leasehold_testkit::redis::RedisServer;
 
@@ -410,6 +413,7 @@ async fn aerospike_rows(
     credentials: Option<(&str, &str)>,
     unique: &dyn Fn(&str) -> String,
     requests: Option<&dyn Fn() -> u64>,
+    cycles: usize,
 ) {
     let mut policy = ClientPolicy::default();
     if let Some((user, password)) = credentials {
@@ -458,7 +462,7 @@ async fn aerospike_rows(
     rows.extend(leasehold_rows(configs, &unique("bench")));
     println!("\n{label} at {hosts}, namespace {namespace}");
     let counted = requests.map(|count| ("round trips / cycle", count));
-    measure(label, &mut rows, 1000, counted).await;
+    measure(label, &mut rows, cycles, counted).await;
 }
 
 fn wanted(store: &str) -> bool {
@@ -500,8 +504,27 @@ async fn main() {
             None,
             &|name: &str| name.to_owned(),
             Some(&requests),
+            1000,
         )
         .await;
+        // The same rows against a store across a network (every data request answered at least
+        // 1 ms late, the fixture's timer resolution): what round trips cost when the network,
+        // not the client, is the price of each.
+        let late = fixture.faults().inject(
+            Fault::DelayReply(Duration::from_millis(1)),
+            Target::NextRequests(u32::MAX),
+        );
+        aerospike_rows(
+            "aerospike (wire fixture, replies 1 ms late)",
+            &fixture.host_string(),
+            fixture.namespace(),
+            None,
+            &|name: &str| format!("{name}-late"),
+            Some(&requests),
+            40,
+        )
+        .await;
+        fixture.faults().remove(late);
         if std::env::var("AEROSPIKE_HOSTS").is_ok_and(|h| !h.trim().is_empty()) {
             let target = AerospikeTarget::from_env().await.expect("target");
             aerospike_rows(
@@ -511,6 +534,7 @@ async fn main() {
                 target.credentials(),
                 &|name: &str| target.unique(name),
                 None,
+                200,
             )
             .await;
         }
