@@ -46,6 +46,9 @@ pub(crate) struct Inner {
     pub(crate) last_uat: AtomicI64,
 }
 
+/// Connections the client keeps open per node (see `connect`).
+const MIN_CONNS_PER_NODE: usize = 2;
+
 /// How often an exclusive acquisition removes a shared record nobody holds and creates again
 /// before it calls the key contended.
 pub(crate) const MAX_TAKEOVERS: u32 = 2;
@@ -67,6 +70,12 @@ impl AerospikeStore {
         let deadline = Instant::now() + config.connect_timeout;
         let mut policy = ClientPolicy {
             max_conns_per_node: config.max_conns_per_node,
+            // A lock holder's requests overlap: the line's update after a grant runs in the
+            // background while the holder goes on (to its release, often). With one pooled
+            // connection the second request finds the pool empty and waits for a connection to
+            // open (measured on the fixture: 2.6 ms, against 0.15 ms a request), which the next
+            // process in line then waits out too. Two are kept open per node.
+            min_conns_per_node: MIN_CONNS_PER_NODE.min(config.max_conns_per_node),
             timeout: u32::try_from(config.total_timeout.as_millis()).unwrap_or(u32::MAX),
             ..ClientPolicy::default()
         };
