@@ -2,6 +2,7 @@
 //! [`crate::shared`], the fair line's from [`crate::waiting`]), and what a refusal leaves behind
 //! (a place in line, a waiting writer's marker).
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use etcd_client::{
@@ -22,7 +23,9 @@ use crate::waiting::{Place, Spare, Waiting};
 impl EtcdStore {
     /// The acquire itself (see `try_acquire` for cancel safety): a lease, then one transaction;
     /// a blocking attempt that already has a place in line first reads whether it is its turn.
-    pub(crate) async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
+    /// `on_lease` is told the lease the hold goes on as soon as it is chosen (0 before), so that
+    /// a caller that stops waiting can revoke it (see `RevokeOnDrop`).
+    pub(crate) async fn acquire_once(&self, req: &Acquire, on_lease: &AtomicI64) -> Result<Lease> {
         let lock_key = self.lock_key(&req.key);
         let waiting = self.waiting();
         let fair = self.config().fair;
@@ -59,6 +62,8 @@ impl EtcdStore {
             },
             _ => None,
         };
+        // The lease the hold goes on, and when its TTL started counting (the hold's lease counts
+        // from then: it never claims more time than etcd gives it).
         let mut sent_at = Instant::now();
         let mut lease_id = 0;
         if place.is_some() {
@@ -71,19 +76,30 @@ impl EtcdStore {
                 sent_at = spare.granted_at;
             }
         }
-        // A refused attempt of a waiter in line keeps its lease for the next one.
+        // Else the lease of an earlier hold of this store, released since (see `crate::spares`):
+        // no `LeaseGrant`, so an uncontended cycle is the two transactions alone.
+        let mut from_pool = false;
+        if lease_id == 0 {
+            if let Some(spare) = self.take_spare_lease(req.ttl) {
+                (lease_id, sent_at, from_pool) = (spare.id, spare.granted_at, true);
+            }
+        }
+        on_lease.store(lease_id, Ordering::SeqCst);
+        // A lease nothing was written on: a refused attempt of a waiter in line keeps it for the
+        // next one; any other goes back to the store's spares.
         let set_aside = |lease_id: i64, sent_at: Instant| {
-            if blocking && lease_id != 0 {
-                waiting.keep_spare(
-                    &lock_key,
-                    Spare {
-                        id: lease_id,
-                        seconds: lease_seconds(req.ttl).unwrap_or(0),
-                        granted_at: sent_at,
-                    },
-                );
+            if lease_id == 0 {
+                return;
+            }
+            let spare = Spare {
+                id: lease_id,
+                seconds: lease_seconds(req.ttl).unwrap_or(0),
+                granted_at: sent_at,
+            };
+            if blocking {
+                waiting.keep_spare(&lock_key, spare);
             } else {
-                self.revoke_later(lease_id);
+                self.keep_spare_lease(spare);
             }
         };
         for round in 1..=MAX_ROUNDS {
@@ -110,12 +126,28 @@ impl EtcdStore {
                 }
                 None => None,
             };
-            if lease_id == 0 {
-                lease_id = self.grant(&req.key, req.ttl).await?;
-            }
-            let rule = Rule::new(req, &lock_key, counted);
-            let txn = self.acquire_txn(req, &lock_key, rule, lease_id, place.as_ref(), &join);
-            let response = match self.txn(Retry::Unsent, txn).await {
+            let sent = loop {
+                if lease_id == 0 {
+                    sent_at = Instant::now();
+                    lease_id = self.grant(&req.key, req.ttl).await?;
+                    on_lease.store(lease_id, Ordering::SeqCst);
+                }
+                let rule = Rule::new(req, &lock_key, counted);
+                let txn = self.acquire_txn(req, &lock_key, rule, lease_id, place.as_ref(), &join);
+                match self.txn(Retry::Unsent, txn).await {
+                    Err(e) if from_pool && lease_not_found(&e.error) => {
+                        // Refused before it was applied: a spare someone revoked (or the waiter
+                        // lease: then the same transaction on a new lease is refused too, and
+                        // handled below). A spare that went costs a grant, not a refusal.
+                        tracing::debug!(key = %req.key, lease = lease_id, error = %e.error,
+                            "a spare lease was gone; granting a new one");
+                        self.revoke_later(lease_id);
+                        (lease_id, from_pool) = (0, false);
+                    }
+                    sent => break sent,
+                }
+            };
+            let response = match sent {
                 Ok(response) => response,
                 Err(e) if lease_not_found(&e.error) => {
                     // Refused before it was applied: a lease it puts on is gone (the waiter
@@ -180,7 +212,12 @@ impl EtcdStore {
             let keep = match refusal {
                 Refusal::Room if line_free && round < MAX_ROUNDS => continue,
                 Refusal::Conflict(error) => {
-                    self.revoke_later(lease_id);
+                    // Refused: nothing was written on it, and this wait is over.
+                    self.keep_spare_lease(Spare {
+                        id: lease_id,
+                        seconds: lease_seconds(req.ttl).unwrap_or(0),
+                        granted_at: sent_at,
+                    });
                     return Err(error);
                 }
                 // Only the writer whose turn it is marks: one behind others in line must not
@@ -244,10 +281,14 @@ impl EtcdStore {
             }
             None => {}
         }
-        then.push(TxnOp::get(
-            waiters.as_str(),
-            Some(GetOptions::new().with_prefix().with_count_only()),
-        ));
+        // Who still waits (the hold is contended). Not asked when the compare above already
+        // says nobody does: a range read less in every uncontended fair acquisition.
+        if place.is_some() || !self.config().fair {
+            then.push(TxnOp::get(
+                waiters.as_str(),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            ));
+        }
         let mut otherwise = shared::why_refused(lock_key, req.mode);
         if let Some((key, session)) = join {
             otherwise.push(join_op(self.waiting(), key, *session));
@@ -298,6 +339,7 @@ impl EtcdStore {
             &req.token,
             HeldLease::new(lease_id, lease_seconds(req.ttl).unwrap_or(0), sent_at),
         );
+        // The count of the line, when the transaction asked for it (else nobody waits).
         let others = match responses.last() {
             Some(TxnOpResponse::Get(g)) => g.count(),
             _ => 0,

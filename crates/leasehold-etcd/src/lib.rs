@@ -7,9 +7,9 @@
 //!
 //! | operation | etcd |
 //! |---|---|
-//! | acquire | `LeaseGrant(ttl)`, then one `Txn`: if the record's `create_revision == 0`, no reader or permit holds (and, fair, no waiter is ahead) put `token` on the lease |
+//! | acquire | one `Txn`: if the record's `create_revision == 0`, no reader or permit holds (and, fair, no waiter is ahead) put `token` on a lease of the lock's TTL — a spare lease of an earlier hold of this store, or a new one (`LeaseGrant(ttl)` first) when there is none |
 //! | read, permit | the same, putting the holder's own key if no holder of another mode, no waiting writer (and, for a permit, nobody took one since the count read just before) |
-//! | release | one `Txn`: if the hold's value is our token, delete it; its lease is revoked in the background |
+//! | release | one `Txn`: if the hold's value is our token, delete it; its lease, empty now, is kept as a spare for the next acquisition of the same TTL |
 //! | extend, same TTL (renewal) | `LeaseKeepAlive` of the hold's lease, then a read-only `Txn` checking the hold is still our token on that lease |
 //! | extend, another TTL | `LeaseGrant(ttl)`, then one `Txn`: if the value is our token, put it again on the new lease (the old one is revoked in the background) |
 //! | inspect | one read-only `Txn` (record, holders, waiting writers), then `LeaseTimeToLive` per hold |
@@ -18,7 +18,8 @@
 //!
 //! ## Record layout
 //! - lock: `<prefix><lock key>`, e.g. `leasehold:DC#farm1#orders#order-42`, value = owner token,
-//!   attached to its own etcd lease (TTL = the lock's TTL, **rounded up to whole seconds**: etcd
+//!   attached to its own etcd lease — one hold per lease at any time; a lease is reused only
+//!   after its hold was deleted (TTL = the lock's TTL, **rounded up to whole seconds**: etcd
 //!   lease TTLs are seconds; a TTL that no lease can hold is `InvalidArgument`). etcd also raises
 //!   TTLs below its minimum (1.5× the election timeout, 2 s with the defaults) — the lock then
 //!   lives longer in etcd than the client counts on, never shorter.
@@ -80,6 +81,7 @@ mod layout;
 mod members;
 mod renew;
 mod shared;
+mod spares;
 mod store;
 mod waiting;
 

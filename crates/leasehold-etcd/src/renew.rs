@@ -57,8 +57,11 @@ pub(crate) struct HeldLease {
     pub(crate) id: i64,
     /// The TTL it was granted with, in whole seconds: what a keep-alive renews it to.
     pub(crate) seconds: i64,
-    /// When etcd drops the lease unless it is renewed (counted from when its grant, or last
-    /// renewal, was sent): past it the entry only takes room.
+    /// When its TTL last started counting: when its grant, or last renewal, was sent (for a
+    /// spare lease: when the grant or keep-alive that started its count was sent).
+    pub(crate) since: Instant,
+    /// When etcd drops the lease unless it is renewed (`since` + its TTL): past it the entry only
+    /// takes room.
     pub(crate) expires_at: Instant,
 }
 
@@ -75,6 +78,7 @@ impl HeldLease {
         HeldLease {
             id,
             seconds,
+            since: sent_at,
             expires_at,
         }
     }
@@ -108,9 +112,9 @@ impl HeldLeases {
         }
     }
 
-    /// The hold of `token` is gone (released, lost, or moved in doubt).
-    pub(crate) fn remove(&self, token: &OwnerToken) {
-        self.held.remove(token.as_str());
+    /// The hold of `token` is gone (released, lost, or moved in doubt): the lease it was on.
+    pub(crate) fn remove(&self, token: &OwnerToken) -> Option<HeldLease> {
+        self.held.remove(token.as_str()).map(|(_, held)| held)
     }
 
     /// How many entries the map keeps (live holds, and lapsed ones not yet swept).

@@ -242,8 +242,10 @@ pub(crate) async fn permits_taken(
 /// no longer.
 ///
 /// `attempt` is the lease the refused attempt granted; when the marker's lease would have the
-/// same TTL it is reused (no second grant). Returns whether it was (so the caller keeps it).
-/// Best effort: a marker that could not be put only costs the writer its preference this time.
+/// same TTL it is reused (no second grant). Returns whether the marker is, or may be, on it: the
+/// caller must then never put a hold on it (a spare lease carries nothing), and leaves it to the
+/// marker. Best effort: a marker that could not be put only costs the writer its preference
+/// this time.
 pub(crate) async fn mark_writer(
     store: &EtcdStore,
     req: &Acquire,
@@ -293,15 +295,23 @@ pub(crate) async fn mark_writer(
             }
             reuse
         }
-        outcome => {
-            if let Err(failed) = outcome {
-                tracing::debug!(key = %req.key, at = %failed.at, error = %failed.error,
-                    "could not leave a writer marker");
-            }
+        Ok(_) => {
+            // Readers left, or a writer got in: nothing was written.
             if !reuse {
                 store.revoke_later(lease);
             }
             false
+        }
+        Err(failed) => {
+            tracing::debug!(key = %req.key, at = %failed.at, error = %failed.error,
+                "could not leave a writer marker");
+            if !reuse {
+                store.revoke_later(lease);
+            }
+            // A put whose reply was lost may have landed: the attempt's lease may carry the
+            // marker, so it is nobody's spare (it lapses at its TTL, or a writer's acquire that
+            // deletes the marker revokes it).
+            reuse
         }
     }
 }

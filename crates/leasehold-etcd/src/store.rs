@@ -1,6 +1,7 @@
 //! The etcd store.
 
 use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +21,8 @@ use crate::layout::holder_key;
 pub(crate) use crate::layout::waiter_prefix;
 use crate::members::{Failed, Members, Retry};
 use crate::renew::{HeldLease, HeldLeases};
-use crate::waiting::Waiting;
+use crate::spares::{Fate, SpareLeases};
+use crate::waiting::{Spare, Waiting};
 
 /// A lock store on an etcd v3 cluster. Cheap to clone.
 #[derive(Clone)]
@@ -38,6 +40,8 @@ struct Inner {
     waiting: Arc<Waiting>,
     /// The etcd lease of each live hold: what a renewal keeps alive.
     held: HeldLeases,
+    /// Leases of released holds, kept for the next acquisition of the same TTL.
+    spares: SpareLeases,
 }
 
 impl EtcdStore {
@@ -99,6 +103,7 @@ impl EtcdStore {
                 address,
                 waiting: Arc::new(waiting),
                 held: HeldLeases::default(),
+                spares: SpareLeases::default(),
             }),
         })
     }
@@ -239,9 +244,72 @@ impl EtcdStore {
         });
     }
 
-    /// Deletes the lease's hold (the record, or its holder key) if it holds our token.
+    /// A spare lease for a hold of `ttl` (see [`crate::spares`]): one of the same whole seconds,
+    /// at most a tenth of `ttl` old, out of the pool so no other attempt uses it. Spares found
+    /// too old on the way are revoked in the background.
+    pub(crate) fn take_spare_lease(&self, ttl: Duration) -> Option<Spare> {
+        let seconds = lease_seconds(ttl)?;
+        let (spare, stale) = self.inner.spares.take(seconds, ttl / 10, Instant::now());
+        for id in stale {
+            self.revoke_later(id);
+        }
+        spare
+    }
+
+    /// Keeps `spare`, a lease nothing lives on (its hold was deleted, or the attempt it was taken
+    /// for wrote nothing), for the next acquisition of its TTL; one getting old is kept alive in
+    /// the background (a keep-alive: no Raft write), one that cannot be kept is revoked.
+    pub(crate) fn keep_spare_lease(&self, spare: Spare) {
+        let (fate, pushed_out) = self.inner.spares.keep(spare, Instant::now());
+        if let Some(id) = pushed_out {
+            self.revoke_later(id);
+        }
+        match fate {
+            Fate::Kept => {}
+            Fate::Revoke => self.revoke_later(spare.id),
+            Fate::Refresh | Fate::RefreshFirst => self.refresh_later(spare.id),
+        }
+    }
+
+    /// Sends a keep-alive of spare `id` in the background, so that its TTL counts from now: it
+    /// then stays young enough to carry a hold (see [`crate::spares::refresh_after`]). A spare
+    /// the keep-alive cannot vouch for (gone, or no member answered) is not used again, and is
+    /// revoked if it is still in the pool (one a hold took meanwhile is that hold's).
+    fn refresh_later(&self, id: i64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            if self.inner.spares.refresh_failed(id) {
+                self.revoke_later(id);
+            }
+            return;
+        };
+        let store = self.clone();
+        runtime.spawn(async move {
+            let sent_at = Instant::now();
+            let kept_alive = store
+                .inner
+                .members
+                .run(Retry::Safe, |mut client| async move {
+                    client.lease_keep_alive(id).await
+                })
+                .await;
+            match kept_alive {
+                Ok(_stream) => store.inner.spares.refreshed(id, sent_at),
+                Err(failed) => {
+                    tracing::debug!(lease = id, at = %failed.at, error = %failed.error,
+                        "could not keep a spare lease alive; not using it again");
+                    if store.inner.spares.refresh_failed(id) {
+                        store.revoke_later(id);
+                    }
+                }
+            }
+        });
+    }
+
+    /// Deletes the lease's hold (the record, or its holder key) if it holds our token; the lease
+    /// it was on is kept as a spare when it is the one this store put it on (so nothing else
+    /// lives on it), else revoked.
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
-        self.inner.held.remove(lease.token());
+        let held = self.inner.held.remove(lease.token());
         let hold_key = self.hold_key(lease);
         let txn = Txn::new()
             .when([Compare::value(
@@ -262,10 +330,41 @@ impl EtcdStore {
         }
         if let Some(TxnOpResponse::Delete(deleted)) = response.op_responses().first() {
             if let Some(kv) = deleted.prev_kvs().first() {
-                self.revoke_later(kv.lease());
+                // The hold was on the lease this store put it on, and a hold's lease carries
+                // nothing else: empty now, it can carry the next hold. A hold on a lease the store
+                // does not know (recovered by the readback layer, moved behind its back) may
+                // share it with something: revoked, as before.
+                match held.filter(|held| held.id == kv.lease()) {
+                    Some(held) => self.keep_spare_lease(Spare {
+                        id: held.id,
+                        seconds: held.seconds,
+                        granted_at: held.since,
+                    }),
+                    None => self.revoke_later(kv.lease()),
+                }
             }
         }
         Ok(true)
+    }
+}
+
+/// Revokes the lease a plain try chose for its hold when the caller stops waiting before the
+/// answer (see `EtcdStore::try_acquire`): etcd applies the revoke and the acquire transaction in
+/// some order, and either deletes the hold or refuses to put it.
+struct RevokeOnDrop<'a> {
+    store: &'a EtcdStore,
+    /// The lease the hold goes on, once chosen (0 before: a lease granted after the caller left
+    /// carries nothing and lapses).
+    lease: AtomicI64,
+    /// Cleared once the answer is in.
+    armed: bool,
+}
+
+impl Drop for RevokeOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.store.revoke_later(self.lease.load(Ordering::SeqCst));
+        }
     }
 }
 
@@ -361,24 +460,45 @@ impl LockStore for EtcdStore {
         self.inner.waiting.watch(self.lock_key(key)).await
     }
 
-    /// A lease grant, then one transaction (a permit first counts the taken ones; see
-    /// `shared`). Cancel safe: the requests run on their own task; if
-    /// the caller stops waiting, the task finishes and releases (owner-checked) what it acquired,
-    /// or what it may have acquired if the reply was lost.
+    /// One transaction, on a spare lease of an earlier hold of this store (or on a new one, a
+    /// lease grant first, when there is none young enough; see `spares`); a permit first counts
+    /// the taken ones (see `shared`).
+    ///
+    /// Cancel safe. A plain try (no deadline: `try_lock`, and the first try of a `lock()`) runs
+    /// on the caller's task, and if the caller stops waiting before the answer, the lease the hold
+    /// was put on is revoked: whichever of the two etcd applies first, the hold ends (the revoke
+    /// deletes it, or the transaction is refused for want of its lease), so nothing is left held
+    /// for nobody and no task is spawned unless the caller is cancelled. An attempt that waits may
+    /// also join the line or leave a writer's marker, which no lease revoke undoes: it runs on its
+    /// own task, which finishes and releases (owner-checked) what it acquired, or what it may have
+    /// acquired if the reply was lost.
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         seconds(req.ttl)?;
         req.mode.validate()?;
+        if req.deadline.is_none() {
+            let undo = RevokeOnDrop {
+                store: self,
+                lease: AtomicI64::new(0),
+                armed: true,
+            };
+            let answer = self.acquire_once(req, &undo.lease).await;
+            // Answered: an in-doubt answer is the caller's to resolve (readback, or its undo).
+            let mut undo = undo;
+            undo.armed = false;
+            return answer;
+        }
         let (acquirer, releaser) = (self.clone(), self.clone());
         acquire_detached(
             req,
-            move |req| async move { acquirer.acquire_once(&req).await },
+            move |req| async move { acquirer.acquire_once(&req, &AtomicI64::new(0)).await },
             move |lease| async move { releaser.release_once(&lease).await },
         )
         .await
     }
 
     /// One transaction: delete the hold (the record, or a reader's or permit's own key) if its
-    /// value is our token; the lease it lived on is revoked in the background.
+    /// value is our token; the lease it lived on, empty now, is kept as a spare for the next
+    /// acquisition of the same TTL (see `spares`).
     ///
     /// A delete whose reply was lost (its member went down, paused or lost its leader under it)
     /// is sent once more, to another member: owner-checked, it deletes nothing that is not ours.
@@ -469,9 +589,23 @@ impl LockStore for EtcdStore {
         self.list_locks(prefix).await
     }
 
-    /// Revokes this store's waiter lease (its waiter keys leave every line at once).
+    /// Revokes this store's waiter lease (its waiter keys leave every line at once) and its spare
+    /// leases.
     async fn shutdown(&self) -> Result<usize> {
         self.inner.waiting.close().await;
+        for id in self.inner.spares.close() {
+            if let Err(failed) = self
+                .inner
+                .members
+                .run(Retry::Safe, |mut client| async move {
+                    client.lease_revoke(id).await
+                })
+                .await
+            {
+                tracing::debug!(lease = id, at = %failed.at, error = %failed.error,
+                    "could not revoke a spare lease; it lapses at its TTL");
+            }
+        }
         Ok(0)
     }
 }
