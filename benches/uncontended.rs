@@ -26,7 +26,7 @@
 //!   compare-and-delete script (`GET` = token → `DEL`): 2 round trips.
 //! - etcd (`etcd-client`): one lease granted once and reused by every cycle; a `Txn` putting the
 //!   token on that lease if the key's create revision is 0, then a `Txn` deleting the key if its
-//!   value is the token: 2 Raft writes (leasehold's `try_lock` grants a lease per lock: 3).
+//!   value is the token: 2 Raft writes (leasehold's cycle too: it reuses a released hold's lease).
 //! - Aerospike (`aerospike`): the Java lock manager's cycle, a create-only `put` of the lock
 //!   record (the Java manager's bins and the owner token), then a `delete` filtered on the owner
 //!   token (the Java manager's own delete is unfiltered; the filter is what makes it correct):
