@@ -96,7 +96,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Timeout => "timed out waiting for lock",
             ErrorKind::ShutDown => "shut down",
             ErrorKind::Unsupported => "unsupported",
-            ErrorKind::ModeConflict => "mode_conflict",
+            ErrorKind::ModeConflict => "lock mode conflict",
         })
     }
 }
@@ -324,6 +324,9 @@ mod tests {
             err.to_string(),
             "store connection error: cannot reach 127.0.0.1:1 (caused by: refused)"
         );
+        // Kinds read as words in messages; `as_str` is the stable name for logs and metrics.
+        assert_eq!(ErrorKind::ModeConflict.to_string(), "lock mode conflict");
+        assert_eq!(ErrorKind::ModeConflict.as_str(), "mode_conflict");
     }
 
     #[test]
