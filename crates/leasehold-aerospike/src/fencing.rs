@@ -2,10 +2,17 @@
 //! inside the hold — the create (which reads the fence record's generation in the same request)
 //! and a generation-checked increment; or, when that check cannot decide, an increment and an
 //! owner-filtered write of the token into the lock record.
+//!
+//! The counter lives only as long as the hold it was last taken for: every increment sets the
+//! fence record's TTL to the hold's, and an absent counter starts from the server's clock in
+//! microseconds (see [`next_counter`]), so a key nobody holds leaves nothing in the namespace and
+//! its next token is still above every earlier one.
 
 use aerospike::expressions::{
-    and, bin_exists, eq, int_bin, int_val, le, not, string_bin, string_val,
+    and, bin_exists, cond, eq, int_bin, int_val, last_update, le, not, num_add, num_div, num_mul,
+    since_update, string_bin, string_val, Expression,
 };
+use aerospike::operations::exp::{write_exp, ExpWriteFlags};
 use aerospike::operations::{self, Operation};
 use aerospike::policy::{Expiration, GenerationPolicy, RecordExistsAction};
 use aerospike::{as_bin, Bins, Key, ReadPolicy, Replica, ResultCode, Value};
@@ -46,7 +53,7 @@ impl AerospikeStore {
         let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
         policy.generation_policy = GenerationPolicy::ExpectGenEqual;
         policy.generation = generation;
-        policy.expiration = Expiration::Never;
+        policy.expiration = fence_expiration(req);
         let ops = fence_ops(req);
         // Never sent again after a lost reply: landed, it changed the generation, and a second
         // one would be refused for that; the verified steps take over instead.
@@ -65,17 +72,15 @@ impl AerospikeStore {
         }
     }
 
-    /// The fence counter's unconditional increment, retried whatever happened to it: applied
-    /// twice, it only leaves a gap. It leaves the record's owner as it was: the token is ours only
-    /// once the lock record carries it (step 3 of the verified steps).
+    /// The fence counter's unconditional increment (from the server's clock when the counter is
+    /// absent), retried whatever happened to it: applied twice, it only leaves a gap. It leaves
+    /// the record's owner as it was: the token is ours only once the lock record carries it (step
+    /// 3 of the verified steps).
     pub(crate) async fn next_fence(&self, req: &Acquire) -> Result<u64> {
         let fence_key = self.fence_key(&req.key)?;
         let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
-        policy.expiration = Expiration::Never;
-        let ops = [
-            operations::add(&as_bin!(COUNTER_BIN, 1)),
-            operations::get_bin(COUNTER_BIN),
-        ];
+        policy.expiration = fence_expiration(req);
+        let ops = [increment(), operations::get_bin(COUNTER_BIN)];
         let record = self
             .retrying("fence", &req.key, true, || {
                 self.inner.client.operate(&policy, &fence_key, &ops)
@@ -385,11 +390,47 @@ impl AerospikeStore {
     }
 }
 
-/// The generation-checked fence step's operations: add 1, record our owner token (what
+/// The fence record's expiration at an increment: the hold's TTL (whole seconds, rounded up),
+/// counted from this grant. No holder's token outlives its hold by the counter's absence: a
+/// counter taken again after it expired starts from the clock, above every earlier token.
+fn fence_expiration(req: &Acquire) -> Expiration {
+    Expiration::Seconds(ttl_seconds(req.ttl))
+}
+
+/// The counter's next value, computed by the server: the counter plus one, or, when the record
+/// (or its counter) is absent, the server's clock in microseconds since 1970 (see
+/// [`server_clock_micros`]). Tokens of earlier versions (a counter from 1) stay below it.
+fn next_counter() -> Expression {
+    cond(vec![
+        bin_exists(COUNTER_BIN),
+        num_add(vec![int_bin(COUNTER_BIN.to_owned()), int_val(1)]),
+        server_clock_micros(),
+    ])
+}
+
+/// The server's clock in microseconds since 1970, at millisecond resolution, from the record's
+/// metadata: its last-update time (`last_update`, nanoseconds since 1970 from the server's
+/// millisecond value) plus the milliseconds since then (`since_update`, the server's clock minus
+/// that time). The sum is the clock whatever the last-update time is — the previous write's, or
+/// 0 for a record this write creates — so it holds for a record that does not exist yet; when
+/// the clock is behind the last update, `since_update` is 0 and the sum is the last update.
+fn server_clock_micros() -> Expression {
+    num_add(vec![
+        num_div(vec![last_update(), int_val(1_000)]),
+        num_mul(vec![since_update(), int_val(1_000)]),
+    ])
+}
+
+/// The increment as one expression write of the counter bin.
+fn increment() -> Operation {
+    write_exp(COUNTER_BIN, next_counter(), ExpWriteFlags::DEFAULT)
+}
+
+/// The generation-checked fence step's operations: the increment, record our owner token (what
 /// `inspect` matches the counter against), read the counter back.
 fn fence_ops(req: &Acquire) -> [Operation; 3] {
     [
-        operations::add(&as_bin!(COUNTER_BIN, 1)),
+        increment(),
         operations::put(&as_bin!(OWNER_BIN, req.token.as_str())),
         operations::get_bin(COUNTER_BIN),
     ]
@@ -397,7 +438,7 @@ fn fence_ops(req: &Acquire) -> [Operation; 3] {
 
 /// The counter value a fence `operate` read back.
 fn counter(req: &Acquire, record: &aerospike::Record) -> Result<u64> {
-    // Two operations on one bin answer with both results (add: nil, get: the new value).
+    // Two operations on one bin answer with both results (the write: nil, get: the new value).
     let value = match record.bins.get(COUNTER_BIN) {
         Some(Value::MultiResult(results)) => results.last(),
         other => other,

@@ -137,22 +137,35 @@ async fn records_use_the_java_managers_layout() {
         None,
         "a token taken with the generation-checked increment is in the fence record only"
     );
-    assert_eq!(lease.fencing_token(), Some(1));
+    // A key's first token is the server's clock in microseconds (the uat is the client's, in
+    // milliseconds: the same clock here, within the 5 s allowed above).
+    let token = lease.fencing_token().expect("fenced");
+    assert!(
+        (token as i64 / 1_000 - uat).abs() < 5_000,
+        "a first token is the server's clock in µs: {token}, uat {uat}"
+    );
     let ttl = record.time_to_live().expect("expires");
     assert!(ttl <= Duration::from_secs(30) && ttl >= Duration::from_secs(28));
     let fence_set = format!("{DC_SET}#fence");
     let counter = read(&client, &target, &fence_set, &user_key)
         .await
         .expect("the fence counter lives in its own set");
-    assert_eq!(counter.bins.get("lh_counter"), Some(&Value::Int(1)));
+    assert_eq!(
+        counter.bins.get("lh_counter"),
+        Some(&Value::Int(token as i64))
+    );
     assert_eq!(
         counter.bins.get("lh_owner"),
         Some(&Value::String(req.token.to_string())),
         "naming the holder that took the counter's value"
     );
-    assert_eq!(counter.time_to_live(), None, "and never expires");
+    let counter_ttl = counter.time_to_live().expect("the counter expires");
+    assert!(
+        counter_ttl <= Duration::from_secs(30) && counter_ttl >= Duration::from_secs(28),
+        "with the hold's TTL: {counter_ttl:?}"
+    );
     let info = store.inspect(&req.key).await.unwrap().unwrap();
-    assert_eq!(info.fencing_token, Some(1), "inspect reads it there");
+    assert_eq!(info.fencing_token, Some(token), "inspect reads it there");
     if let Some(fixture) = target.fixture() {
         let stored = fixture.record_by_key(DC_SET, &user_key).unwrap();
         assert!(stored.user_key.is_some(), "send_key: `list` can name it");

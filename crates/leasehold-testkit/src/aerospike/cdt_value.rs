@@ -314,6 +314,7 @@ pub(super) mod test_support {
             bins: vec![],
             generation: 1,
             expiry: Expiry::Never,
+            last_update_ms: 1,
         }
     }
 

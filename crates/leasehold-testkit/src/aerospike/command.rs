@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::exp::Filter;
+use super::exp::{ExpOp, Filter, Val};
 use super::result_code as rc;
 use super::store::{
-    next_generation, Expiry, Record, Store, TTL_DONT_UPDATE, TTL_NAMESPACE_DEFAULT, TTL_NEVER,
+    clepoch_now_ms, next_generation, Expiry, Record, Store, TTL_DONT_UPDATE, TTL_NAMESPACE_DEFAULT,
+    TTL_NEVER,
 };
 use super::wire::{self, Message, Op, Particle, Reply};
 use super::{cdt_list, cdt_map};
@@ -24,6 +25,8 @@ const OP_WRITE: u8 = 2;
 const OP_CDT_READ: u8 = 3;
 const OP_CDT_MODIFY: u8 = 4;
 const OP_INCR: u8 = 5;
+const OP_EXP_READ: u8 = 7;
+const OP_EXP_WRITE: u8 = 8;
 const OP_APPEND: u8 = 9;
 const OP_PREPEND: u8 = 10;
 const OP_TOUCH: u8 = 11;
@@ -161,7 +164,7 @@ fn execute_inner(store: &mut Store, ns: &NsConfig, msg: &Message) -> Result<Repl
 
     if !is_write {
         let record = store.get_live(&digest, now).ok_or(rc::KEY_NOT_FOUND)?;
-        return Ok(read_reply(record, msg));
+        return Ok(read_reply(record, msg, now));
     }
     if msg.info2 & wire::INFO2_DELETE != 0 {
         let record = store.get_live(&digest, now).ok_or(rc::KEY_NOT_FOUND)?;
@@ -172,7 +175,7 @@ fn execute_inner(store: &mut Store, ns: &NsConfig, msg: &Message) -> Result<Repl
     write(store, ns, msg, digest, now)
 }
 
-fn read_reply(record: &Record, msg: &Message) -> Reply {
+fn read_reply(record: &Record, msg: &Message, now: Instant) -> Reply {
     if msg.info1 & wire::INFO1_GET_ALL != 0 {
         return reply_for(record, all_bins(record));
     }
@@ -195,6 +198,11 @@ fn read_reply(record: &Record, msg: &Message) -> Reply {
             }
         } else if op.op_type == OP_CDT_READ && cdt_list::is_list_op(op) {
             match cdt_list::read(record, op) {
+                Ok(value) => bins.push((op.name.clone(), value)),
+                Err(code) => return Reply::code(code),
+            }
+        } else if op.op_type == OP_EXP_READ {
+            match exp_read(record, op, now) {
                 Ok(value) => bins.push((op.name.clone(), value)),
                 Err(code) => return Reply::code(code),
             }
@@ -259,6 +267,8 @@ fn write(
         bins: Vec::new(),
         generation: 0,
         expiry: Expiry::Never,
+        // As in the server's fresh index entry: expressions of this write see 0.
+        last_update_ms: 0,
     });
     if replace {
         record.bins.clear();
@@ -270,7 +280,7 @@ fn write(
     let mut results: Vec<(String, Option<Particle>)> = Vec::new();
     let mut deleted = false;
     for op in &msg.ops {
-        let result = apply_op(&mut record, op, &mut deleted)?;
+        let result = apply_op(&mut record, op, &mut deleted, now)?;
         match result {
             OpResult::Value(v) => results.push((op.name.clone(), v)),
             OpResult::Written if respond_all => results.push((op.name.clone(), None)),
@@ -293,6 +303,8 @@ fn write(
     }
     record.generation = next_generation(record.generation);
     record.expiry = ns.expiry_for(msg.expiration, existing.as_ref().map(|r| r.expiry));
+    // Set once the ops ran: their expressions saw the previous last-update time.
+    record.last_update_ms = clepoch_now_ms();
     let bins = if msg.info1 & wire::INFO1_GET_ALL != 0 {
         all_bins(&record)
     } else {
@@ -310,7 +322,12 @@ enum OpResult {
     Written,
 }
 
-fn apply_op(record: &mut Record, op: &Op, deleted: &mut bool) -> Result<OpResult, u8> {
+fn apply_op(
+    record: &mut Record,
+    op: &Op,
+    deleted: &mut bool,
+    now: Instant,
+) -> Result<OpResult, u8> {
     match op.op_type {
         OP_READ => Ok(OpResult::Value(if op.name.is_empty() {
             None
@@ -361,6 +378,11 @@ fn apply_op(record: &mut Record, op: &Op, deleted: &mut bool) -> Result<OpResult
             Ok(OpResult::Written)
         }
         OP_TOUCH => Ok(OpResult::Written),
+        OP_EXP_READ => Ok(OpResult::Value(exp_read(record, op, now)?)),
+        OP_EXP_WRITE => {
+            exp_write(record, op, now)?;
+            Ok(OpResult::Written)
+        }
         OP_CDT_READ | OP_CDT_MODIFY if cdt_map::is_map_op(op) => {
             Ok(OpResult::Value(cdt_map::apply(record, op)?))
         }
@@ -375,6 +397,92 @@ fn apply_op(record: &mut Record, op: &Op, deleted: &mut bool) -> Result<OpResult
         other => {
             tracing::warn!("aerospike fixture: unsupported operation type {other}");
             Err(rc::PARAMETER_ERROR)
+        }
+    }
+}
+
+// Expression operation flags (`ExpWriteFlags`, `ExpReadFlags`).
+const EXP_CREATE_ONLY: i64 = 1;
+const EXP_UPDATE_ONLY: i64 = 1 << 1;
+const EXP_ALLOW_DELETE: i64 = 1 << 2;
+const EXP_POLICY_NO_FAIL: i64 = 1 << 3;
+const EXP_EVAL_NO_FAIL: i64 = 1 << 4;
+
+fn parse_exp_op(op: &Op) -> Result<ExpOp, u8> {
+    ExpOp::parse(&op.value).map_err(|e| {
+        tracing::warn!("aerospike fixture: rejecting expression operation: {e}");
+        rc::PARAMETER_ERROR
+    })
+}
+
+fn evaluate(exp: &ExpOp, record: &Record, now: Instant) -> Result<Val, u8> {
+    exp.value(record, now).map_err(|e| {
+        tracing::warn!("aerospike fixture: cannot evaluate expression operation: {e}");
+        rc::PARAMETER_ERROR
+    })
+}
+
+/// The particle a value is stored (or answered) as; `None` for nil and unknown.
+fn particle_of(value: &Val) -> Option<Particle> {
+    let (ptype, data) = match value {
+        Val::Int(i) => (wire::PARTICLE_INTEGER, i.to_be_bytes().to_vec()),
+        Val::Float(f) => (wire::PARTICLE_FLOAT, f.to_be_bytes().to_vec()),
+        Val::Str(s) => (wire::PARTICLE_STRING, s.clone()),
+        Val::Blob(b) => (wire::PARTICLE_BLOB, b.clone()),
+        Val::Bool(b) => (wire::PARTICLE_BOOL, vec![u8::from(*b)]),
+        Val::Nil | Val::Unknown => return None,
+    };
+    Some(Particle { ptype, data })
+}
+
+/// `read_exp`: the expression's value under the op's name. Unknown fails the command with
+/// `OP_NOT_APPLICABLE` unless the op says `EVAL_NO_FAIL` (then nil).
+fn exp_read(record: &Record, op: &Op, now: Instant) -> Result<Option<Particle>, u8> {
+    let exp = parse_exp_op(op)?;
+    match evaluate(&exp, record, now)? {
+        Val::Unknown if exp.flags & EXP_EVAL_NO_FAIL == 0 => Err(rc::OP_NOT_APPLICABLE),
+        value => Ok(particle_of(&value)),
+    }
+}
+
+/// `write_exp`: the expression's value, computed on the record as the earlier ops left it,
+/// written to the op's bin. Unknown fails with `OP_NOT_APPLICABLE` (or writes nothing with
+/// `EVAL_NO_FAIL`); nil deletes the bin with `ALLOW_DELETE`, else fails the same way; the bin
+/// rules `CREATE_ONLY` (`BIN_EXISTS_ERROR`) and `UPDATE_ONLY` (`BIN_NOT_FOUND`) are skipped
+/// silently with `POLICY_NO_FAIL`.
+fn exp_write(record: &mut Record, op: &Op, now: Instant) -> Result<(), u8> {
+    check_bin_name(op)?;
+    let exp = parse_exp_op(op)?;
+    let no_fail = exp.flags & EXP_POLICY_NO_FAIL != 0;
+    let exists = record.bin(&op.name).is_some();
+    if exp.flags & EXP_CREATE_ONLY != 0 && exists {
+        return if no_fail {
+            Ok(())
+        } else {
+            Err(rc::BIN_EXISTS_ERROR)
+        };
+    }
+    if exp.flags & EXP_UPDATE_ONLY != 0 && !exists {
+        return if no_fail {
+            Ok(())
+        } else {
+            Err(rc::BIN_NOT_FOUND)
+        };
+    }
+    match evaluate(&exp, record, now)? {
+        Val::Unknown if exp.flags & EXP_EVAL_NO_FAIL != 0 => Ok(()),
+        Val::Unknown => Err(rc::OP_NOT_APPLICABLE),
+        Val::Nil if exp.flags & EXP_ALLOW_DELETE != 0 => {
+            record.remove_bin(&op.name);
+            Ok(())
+        }
+        Val::Nil if no_fail => Ok(()),
+        Val::Nil => Err(rc::OP_NOT_APPLICABLE),
+        value => {
+            if let Some(p) = particle_of(&value) {
+                record.set_bin(&op.name, p);
+            }
+            Ok(())
         }
     }
 }

@@ -2,18 +2,27 @@
 //!
 //! The client packs an expression as a msgpack array `[op, args...]`; literals are msgpack
 //! values, with strings and blobs carrying a leading particle-type byte (3 string, 4 blob) and bin
-//! names packed raw. Supported: `eq ne gt ge lt le` (1-6), `and or not` (16-18), `bin` (81),
-//! `bin_type` (82), `key_exists` (71), `set_name` (70), `ttl` (69), map reads (`call`, 127:
-//! see [`cdt_map`](super::cdt_map)), and integer, float, string,
-//! blob, boolean and nil literals. A bin that is missing or of another type than the expression
-//! asks for is *unknown*; a comparison with an unknown is unknown, and a filter that does not
-//! evaluate to `true` filters the record out (as the server does). Anything else is a
-//! [`ExpError`], answered with `PARAMETER_ERROR`.
+//! names packed raw. Supported: `eq ne gt ge lt le` (1-6), `and or not` (16-18), integer and
+//! float arithmetic `add sub mul div` (20-23) and `min max` (50, 51), `cond` (123), `bin` (81),
+//! `bin_type` (82), `key_exists` (71), `set_name` (70), `ttl` (69), `last_update` (66: the
+//! record's last-update time in nanoseconds since 1970, from its millisecond value),
+//! `since_update` (67: milliseconds from the record's last-update time to now on the wall clock,
+//! 0 if the clock is behind it), map reads (`call`, 127: see [`cdt_map`](super::cdt_map)), and
+//! integer, float, string, blob, boolean and nil literals. A bin that is missing or of another
+//! type than the expression asks for is *unknown*; a comparison or arithmetic with an unknown is
+//! unknown, as is an integer division by zero and a `cond` whose reached condition is unknown;
+//! and a filter that does not evaluate to `true` filters the record out (as the server does).
+//! Anything else is a [`ExpError`], answered with `PARAMETER_ERROR`.
+//!
+//! The same expressions compute the values of expression operations ([`ExpOp`]: `write_exp`
+//! and `read_exp`), evaluated on the record as the operation's earlier operations left it, with
+//! the record's metadata as it was before the write (a record being created has last-update
+//! time 0, as in the server's fresh index entry).
 
 use thiserror::Error;
 use tokio::time::Instant;
 
-use super::store::Record;
+use super::store::{clepoch_now_ms, Record, CITRUSLEAF_EPOCH_UNIX_SECS};
 use super::wire::{
     Particle, Reader, WireError, PARTICLE_BLOB, PARTICLE_BOOL, PARTICLE_FLOAT, PARTICLE_INTEGER,
     PARTICLE_STRING,
@@ -152,6 +161,43 @@ impl Filter {
     }
 }
 
+/// An expression operation's payload (`write_exp` / `read_exp`): the msgpack array
+/// `[expression, flags]`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ExpOp {
+    exp: Mp,
+    /// The operation's flags (`ExpWriteFlags` / `ExpReadFlags` bits).
+    pub(crate) flags: i64,
+}
+
+impl ExpOp {
+    /// Parses an expression operation's value.
+    pub(crate) fn parse(bytes: &[u8]) -> Result<ExpOp, ExpError> {
+        let mut r = Reader::new(bytes);
+        let root = decode(&mut r, 0)?;
+        if r.remaining() != 0 {
+            return Err(ExpError::Wire(WireError::Trailing(r.remaining())));
+        }
+        match root {
+            Mp::Array(mut items) if items.len() == 2 => {
+                let Mp::Int(flags) = items[1] else {
+                    return Err(ExpError::Args(0));
+                };
+                Ok(ExpOp {
+                    exp: items.swap_remove(0),
+                    flags,
+                })
+            }
+            _ => Err(ExpError::Args(0)),
+        }
+    }
+
+    /// The expression's value on `record`.
+    pub(crate) fn value(&self, record: &Record, now: Instant) -> Result<Val, ExpError> {
+        eval(&self.exp, record, now)
+    }
+}
+
 fn literal(m: &Mp) -> Val {
     match m {
         Mp::Nil => Val::Nil,
@@ -261,6 +307,41 @@ fn eval(m: &Mp, record: &Record, now: Instant) -> Result<Val, ExpError> {
                 record.bin(&name).map_or(0, |p| i64::from(p.ptype)),
             ))
         }
+        20..=23 | 50 | 51 => {
+            if args.is_empty() || (op == 23 && args.len() < 2) {
+                return Err(ExpError::Args(op));
+            }
+            let mut values = Vec::with_capacity(args.len());
+            for a in args {
+                values.push(eval(a, record, now)?);
+            }
+            Ok(arithmetic(op, &values))
+        }
+        123 => {
+            // cond: condition, value pairs, then the default value.
+            if args.len() < 3 || args.len() % 2 == 0 {
+                return Err(ExpError::Args(op));
+            }
+            for pair in args[..args.len() - 1].chunks_exact(2) {
+                match eval(&pair[0], record, now)? {
+                    Val::Bool(true) => return eval(&pair[1], record, now),
+                    Val::Bool(false) => {}
+                    _ => return Ok(Val::Unknown),
+                }
+            }
+            eval(&args[args.len() - 1], record, now)
+        }
+        66 => {
+            let unix_ms = CITRUSLEAF_EPOCH_UNIX_SECS * 1000 + record.last_update_ms;
+            Ok(Val::Int(
+                i64::try_from(unix_ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX),
+            ))
+        }
+        67 => {
+            let now_ms = clepoch_now_ms();
+            let since = now_ms.saturating_sub(record.last_update_ms);
+            Ok(Val::Int(i64::try_from(since).unwrap_or(i64::MAX)))
+        }
         127 if super::cdt_map::is_map_call(args) => super::cdt_map::eval_call(args, record),
         71 => Ok(Val::Bool(record.user_key.is_some())),
         70 => Ok(Val::Str(record.set.as_bytes().to_vec())),
@@ -271,6 +352,62 @@ fn eval(m: &Mp, record: &Record, now: Instant) -> Result<Val, ExpError> {
         }
         other => Err(ExpError::Op(other)),
     }
+}
+
+/// `add sub mul div min max` over evaluated arguments: all integers or all floats, else
+/// unknown; integers wrap on overflow, and an integer division by zero is unknown.
+fn arithmetic(op: i64, values: &[Val]) -> Val {
+    if let Some(ints) = values
+        .iter()
+        .map(|v| match v {
+            Val::Int(i) => Some(*i),
+            _ => None,
+        })
+        .collect::<Option<Vec<i64>>>()
+    {
+        let mut acc = ints[0];
+        for &x in &ints[1..] {
+            acc = match op {
+                20 => acc.wrapping_add(x),
+                21 => acc.wrapping_sub(x),
+                22 => acc.wrapping_mul(x),
+                23 if x == 0 => return Val::Unknown,
+                23 => acc.wrapping_div(x),
+                50 => acc.min(x),
+                _ => acc.max(x),
+            };
+        }
+        // A lone argument: `sub` negates it, `div` needs two (checked by the caller).
+        if op == 21 && ints.len() == 1 {
+            acc = acc.wrapping_neg();
+        }
+        return Val::Int(acc);
+    }
+    if let Some(floats) = values
+        .iter()
+        .map(|v| match v {
+            Val::Float(f) => Some(*f),
+            _ => None,
+        })
+        .collect::<Option<Vec<f64>>>()
+    {
+        let mut acc = floats[0];
+        for &x in &floats[1..] {
+            acc = match op {
+                20 => acc + x,
+                21 => acc - x,
+                22 => acc * x,
+                23 => acc / x,
+                50 => acc.min(x),
+                _ => acc.max(x),
+            };
+        }
+        if op == 21 && floats.len() == 1 {
+            acc = -acc;
+        }
+        return Val::Float(acc);
+    }
+    Val::Unknown
 }
 
 fn compare(op: i64, l: &Val, r: &Val) -> Val {
@@ -317,6 +454,7 @@ mod tests {
             ],
             generation: 1,
             expiry: Expiry::Never,
+            last_update_ms: 1,
         }
     }
 

@@ -40,7 +40,8 @@
 //!   update-only, replace, replace-only), generation policies (none, expect-equal,
 //!   expect-greater), expiration (namespace default, seconds, never, don't-update); get (all
 //!   bins, header only, named bins), exists, delete (with generation check), touch, and operate
-//!   with read, write, add (integer), append/prepend (string, blob), touch and delete ops and CDT
+//!   with read, write, add (integer), append/prepend (string, blob), touch and delete ops,
+//!   expression ops (`write_exp` computing a bin from an expression, `read_exp`), and CDT
 //!   map ops (`cdt_map`: put, clear, get/remove by key, key interval, value interval, size) and
 //!   CDT list ops (`cdt_list`: append, insert, trim, clear, size, get, get by index or index
 //!   range), with one result per op in order when the client sets respond-all-ops. The user key is stored
@@ -51,9 +52,12 @@
 //!   rows), run as the single-record commands they describe and answered row by row, each answer
 //!   carrying the row's index, then a last message. Faults apply to a batch as one request; a
 //!   result-code fault answers only the rows whose record it targets.
-//! - Filter expressions (field 43) on reads, writes, deletes, operates and scans: comparisons
-//!   of bins, literals, `and`/`or`/`not`, `bin_type`, `key_exists`, `set_name`, `ttl`, and map
-//!   reads (get by key, key or value interval, size) on map bins. A record
+//! - Filter expressions (field 43) on reads, writes, deletes, operates and scans, and the
+//!   expressions of expression ops: comparisons of bins, literals, `and`/`or`/`not`, `cond`,
+//!   integer and float `add`/`sub`/`mul`/`div`/`min`/`max`, `bin_type`, `key_exists`,
+//!   `set_name`, `ttl`, `last_update` and `since_update` (each record keeps its last-update time
+//!   in milliseconds on the wall clock, as the server's index does), and map reads (get by key,
+//!   key or value interval, size) on map bins. A record
 //!   the filter rejects answers `FILTERED_OUT` (27); an unsupported expression answers
 //!   `PARAMETER_ERROR` (4).
 //! - Scans: the client's partition scan (`query` with a statement without index filter) of a
@@ -63,7 +67,7 @@
 //!   with user and bcrypt credential (answers a session token and TTL) and `AUTHENTICATE` with a
 //!   token; without a user, a login answers `SECURITY_NOT_ENABLED`.
 //! - Not served (answered `PARAMETER_ERROR`): UDF (single or as batch rows), secondary-index
-//!   queries, background queries, CDT bit/HLL/expression operations, list ops by value or rank,
+//!   queries, background queries, CDT bit/HLL operations, list ops by value or rank,
 //!   user and role administration.
 //!
 //! Result codes are the server's ([`result_code`]).
@@ -87,6 +91,12 @@
 //!   "never" unless [`AerospikeFixtureBuilder::default_ttl`] sets one. A record past its void
 //!   time is invisible to every command at once (*checked on a cluster* for reads and creates).
 //! - A write that leaves a record without bins deletes it.
+//! - The expressions of a write's ops see the record's last-update time from before the write
+//!   (0 for a record the write creates, as in a fresh index entry), and the write sets it to the
+//!   wall clock once its ops ran; `since_update` is the wall clock minus that time, 0 when the
+//!   clock is behind it. So `last_update / 10^6 + since_update` is the clock in milliseconds
+//!   since 1970 whether the record existed or not. A `cond` whose condition is unknown is
+//!   unknown; an expression op whose value is unknown answers `OP_NOT_APPLICABLE` (26).
 //! - The rows of a batch run one after another in the request's order, each answered whatever
 //!   the others' results (a server may run them in parallel: any order is one the fixture could
 //!   have chosen); a row's write is the single-record write with the same attributes (*checked on

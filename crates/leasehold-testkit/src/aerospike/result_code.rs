@@ -15,6 +15,8 @@ pub const GENERATION_ERROR: u8 = 3;
 pub const PARAMETER_ERROR: u8 = 4;
 /// A create-only write found an existing record.
 pub const KEY_EXISTS: u8 = 5;
+/// A bin that a create-only bin write found already there.
+pub const BIN_EXISTS_ERROR: u8 = 6;
 /// The server timed out the request (server-side timeout).
 pub const TIMEOUT: u8 = 9;
 /// The server is overloaded (e.g. partition unavailable during migrations).
@@ -23,8 +25,12 @@ pub const PARTITION_UNAVAILABLE: u8 = 11;
 pub const BIN_TYPE_ERROR: u8 = 12;
 /// The record is too busy (hot key).
 pub const KEY_BUSY: u8 = 14;
+/// A bin that an update-only bin write did not find.
+pub const BIN_NOT_FOUND: u8 = 17;
 /// The namespace of the request is not served.
 pub const NAMESPACE_NOT_FOUND: u8 = 20;
+/// An operation that cannot apply to the record (an expression evaluated to unknown).
+pub const OP_NOT_APPLICABLE: u8 = 26;
 /// The filter expression of the request did not match the record.
 pub const FILTERED_OUT: u8 = 27;
 /// Login was attempted on a server without security (the client then goes on without it).

@@ -82,6 +82,19 @@ pub(crate) struct Record {
     pub(crate) bins: Vec<(String, Particle)>,
     pub(crate) generation: u16,
     pub(crate) expiry: Expiry,
+    /// The record's last-update time, milliseconds since the citrusleaf epoch on the wall clock
+    /// (as the server keeps it in its index): 0 while the write creating the record runs, set
+    /// when a write completes.
+    pub(crate) last_update_ms: u64,
+}
+
+/// The wall clock in milliseconds since the citrusleaf epoch, the server's clock for
+/// last-update times and `since_update`.
+pub(crate) fn clepoch_now_ms() -> u64 {
+    let unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    unix_ms.saturating_sub(CITRUSLEAF_EPOCH_UNIX_SECS * 1000)
 }
 
 impl Record {
@@ -180,6 +193,7 @@ mod tests {
             bins: vec![],
             generation: 1,
             expiry: Expiry::after(Duration::from_secs(1)),
+            last_update_ms: clepoch_now_ms(),
         };
         store.insert([1; 20], rec.clone());
         store.insert(
