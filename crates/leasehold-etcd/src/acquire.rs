@@ -91,6 +91,9 @@ impl EtcdStore {
             if lease_id == 0 {
                 return;
             }
+            // Handed back: a caller that leaves after this must not revoke a lease another hold
+            // may take from the spares.
+            on_lease.store(0, Ordering::SeqCst);
             let spare = Spare {
                 id: lease_id,
                 seconds: lease_seconds(req.ttl).unwrap_or(0),
@@ -213,6 +216,7 @@ impl EtcdStore {
                 Refusal::Room if line_free && round < MAX_ROUNDS => continue,
                 Refusal::Conflict(error) => {
                     // Refused: nothing was written on it, and this wait is over.
+                    on_lease.store(0, Ordering::SeqCst);
                     self.keep_spare_lease(Spare {
                         id: lease_id,
                         seconds: lease_seconds(req.ttl).unwrap_or(0),

@@ -11,7 +11,7 @@
 //! - the last of those leaves (it is now first in line, and the lock may be free), or
 //! - a hold goes (a release or an expiry) while nobody is ahead of it (its turn may have come).
 //!
-//! Deletions it cannot place (before its first read of the line) wake it, as before. The state is
+//! Deletions it cannot place (before its first read of the line) wake it. The state is
 //! a hint and only ever wakes too often, never too rarely: a deletion the watch saw while the read
 //! was in flight is applied to what that read returns (by revision), and a hold that went after
 //! the read tells the caller to try at once.

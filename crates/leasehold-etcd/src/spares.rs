@@ -26,7 +26,7 @@
 //!   waits for that keep-alive before it carries a hold.
 //! - **The hold still ends with its process.** Nothing keeps a spare alive but that occasional
 //!   keep-alive, sent while this process lives: a process that dies leaves its holds and spares
-//!   to lapse at their TTL, as before.
+//!   to lapse at their TTL.
 //! - **Gone spares cost a grant, not a refusal.** A spare someone revoked (or that lapsed) makes
 //!   etcd refuse the acquire transaction before applying it ("lease not found"): the attempt grants
 //!   a new lease and sends the transaction again.

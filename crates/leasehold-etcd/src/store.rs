@@ -333,7 +333,7 @@ impl EtcdStore {
                 // The hold was on the lease this store put it on, and a hold's lease carries
                 // nothing else: empty now, it can carry the next hold. A hold on a lease the store
                 // does not know (recovered by the readback layer, moved behind its back) may
-                // share it with something: revoked, as before.
+                // share it with something: revoked.
                 match held.filter(|held| held.id == kv.lease()) {
                     Some(held) => self.keep_spare_lease(Spare {
                         id: held.id,
@@ -591,9 +591,13 @@ impl LockStore for EtcdStore {
 
     /// Revokes this store's waiter lease (its waiter keys leave every line at once) and its spare
     /// leases.
+    ///
+    /// The spares are revoked together, within one response timeout: a shutdown while etcd is
+    /// unreachable must not wait for each of them in turn, and a spare not revoked carries no
+    /// hold (it lapses at its TTL).
     async fn shutdown(&self) -> Result<usize> {
         self.inner.waiting.close().await;
-        for id in self.inner.spares.close() {
+        let revokes = self.inner.spares.close().into_iter().map(|id| async move {
             if let Err(failed) = self
                 .inner
                 .members
@@ -605,6 +609,16 @@ impl LockStore for EtcdStore {
                 tracing::debug!(lease = id, at = %failed.at, error = %failed.error,
                     "could not revoke a spare lease; it lapses at its TTL");
             }
+        });
+        let budget = self.config().response_timeout;
+        if tokio::time::timeout(budget, futures::future::join_all(revokes))
+            .await
+            .is_err()
+        {
+            tracing::debug!(
+                ?budget,
+                "spare leases not all revoked in time; they lapse at their TTL"
+            );
         }
         Ok(0)
     }
