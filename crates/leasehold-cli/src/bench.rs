@@ -8,7 +8,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use leasehold::layers::{CountingLayer, LocalCompetitionLayer};
-use leasehold::{LockManager, LockOptions};
+use leasehold::{LockManager, LockOptions, Toggle};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -59,7 +59,11 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> Result<u8, CliErr
         .layer(counting)
         .observer(events.clone())
         .default_layers()
-        .local_competition(LocalCompetitionLayer::new().hand_off(args.hand_off))
+        .local_competition(if args.no_local_competition {
+            Toggle::from(false)
+        } else {
+            Toggle::from(LocalCompetitionLayer::new().hand_off(args.hand_off))
+        })
         .lock_ttl(Duration::from_secs(10))
         .build()
         .map_err(|e| target.error(e))?;

@@ -137,6 +137,9 @@ pub(crate) struct BenchArgs {
     /// Hand a released lease straight to a local waiter (see docs/LAYERS.md).
     #[arg(long)]
     pub(crate) hand_off: bool,
+    /// Run without the local-competition layer (the other default layers stay on).
+    #[arg(long, conflicts_with = "hand_off")]
+    pub(crate) no_local_competition: bool,
     /// Print the summary as JSON.
     #[arg(long)]
     pub(crate) json: bool,

@@ -30,6 +30,12 @@ impl LockManager {
     /// One acquisition: a single attempt (`wait: None`) or a wait loop, in a tracing span, with
     /// the outcome reported to observers.
     pub(super) async fn execute(&self, plan: Plan, wait: Option<Duration>) -> Result<LockGuard> {
+        // An acquisition is one unit of tokio's cooperative budget, as a read from a channel is.
+        // The embedded store answers every call at once, so a task that keeps acquiring free keys
+        // would otherwise never give its thread back, and a waiter that a release woke on that
+        // thread would wait until the task stopped (on a multi-threaded runtime too: a woken task
+        // waits in its thread's next-task slot, which other threads do not steal from).
+        tokio::task::consume_budget().await;
         crate::observe::in_scenario(plan.scenario.clone(), self.acquire_in_scenario(plan, wait))
             .await
     }

@@ -1,0 +1,132 @@
+//! Waiters on the embedded store are served in turn, with the default layers and without local
+//! competition: neither a newcomer nor a task that keeps acquiring other keys holds a woken
+//! waiter back. Deterministic: one thread, paused time, and counted hand-overs instead of clocks.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::{LockManager, LockOptions};
+
+/// How long every blocking call here may wait: far longer than any of them needs.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The settings the ring benchmark compares: the default layers, and local competition off.
+fn managers() -> [(&'static str, LockManager); 2] {
+    let base = || {
+        LockManager::builder()
+            .client_id("test")
+            .farm_id("f1")
+            .task_holders(false)
+    };
+    [
+        ("default layers", base().build().unwrap()),
+        (
+            "local competition off",
+            base().local_competition(false).build().unwrap(),
+        ),
+    ]
+}
+
+/// Lets every other task of the (single-threaded) runtime run until it waits.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+/// A task that releases a key and then keeps acquiring other keys, each free at once, never
+/// meets anything that would make it wait: the embedded store answers every call at once. The
+/// waiter its release woke must still run soon, not once that task happens to stop. Before the
+/// manager's acquisitions took part in tokio's cooperative scheduling, the waiter ran only after
+/// all of the other task's acquisitions (the ring benchmark's worst acquire was its whole run).
+#[tokio::test(start_paused = true)]
+async fn a_woken_waiter_runs_while_the_releaser_keeps_acquiring_other_keys() {
+    const OTHERS: usize = 5_000;
+    /// tokio lets a task run 128 budget units before it must yield; an acquisition is one.
+    const WITHIN: usize = 256;
+    for (setting, locks) in managers() {
+        let held = locks.try_lock("k").await.unwrap();
+        let granted = Arc::new(AtomicBool::new(false));
+        let waiter = tokio::spawn({
+            let (locks, granted) = (locks.clone(), granted.clone());
+            async move {
+                let guard = locks
+                    .lock_with("k", LockOptions::new().wait(WAIT))
+                    .await
+                    .unwrap();
+                granted.store(true, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        });
+        settle().await;
+        assert!(
+            !granted.load(Ordering::SeqCst),
+            "{setting}: the key is held"
+        );
+        let releaser = tokio::spawn({
+            let (locks, granted) = (locks.clone(), granted.clone());
+            async move {
+                held.release().await.unwrap();
+                for i in 0..OTHERS {
+                    if granted.load(Ordering::SeqCst) {
+                        return Some(i);
+                    }
+                    let other = format!("other-{i}");
+                    let guard = locks
+                        .lock_with(other.as_str(), LockOptions::new().wait(WAIT))
+                        .await
+                        .unwrap();
+                    guard.release().await.unwrap();
+                }
+                None
+            }
+        });
+        let served_after = releaser.await.unwrap();
+        waiter.await.unwrap();
+        assert!(
+            served_after.is_some_and(|n| n <= WITHIN),
+            "{setting}: the woken waiter was served after {served_after:?} of the releaser's \
+             {OTHERS} acquisitions of other keys (None: only after all of them)"
+        );
+    }
+}
+
+/// A task that releases a key and asks for it again at once goes behind the task already
+/// waiting for it, with a blocking call as with a try.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_in_line_is_served_before_the_releaser_asking_again() {
+    for (setting, locks) in managers() {
+        let held = locks.try_lock("k").await.unwrap();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let waiter = tokio::spawn({
+            let (locks, order) = (locks.clone(), order.clone());
+            async move {
+                let guard = locks
+                    .lock_with("k", LockOptions::new().wait(WAIT))
+                    .await
+                    .unwrap();
+                order.lock().unwrap().push("waiter");
+                settle().await;
+                guard.release().await.unwrap();
+            }
+        });
+        settle().await;
+        held.release().await.unwrap();
+        // The waiter has not run since the release.
+        assert!(
+            locks.try_lock("k").await.unwrap_err().is_unavailable(),
+            "{setting}: a try does not pass the waiter"
+        );
+        let again = locks
+            .lock_with("k", LockOptions::new().wait(WAIT))
+            .await
+            .unwrap();
+        order.lock().unwrap().push("newcomer");
+        again.release().await.unwrap();
+        waiter.await.unwrap();
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["waiter", "newcomer"],
+            "{setting}: served in the order they asked"
+        );
+    }
+}
