@@ -177,6 +177,36 @@ fn calls_from_async_code_are_refused_with_a_clear_error() {
 }
 
 #[test]
+fn a_manager_dropped_with_its_guard_inside_async_code_still_releases() {
+    let store = MemoryStore::new();
+    let builder = || {
+        LockManager::builder()
+            .client_id("test")
+            .farm_id("f1")
+            .lock_ttl(Duration::from_secs(60))
+            .store(store.clone())
+    };
+    let locks = blocking::LockManager::new(builder()).unwrap();
+    let guard = locks.try_lock("k").unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // The last handles go inside async code, where the manager's runtime cannot be waited for
+    // on this thread: the release must still reach the store, not wait for the 60 s TTL.
+    runtime.block_on(async move {
+        drop(guard);
+        drop(locks);
+    });
+    drop(runtime);
+    let other = blocking::LockManager::new(builder()).unwrap();
+    let taken = other
+        .lock_with("k", LockOptions::new().wait(Duration::from_secs(10)))
+        .expect("released by the dropped manager's shutdown, long before the TTL");
+    assert!(taken.release().unwrap());
+}
+
+#[test]
 fn shutdown_releases_held_locks() {
     let store = MemoryStore::new();
     let builder = || {

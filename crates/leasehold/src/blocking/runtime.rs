@@ -64,12 +64,36 @@ impl Shared {
 
 impl Drop for Shared {
     /// Shuts the manager down, so releases of dropped guards finish before the runtime stops.
+    ///
+    /// Dropped inside async code, where this thread may not block, the shutdown and the runtime
+    /// move to a thread of their own: the releases it waits for still run, instead of being cut
+    /// off with the runtime (their locks would stay until their TTL).
     fn drop(&mut self) {
         if not_in_async().is_ok() {
-            if let Err(error) = self.handle.block_on(self.manager.shutdown()) {
-                tracing::warn!(%error, "shutting the blocking lock manager down failed");
-            }
+            shut_down(&self.handle, &self.manager);
+            return;
         }
+        // Moved in its wrapper: should the thread not start, the closure's drop here stops the
+        // runtime in the background instead of panicking in async code.
+        let runtime = OwnedRuntime(self._runtime.0.take());
+        let (handle, manager) = (self.handle.clone(), self.manager.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("{THREAD_NAME}-shutdown"))
+            .spawn(move || {
+                shut_down(&handle, &manager);
+                drop(runtime); // off async code: waits for its blocking threads
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "could not start a thread to shut the blocking lock manager \
+                down; releases still in flight are cut off and their locks expire at their TTL");
+        }
+    }
+}
+
+/// The manager's shutdown on the runtime, from a thread that may block.
+fn shut_down(handle: &tokio::runtime::Handle, manager: &crate::LockManager) {
+    if let Err(error) = handle.block_on(manager.shutdown()) {
+        tracing::warn!(%error, "shutting the blocking lock manager down failed");
     }
 }
 
