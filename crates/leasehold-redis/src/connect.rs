@@ -6,13 +6,13 @@ use std::time::Duration;
 use leasehold_core::{Error, ErrorKind, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
-use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
-use redis::{ConnectionAddr, ProtocolVersion, PushInfo};
+use redis::{ProtocolVersion, PushInfo};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::config::RedisConfig;
-use crate::connection::{Connection, SentinelLink};
+use crate::connection::Connection;
 use crate::error::{map, Op};
+use crate::sentinel::{SentinelAccess, SentinelLink};
 use crate::slots::{NodeConnector, Router};
 use crate::topology::{SentinelSpec, Topology};
 use crate::waiting::Subscriber;
@@ -256,67 +256,24 @@ async fn connect_sentinel(config: &RedisConfig, spec: &SentinelSpec) -> Result<C
         "master {:?} of the sentinels {sentinels_shown}",
         spec.master
     );
-    let addresses = spec.sentinels.iter().map(|(host, port)| {
-        if spec.tls {
-            ConnectionAddr::TcpTls {
-                host: host.clone(),
-                port: *port,
-                insecure: false,
-                tls_params: None,
-            }
-        } else {
-            ConnectionAddr::Tcp(host.clone(), *port)
-        }
-    });
-    let bad = |e| {
-        Error::invalid_argument(format!(
-            "{:?} is not a usable Redis Sentinel URL",
-            config.redacted_url()
-        ))
-        .with_source(e)
-    };
-    let mut builder =
-        SentinelClientBuilder::new(addresses, &spec.master, SentinelServerType::Master)
-            .map_err(bad)?
-            .set_client_to_redis_db(spec.db);
-    if let Some(user) = &spec.username {
-        builder = builder.set_client_to_redis_username(user);
-    }
-    if let Some(password) = &spec.password {
-        builder = builder.set_client_to_redis_password(password);
-    }
-    if let Some(user) = &spec.sentinel_username {
-        builder = builder.set_client_to_sentinel_username(user);
-    }
-    if let Some(password) = &spec.sentinel_password {
-        builder = builder.set_client_to_sentinel_password(password);
-    }
-    if spec.tls {
-        builder = builder
-            .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
-            .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+    let access = SentinelAccess {
+        spec: spec.clone(),
         #[cfg(feature = "tls")]
-        if let Some(certificates) = tls_certificates(config)? {
-            builder = builder
-                .set_client_to_redis_certificates(certificates.clone())
-                .set_client_to_sentinel_certificates(certificates);
-        }
-    }
-    let sentinels = builder.build().map_err(bad)?;
-    let link = SentinelLink::connect(sentinels, manager_config(config), config.connect_timeout)
-        .await
-        .map_err(|e| {
-            tls_error(&address, &e).unwrap_or_else(|| {
-                Error::connection(format!(
-                    "could not reach the {address}: check that a sentinel listed runs and \
-                     monitors a master named {:?} (sentinel monitor <name> …), and that the \
-                     master is up",
-                    spec.master
-                ))
-                .with_source(e)
-            })
-        })?;
-    let link = std::sync::Arc::new(link);
+        certificates: tls_certificates(config)?,
+        connect_timeout: config.connect_timeout,
+        response_timeout: config.response_timeout,
+    };
+    let link = SentinelLink::connect(access).await.map_err(|e| {
+        tls_error(&address, &e).unwrap_or_else(|| {
+            Error::connection(format!(
+                "could not reach the {address}: check that a sentinel listed runs and \
+                 monitors a master named {:?} (sentinel monitor <name> …), and that the \
+                 master is up ({e})",
+                spec.master
+            ))
+            .with_source(e)
+        })
+    })?;
     Ok(Connected {
         connection: Connection::Sentinel(link.clone()),
         address,

@@ -29,8 +29,11 @@
 //!
 //! ## Connections and failures
 //! One server: one multiplexed connection managed by `redis::aio::ConnectionManager`, which
-//! reconnects by itself after a server restart. Sentinel (`redis+sentinel://`): the same, to the
-//! master the sentinels name, asked again on `READONLY`, a lost connection or a timeout. Redis
+//! reconnects by itself after a server restart. Sentinel (`redis+sentinel://`): one multiplexed
+//! connection to the master the sentinels name under the highest configuration epoch, used only
+//! once it answers `ROLE` as a master; on `READONLY`, a lost connection or a timeout it is dropped
+//! and the sentinels are asked again at once (a command `READONLY` refused is sent once more to
+//! the new master). Redis
 //! Cluster (`redis+cluster://`): every key of one lock shares a hash tag, and each operation goes
 //! from the caller's task straight to its slot's master over one multiplexed connection per master
 //! ([`RedisConfig::direct_routing`]); redirections, failovers and unreachable nodes fall back to
@@ -69,6 +72,7 @@ mod connection;
 mod error;
 mod reply;
 mod scripts;
+mod sentinel;
 mod slots;
 mod store;
 mod topology;

@@ -178,7 +178,7 @@ impl RedisStore {
     fn address(&self) -> std::borrow::Cow<'_, str> {
         match &self.inner.conn {
             Connection::Sentinel(link) => {
-                format!("{} (now {})", self.inner.address, link.address()).into()
+                format!("{} (node {})", self.inner.address, link.address()).into()
             }
             _ => self.inner.address.as_str().into(),
         }

@@ -97,8 +97,9 @@ pub(crate) enum Subscriber {
     None,
     /// One server: a pub/sub connection of its own (`SUBSCRIBE`).
     Node(Box<redis::Client>),
-    /// Sentinel: a pub/sub connection to the master the sentinels name when it is made.
-    Sentinel(Arc<crate::connection::SentinelLink>),
+    /// Sentinel: a pub/sub connection to the master the store's data connection uses, moved
+    /// when that one moves.
+    Sentinel(Arc<crate::sentinel::SentinelLink>),
     /// A Redis Cluster: sharded subscriptions (`SSUBSCRIBE`) on the cluster connection, which
     /// sends each to the node serving the channel's slot and moves it when the slot moves; the
     /// messages arrive as RESP3 pushes (see [`deliver_pushes`]).
@@ -127,6 +128,20 @@ pub(crate) fn deliver_pushes(
                     let payload: Option<String> = redis::from_redis_value(payload).ok();
                     if let Some(channel) = channel {
                         waiting.deliver(&channel, payload);
+                    }
+                }
+                // The node ended a subscription itself: it gave up the channel's slot (a
+                // failover made it a replica, or the slot migrated) and unsubscribed its
+                // clients. The cluster client forgets such a subscription rather than moving
+                // it, so it is made again, on the slot's master now.
+                redis::PushKind::SUnsubscribe => {
+                    let channel: Option<String> = push
+                        .data
+                        .into_iter()
+                        .next()
+                        .and_then(|c| redis::from_redis_value(c).ok());
+                    if let Some(channel) = channel {
+                        waiting.subscription_ended(&channel);
                     }
                 }
                 // A node's connection dropped: a message may have been lost with it, so whoever
@@ -486,10 +501,15 @@ impl Waiting {
         if let Some(sink) = &*sink {
             return Ok(Some(sink.clone()));
         }
-        let client = match &self.subscriber {
-            Subscriber::Node(client) => (**client).clone(),
-            // The master the sentinels name now: after a failover, the new one.
-            Subscriber::Sentinel(link) => link.master_client().await?,
+        // With Sentinel, the master the link uses now (after a failover, the new one), and word
+        // of every master it finds after it.
+        let (client, mut moved) = match &self.subscriber {
+            Subscriber::Node(client) => ((**client).clone(), None),
+            Subscriber::Sentinel(link) => {
+                let found = link.found();
+                let (client, address) = link.master_client().await?;
+                (client, Some((link.clone(), found, address)))
+            }
             Subscriber::None | Subscriber::Cluster(_) => return Ok(None),
         };
         let pubsub = within(self.connect_timeout, client.get_async_pubsub()).await?;
@@ -508,12 +528,23 @@ impl Waiting {
         let waiting = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut stream = stream;
-            while let Some(message) = stream.next().await {
+            loop {
+                let message = tokio::select! {
+                    message = stream.next() => message,
+                    // The data connection moved to another master: releases are announced
+                    // there now, so the subscriptions move too (the old node, demoted, may
+                    // keep this connection open).
+                    () = master_moved(&mut moved) => None,
+                };
+                let Some(message) = message else {
+                    break;
+                };
                 let Some(waiting) = waiting.upgrade() else {
                     return;
                 };
                 waiting.deliver(message.get_channel_name(), message.get_payload().ok());
             }
+            drop(stream);
             if let Some(waiting) = waiting.upgrade() {
                 waiting.connection_dropped().await;
             }
@@ -572,14 +603,74 @@ impl Waiting {
         }
     }
 
-    /// A release was announced on `channel` (this process's own for a lock), naming the next
-    /// entry in line.
-    fn deliver(&self, channel: &str, next: Option<String>) {
-        let Some(lock_key) = channel
+    /// The server ended the subscription to `channel` (a cluster node that gave up its slot). If
+    /// the key is still watched (or lingers), whoever waits asks the store at once (a release may
+    /// have gone unheard) and the channel is subscribed again, retrying while anyone waits. Our
+    /// own unsubscriptions end keys already gone from the map, and are left alone.
+    fn subscription_ended(self: &Arc<Self>, channel: &str) {
+        let Some(lock_key) = self.lock_key_of_channel(channel) else {
+            return;
+        };
+        {
+            let mut watched = self.lock();
+            let Some(entry) = watched.get_mut(lock_key) else {
+                return;
+            };
+            entry.subscribed = false;
+            entry.wake_all();
+        }
+        tracing::debug!(key = %lock_key, "a release subscription was ended by its node; subscribing again");
+        let waiting = self.clone();
+        let lock_key = lock_key.to_owned();
+        tokio::spawn(async move {
+            let mut pauses = RECONNECT_PAUSES.iter().chain(std::iter::repeat(
+                &RECONNECT_PAUSES[RECONNECT_PAUSES.len() - 1],
+            ));
+            loop {
+                let wanted = waiting.lock().get(&lock_key).is_some_and(|w| !w.subscribed);
+                if !wanted {
+                    return; // swept, or subscribed again by a new wait
+                }
+                match waiting.subscribe(&lock_key).await {
+                    Ok(()) => {
+                        if let Some(watched) = waiting.lock().get_mut(&lock_key) {
+                            watched.subscribed = true;
+                            // Announcements between the end and now went unheard.
+                            watched.wake_all();
+                        }
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::debug!(key = %lock_key, %error,
+                            "could not subscribe to release notifications again; retrying");
+                    }
+                }
+                if waiting
+                    .lock()
+                    .get(&lock_key)
+                    .is_none_or(|w| w.watchers.is_empty())
+                {
+                    return; // nobody waits: the next wait subscribes
+                }
+                if let Some(pause) = pauses.next() {
+                    tokio::time::sleep(*pause).await;
+                }
+            }
+        });
+    }
+
+    /// The lock key of this process's own channel for it.
+    fn lock_key_of_channel<'a>(&self, channel: &'a str) -> Option<&'a str> {
+        channel
             .strip_prefix(&self.channel_prefix)
             .and_then(|rest| rest.strip_suffix(self.id.as_str()))
             .and_then(|rest| rest.strip_suffix(':'))
-        else {
+    }
+
+    /// A release was announced on `channel` (this process's own for a lock), naming the next
+    /// entry in line.
+    fn deliver(&self, channel: &str, next: Option<String>) {
+        let Some(lock_key) = self.lock_key_of_channel(channel) else {
             return;
         };
         let Some(next) = next else {
@@ -601,6 +692,31 @@ impl Waiting {
         } else if let Some(watcher) = watched.watchers.values().find(|w| w.entry == next) {
             // Strict FIFO: the one waiting call named (its own watch, so nobody else wakes).
             watcher.notify.notify_waiters();
+        }
+    }
+}
+
+/// Resolves once the Sentinel link names a master other than the one the subscriber connection
+/// was made to (never without Sentinel, or once the store is gone).
+async fn master_moved(
+    moved: &mut Option<(
+        Arc<crate::sentinel::SentinelLink>,
+        tokio::sync::watch::Receiver<u64>,
+        String,
+    )>,
+) {
+    let Some((link, found, subscribed_to)) = moved else {
+        return std::future::pending().await;
+    };
+    loop {
+        if found.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        if link
+            .master_address()
+            .is_some_and(|address| address != *subscribed_to)
+        {
+            return;
         }
     }
 }

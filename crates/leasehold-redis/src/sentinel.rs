@@ -1,0 +1,571 @@
+//! The master Sentinel names, followed across failovers.
+//!
+//! The store keeps one connection to the master. It is made only to a node the sentinels name and
+//! that answers `ROLE` as a master itself, and it is never remade to the same address behind the
+//! sentinels' back: a killed master restarted by its supervisor comes back as an empty master
+//! until the sentinels make it a replica, and a connection that silently reconnected to it would
+//! write there. When the master stops serving (a `READONLY` or `MASTERDOWN` answer, a refused or
+//! lost connection, a timeout) the connection is dropped and a search starts at once, in the
+//! background: every sentinel is asked, the answer with the highest configuration epoch wins (a
+//! sentinel that has not heard of the failover yet names the old master under an older epoch),
+//! and the node named is connected to and asked its role; until one answers as a master the
+//! search asks again after a short pause. Commands meanwhile wait for it, up to the connect
+//! timeout. A command a node refused with `READONLY` was not applied, so it is sent once more to
+//! the master found; one whose connection broke is not (its outcome is in doubt, and the caller's
+//! readback decides).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline,
+    ProtocolVersion, PushInfo, PushKind, RedisConnectionInfo, RedisError, RedisResult, Role, Value,
+};
+use tokio::time::Instant;
+
+use crate::topology::SentinelSpec;
+
+/// The pauses between searches for the master while none answers as one (the last repeats).
+const SEARCH_PAUSES: [Duration; 5] = [
+    Duration::from_millis(20),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(250),
+];
+
+/// How to reach the sentinels and the data nodes: addresses, credentials, TLS.
+#[derive(Clone)]
+pub(crate) struct SentinelAccess {
+    pub(crate) spec: SentinelSpec,
+    #[cfg(feature = "tls")]
+    pub(crate) certificates: Option<redis::TlsCertificates>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+impl SentinelAccess {
+    fn info(
+        &self,
+        host: &str,
+        port: u16,
+        settings: RedisConnectionInfo,
+    ) -> RedisResult<ConnectionInfo> {
+        let addr = if self.spec.tls {
+            ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.to_owned(), port)
+        };
+        Ok(addr.into_connection_info()?.set_redis_settings(settings))
+    }
+
+    fn client(&self, info: ConnectionInfo) -> RedisResult<redis::Client> {
+        #[cfg(feature = "tls")]
+        if let Some(certificates) = &self.certificates {
+            return redis::Client::build_with_tls(info, certificates.clone());
+        }
+        redis::Client::open(info)
+    }
+
+    /// A client for the data node at `host:port` (the URL's credentials and database).
+    fn node_client(
+        &self,
+        host: &str,
+        port: u16,
+        protocol: ProtocolVersion,
+    ) -> RedisResult<redis::Client> {
+        let mut settings = RedisConnectionInfo::default()
+            .set_db(self.spec.db)
+            .set_protocol(protocol);
+        if let Some(user) = &self.spec.username {
+            settings = settings.set_username(user);
+        }
+        if let Some(password) = &self.spec.password {
+            settings = settings.set_password(password);
+        }
+        self.client(self.info(host, port, settings)?)
+    }
+
+    fn sentinel_client(&self, host: &str, port: u16) -> RedisResult<redis::Client> {
+        let mut settings = RedisConnectionInfo::default();
+        if let Some(user) = &self.spec.sentinel_username {
+            settings = settings.set_username(user);
+        }
+        if let Some(password) = &self.spec.sentinel_password {
+            settings = settings.set_password(password);
+        }
+        self.client(self.info(host, port, settings)?)
+    }
+
+    fn connection_config(&self) -> AsyncConnectionConfig {
+        AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+    }
+
+    /// What one sentinel says of the master: its address and the configuration epoch.
+    async fn ask(&self, host: &str, port: u16) -> Result<Named, String> {
+        let shown = format!("{host}:{port}");
+        let asked = async {
+            let client = self.sentinel_client(host, port)?;
+            let mut connection = client
+                .get_multiplexed_async_connection_with_config(&self.connection_config())
+                .await?;
+            redis::cmd("SENTINEL")
+                .arg("MASTER")
+                .arg(&self.spec.master)
+                .query_async::<HashMap<String, String>>(&mut connection)
+                .await
+        };
+        let answer = tokio::time::timeout(self.connect_timeout + self.response_timeout, asked)
+            .await
+            .map_err(|_| format!("sentinel {shown} did not answer"))?
+            .map_err(|e| format!("sentinel {shown}: {e}"))?;
+        let host = answer.get("ip").cloned();
+        let port = answer.get("port").and_then(|p| p.parse::<u16>().ok());
+        let (Some(host), Some(port)) = (host, port) else {
+            return Err(format!(
+                "sentinel {shown} named no address for master {:?}",
+                self.spec.master
+            ));
+        };
+        Ok(Named {
+            host,
+            port,
+            epoch: answer
+                .get("config-epoch")
+                .and_then(|e| e.parse().ok())
+                .unwrap_or(0),
+            sentinel: shown,
+        })
+    }
+}
+
+/// A master as one sentinel names it.
+#[derive(Debug, Clone)]
+struct Named {
+    host: String,
+    port: u16,
+    epoch: u64,
+    /// The sentinel that named it, for messages.
+    sentinel: String,
+}
+
+/// A master the store talks to: a node the sentinels named that answered as a master.
+#[derive(Clone)]
+pub(crate) struct Master {
+    connection: MultiplexedConnection,
+    /// Set when the connection dropped: nothing more is sent on it.
+    broken: Arc<AtomicBool>,
+    /// A client for the node (RESP2, for the subscriber connection).
+    client: redis::Client,
+    /// `host:port`, for messages.
+    address: String,
+    /// Which master of this link's life it is (each one found gets the next number).
+    generation: u64,
+}
+
+/// What the link knows now.
+struct State {
+    /// The master in use; `None` from a failure until the search finds one.
+    master: Option<Master>,
+    /// Whether a search runs.
+    searching: bool,
+    /// Why the last search round found no master, naming the node or sentinel, for messages.
+    problem: Option<String>,
+    /// The node of the latest failure, and when.
+    failed: Option<(String, Instant)>,
+    /// When the master in use was found.
+    found_at: Option<Instant>,
+    generation: u64,
+}
+
+/// The master the sentinels named last, and how to find it again.
+pub(crate) struct SentinelLink {
+    access: SentinelAccess,
+    state: RwLock<State>,
+    /// The generation of each master found, as it is found: the subscriber follows it.
+    found: tokio::sync::watch::Sender<u64>,
+    /// The link itself, for the search task it starts.
+    me: Weak<SentinelLink>,
+}
+
+impl SentinelLink {
+    /// Finds the master through the sentinels and connects to it, waiting up to twice the
+    /// connect timeout (the first round may meet a failover in progress).
+    pub(crate) async fn connect(access: SentinelAccess) -> RedisResult<Arc<SentinelLink>> {
+        let wait = access.connect_timeout.saturating_mul(2);
+        let link = Arc::new_cyclic(|me| SentinelLink {
+            access,
+            state: RwLock::new(State {
+                master: None,
+                searching: false,
+                problem: None,
+                failed: None,
+                found_at: None,
+                generation: 0,
+            }),
+            found: tokio::sync::watch::channel(0).0,
+            me: me.clone(),
+        });
+        link.master_within(wait).await?;
+        Ok(link)
+    }
+
+    fn state(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The database the store uses.
+    pub(crate) fn db(&self) -> i64 {
+        self.access.spec.db
+    }
+
+    /// The node messages name: the one a command failed on since the master in use was found
+    /// (or the latest failure, while there is none), else the master in use.
+    pub(crate) fn address(&self) -> String {
+        let state = self.read();
+        if let Some((node, at)) = &state.failed {
+            if state.master.is_none() || state.found_at.is_some_and(|found| *at >= found) {
+                return match &state.problem {
+                    Some(problem) if state.master.is_none() => {
+                        format!("{node}; no master since: {problem}")
+                    }
+                    _ => node.clone(),
+                };
+            }
+        }
+        match (&state.master, &state.problem) {
+            (Some(master), _) => master.address.clone(),
+            (None, Some(problem)) => format!("no master yet: {problem}"),
+            (None, None) => "no master yet".to_owned(),
+        }
+    }
+
+    /// The address of the master in use, if there is one.
+    pub(crate) fn master_address(&self) -> Option<String> {
+        self.read().master.as_ref().map(|m| m.address.clone())
+    }
+
+    /// Tells of every master found (the generation); see [`Self::master_address`].
+    pub(crate) fn found(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.found.subscribe()
+    }
+
+    /// A client for the master in use (for the subscriber connection), found first if need be.
+    pub(crate) async fn master_client(&self) -> RedisResult<(redis::Client, String)> {
+        let master = self.master_within(self.access.connect_timeout).await?;
+        Ok((master.client, master.address))
+    }
+
+    /// The master in use; if there is none, starts the search (unless it runs) and waits for it
+    /// up to `wait`.
+    async fn master_within(&self, wait: Duration) -> RedisResult<Master> {
+        let mut found = self.found.subscribe();
+        if let Some(master) = self.read().master.clone() {
+            if !master.broken.load(Ordering::Acquire) {
+                return Ok(master);
+            }
+            self.connection_dropped();
+        }
+        self.search();
+        let waited = tokio::time::timeout(wait, async {
+            loop {
+                if found.changed().await.is_err() {
+                    return None;
+                }
+                if let Some(master) = self.read().master.clone() {
+                    if !master.broken.load(Ordering::Acquire) {
+                        return Some(master);
+                    }
+                }
+            }
+        })
+        .await;
+        match waited {
+            Ok(Some(master)) => Ok(master),
+            _ => {
+                let problem = self
+                    .read()
+                    .problem
+                    .clone()
+                    .unwrap_or_else(|| "the sentinels have not answered yet".to_owned());
+                Err(no_master(format!(
+                    "no master of {:?} answered as one within {wait:?}: {problem}",
+                    self.access.spec.master
+                )))
+            }
+        }
+    }
+
+    /// Starts the search for the master in the background, unless it runs.
+    fn search(&self) {
+        {
+            let mut state = self.state();
+            if state.searching || state.master.is_some() {
+                return;
+            }
+            state.searching = true;
+        }
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            let mut pauses = SEARCH_PAUSES
+                .iter()
+                .chain(std::iter::repeat(&SEARCH_PAUSES[SEARCH_PAUSES.len() - 1]));
+            loop {
+                let Some(link) = me.upgrade() else {
+                    return; // the store is gone
+                };
+                match link.find().await {
+                    Ok(master) => {
+                        let generation = {
+                            let mut state = link.state();
+                            state.generation += 1;
+                            let master = Master {
+                                generation: state.generation,
+                                ..master
+                            };
+                            tracing::info!(master = %master.address,
+                                "following the master Redis Sentinel names");
+                            state.master = Some(master);
+                            state.found_at = Some(Instant::now());
+                            state.searching = false;
+                            state.problem = None;
+                            state.generation
+                        };
+                        link.found.send_replace(generation);
+                        return;
+                    }
+                    Err(problem) => {
+                        tracing::debug!(%problem, "no Redis Sentinel master answers as one yet");
+                        link.state().problem = Some(problem);
+                    }
+                }
+                drop(link);
+                if let Some(pause) = pauses.next() {
+                    tokio::time::sleep(*pause).await;
+                }
+            }
+        });
+    }
+
+    /// One round of the search: asks every sentinel, takes the master named under the highest
+    /// configuration epoch, connects to it and checks it answers as a master.
+    async fn find(&self) -> Result<Master, String> {
+        let asked = futures::future::join_all(
+            self.access
+                .spec
+                .sentinels
+                .iter()
+                .map(|(host, port)| self.access.ask(host, *port)),
+        )
+        .await;
+        let mut problems = Vec::new();
+        let mut best: Option<Named> = None;
+        for answer in asked {
+            match answer {
+                Ok(named) if best.as_ref().is_none_or(|b| named.epoch > b.epoch) => {
+                    best = Some(named);
+                }
+                Ok(_) => {}
+                Err(problem) => problems.push(problem),
+            }
+        }
+        let Some(named) = best else {
+            return Err(format!("no sentinel answered ({})", problems.join("; ")));
+        };
+        let address = format!("{}:{}", named.host, named.port);
+        let broken = Arc::new(AtomicBool::new(false));
+        let checked = async {
+            // RESP3, for the disconnection push: a dropped connection is known before a command
+            // is sent on it (and fails in doubt), so the command waits for the new master instead.
+            let flag = broken.clone();
+            let me = self.me.clone();
+            let config = self
+                .access
+                .connection_config()
+                .set_push_sender(move |push: PushInfo| {
+                    if push.kind == PushKind::Disconnection {
+                        flag.store(true, Ordering::Release);
+                        if let Some(link) = me.upgrade() {
+                            link.connection_dropped();
+                        }
+                    }
+                    Ok::<(), std::convert::Infallible>(())
+                });
+            let mut connection = self
+                .access
+                .node_client(&named.host, named.port, ProtocolVersion::RESP3)?
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            let role: Role = redis::cmd("ROLE").query_async(&mut connection).await?;
+            let client =
+                self.access
+                    .node_client(&named.host, named.port, ProtocolVersion::RESP2)?;
+            Ok::<_, RedisError>((client, connection, role))
+        };
+        let named_by = format!(
+            "{address} (named by sentinel {}, configuration epoch {})",
+            named.sentinel, named.epoch
+        );
+        let (client, connection, role) = tokio::time::timeout(
+            self.access.connect_timeout + self.access.response_timeout,
+            checked,
+        )
+        .await
+        .map_err(|_| format!("{named_by} did not answer"))?
+        .map_err(|e| format!("{named_by} could not be used: {e}"))?;
+        match role {
+            Role::Primary { .. } => Ok(Master {
+                connection,
+                broken,
+                client,
+                address,
+                generation: 0,
+            }),
+            Role::Replica {
+                primary_ip,
+                primary_port,
+                ..
+            } => Err(format!(
+                "{named_by} answers role=slave (a replica of {primary_ip}:{primary_port}): the \
+                 sentinels have not named the new master yet"
+            )),
+            Role::Sentinel { .. } => Err(format!("{named_by} is a sentinel, not a data node")),
+            other => Err(format!("{named_by} answers an unknown role ({other:?})")),
+        }
+    }
+
+    /// The connection to the master in use dropped: it is given up and the search starts.
+    fn connection_dropped(&self) {
+        let dropped = {
+            let mut state = self.state();
+            match state.master.take() {
+                Some(master) if master.broken.load(Ordering::Acquire) => {
+                    state.failed = Some((master.address.clone(), Instant::now()));
+                    Some(master.address)
+                }
+                other => {
+                    state.master = other;
+                    None
+                }
+            }
+        };
+        if let Some(address) = dropped {
+            tracing::warn!(master = %address,
+                "the connection to the Redis Sentinel master dropped; asking the sentinels");
+            self.search();
+        }
+    }
+
+    /// `master` answered `result`: if that means it may no longer be the master (a refusal
+    /// only a replica gives, a refused, lost or timed-out connection), it is given up (if still
+    /// in use) and the search starts. Returns whether it was.
+    fn check(&self, master: &Master, result: &RedisResult<Value>) -> bool {
+        let why = match result {
+            Err(error) if master_moved(error) => error.to_string(),
+            Ok(Value::ServerError(error)) if not_master(error.code()) => {
+                format!("{} {}", error.code(), error.details().unwrap_or_default())
+            }
+            _ => return false,
+        };
+        {
+            let mut state = self.state();
+            state.failed = Some((master.address.clone(), Instant::now()));
+            if state
+                .master
+                .as_ref()
+                .is_some_and(|m| m.generation == master.generation)
+            {
+                tracing::warn!(master = %master.address, error = %why,
+                    "the Redis Sentinel master stopped serving; asking the sentinels");
+                state.master = None;
+            }
+        }
+        self.search();
+        true
+    }
+
+    /// `cmd` on the master. If the master refused it without running it (`READONLY`: a demoted
+    /// master), it goes once more to the master the sentinels name now.
+    pub(crate) async fn request(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let master = self.master_within(self.access.connect_timeout).await?;
+        let result = master.connection.clone().req_packed_command(cmd).await;
+        // A server's refusal comes back as a value, not an error.
+        let refused = matches!(&result, Ok(Value::ServerError(e)) if not_master(e.code()));
+        if !self.check(&master, &result) || !refused {
+            return result;
+        }
+        let Ok(next) = self.master_within(self.access.connect_timeout).await else {
+            return result;
+        };
+        let retried = next.connection.clone().req_packed_command(cmd).await;
+        self.check(&next, &retried);
+        retried
+    }
+
+    /// A pipeline on the master (not sent again on a refusal: part of it may have run).
+    pub(crate) async fn request_pipeline(
+        &self,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        let master = self.master_within(self.access.connect_timeout).await?;
+        let result = master
+            .connection
+            .clone()
+            .req_packed_commands(pipeline, offset, count)
+            .await;
+        let first_refusal = match &result {
+            Ok(values) => values
+                .iter()
+                .find(|v| matches!(v, Value::ServerError(e) if not_master(e.code())))
+                .cloned()
+                .map(Ok),
+            Err(error) => Some(Err(error.clone())),
+        };
+        if let Some(refusal) = first_refusal {
+            self.check(&master, &refusal);
+        }
+        result
+    }
+}
+
+/// Answers after which the node in use may no longer be the master.
+fn master_moved(error: &RedisError) -> bool {
+    error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || error.is_io_error()
+        || error.is_timeout()
+        || error.code().is_some_and(not_master)
+}
+
+/// Refusals only a node that is not the master gives, without running the command.
+fn not_master(code: &str) -> bool {
+    matches!(code, "READONLY" | "MASTERDOWN")
+}
+
+/// No master to send to: nothing was sent (a refusal, for the error mapping).
+fn no_master(message: String) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionRefused,
+        message,
+    ))
+}

@@ -1,0 +1,84 @@
+//! A waiter on a Redis Cluster keeps hearing release announcements across failovers of the
+//! lock's slot: the demoted master ends its sharded subscriptions (`SUNSUBSCRIBE` pushed by the
+//! node), and the store subscribes again on the slot's new master.
+
+use std::time::Duration;
+
+use leasehold::{LockManager, LockOptions};
+use leasehold_core::LockKey;
+use leasehold_redis::{RedisConfig, RedisStore};
+use leasehold_testkit::redis_cluster::RedisCluster;
+
+/// A manager that, while the store is up, polls a refused wait only once a minute: within a
+/// test's wait, only a release announcement hands it the lock.
+fn polling_rarely(store: RedisStore) -> LockManager {
+    LockManager::builder()
+        .client_id("t")
+        .farm_id("f1")
+        .store(store)
+        .retry_interval(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_told_of_the_release_after_failovers_of_the_slot() {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap()
+        .expect("start a Redis Cluster");
+    let config = RedisConfig::new(cluster.url());
+    let holder_store = RedisStore::connect(config.clone()).await.unwrap();
+    let key: LockKey = "DC#f1#t#told-after-failover".parse().unwrap();
+    let lock_key = holder_store.lock_key(&key);
+    let holder = polling_rarely(holder_store);
+    let waiter = polling_rarely(RedisStore::connect(config).await.unwrap());
+    let mut cluster = Some(cluster);
+
+    for round in 0..2 {
+        let guard = holder.try_lock("told-after-failover").await.unwrap();
+        let waiter = waiter.clone();
+        let waiting = tokio::spawn(async move {
+            let guard = waiter
+                .lock_with(
+                    "told-after-failover",
+                    LockOptions::new().wait(Duration::from_secs(40)),
+                )
+                .await?;
+            let token = guard.fencing_token();
+            guard.release().await?;
+            Ok::<_, leasehold::Error>(token)
+        });
+        // The waiter is in line and subscribed on the slot's master before the failover.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let group = cluster.take().unwrap();
+        let lock_key = lock_key.clone();
+        let (group, moved) = tokio::task::spawn_blocking(move || {
+            let moved = group.master_of(&lock_key).and_then(|master| {
+                let new = group.failover_takeover(master)?;
+                group.wait_healthy()?;
+                Ok((master, new))
+            });
+            (group, moved)
+        })
+        .await
+        .unwrap();
+        cluster = Some(group);
+        let (old, new) = moved.expect("the slot's replica took over");
+        assert_ne!(old, new);
+        // Time for the holder's store to follow the slot; then the release on the new master
+        // must reach the waiter.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!waiting.is_finished(), "round {round}: the lock was held");
+        let held = guard.fencing_token();
+        assert!(
+            guard.release().await.expect("released on the new master"),
+            "round {round}: the lock was kept through the failover"
+        );
+        let granted = waiting
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: the waiter heard the release: {e}"));
+        assert!(granted > held, "round {round}: {held:?} then {granted:?}");
+    }
+}

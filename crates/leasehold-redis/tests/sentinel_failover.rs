@@ -1,0 +1,164 @@
+//! A killed Sentinel master that its supervisor restarts comes back on the same address, first as
+//! an empty master, then — once the sentinels reconfigure it — as a replica of the master they
+//! promoted meanwhile, answering every write with `READONLY`. The store must follow the sentinels
+//! to the new master (and never write to the restarted node), and the locks must be granted there
+//! as soon as the sentinels' failover is over. The same for a master the sentinels demote while it
+//! runs (`SENTINEL FAILOVER`).
+
+use std::time::{Duration, Instant};
+
+use leasehold::{LockManager, LockOptions};
+use leasehold_core::{LockKey, LockStore};
+use leasehold_redis::{RedisConfig, RedisStore};
+use leasehold_testkit::redis_cluster::RedisSentinel;
+
+fn manager(store: RedisStore) -> LockManager {
+    LockManager::builder()
+        .client_id("t")
+        .farm_id("f1")
+        .lock_ttl(Duration::from_secs(2))
+        .min_backoff(Duration::from_millis(50))
+        .store(store)
+        .build()
+        .unwrap()
+}
+
+/// Takes and releases `name` until `stop`, as the fault harness's workers do: every wait
+/// generous, so a wait that runs out is the store stuck, not the failover. Returns how many
+/// times it had the lock, or the first error.
+fn acquire_until(
+    locks: LockManager,
+    name: &'static str,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<leasehold::Result<u32>> {
+    tokio::spawn(async move {
+        let mut done = 0u32;
+        while !*stop.borrow() {
+            let guard = locks
+                .lock_with(name, LockOptions::new().wait(Duration::from_secs(60)))
+                .await?;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            // A release cut off by the kill is the readback's business; the lock then runs out.
+            let _ = guard.release().await;
+            done += 1;
+        }
+        Ok(done)
+    })
+}
+
+/// The connections on the data node at `port` whose last command was a script: the stores' data
+/// connections (the sentinels', the replicas' and the subscribers' run other commands).
+fn script_clients(group: &RedisSentinel, port: u16) -> Vec<String> {
+    let list = group
+        .node(port)
+        .expect("a data node")
+        .command(&["CLIENT", "LIST"])
+        .expect("CLIENT LIST");
+    list.lines()
+        .filter(|l| l.contains("cmd=evalsha") || l.contains("cmd=eval "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_restarted_as_a_replica_is_left_for_the_new_master() {
+    let mut group = tokio::task::spawn_blocking(RedisSentinel::start)
+        .await
+        .unwrap()
+        .expect("start Redis Sentinel (redis-server, redis-sentinel)");
+    let url = group.url();
+    let store = RedisStore::connect(RedisConfig::new(&url)).await.unwrap();
+    let locks = manager(store.clone());
+    let key: LockKey = "DC#f1#t#follow".parse().unwrap();
+    let lock_key = store.lock_key(&key);
+    // Two more processes take the lock in a loop through every kill, as in production.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let looping: Vec<_> =
+        futures::future::join_all((0..2).map(|_| RedisStore::connect(RedisConfig::new(&url))))
+            .await
+            .into_iter()
+            .map(|store| acquire_until(manager(store.unwrap()), "follow", stopped.clone()))
+            .collect();
+    drop(
+        locks
+            .lock("follow")
+            .await
+            .expect("the lock before any fault"),
+    );
+
+    // Round 0: the master killed and restarted at once. Round 1: the master demoted by
+    // `SENTINEL FAILOVER` while the store is idle (the sentinels make it a replica and close its
+    // clients' connections; it stays up, answering `READONLY`). Round 2: killed again.
+    for round in 0..3 {
+        let old = group.master_port().unwrap();
+        let killed = Instant::now();
+        let (back, new) = tokio::task::spawn_blocking(move || {
+            if round == 1 {
+                let new = group.failover();
+                let settled = group.wait_settled();
+                return (group, new.and_then(|new| settled.map(|()| new)));
+            }
+            if let Err(e) = group.kill(old) {
+                return (group, Err(e));
+            }
+            let new = group.wait_new_master(old);
+            // Restarted at once: an empty master until the sentinels make it a replica of the
+            // new one (the restart returns once it is one, in sync).
+            let restarted = group.restart(old);
+            (group, new.and_then(|new| restarted.map(|()| new)))
+        })
+        .await
+        .unwrap();
+        group = back;
+        let new = new.expect("the sentinels promoted a replica and the old master came back");
+        assert_ne!(old, new);
+        let role = group.node(old).unwrap().info_field("replication", "role");
+        assert_eq!(
+            role.unwrap(),
+            "slave",
+            "round {round}: the old master is a replica now"
+        );
+
+        // The failover is long over: the next lock must not wait for anything but the lock.
+        let guard = locks
+            .lock_with("follow", LockOptions::new().wait(Duration::from_secs(10)))
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "round {round}: no lock {:?} after the fault on :{old} (new master :{new}): {e}",
+                    killed.elapsed()
+                )
+            });
+        // Granted on the new master, over a connection to it, and nothing of ours on the old.
+        let held = group
+            .node(new)
+            .unwrap()
+            .command(&["EXISTS", &lock_key])
+            .unwrap();
+        assert_eq!(
+            held, ":1",
+            "round {round}: the lock is on the new master :{new}"
+        );
+        let info = store.inspect(&key).await.unwrap().expect("held");
+        assert_eq!(info.token.as_ref(), Some(guard.token()));
+        assert!(
+            !script_clients(&group, new).is_empty(),
+            "round {round}: the store's data connection is to the new master :{new}"
+        );
+        assert_eq!(
+            script_clients(&group, old),
+            Vec::<String>::new(),
+            "round {round}: no data connection to the old master :{old}, a replica now"
+        );
+        assert!(guard.release().await.unwrap(), "round {round}: released");
+    }
+
+    stop.send_replace(true);
+    for worker in looping {
+        let done = worker
+            .await
+            .unwrap()
+            .expect("every wait of the looping processes ended with the lock");
+        assert!(done > 0);
+    }
+}
