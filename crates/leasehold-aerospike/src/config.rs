@@ -426,9 +426,11 @@ impl AerospikeConfig {
     }
 
     /// Fencing tokens (default on): a counter record per key, incremented while the new holder's
-    /// record exists and written into it, so tokens grow in the order of the holds (3 round
-    /// trips per acquire). `false` is the Java manager's plain cycle: one create-only write to
-    /// acquire, one delete to release, no token.
+    /// record exists, so tokens grow in the order of the holds (2 round trips per acquire). The
+    /// counter expires with the hold's TTL and starts again from the server's clock, so keys
+    /// nobody holds leave nothing behind (the namespace must let records expire). `false` is the
+    /// Java manager's plain cycle: one create-only write to acquire, one delete to release, no
+    /// token.
     pub fn fencing(mut self, on: bool) -> Self {
         self.fencing = on;
         self

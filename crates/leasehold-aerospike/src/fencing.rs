@@ -41,7 +41,7 @@ impl AerospikeStore {
     }
 
     /// The fence step when nothing else wrote the fence record since `generation` was read with
-    /// the create: one generation-checked `operate` (add 1, our owner token, read the counter).
+    /// the create: one generation-checked `operate` (the increment, our owner token, read the counter).
     /// `Ok(None)`: the generation changed (another acquisition's fence step came between, or
     /// ours landed in doubt), and the verified steps decide ([`Self::fence_verified`]).
     async fn fence_checked(

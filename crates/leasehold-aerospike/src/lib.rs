@@ -10,7 +10,7 @@
 //! | user key | the lock id `<clientId>#<entityId>` (sent, so listing can name it) |
 //! | bins | `<farmId>##data` = 1, `<farmId>##uat` = acquisition epoch ms (the Java manager's); `lh_token` = owner token, `lh_fence` = fencing token when the verified fence steps took it (leasehold's, ignored by Java) |
 //! | expiration | the TTL in whole seconds, rounded up (never 0 = "namespace default") |
-//! | fence record | record `<lock set>#fence` / lock id: `lh_counter` (the last fencing token), `lh_owner` (the owner token that took it with the generation-checked step), never expires |
+//! | fence record | record `<lock set>#fence` / lock id: `lh_counter` (the last fencing token), `lh_owner` (the owner token that took it with the generation-checked step); expires the hold's TTL after its last increment, and an absent counter starts from the server's clock in microseconds |
 //! | waiter line (fair) | record `<lock set>#queue` / lock id: `lh_line` (map waiter id → [ticket µs, deadline µs]), `lh_granted`, `lh_hold` |
 //! | readers, permits | same record key, own format: `lh_mode` (`shared` / `semaphore:N`), `lh_holders` (map token → expiry ms), `lh_writer` (waiting writer); changed by filtered `operate`s |
 //! | lock history (traced keys) | record `<lock set>#trace` / lock id, list bin `lh_trace` (newest first, bounded), expires the trace TTL after its last write |
