@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::{LockManager, LockOptions};
+use leasehold::layers::CountingLayer;
+use leasehold::{Layer, LockManager, LockOptions, MemoryStore};
 
 /// How long every blocking call here may wait: far longer than any of them needs.
 const WAIT: Duration = Duration::from_secs(60);
@@ -127,6 +128,58 @@ async fn a_waiter_in_line_is_served_before_the_releaser_asking_again() {
             *order.lock().unwrap(),
             ["waiter", "newcomer"],
             "{setting}: served in the order they asked"
+        );
+    }
+}
+
+/// Tasks of one process waiting for a key queue in the manager's line: they are served in the
+/// order they asked, and only the head asks the store meanwhile (the process is one contender
+/// there, however many of its tasks wait).
+#[tokio::test(start_paused = true)]
+async fn waiters_of_one_process_are_served_in_order_and_only_the_head_asks_the_store() {
+    for local_competition in [true, false] {
+        let counting = CountingLayer::new();
+        let counts = counting.counts();
+        let locks = LockManager::builder()
+            .client_id("test")
+            .farm_id("f1")
+            .task_holders(false)
+            .store(counting.layer(MemoryStore::new()))
+            .local_competition(local_competition)
+            .build()
+            .unwrap();
+        let held = locks.try_lock("k").await.unwrap();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..4 {
+            waiters.push(tokio::spawn({
+                let (locks, order) = (locks.clone(), order.clone());
+                async move {
+                    let guard = locks
+                        .lock_with("k", LockOptions::new().wait(WAIT))
+                        .await
+                        .unwrap();
+                    order.lock().unwrap().push(i);
+                    settle().await;
+                    guard.release().await.unwrap();
+                }
+            }));
+            settle().await;
+        }
+        assert!(
+            counts.acquires() <= 3,
+            "local competition {local_competition}: the holder's try and at most the head's \
+             try and first wait reached the store, not every waiter's: {}",
+            counts.acquires()
+        );
+        held.release().await.unwrap();
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        assert_eq!(
+            *order.lock().unwrap(),
+            [0, 1, 2, 3],
+            "local competition {local_competition}: served in the order they asked"
         );
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -15,6 +16,7 @@ use crate::guard::LockGuard;
 
 use crate::handle::Handle;
 use crate::scenario::StoreDownPolicy;
+use crate::waiters::Place;
 
 use super::options::Plan;
 use super::LockManager;
@@ -147,39 +149,62 @@ impl LockManager {
         // the lock would then be held for nobody until its TTL. A refusal is checked against them.
         let mut in_doubt: Vec<OwnerToken> = Vec::new();
         // Most locks meet nobody: a first plain try costs what `try_lock` costs, and only a
-        // refusal pays for the watch (a subscription, on stores that notify). A try never takes a
-        // place in line, so it cannot pass anyone waiting. A release between its refusal and the
-        // watch is not missed: the loop asks again once the watch is in place.
-        let first = try_once();
-        match self.attempt(handle, &first).await {
-            Err(e) if e.is_unavailable() => {}
-            Err(e) if is_store_down(e.kind()) => {
-                if may_have_applied(&e) {
-                    in_doubt.push(first.token.clone());
-                }
-                down = Some((e, 1));
-                // The store is down: its first backoff step before the next attempt, as in the
-                // loop (and the try's undo goes out first).
-                let pause = self.inner.config.backoff.delay(1);
-                tokio::select! {
-                    _ = handle.lifecycle.closing() => {
-                        return Err(Error::shut_down().with_key(plan.key.as_str()))
+        // refusal pays for a place in the line and the watch (a subscription, on stores that
+        // notify). A try never takes a place in the store's line (nor in local competition's), so
+        // it cannot pass anyone waiting there. A call without a holder that other tasks of this
+        // process already wait for skips it and queues behind them: the key is theirs first. A
+        // call with a holder asks all the same, since only asking tells whether the key is its own
+        // already (a reentrant take), and queueing behind its own waiters would never end.
+        // A store that keeps a place per waiter (strict FIFO across the fleet) is asked by every
+        // waiter: a line here would hold them back from taking their places there.
+        let own_places = || handle.store.capabilities().waiter_line;
+        let queue_first =
+            plan.holder.is_none() && handle.waiters.anyone_waits(&plan.key) && !own_places();
+        if queue_first {
+            *attempts = 0;
+        } else {
+            let first = try_once();
+            match self.attempt(handle, &first).await {
+                Err(e) if e.is_unavailable() => {}
+                Err(e) if is_store_down(e.kind()) => {
+                    if may_have_applied(&e) {
+                        in_doubt.push(first.token.clone());
                     }
-                    _ = tokio::time::sleep_until(deadline.min(Instant::now() + pause)) => {}
+                    down = Some((e, 1));
+                    // The store is down: its first backoff step before the next attempt, as in
+                    // the loop (and the try's undo goes out first).
+                    let pause = self.inner.config.backoff.delay(1);
+                    tokio::select! {
+                        _ = handle.lifecycle.closing() => {
+                            return Err(Error::shut_down().with_key(plan.key.as_str()))
+                        }
+                        _ = tokio::time::sleep_until(deadline.min(Instant::now() + pause)) => {}
+                    }
                 }
+                done => return done,
             }
-            done => return done,
+        }
+        // The process's line for the key: only its head asks the store, the others wait here for
+        // their turn. The place is left when this call ends (served, timed out, failed or
+        // cancelled), which makes the next in line the head.
+        let place = handle.waiters.join(&plan.key);
+        if !own_places() {
+            self.await_turn(plan, &place, deadline)
+                .await
+                .map_err(|timed_out| {
+                    timed_out.unwrap_or_else(|| gave_up(plan, down.take(), started, *attempts))
+                })?;
         }
         // The store's notification that the lock may be free for this process (a release
         // elsewhere, or this process's turn in the store's waiter queue), registered before the
         // first attempt that waits. A store that cannot notify leaves local releases as the
         // wake-up: a task of this process releasing the key.
         let store = handle.store.watch(&plan.key).await;
-        let local = (!store.is_live()).then(|| handle.waiters.subscribe(&plan.key));
+        let local = (!store.is_live()).then(|| place.released());
         loop {
             // Enabled before the attempt, so a release between a failed attempt and the sleep is
             // not missed.
-            let mut woken = std::pin::pin!(local.as_ref().map(|l| l.notify().notified()));
+            let mut woken = std::pin::pin!(local.map(Notify::notified));
             if let Some(woken) = woken.as_mut().as_pin_mut() {
                 woken.enable();
             }
@@ -229,29 +254,7 @@ impl LockManager {
             }
             let now = Instant::now();
             if now >= deadline {
-                if let Some((last, failures)) = down {
-                    tracing::warn!(key = %plan.key, error = %last, attempts = *attempts,
-                        "the store stayed down for the whole wait");
-                    return Err(Error::new(
-                        last.kind(),
-                        format!(
-                            "the store was still down after waiting {:?} ({attempts} attempts, the \
-                             last {failures} failed on the store); the last error is the cause",
-                            now - started
-                        ),
-                    )
-                    .with_key(plan.key.as_str())
-                    .with_source(last));
-                }
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "still held by another owner after waiting {:?} ({attempts} attempts); \
-                         wait longer or inspect the holder",
-                        now - started
-                    ),
-                )
-                .with_key(plan.key.as_str()));
+                return Err(gave_up(plan, down, started, *attempts));
             }
             // A store that notifies wakes this waiter when it is its turn, so polling is only the
             // net under a lost notification: the longest backoff step. Without notifications the
@@ -281,6 +284,32 @@ impl LockManager {
                     return Err(Error::shut_down().with_key(plan.key.as_str()))
                 }
                 _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// Waits in this process's line until `place` is its head. `Err(None)`: the deadline passed
+    /// first; `Err(Some(_))`: the manager shut down.
+    async fn await_turn(
+        &self,
+        plan: &Plan,
+        place: &Place<'_>,
+        deadline: Instant,
+    ) -> std::result::Result<(), Option<Error>> {
+        loop {
+            // Enabled before looking, so a change of head in between is not missed.
+            let turn = place.turn().notified();
+            tokio::pin!(turn);
+            turn.as_mut().enable();
+            if place.is_head() {
+                return Ok(());
+            }
+            tokio::select! {
+                _ = turn => {}
+                _ = plan.handle.lifecycle.closing() => {
+                    return Err(Some(Error::shut_down().with_key(plan.key.as_str())))
+                }
+                _ = tokio::time::sleep_until(deadline) => return Err(None),
             }
         }
     }
@@ -336,6 +365,33 @@ impl LockManager {
         }
         result
     }
+}
+
+/// The error of a wait that ran out: the store's last error if it was down at the end (its kind,
+/// and it as the source), else a timeout.
+fn gave_up(plan: &Plan, down: Option<(Error, u32)>, started: Instant, attempts: u32) -> Error {
+    let waited = started.elapsed();
+    if let Some((last, failures)) = down {
+        tracing::warn!(key = %plan.key, error = %last, attempts,
+            "the store stayed down for the whole wait");
+        return Error::new(
+            last.kind(),
+            format!(
+                "the store was still down after waiting {waited:?} ({attempts} attempts, the \
+                 last {failures} failed on the store); the last error is the cause"
+            ),
+        )
+        .with_key(plan.key.as_str())
+        .with_source(last);
+    }
+    Error::new(
+        ErrorKind::Timeout,
+        format!(
+            "still held by another owner after waiting {waited:?} ({attempts} attempts); wait \
+             longer or inspect the holder"
+        ),
+    )
+    .with_key(plan.key.as_str())
 }
 
 /// Undoes an acquisition attempt that may have taken the lock for nobody: the caller stopped
