@@ -499,4 +499,94 @@ mod tests {
         deep.push(0x01);
         assert_eq!(Filter::parse(&deep), Err(ExpError::Depth));
     }
+
+    fn call(op: i64, args: Vec<Mp>) -> Mp {
+        let mut items = vec![Mp::Int(op)];
+        items.extend(args);
+        Mp::Array(items)
+    }
+
+    fn int_bin(name: &str) -> Mp {
+        call(81, vec![Mp::Int(2), Mp::Str(name.as_bytes().to_vec())])
+    }
+
+    fn value(m: &Mp, record: &Record) -> Val {
+        eval(m, record, Instant::now()).unwrap()
+    }
+
+    #[test]
+    fn arithmetic_cond_and_unknowns() {
+        let r = record();
+        let n_plus_one = call(20, vec![int_bin("n"), Mp::Int(1)]);
+        assert_eq!(value(&n_plus_one, &r), Val::Int(6));
+        assert_eq!(value(&call(21, vec![Mp::Int(7)]), &r), Val::Int(-7));
+        assert_eq!(
+            value(&call(23, vec![Mp::Int(7), Mp::Int(2)]), &r),
+            Val::Int(3)
+        );
+        assert_eq!(
+            value(&call(23, vec![Mp::Int(7), Mp::Int(0)]), &r),
+            Val::Unknown
+        );
+        assert_eq!(
+            value(&call(22, vec![int_bin("missing"), Mp::Int(2)]), &r),
+            Val::Unknown
+        );
+        assert_eq!(
+            value(&call(51, vec![Mp::Int(3), int_bin("n")]), &r),
+            Val::Int(5)
+        );
+        // cond: the first true condition's value, else the default; an unknown condition
+        // makes the whole unknown.
+        let n_is = |v| call(1, vec![int_bin("n"), Mp::Int(v)]);
+        let pick = |c: Mp| call(123, vec![c, Mp::Int(10), Mp::Int(20)]);
+        assert_eq!(value(&pick(n_is(5)), &r), Val::Int(10));
+        assert_eq!(value(&pick(n_is(4)), &r), Val::Int(20));
+        let unknown = call(1, vec![int_bin("missing"), Mp::Int(1)]);
+        assert_eq!(value(&pick(unknown), &r), Val::Unknown);
+        assert_eq!(
+            eval(&call(123, vec![Mp::Int(1), Mp::Int(2)]), &r, Instant::now()),
+            Err(ExpError::Args(123))
+        );
+    }
+
+    #[test]
+    fn last_update_plus_since_update_is_the_clock_for_new_and_old_records() {
+        // last_update / 1000 + since_update * 1000: microseconds since 1970.
+        let clock = call(
+            20,
+            vec![
+                call(23, vec![call(66, vec![]), Mp::Int(1_000)]),
+                call(22, vec![call(67, vec![]), Mp::Int(1_000)]),
+            ],
+        );
+        let fresh = Record {
+            last_update_ms: 0,
+            ..record()
+        };
+        let written = Record {
+            last_update_ms: clepoch_now_ms() - 5_000,
+            ..record()
+        };
+        let ahead = Record {
+            last_update_ms: clepoch_now_ms() + 60_000,
+            ..record()
+        };
+        let before = (CITRUSLEAF_EPOCH_UNIX_SECS * 1000 + clepoch_now_ms()) as i64 * 1_000;
+        let (Val::Int(a), Val::Int(b), Val::Int(c)) = (
+            value(&clock, &fresh),
+            value(&clock, &written),
+            value(&clock, &ahead),
+        ) else {
+            panic!("integers");
+        };
+        let after = (CITRUSLEAF_EPOCH_UNIX_SECS * 1000 + clepoch_now_ms()) as i64 * 1_000;
+        assert!((before..=after).contains(&a), "{before} <= {a} <= {after}");
+        assert!((before..=after).contains(&b), "{before} <= {b} <= {after}");
+        // A last update ahead of the clock: since_update is 0, the sum is that time.
+        assert_eq!(
+            c,
+            (CITRUSLEAF_EPOCH_UNIX_SECS * 1000 + ahead.last_update_ms) as i64 * 1_000
+        );
+    }
 }
