@@ -38,6 +38,34 @@ pub struct LockGuard {
     scenario: Arc<str>,
     /// Issued without the lock (the store was down and the scenario proceeds).
     unprotected: bool,
+    /// [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least): the release keeps the
+    /// lock until this long after the grant.
+    hold_at_least: Option<Duration>,
+}
+
+/// What [`LockGuard::release_outcome`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseOutcome {
+    /// The lock was still ours and is now free.
+    Released,
+    /// The lock was still ours, but its [`hold_at_least`](crate::LockOptions::hold_at_least)
+    /// period had not passed: its lease was shortened to the rest of the period (`left`), after
+    /// which the store lets it expire. Until then nobody else can take it.
+    Kept {
+        /// How long the store keeps the lock from now (the rest of the period, on the store's
+        /// clock).
+        left: Duration,
+    },
+    /// The lock was no longer ours (expired, broken, or taken after expiry): nothing changed.
+    NotHeld,
+}
+
+impl ReleaseOutcome {
+    /// `true` unless the lock was no longer ours: what [`LockGuard::release`] returns.
+    pub fn was_held(self) -> bool {
+        !matches!(self, ReleaseOutcome::NotHeld)
+    }
 }
 
 impl LockGuard {
@@ -58,7 +86,20 @@ impl LockGuard {
             released: false,
             scenario,
             unprotected: false,
+            hold_at_least: None,
         }
+    }
+
+    /// Sets the hold period of [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least).
+    pub(crate) fn with_hold_at_least(mut self, hold: Option<Duration>) -> Self {
+        self.hold_at_least = hold;
+        self
+    }
+
+    /// The period this lock stays taken after its grant even if released sooner
+    /// ([`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)), if one was asked for.
+    pub fn hold_at_least(&self) -> Option<Duration> {
+        self.hold_at_least
     }
 
     /// How this guard holds its key: exclusive (or write), shared (read), or a semaphore permit.
@@ -80,6 +121,7 @@ impl LockGuard {
             released: true,
             scenario,
             unprotected: true,
+            hold_at_least: None,
         }
     }
 
@@ -194,30 +236,116 @@ impl LockGuard {
         }
     }
 
-    /// Releases the lock now. `Ok(true)`: it was still ours and is now free. `Ok(false)`: it was no
-    /// longer ours (expired, broken, or taken after expiry) and nothing was deleted — the seed
-    /// manager's `releaseLock` false.
+    /// Releases the lock now. `Ok(true)`: it was still ours and is now free (or, taken with
+    /// [`hold_at_least`](crate::LockOptions::hold_at_least) and released before that period
+    /// ended, kept until it ends: see [`release_outcome`](Self::release_outcome)). `Ok(false)`: it
+    /// was no longer ours (expired, broken, or taken after expiry) and nothing was deleted — the
+    /// seed manager's `releaseLock` false.
     ///
     /// A store that is down (connection refused or reset, a failover, an outcome in doubt) is
     /// retried with backoff until the lease would expire anyway, at most the manager's
     /// [`release_retry`](crate::LockManagerBuilder::release_retry). If it stays down, the error
     /// (of the last store error's kind) says the lock is left to expire and in how long, and a
     /// [`LockEvent::LeftToExpire`](crate::LockEvent::LeftToExpire) is emitted.
-    pub async fn release(mut self) -> Result<bool> {
+    pub async fn release(self) -> Result<bool> {
+        self.release_outcome().await.map(ReleaseOutcome::was_held)
+    }
+
+    /// [`release`](Self::release), saying what was done.
+    ///
+    /// Without [`hold_at_least`](crate::LockOptions::hold_at_least), or once its period has
+    /// passed since the grant: an owner-checked delete ([`ReleaseOutcome::Released`] or
+    /// [`ReleaseOutcome::NotHeld`]). Before the period has passed: an owner-checked extend of the
+    /// lease to the rest of the period instead of a delete ([`ReleaseOutcome::Kept`]), so the
+    /// lock stays taken until the period ends and then expires in the store. The rest is measured
+    /// on this process's monotonic clock from just before the acquire request was sent, and the
+    /// store counts it down on its own clock (Redis `PEXPIRE`, an etcd lease's TTL rounded up to
+    /// whole seconds, an Aerospike record TTL, the embedded store's clock): no wall clock is read,
+    /// so clients whose clocks differ cannot shorten it. It may end earlier than the period by at
+    /// most the acquire's round trip (the store granted the lock a little after the request was
+    /// sent).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+    /// use std::time::Duration;
+    /// use leasehold::{LockOptions, ReleaseOutcome};
+    /// let locks = leasehold::LockManager::builder().client_id("jobs").farm_id("f1").build()?;
+    /// let opts = LockOptions::new().hold_at_least(Duration::from_secs(60));
+    /// let guard = locks.try_lock_with("nightly-report", opts).await?;
+    /// // ... the job finishes in well under a minute ...
+    /// let outcome = guard.release_outcome().await?;
+    /// assert!(matches!(outcome, ReleaseOutcome::Kept { .. }));
+    /// assert!(locks.try_lock("nightly-report").await.unwrap_err().is_unavailable());
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_outcome(mut self) -> Result<ReleaseOutcome> {
         // `released` is set only once the release has completed: if this future is dropped
         // midway, `Drop` still sends the (owner-checked) release in the background.
         if self.unprotected {
-            return Ok(false);
+            return Ok(ReleaseOutcome::NotHeld);
         }
         if let Some(renewer) = self.renewer.take() {
             renewer.stop().await;
         }
-        let result = self
-            .handle
-            .release(&self.state.lease(), &self.scenario)
-            .await;
+        let result = finish(
+            &self.handle,
+            &self.state,
+            &self.scenario,
+            self.acquired.acquired_at(),
+            self.hold_at_least,
+        )
+        .await;
         self.released = true;
         result
+    }
+}
+
+/// The release of a guard: a delete, or within its hold period an extend to the rest of it.
+async fn finish(
+    handle: &Handle,
+    state: &LeaseState,
+    scenario: &Arc<str>,
+    granted_at: tokio::time::Instant,
+    hold_at_least: Option<Duration>,
+) -> Result<ReleaseOutcome> {
+    let lease = state.lease();
+    let left = hold_at_least.and_then(|d| d.checked_sub(granted_at.elapsed()));
+    // Under a millisecond no store can represent the rest: release at once.
+    let Some(left) = left.filter(|left| *left >= Duration::from_millis(1)) else {
+        return Ok(if handle.release(&lease, scenario).await? {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        });
+    };
+    let span = tracing::info_span!(
+        "leasehold.release",
+        key = %lease.key(),
+        store = handle.store.name(),
+        scenario = &**scenario,
+        outcome = tracing::field::Empty,
+    );
+    let result = crate::observe::in_scenario(
+        scenario.clone(),
+        crate::failover::extend(&handle.store, &handle.retry, &lease, left)
+            .instrument(span.clone()),
+    )
+    .await;
+    match result {
+        Ok(renewed) => {
+            span.record("outcome", "kept_for_hold_period");
+            state.set_lease(renewed);
+            Ok(ReleaseOutcome::Kept { left })
+        }
+        Err(error) if error.kind() == crate::ErrorKind::NotHeld => {
+            span.record("outcome", "not_held");
+            state.mark_lost(error.to_string());
+            Ok(ReleaseOutcome::NotHeld)
+        }
+        Err(error) => {
+            span.record("outcome", error.kind().as_str());
+            Err(error)
+        }
     }
 }
 
@@ -232,13 +360,16 @@ impl Drop for LockGuard {
         let handle = self.handle.clone();
         let state = self.state.clone();
         let scenario = self.scenario.clone();
+        let granted_at = self.acquired.acquired_at();
+        let hold_at_least = self.hold_at_least;
         // Tracked by the lifecycle: a shutdown waits for this release.
         let spawned = self.handle.lifecycle.spawn(async move {
             if let Some(renewer) = renewer {
                 renewer.stop().await;
             }
             let lease = state.lease();
-            if let Err(error) = handle.release(&lease, &scenario).await {
+            if let Err(error) = finish(&handle, &state, &scenario, granted_at, hold_at_least).await
+            {
                 tracing::warn!(key = %lease.key(), %error,
                     "releasing a dropped guard failed; the lock expires at its TTL");
             }

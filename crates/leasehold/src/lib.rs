@@ -71,7 +71,7 @@ pub use leasehold_core::{
     WaiterId, MAX_PERMITS,
 };
 
-pub use guard::LockGuard;
+pub use guard::{LockGuard, ReleaseOutcome};
 pub use holder::Holder;
 pub use manager::{
     LockManager, LockManagerBuilder, LockOptions, ToLockKey, Toggle, DEFAULT_LOCK_TTL,

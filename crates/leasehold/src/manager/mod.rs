@@ -117,7 +117,9 @@ impl LockManager {
     /// [`LockManager::try_lock`] with per-call options.
     pub async fn try_lock_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
         let plan = self.plan(&key, &opts)?;
-        self.execute(plan, None).await
+        let hold = opts.hold_period()?;
+        let guard = self.execute(plan, None).await?;
+        Ok(guard.with_hold_at_least(hold))
     }
 
     /// Acquires `key`, waiting up to the default wait (90 s) while another owner holds it.
@@ -160,7 +162,9 @@ impl LockManager {
             .with_key(plan.key.as_str()));
         }
         let wait = plan.wait;
-        self.execute(plan, Some(wait)).await
+        let hold = opts.hold_period()?;
+        let guard = self.execute(plan, Some(wait)).await?;
+        Ok(guard.with_hold_at_least(hold))
     }
 
     /// Acquires `key` the way its scenario says: one attempt for a [`AcquireMode::Try`] scenario, a
@@ -177,7 +181,9 @@ impl LockManager {
             AcquireMode::Try => None,
             _ => Some(plan.wait),
         };
-        self.execute(plan, wait).await
+        let hold = opts.hold_period()?;
+        let guard = self.execute(plan, wait).await?;
+        Ok(guard.with_hold_at_least(hold))
     }
 
     /// The scenarios this manager resolves lock calls against.

@@ -77,6 +77,7 @@ pub struct LockOptions {
     pub(super) mode: Option<LockMode>,
     scenario: Option<Arc<str>>,
     trace: Option<Option<TraceConfig>>,
+    hold_at_least: Option<Duration>,
 }
 
 impl LockOptions {
@@ -138,6 +139,47 @@ impl LockOptions {
     pub fn trace(mut self, trace: Option<TraceConfig>) -> Self {
         self.trace = Some(trace);
         self
+    }
+
+    /// Keep the lock taken until at least `period` after it was granted, even if the guard is
+    /// released (or dropped) sooner: a job lock, like ShedLock's `lockAtLeastFor`. A release
+    /// within the period shortens the lease to the rest of the period (an owner-checked extend)
+    /// instead of deleting it, so a job that finishes early still keeps the rest of the fleet
+    /// out until the period ends, and then the lock expires in the store; a release after the
+    /// period releases normally. [`LockGuard::release_outcome`](crate::LockGuard::release_outcome)
+    /// says which happened and how long the lock is kept.
+    ///
+    /// Pair it with renewal (the default without an explicit [`ttl`](Self::ttl)) so a job that
+    /// runs longer than its TTL never loses the lock midway: this covers ShedLock's
+    /// `lockAtMostFor` too, the TTL being how long a crashed holder keeps the lock. The rest of the
+    /// period is counted on the store's clock (see `release_outcome`), never on the clients'
+    /// wall clocks. A manager's [`shutdown`](crate::LockManager::shutdown) releases the locks
+    /// still held without waiting for their periods.
+    ///
+    /// A lock taken with a hold period is never reentrant (its [`holder`](Self::holder) is
+    /// ignored): the same task or holder taking it again within the period is refused like any
+    /// other instance of the job.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leasehold::LockOptions;
+    /// // The nightly job runs at most once per 10-minute window across the fleet.
+    /// let opts = LockOptions::new().hold_at_least(Duration::from_secs(600));
+    /// # let _ = opts;
+    /// ```
+    pub fn hold_at_least(mut self, period: Duration) -> Self {
+        self.hold_at_least = Some(period);
+        self
+    }
+
+    /// The period of [`hold_at_least`](Self::hold_at_least), checked: at most 30 days.
+    pub(super) fn hold_period(&self) -> Result<Option<Duration>> {
+        match self.hold_at_least {
+            Some(period) if period > MAX_TTL => Err(Error::invalid_argument(format!(
+                "hold_at_least ({period:?}) is longer than the maximum of 30 days"
+            ))),
+            hold => Ok(hold.filter(|period| !period.is_zero())),
+        }
     }
 
     /// The kind of hold: [`LockMode::Exclusive`] (the default; a read-write lock's write side),
@@ -238,10 +280,15 @@ impl LockManager {
         }
         let mode = opts.mode.or(scenario.map(|s| s.lock)).unwrap_or_default();
         mode.validate()?;
-        let holder = opts
-            .holder
-            .map(|h| h.id())
-            .or_else(|| config.task_holders.then(HolderId::current));
+        // A job lock is never reentrant: its holder re-taking it within the hold period (a cron
+        // loop in one task) must be refused like anyone else, not counted up on the kept lease.
+        let holder = match opts.hold_at_least {
+            Some(_) => None,
+            None => opts
+                .holder
+                .map(|h| h.id())
+                .or_else(|| config.task_holders.then(HolderId::current)),
+        };
         let renew = opts
             .renew
             .or(scenario.and_then(|s| s.renew))
