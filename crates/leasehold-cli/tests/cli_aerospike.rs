@@ -17,6 +17,11 @@ use common::{leasehold, text};
 
 /// Starts `leasehold [global…] run KEY -- sh -c 'echo ready; exec sleep 30'` and waits for `ready`.
 fn holder(store: &str, global: &[&str], key: &str) -> Child {
+    fenced_holder(store, global, key).0
+}
+
+/// [`holder`], with the fencing token `run` gave its command.
+fn fenced_holder(store: &str, global: &[&str], key: &str) -> (Child, u64) {
     let mut run = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .env("LEASEHOLD_STORE", store)
         .args(global)
@@ -28,16 +33,20 @@ fn holder(store: &str, global: &[&str], key: &str) -> Child {
             "--",
             "sh",
             "-c",
-            "echo ready; exec sleep 30",
+            "echo ready $LEASEHOLD_FENCING_TOKEN; exec sleep 30",
         ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let stdout = run.stdout.take().unwrap();
-    assert!(BufReader::new(stdout)
+    let token = BufReader::new(stdout)
         .lines()
-        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false)));
-    run
+        .map_while(Result::ok)
+        .find_map(|l| l.trim().strip_prefix("ready ").map(str::to_owned))
+        .expect("the command started")
+        .parse()
+        .expect("a fencing token");
+    (run, token)
 }
 
 /// `aerospike://[user:password@]host:port[,host:port…]/<namespace>?<query>` for the target
@@ -74,7 +83,7 @@ async fn run_inspect_list_release() {
     let url = url(&target, target.namespace(), "set_suffix=dlm&farm=farm1");
     let name = target.unique("nightly");
     let full = format!("DC#farm1#cli#{name}");
-    let mut run = holder(&url, &[], &name);
+    let (mut run, token) = fenced_holder(&url, &[], &name);
     if let Some(fixture) = target.fixture() {
         assert!(
             fixture
@@ -93,7 +102,10 @@ async fn run_inspect_list_release() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["key"], full.as_str());
-    assert_eq!(json["fencing_token"], 1);
+    assert_eq!(
+        json["fencing_token"], token,
+        "inspect shows the holder's token"
+    );
 
     let out = leasehold(&url, &["list"]);
     assert!(text(&out.stdout).contains(&full), "{}", text(&out.stdout));
