@@ -10,7 +10,8 @@ use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::redis_cluster::RedisCluster;
 
 /// A manager that, while the store is up, polls a refused wait only once a minute: within a
-/// test's wait, only a release announcement hands it the lock.
+/// test's wait (and with a waiter timeout longer than it), only a release announcement hands it
+/// the lock.
 fn polling_rarely(store: RedisStore) -> LockManager {
     LockManager::builder()
         .client_id("t")
@@ -32,7 +33,12 @@ async fn a_waiter_is_told_of_the_release_after_failovers_of_the_slot() {
     let key: LockKey = "DC#f1#t#told-after-failover".parse().unwrap();
     let lock_key = holder_store.lock_key(&key);
     let holder = polling_rarely(holder_store);
-    let waiter = polling_rarely(RedisStore::connect(config).await.unwrap());
+    // Its place in line lasts four minutes: no renewal of it wakes the waiter either.
+    let waiter = polling_rarely(
+        RedisStore::connect(config.waiter_timeout(Duration::from_secs(240)))
+            .await
+            .unwrap(),
+    );
     let mut cluster = Some(cluster);
 
     for round in 0..2 {
@@ -42,7 +48,7 @@ async fn a_waiter_is_told_of_the_release_after_failovers_of_the_slot() {
             let guard = waiter
                 .lock_with(
                     "told-after-failover",
-                    LockOptions::new().wait(Duration::from_secs(40)),
+                    LockOptions::new().wait(Duration::from_secs(30)),
                 )
                 .await?;
             let token = guard.fencing_token();
