@@ -183,3 +183,50 @@ async fn waiters_of_one_process_are_served_in_order_and_only_the_head_asks_the_s
         );
     }
 }
+
+/// Tasks taking turns on one hot key, each asking again as soon as it released (by default a
+/// task is a holder, so its first plain try is made in case the key is its own already): none
+/// takes the key twice in a row while the others wait, with or without local competition.
+#[tokio::test(start_paused = true)]
+async fn tasks_looping_on_a_hot_key_take_turns() {
+    const ROUNDS: usize = 20;
+    for local_competition in [true, false] {
+        let locks = LockManager::builder()
+            .client_id("test")
+            .farm_id("f1")
+            .local_competition(local_competition)
+            .build()
+            .unwrap();
+        let held = locks.try_lock("hot").await.unwrap();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let tasks: Vec<_> = (0..3)
+            .map(|id| {
+                let (locks, order) = (locks.clone(), order.clone());
+                tokio::spawn(async move {
+                    for _ in 0..ROUNDS {
+                        let guard = locks
+                            .lock_with("hot", LockOptions::new().wait(WAIT))
+                            .await
+                            .unwrap();
+                        order.lock().unwrap().push(id);
+                        guard.release().await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        settle().await; // all three wait
+        held.release().await.unwrap();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let order = order.lock().unwrap();
+        // Up to the last grants, when one task may be left alone with the key.
+        let all_waiting = &order[..ROUNDS * 3 - 2];
+        let repeats = all_waiting.windows(2).filter(|w| w[0] == w[1]).count();
+        assert_eq!(
+            repeats, 0,
+            "local competition {local_competition}: a task took the key again while others \
+             waited: {all_waiting:?}"
+        );
+    }
+}

@@ -151,15 +151,16 @@ impl LockManager {
         // Most locks meet nobody: a first plain try costs what `try_lock` costs, and only a
         // refusal pays for a place in the line and the watch (a subscription, on stores that
         // notify). A try never takes a place in the store's line (nor in local competition's), so
-        // it cannot pass anyone waiting there. A call without a holder that other tasks of this
-        // process already wait for skips it and queues behind them: the key is theirs first. A
-        // call with a holder asks all the same, since only asking tells whether the key is its own
-        // already (a reentrant take), and queueing behind its own waiters would never end.
+        // it cannot pass anyone waiting there. When other tasks of this process already wait for
+        // the key, the key is theirs first: a call without a holder queues behind them at once. A
+        // call with a holder asks all the same, since only asking tells whether the key is its
+        // own already (a reentrant take; queueing behind its own waiters would never end), and
+        // gives back a fresh take: the next in line may not have asked the store yet.
         // A store that keeps a place per waiter (strict FIFO across the fleet) is asked by every
         // waiter: a line here would hold them back from taking their places there.
         let own_places = || handle.store.capabilities().waiter_line;
-        let queue_first =
-            plan.holder.is_none() && handle.waiters.anyone_waits(&plan.key) && !own_places();
+        let behind_others = handle.waiters.anyone_waits(&plan.key) && !own_places();
+        let queue_first = behind_others && plan.holder.is_none();
         if queue_first {
             *attempts = 0;
         } else {
@@ -180,6 +181,9 @@ impl LockManager {
                         }
                         _ = tokio::time::sleep_until(deadline.min(Instant::now() + pause)) => {}
                     }
+                }
+                Ok(lease) if behind_others && *lease.token() == first.token => {
+                    self.give_back(handle, lease).await;
                 }
                 done => return done,
             }
@@ -286,6 +290,15 @@ impl LockManager {
                 _ = tokio::time::sleep(pause) => {}
             }
         }
+    }
+
+    /// Releases a lease a first try took from under this process's waiters (owner-checked: it is
+    /// this call's own token) and wakes the head; in the background if the release fails.
+    async fn give_back(&self, handle: &Handle, lease: Lease) {
+        if !matches!(handle.store.release(&lease).await, Ok(true)) {
+            handle.release_in_background(lease.clone(), "a take given back to the waiters");
+        }
+        handle.waiters.wake(lease.key());
     }
 
     /// Waits in this process's line until `place` is its head. `Err(None)`: the deadline passed
