@@ -80,18 +80,32 @@ impl AerospikeStore {
             let lease = Lease::new(req.key.clone(), req.token.clone(), req.ttl, Instant::now())
                 .with_mode(req.mode);
             let mut looks = LOOKS.iter().chain(std::iter::repeat(&LOOKS[2]));
+            // The first pass releases without looking; later ones release when the record shows
+            // the token, or when they cannot tell (the release is owner-filtered: harmless).
             let mut check = false;
+            // The last release that failed on a temporary error: asked again at the next look,
+            // reported only if the looks run out with it unanswered.
+            let mut unanswered = None;
             loop {
-                if !check || store.holds(&req).await {
-                    if let Err(error) = store.release_once(&lease).await {
-                        tracing::warn!(key = %req.key, %error,
-                            "could not undo an acquisition nobody waited for; it expires at its TTL");
-                        return;
+                if !check || store.holds(&req).await != Some(false) {
+                    match store.release_once(&lease).await {
+                        Ok(_) => unanswered = None,
+                        Err(error) if error.is_temporary() => unanswered = Some(error),
+                        Err(error) => {
+                            tracing::warn!(key = %req.key, %error,
+                                "could not undo an acquisition nobody waited for; it expires at its TTL");
+                            return;
+                        }
                     }
                 }
                 check = true;
                 let next = Instant::now() + *looks.next().unwrap_or(&LOOKS[2]);
                 if next >= until {
+                    if let Some(error) = unanswered {
+                        tracing::warn!(key = %req.key, %error,
+                            "could not undo an acquisition nobody waited for within the retry \
+                             budget; it expires at its TTL");
+                    }
                     return;
                 }
                 tokio::time::sleep_until(next).await;
@@ -100,10 +114,10 @@ impl AerospikeStore {
     }
 
     /// Whether the key's lock record holds `req`'s token (an exclusive record's owner, or an
-    /// entry of a shared record's holders); a failed read says no (the next look asks again).
-    async fn holds(&self, req: &Acquire) -> bool {
+    /// entry of a shared record's holders); `None` when the read failed and cannot tell.
+    async fn holds(&self, req: &Acquire) -> Option<bool> {
         let Ok(record_key) = self.record_key(&req.key) else {
-            return false;
+            return Some(false);
         };
         let mut base_policy = self.base(0);
         base_policy.replica = Replica::Master;
@@ -120,13 +134,12 @@ impl AerospikeStore {
                     Some(Value::SortedMap(m)) => m.contains_key(&Value::from(token)),
                     _ => false,
                 };
-                exclusive || shared
+                Some(exclusive || shared)
             }
+            Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => Some(false),
             Err(e) => {
-                if classify(&e) != Class::Server(ResultCode::KeyNotFoundError) {
-                    tracing::debug!(key = %req.key, error = %e, "abandoned acquisition: look failed");
-                }
-                false
+                tracing::debug!(key = %req.key, error = %e, "abandoned acquisition: look failed");
+                None
             }
         }
     }

@@ -499,6 +499,59 @@ async fn an_abandoned_acquisition_is_undone_even_when_its_request_lands_after_th
     assert!(store.release(&next).await.unwrap());
 }
 
+/// The undo of an abandoned acquisition rides out temporary errors: its release meets a busy
+/// record (and its looks fail) while the dropped create lands; it keeps asking within the retry
+/// budget and removes the lock once the node answers again, instead of leaving it to its TTL.
+#[tokio::test]
+async fn an_abandoned_acquisition_is_undone_after_its_first_undo_meets_a_temporary_error() {
+    let (fixture, store) = setup().await;
+    let digest = lock_digest("dropped-busy");
+    fixture
+        .faults()
+        .inject(Fault::Hold, Target::DigestTimes(digest, 1));
+    let req = acquire("dropped-busy", Duration::from_secs(30));
+    // Once the create is held, every request on the record answers "key busy" (temporary):
+    // the undo's first release among them, when the caller gives up.
+    let attempt = tokio::time::timeout(Duration::from_millis(300), store.try_acquire(&req));
+    let make_busy = async {
+        while fixture.faults().held() == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let applied = fixture.faults().applied();
+        let busy = fixture.faults().inject(
+            Fault::ResultCode(leasehold_testkit::aerospike::result_code::KEY_BUSY),
+            Target::Digest(digest),
+        );
+        (busy, applied)
+    };
+    let (dropped, (busy, applied)) = tokio::join!(attempt, make_busy);
+    assert!(dropped.is_err(), "the caller stopped waiting");
+    let refused = tokio::time::Instant::now() + Duration::from_secs(5);
+    while fixture.faults().applied() == applied {
+        assert!(
+            tokio::time::Instant::now() < refused,
+            "the undo's release met the busy record"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Then the held create lands, and a moment later the node answers again.
+    fixture.faults().release_held();
+    while fixture.faults().held() > 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(fixture.faults().remove(busy));
+    // Removed by a later look, long before the record's 30 s TTL.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    while store.inspect(&req.key).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the undo gave up at its first temporary error"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A node that lost its data (a restarted in-memory node, a record lost in a migration) loses
 /// the fence counters with it: the next token starts from the server's clock, above every token
 /// issued before, so the fenced resource accepts the new holder's writes at once.
