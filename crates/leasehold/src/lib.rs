@@ -45,6 +45,7 @@
 
 mod backoff;
 pub mod blocking;
+pub mod election;
 mod failover;
 mod guard;
 mod handle;
@@ -71,6 +72,7 @@ pub use leasehold_core::{
     WaiterId, MAX_PERMITS,
 };
 
+pub use election::{Leader, Leadership};
 pub use guard::{LockGuard, ReleaseOutcome};
 pub use holder::Holder;
 pub use manager::{

@@ -172,6 +172,12 @@ impl LockOptions {
         self
     }
 
+    /// The same options without a hold period (an election's lock is given up at once).
+    pub(crate) fn without_hold_at_least(mut self) -> Self {
+        self.hold_at_least = None;
+        self
+    }
+
     /// The period of [`hold_at_least`](Self::hold_at_least), checked: at most 30 days.
     pub(super) fn hold_period(&self) -> Result<Option<Duration>> {
         match self.hold_at_least {
