@@ -13,9 +13,9 @@ use tokio::time::Instant;
 
 use crate::config::lease_seconds;
 use crate::error::{unexpected, Op};
+use crate::held::HeldLease;
 use crate::layout::waiter_prefix;
 use crate::members::Retry;
-use crate::renew::HeldLease;
 use crate::shared::{self, Refusal, Rule, Seen, MAX_ROUNDS};
 use crate::store::EtcdStore;
 use crate::waiting::{Place, Spare, Waiting};

@@ -76,6 +76,7 @@ mod acquire;
 mod ahead;
 mod config;
 mod error;
+mod held;
 mod info;
 mod layout;
 mod members;

@@ -17,10 +17,9 @@ use tokio::time::Instant;
 
 use crate::config::{lease_seconds, EtcdConfig};
 use crate::error::{map, Op};
-use crate::layout::holder_key;
-pub(crate) use crate::layout::waiter_prefix;
+use crate::held::{HeldLease, HeldLeases};
+use crate::layout::{holder_key, waiter_prefix};
 use crate::members::{Failed, Members, Retry};
-use crate::renew::{HeldLease, HeldLeases};
 use crate::spares::{Fate, SpareLeases};
 use crate::waiting::{Spare, Waiting};
 

@@ -31,8 +31,8 @@ use tokio::time::Instant;
 
 use crate::ahead::{Ahead, Learned};
 use crate::config::{lease_seconds, EtcdConfig};
+use crate::layout::waiter_prefix;
 use crate::members::{Members, Retry};
-use crate::store::waiter_prefix;
 
 /// How long to wait before watching again after a watch stream broke.
 const REWATCH_DELAY: Duration = Duration::from_millis(200);
