@@ -43,6 +43,7 @@ mod cancel;
 mod config;
 mod error;
 mod fencing;
+mod info;
 pub mod layout;
 mod line;
 mod queue;

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use aerospike::expressions::{eq, string_bin, string_val};
 use aerospike::policy::{
@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::config::AerospikeConfig;
 use crate::error::{classify, map, place, transient_reason, Cause, Class};
-use crate::layout::{Layout, COUNTER_BIN, FENCE_BIN, OWNER_BIN, TOKEN_BIN};
+use crate::layout::{Layout, COUNTER_BIN, OWNER_BIN, TOKEN_BIN};
 use crate::retry::Backoff;
 use crate::waiting::Waiting;
 
@@ -546,31 +546,6 @@ impl AerospikeStore {
                 _ => Err(map("extend", lease.key().as_str(), self.address(), e)),
             },
         }
-    }
-
-    /// What a lock record says: `None` for a shared record whose holders have all expired.
-    fn info(&self, key: LockKey, record: &Record) -> Option<LockInfo> {
-        if crate::shared::is_shared(record) {
-            return crate::shared::shared_info(key, record);
-        }
-        let token = match record.bins.get(TOKEN_BIN) {
-            Some(Value::String(t)) => Some(OwnerToken::from_string(t.as_str())),
-            _ => None,
-        };
-        let uat = match record.bins.get(self.inner.layout.uat_bin()) {
-            Some(Value::Int(ms)) if *ms > 0 => Some(UNIX_EPOCH + Duration::from_millis(*ms as u64)),
-            _ => None,
-        };
-        let fence = match record.bins.get(FENCE_BIN) {
-            Some(Value::Int(f)) if *f > 0 => Some(*f as u64),
-            _ => None,
-        };
-        Some(
-            LockInfo::new(key, token)
-                .with_ttl_remaining(record.time_to_live())
-                .with_acquired_at(uat)
-                .with_fencing_token(fence),
-        )
     }
 }
 
