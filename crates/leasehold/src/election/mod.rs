@@ -41,6 +41,11 @@ mod observe;
 
 pub use observe::{Leader, DEFAULT_OBSERVE_INTERVAL};
 
+/// The examples of `docs/ELECTIONS.md`, compiled as doc tests so they never go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../../../../docs/ELECTIONS.md")]
+pub struct ElectionsDoctests;
+
 /// How long one wait of [`LockManager::campaign`] lasts before it simply waits again: a campaign
 /// has no deadline, and a wait is bounded by the store's maximum TTL.
 const CAMPAIGN_WAIT: Duration = Duration::from_secs(3600);
