@@ -23,12 +23,11 @@
 use std::cmp::Ordering;
 
 use super::cdt_value::{
-    decode_all, encode, from_mp, to_particle, Mv, ELEMENT_EXISTS, ELEMENT_NOT_FOUND, PARTICLE_MAP,
+    decode_all, encode, to_particle, Mv, ELEMENT_EXISTS, ELEMENT_NOT_FOUND, PARTICLE_MAP,
 };
-use super::exp::{ExpError, Mp, Val};
 use super::result_code as rc;
 use super::store::Record;
-use super::wire::{Op, Particle, PARTICLE_BLOB, PARTICLE_STRING};
+use super::wire::{Op, Particle};
 
 const PUT: i64 = 67;
 const CLEAR: i64 = 75;
@@ -50,11 +49,6 @@ const RETURN_INVERTED: i64 = 0x10000;
 const WRITE_CREATE_ONLY: i64 = 1;
 const WRITE_UPDATE_ONLY: i64 = 2;
 const WRITE_NO_FAIL: i64 = 4;
-
-/// Expression type of a map (`ExpType::MAP`), as a `bin` expression names it.
-const EXP_TYPE_MAP: i64 = 5;
-/// Expression type of an integer.
-const EXP_TYPE_INT: i64 = 2;
 
 /// The op code of a CDT operation's payload, if it is a map op (codes 64-127).
 fn map_op_code(args: &[Mv]) -> Option<i64> {
@@ -267,49 +261,20 @@ pub(crate) fn read(record: &Record, op: &Op) -> Result<Option<Particle>, u8> {
     Ok(to_particle(&result))
 }
 
-/// Whether a `call` expression's arguments are a map read (module flags 0, a map op code).
-pub(crate) fn is_map_call(args: &[Mp]) -> bool {
-    matches!(args, [_, Mp::Int(0), Mp::Array(op), _] if matches!(op.first(), Some(Mp::Int(c)) if (64..128).contains(c)))
+/// Whether `args` (an op code and its arguments) is a map read op, one a `call` expression may
+/// run.
+pub(crate) fn is_read_op(args: &[Mv]) -> bool {
+    !matches!(map_op_code(args), Some(64..=95) | None)
 }
 
-/// Evaluates a map read `call` in a filter expression: `[type, flags, [op, args...], bin]` where
-/// `bin` is `[81, 5, name]`. A missing bin or one of another type is unknown, as is a single
-/// result whose type is not the one the expression declares.
-pub(crate) fn eval_call(args: &[Mp], record: &Record) -> Result<Val, ExpError> {
-    let [Mp::Int(exp_type), Mp::Int(0), Mp::Array(op), bin] = args else {
-        return Err(ExpError::Args(127));
-    };
-    let name = match bin {
-        Mp::Array(b) => match b.as_slice() {
-            [Mp::Int(81), Mp::Int(EXP_TYPE_MAP), Mp::Str(name)] => {
-                String::from_utf8(name.clone()).map_err(|_| ExpError::Args(127))?
-            }
-            _ => return Err(ExpError::Args(127)),
-        },
-        _ => return Err(ExpError::Args(127)),
-    };
-    let args: Vec<Mv> = op.iter().map(from_mp).collect();
-    if matches!(map_op_code(&args), Some(64..=95) | None) {
-        return Err(ExpError::Op(127));
-    }
-    let current = match load(record, &name) {
+/// Runs the map read op `args` on bin `name` of `record`: `None` when the bin is missing or not a
+/// map, else the op's result or the result code it failed with.
+pub(crate) fn read_bin(record: &Record, name: &str, args: &[Mv]) -> Option<Result<Mv, u8>> {
+    let current = match load(record, name) {
         Ok(Some(pairs)) => pairs,
-        _ => return Ok(Val::Unknown),
+        _ => return None,
     };
-    let (result, _) = run(Some(current), &args).map_err(|_| ExpError::Args(127))?;
-    Ok(match (result, *exp_type) {
-        (Mv::Int(i), EXP_TYPE_INT) => Val::Int(i),
-        (Mv::Int(_), _) | (_, EXP_TYPE_INT) => Val::Unknown,
-        (Mv::Bool(b), _) => Val::Bool(b),
-        (Mv::Float(f), _) => Val::Float(f),
-        (Mv::Str(s), _) => match s.split_first() {
-            Some((&PARTICLE_STRING, rest)) => Val::Str(rest.to_vec()),
-            Some((&PARTICLE_BLOB, rest)) => Val::Blob(rest.to_vec()),
-            _ => Val::Unknown,
-        },
-        (Mv::Nil, _) => Val::Nil,
-        _ => Val::Unknown,
-    })
+    Some(run(Some(current), args).map(|(result, _)| result))
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@
 
 use std::cmp::Ordering;
 
-use super::exp::Mp;
 use super::result_code as rc;
 use super::wire::{
     Particle, Reader, PARTICLE_BLOB, PARTICLE_BOOL, PARTICLE_FLOAT, PARTICLE_STRING,
@@ -277,18 +276,6 @@ pub(crate) fn to_particle(v: &Mv) -> Option<Particle> {
             };
             with(ptype, data)
         }
-    }
-}
-
-pub(crate) fn from_mp(m: &Mp) -> Mv {
-    match m {
-        Mp::Nil => Mv::Nil,
-        Mp::Bool(b) => Mv::Bool(*b),
-        Mp::Int(i) => Mv::Int(*i),
-        Mp::Float(f) => Mv::Float(*f),
-        Mp::Str(s) => Mv::Str(s.clone()),
-        Mp::Bin(b) => Mv::Bin(b.clone()),
-        Mp::Array(items) => Mv::Array(items.iter().map(from_mp).collect()),
     }
 }
 

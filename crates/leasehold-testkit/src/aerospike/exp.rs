@@ -22,6 +22,8 @@
 use thiserror::Error;
 use tokio::time::Instant;
 
+use super::cdt_map;
+use super::cdt_value::Mv;
 use super::store::{clepoch_now_ms, Record, CITRUSLEAF_EPOCH_UNIX_SECS};
 use super::wire::{
     Particle, Reader, WireError, PARTICLE_BLOB, PARTICLE_BOOL, PARTICLE_FLOAT, PARTICLE_INTEGER,
@@ -342,7 +344,7 @@ fn eval(m: &Mp, record: &Record, now: Instant) -> Result<Val, ExpError> {
             let since = now_ms.saturating_sub(record.last_update_ms);
             Ok(Val::Int(i64::try_from(since).unwrap_or(i64::MAX)))
         }
-        127 if super::cdt_map::is_map_call(args) => super::cdt_map::eval_call(args, record),
+        127 if is_map_call(args) => eval_map_call(args, record),
         71 => Ok(Val::Bool(record.user_key.is_some())),
         70 => Ok(Val::Str(record.set.as_bytes().to_vec())),
         69 => {
@@ -430,6 +432,68 @@ fn compare(op: i64, l: &Val, r: &Val) -> Val {
         4 => ord != Ordering::Less,
         5 => ord == Ordering::Less,
         _ => ord != Ordering::Greater,
+    })
+}
+
+/// A decoded msgpack value as a CDT value (what a map op reads its arguments as).
+fn from_mp(m: &Mp) -> Mv {
+    match m {
+        Mp::Nil => Mv::Nil,
+        Mp::Bool(b) => Mv::Bool(*b),
+        Mp::Int(i) => Mv::Int(*i),
+        Mp::Float(f) => Mv::Float(*f),
+        Mp::Str(s) => Mv::Str(s.clone()),
+        Mp::Bin(b) => Mv::Bin(b.clone()),
+        Mp::Array(items) => Mv::Array(items.iter().map(from_mp).collect()),
+    }
+}
+
+/// Expression type of a map (`ExpType::MAP`), as a `bin` expression names it.
+const EXP_TYPE_MAP: i64 = 5;
+/// Expression type of an integer.
+const EXP_TYPE_INT: i64 = 2;
+
+/// Whether a `call` expression's arguments are a map read (module flags 0, a map op code).
+fn is_map_call(args: &[Mp]) -> bool {
+    matches!(args, [_, Mp::Int(0), Mp::Array(op), _] if matches!(op.first(), Some(Mp::Int(c)) if (64..128).contains(c)))
+}
+
+/// Evaluates a map read `call` in an expression: `[type, flags, [op, args...], bin]` where `bin`
+/// is `[81, 5, name]`. A missing bin or one of another type is unknown, as is a single result
+/// whose type is not the one the expression declares.
+fn eval_map_call(args: &[Mp], record: &Record) -> Result<Val, ExpError> {
+    let [Mp::Int(exp_type), Mp::Int(0), Mp::Array(op), bin] = args else {
+        return Err(ExpError::Args(127));
+    };
+    let name = match bin {
+        Mp::Array(b) => match b.as_slice() {
+            [Mp::Int(81), Mp::Int(EXP_TYPE_MAP), Mp::Str(name)] => {
+                String::from_utf8(name.clone()).map_err(|_| ExpError::Args(127))?
+            }
+            _ => return Err(ExpError::Args(127)),
+        },
+        _ => return Err(ExpError::Args(127)),
+    };
+    let args: Vec<Mv> = op.iter().map(from_mp).collect();
+    if !cdt_map::is_read_op(&args) {
+        return Err(ExpError::Op(127));
+    }
+    let Some(result) = cdt_map::read_bin(record, &name, &args) else {
+        return Ok(Val::Unknown);
+    };
+    let result = result.map_err(|_| ExpError::Args(127))?;
+    Ok(match (result, *exp_type) {
+        (Mv::Int(i), EXP_TYPE_INT) => Val::Int(i),
+        (Mv::Int(_), _) | (_, EXP_TYPE_INT) => Val::Unknown,
+        (Mv::Bool(b), _) => Val::Bool(b),
+        (Mv::Float(f), _) => Val::Float(f),
+        (Mv::Str(s), _) => match s.split_first() {
+            Some((&PARTICLE_STRING, rest)) => Val::Str(rest.to_vec()),
+            Some((&PARTICLE_BLOB, rest)) => Val::Blob(rest.to_vec()),
+            _ => Val::Unknown,
+        },
+        (Mv::Nil, _) => Val::Nil,
+        _ => Val::Unknown,
     })
 }
 
