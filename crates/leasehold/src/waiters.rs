@@ -2,6 +2,10 @@
 //! Only the head of a line asks the store and listens for its notifications; the others wait in
 //! memory for their turn, so the process is one contender in the store per key however many of
 //! its tasks wait, and a task that asks later is served later.
+//!
+//! A stack with local competition keeps this line in that layer (where a released lease can be
+//! handed straight to the head): two lines in a row would cost a second wake-up per hand-over,
+//! so the manager then keeps none ([`Waiters::keeps_lines`]).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,6 +22,9 @@ pub(crate) struct Waiters {
     map: KeyMap<Arc<Line>>,
     /// Entries in `map`, so that a call when nobody waits anywhere skips the map.
     lines: AtomicUsize,
+    /// Whether waiters queue here (see the module docs); the map still serves a head's wake-up
+    /// by local releases either way.
+    keeps_lines: bool,
 }
 
 /// One key's line.
@@ -38,6 +45,20 @@ struct Places {
 }
 
 impl Waiters {
+    /// The waiters of a stack; `keeps_lines`: whether blocking calls queue here (false when a
+    /// layer of the stack keeps the line).
+    pub(crate) fn new(keeps_lines: bool) -> Self {
+        Waiters {
+            keeps_lines,
+            ..Waiters::default()
+        }
+    }
+
+    /// Whether blocking calls queue in this process's lines (see the module docs).
+    pub(crate) fn keeps_lines(&self) -> bool {
+        self.keeps_lines
+    }
+
     /// Whether tasks of this process wait for `key`. Costs one atomic read when nobody waits.
     pub(crate) fn anyone_waits(&self, key: &LockKey) -> bool {
         self.lines.load(Ordering::Acquire) > 0 && self.map.contains_key(key)

@@ -157,8 +157,10 @@ impl LockManager {
         // own already (a reentrant take; queueing behind its own waiters would never end), and
         // gives back a fresh take: the next in line may not have asked the store yet.
         // A store that keeps a place per waiter (strict FIFO across the fleet) is asked by every
-        // waiter: a line here would hold them back from taking their places there.
-        let own_places = || handle.store.capabilities().waiter_line;
+        // waiter: a line here would hold them back from taking their places there. A stack whose
+        // local competition keeps the line has none here either (see `crate::waiters`).
+        let own_places =
+            || !handle.waiters.keeps_lines() || handle.store.capabilities().waiter_line;
         let behind_others = handle.waiters.anyone_waits(&plan.key) && !own_places();
         let queue_first = behind_others && plan.holder.is_none();
         if queue_first {

@@ -475,7 +475,7 @@ impl LockManagerBuilder {
                         Arc::new(Handle {
                             store,
                             observers: self.observers.clone(),
-                            waiters: Waiters::default(),
+                            waiters: Waiters::new(layers.local_competition.is_none()),
                             lifecycle: lifecycle.clone(),
                             renewals: Arc::default(),
                             retry,
@@ -491,7 +491,7 @@ impl LockManagerBuilder {
                 handle: Arc::new(Handle {
                     store,
                     observers: self.observers,
-                    waiters: Waiters::default(),
+                    waiters: Waiters::new(self.layers.local_competition.is_none()),
                     lifecycle,
                     renewals: Arc::default(),
                     retry,
