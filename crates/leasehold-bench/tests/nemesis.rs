@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use leasehold_bench::nemesis::checker::Verdict;
 use leasehold_bench::nemesis::deployment::StoreKind;
+use leasehold_bench::nemesis::fault::FaultKind;
 use leasehold_bench::nemesis::report;
 use leasehold_bench::nemesis::run::{run, RunConfig};
-use leasehold_bench::nemesis::schedule::FaultKind;
 
 /// One run at a time.
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use leasehold_bench::nemesis::deployment::StoreKind;
+use leasehold_bench::nemesis::fault::FaultKind;
 use leasehold_bench::nemesis::run::{run, RunConfig};
-use leasehold_bench::nemesis::schedule::FaultKind;
 use leasehold_bench::nemesis::{aerospike_node, report, workload, ROLE_ENV};
 
 /// Inject faults into a store's nodes and its clients while workers write under one lock; check

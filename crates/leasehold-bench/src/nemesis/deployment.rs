@@ -12,9 +12,9 @@ use leasehold_testkit::redis::RedisServer;
 use leasehold_testkit::redis_cluster::{RedisCluster, RedisSentinel};
 
 use super::aerospike_node::AerospikeNode;
+use super::fault::FaultKind;
 use super::proxy::BlackholeProxy;
 use super::rng::Rng;
-use super::schedule::FaultKind;
 
 /// The entity every worker locks; with client `nemesis` and farm `f1` its key is
 /// `DC#f1#nemesis#resource`.

@@ -120,7 +120,7 @@ pub struct ClientPause {
 /// A fault the nemesis injected.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FaultRecord {
-    /// Its kind ([`super::schedule::FaultKind::name`]).
+    /// Its kind ([`super::fault::FaultKind::name`]).
     pub kind: String,
     /// What it hit (a node's port, a member, a worker).
     pub target: String,

@@ -22,6 +22,7 @@ pub mod aerospike_node;
 pub mod checker;
 pub mod clock;
 pub mod deployment;
+pub mod fault;
 pub mod history;
 pub mod proxy;
 pub mod report;

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use super::checker::{self, History, Verdict};
 use super::clock::now_ns;
 use super::deployment::{Deployment, Durations, StoreKind, ENTITY};
+use super::fault::FaultKind;
 use super::history::WorkerEvent;
 use super::resource::FencedResource;
-use super::schedule::{self, FaultKind, Schedule};
+use super::schedule::{self, Schedule};
 use super::workload::{self, StoreConfig, WorkerConfig};
 
 /// What a run is told.
