@@ -124,10 +124,11 @@ impl LockManager {
 
     /// Acquires `key`, waiting up to the default wait (90 s) while another owner holds it.
     ///
-    /// A task of this process waiting on a key is woken as soon as a local holder releases it;
-    /// against holders in other processes it retries with jittered exponential backoff (10 ms up to
-    /// the retry interval), never sleeping past the deadline. When the deadline passes the error
-    /// is [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
+    /// Tasks of this process waiting for one key are served in the order they asked, and only
+    /// the first of them asks the store meanwhile. It is woken as soon as a local holder releases
+    /// the key, or the store says the key may be free; otherwise it asks again with jittered
+    /// exponential backoff (10 ms up to the retry interval), never sleeping past the deadline.
+    /// When the deadline passes the error is [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
     ///
     /// # A store that is down
     /// A blocking acquire rides out a failover: a store error that a failover or an outage gives
