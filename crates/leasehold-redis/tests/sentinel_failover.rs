@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use leasehold::{LockManager, LockOptions};
-use leasehold_core::{LockKey, LockStore};
+use leasehold_core::{Acquire, LockKey, LockStore, OwnerToken};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::redis_cluster::RedisSentinel;
 
@@ -92,14 +92,37 @@ async fn a_killed_master_restarted_as_a_replica_is_left_for_the_new_master() {
     for round in 0..3 {
         let old = group.master_port().unwrap();
         let killed = Instant::now();
+        if round == 0 {
+            group.kill(old).unwrap();
+            // Before the sentinels fail over (they wait a second to call the master down), a
+            // try fails naming the node that is gone.
+            let err = store
+                .try_acquire(&Acquire::new(
+                    key.clone(),
+                    OwnerToken::generate(),
+                    Duration::from_secs(2),
+                ))
+                .await
+                .expect_err("no master to grant it");
+            assert!(
+                err.to_string().contains(&format!("127.0.0.1:{old}")),
+                "names the master that is gone: {err}"
+            );
+            assert!(
+                std::error::Error::source(&err).is_some(),
+                "the cause is kept: {err}"
+            );
+        }
         let (back, new) = tokio::task::spawn_blocking(move || {
             if round == 1 {
                 let new = group.failover();
                 let settled = group.wait_settled();
                 return (group, new.and_then(|new| settled.map(|()| new)));
             }
-            if let Err(e) = group.kill(old) {
-                return (group, Err(e));
+            if round != 0 {
+                if let Err(e) = group.kill(old) {
+                    return (group, Err(e));
+                }
             }
             let new = group.wait_new_master(old);
             // Restarted at once: an empty master until the sentinels make it a replica of the
