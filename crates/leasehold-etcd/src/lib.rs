@@ -75,6 +75,7 @@
 mod acquire;
 mod ahead;
 mod config;
+mod connect;
 mod error;
 mod held;
 mod info;

@@ -1,0 +1,66 @@
+//! What a failed connect means — a TLS failure or refused credentials is a setup problem, not an
+//! unreachable cluster — and the TLS options built from the configured files.
+
+use leasehold_core::{Error, ErrorKind};
+
+/// A failed TLS handshake, said plainly: an untrusted certificate or a wrong host name is a setup
+/// problem, not an unreachable cluster.
+pub(crate) fn tls_error(address: &str, error: &etcd_client::Error) -> Option<Error> {
+    let (failure, text) = leasehold_core::TlsFailure::classify(error)?;
+    let hint = match failure {
+        leasehold_core::TlsFailure::UntrustedCa => {
+            "the server's certificate is not signed by a trusted CA: give the CA that signed it \
+             (tls_ca_file / ?tls_ca=)"
+        }
+        leasehold_core::TlsFailure::WrongName => {
+            "the server's certificate does not name the host in the URL: connect by a name the \
+             certificate lists"
+        }
+        leasehold_core::TlsFailure::Handshake => {
+            "the TLS handshake failed: check the CA, the client certificate and the host name"
+        }
+    };
+    Some(Error::new(
+        ErrorKind::StoreSetup,
+        format!("TLS with etcd at {address} failed: {hint} ({text})"),
+    ))
+}
+
+/// A failed connect whose cause says the credentials are wrong is a setup problem.
+pub(crate) fn setup_or(error: Error) -> Error {
+    let text = format!("{error}");
+    if text.contains("authentication failed")
+        || text.contains("invalid user ID or password")
+        || text.contains("permission denied")
+    {
+        Error::new(
+            ErrorKind::StoreSetup,
+            format!("etcd refused the credentials: check the user and password ({text})"),
+        )
+    } else {
+        error
+    }
+}
+
+#[cfg(feature = "tls")]
+pub(crate) fn tls_options(
+    tls: &crate::config::TlsFiles,
+) -> leasehold_core::Result<etcd_client::TlsOptions> {
+    let read = |path: &std::path::Path, what: &str| {
+        std::fs::read(path).map_err(|e| {
+            Error::invalid_argument(format!("cannot read the TLS {what} {}", path.display()))
+                .with_source(e)
+        })
+    };
+    let mut options = etcd_client::TlsOptions::new();
+    if let Some(ca) = &tls.ca {
+        options = options.ca_certificate(etcd_client::Certificate::from_pem(read(ca, "CA file")?));
+    }
+    if let Some((cert, key)) = &tls.client {
+        options = options.identity(etcd_client::Identity::from_pem(
+            read(cert, "client certificate")?,
+            read(key, "client key")?,
+        ));
+    }
+    Ok(options)
+}
