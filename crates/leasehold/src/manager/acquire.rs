@@ -193,9 +193,9 @@ impl LockManager {
         // The process's line for the key: only its head asks the store, the others wait here for
         // their turn. The place is left when this call ends (served, timed out, failed or
         // cancelled), which makes the next in line the head.
-        let place = handle.waiters.join(&plan.key);
-        if !own_places() {
-            self.await_turn(plan, &place, deadline)
+        let mut place = (!own_places()).then(|| handle.waiters.join(&plan.key));
+        if let Some(place) = &place {
+            self.await_turn(plan, place, deadline)
                 .await
                 .map_err(|timed_out| {
                     timed_out.unwrap_or_else(|| gave_up(plan, down.take(), started, *attempts))
@@ -206,7 +206,14 @@ impl LockManager {
         // first attempt that waits. A store that cannot notify leaves local releases as the
         // wake-up: a task of this process releasing the key.
         let store = handle.store.watch(&plan.key).await;
-        let local = (!store.is_live()).then(|| place.released());
+        if place.is_none() && !store.is_live() {
+            // Not in this process's line, but woken by its releases all the same.
+            place = Some(handle.waiters.join(&plan.key));
+        }
+        let local = place
+            .as_ref()
+            .filter(|_| !store.is_live())
+            .map(Place::released);
         loop {
             // Enabled before the attempt, so a release between a failed attempt and the sleep is
             // not missed.
