@@ -85,6 +85,7 @@ mod renew;
 mod shared;
 mod spares;
 mod store;
+mod waiter_lease;
 mod waiting;
 
 pub use config::{

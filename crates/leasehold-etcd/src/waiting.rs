@@ -33,6 +33,7 @@ use crate::ahead::{Ahead, Learned};
 use crate::config::{lease_seconds, EtcdConfig};
 use crate::layout::waiter_prefix;
 use crate::members::{Members, Retry};
+use crate::waiter_lease::{revoke, WaiterLease};
 
 /// How long to wait before watching again after a watch stream broke.
 const REWATCH_DELAY: Duration = Duration::from_millis(200);
@@ -71,14 +72,6 @@ pub(crate) struct Spare {
     pub(crate) granted_at: Instant,
 }
 
-/// The waiter lease: the lease every waiter key of this store lives on.
-#[derive(Debug)]
-struct Session {
-    id: i64,
-    alive: Arc<AtomicBool>,
-    keeper: JoinHandle<()>,
-}
-
 /// This store's waiting state.
 pub(crate) struct Waiting {
     /// The value of this store's waiter keys: host/pid/uuid, for people reading the line.
@@ -88,7 +81,7 @@ pub(crate) struct Waiting {
     waiter_ttl: i64,
     watch_timeout: Duration,
     watched: Mutex<HashMap<String, Watched>>,
-    session: tokio::sync::Mutex<Option<Session>>,
+    session: tokio::sync::Mutex<Option<WaiterLease>>,
     /// Set by `close`: a spare handed in after it is revoked, not kept.
     closed: AtomicBool,
     /// A waiter lease etcd said is gone (it refused a put on it) before its keeper noticed: the
@@ -382,30 +375,14 @@ impl Waiting {
     pub(crate) async fn session(&self) -> Result<i64, etcd_client::Error> {
         let mut session = self.session.lock().await;
         if let Some(current) = &*session {
-            if current.alive.load(Ordering::SeqCst)
-                && current.id != self.session_gone.load(Ordering::SeqCst)
-            {
-                return Ok(current.id);
+            if current.is_alive() && current.id() != self.session_gone.load(Ordering::SeqCst) {
+                return Ok(current.id());
             }
         }
-        let ttl = self.waiter_ttl;
-        let id = self
-            .members
-            .run(Retry::Safe, |mut client| async move {
-                client.lease_grant(ttl, None).await
-            })
-            .await
-            .map_err(|failed| failed.error)?
-            .id();
-        let alive = Arc::new(AtomicBool::new(true));
-        let keeper = tokio::spawn(keep_alive(
-            self.members.clone(),
-            id,
-            self.waiter_ttl,
-            alive.clone(),
-        ));
-        if let Some(old) = session.replace(Session { id, alive, keeper }) {
-            old.keeper.abort();
+        let lease = WaiterLease::grant(self.members.clone(), self.waiter_ttl).await?;
+        let id = lease.id();
+        if let Some(old) = session.replace(lease) {
+            old.stop();
         }
         Ok(id)
     }
@@ -427,8 +404,8 @@ impl Waiting {
         let Some(session) = self.session.lock().await.take() else {
             return;
         };
-        session.keeper.abort();
-        if let Err(failed) = revoke(&self.members, session.id).await {
+        session.stop();
+        if let Err(failed) = revoke(&self.members, session.id()).await {
             tracing::debug!(at = %failed.at, error = %failed.error,
                 "could not revoke the waiter lease; it lapses at its TTL");
         }
@@ -439,7 +416,7 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         if let Ok(session) = self.session.try_lock() {
             if let Some(session) = &*session {
-                session.keeper.abort();
+                session.stop();
             }
         }
         for watched in self.lock().values() {
@@ -448,86 +425,6 @@ impl Drop for Waiting {
             }
         }
     }
-}
-
-/// Revokes lease `id` on a member that answers (revoking twice finds it gone the second time).
-async fn revoke(members: &Members, id: i64) -> Result<(), crate::members::Failed> {
-    members
-        .run(Retry::Safe, |mut client| async move {
-            client.lease_revoke(id).await
-        })
-        .await
-        .map(drop)
-}
-
-/// Keeps the waiter lease alive (every third of its TTL) until it is lost; then marks it dead so
-/// the next waiter grants a new one. The keep-alive stream runs on a member that answers, and
-/// moves to another when a renewal gets no reply in time or that member is found failing.
-async fn keep_alive(members: Arc<Members>, id: i64, ttl: i64, alive: Arc<AtomicBool>) {
-    let ttl = Duration::from_secs(u64::try_from(ttl).unwrap_or(5));
-    let period = ttl / 3;
-    let timeout = members.timeout();
-    let mut last_ok = Instant::now();
-    loop {
-        let mut on = None;
-        let kept: Result<bool, etcd_client::Error> = async {
-            let ((mut keeper, mut stream), member) = members
-                .run_at(Retry::Safe, |mut client| async move {
-                    client.lease_keep_alive(id).await
-                })
-                .await
-                .map_err(|failed| failed.error)?;
-            on = Some(member);
-            loop {
-                let renewed = tokio::time::timeout(timeout, async {
-                    keeper.keep_alive().await?;
-                    stream.message().await
-                })
-                .await
-                .map_err(|_| {
-                    etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded(
-                        "no keep-alive answer in time",
-                    ))
-                })??;
-                match renewed {
-                    Some(answer) if answer.ttl() > 0 => last_ok = Instant::now(),
-                    _ => return Ok(false), // the lease is gone
-                }
-                // Wait a period, or less if the member we renew on is found failing.
-                let mut failures = members.failures();
-                let wait = tokio::time::sleep(period);
-                tokio::pin!(wait);
-                loop {
-                    tokio::select! {
-                        () = &mut wait => break,
-                        changed = failures.changed() => {
-                            if changed.is_err() || members.is_suspect(member) {
-                                break;
-                            }
-                        }
-                    }
-                }
-                if members.is_suspect(member) {
-                    return Err(etcd_client::Error::WatchError(format!(
-                        "etcd at {} failed a request; moving the keep-alive",
-                        members.name(member)
-                    )));
-                }
-            }
-        }
-        .await;
-        match kept {
-            Err(error) if last_ok.elapsed() < ttl => {
-                if let Some(member) = on {
-                    members.failed_by(member, &error);
-                }
-                tracing::debug!(lease = id, %error, "waiter lease keep-alive failed; retrying");
-                tokio::time::sleep(REWATCH_DELAY).await;
-            }
-            _ => break,
-        }
-    }
-    alive.store(false, Ordering::SeqCst);
 }
 
 /// Reads one lock's watch stream (deletes under the lock's key prefix), waking the waiters of the
