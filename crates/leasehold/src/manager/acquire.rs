@@ -156,14 +156,8 @@ impl LockManager {
         // call with a holder asks all the same, since only asking tells whether the key is its
         // own already (a reentrant take; queueing behind its own waiters would never end), and
         // gives back a fresh take: the next in line may not have asked the store yet.
-        // A store that keeps a place per waiter (strict FIFO across the fleet) is asked by every
-        // waiter: a line here would hold them back from taking their places there. A stack whose
-        // local competition keeps the line has none here either (see `crate::waiters`).
-        let own_places =
-            || !handle.waiters.keeps_lines() || handle.store.capabilities().waiter_line;
-        let behind_others = handle.waiters.anyone_waits(&plan.key) && !own_places();
-        let queue_first = behind_others && plan.holder.is_none();
-        if queue_first {
+        let behind_others = handle.waiters.anyone_waits(&plan.key) && !self.own_places(handle);
+        if behind_others && plan.holder.is_none() {
             *attempts = 0;
         } else {
             let first = try_once();
@@ -174,15 +168,6 @@ impl LockManager {
                         in_doubt.push(first.token.clone());
                     }
                     down = Some((e, 1));
-                    // The store is down: its first backoff step before the next attempt, as in
-                    // the loop (and the try's undo goes out first).
-                    let pause = self.inner.config.backoff.delay(1);
-                    tokio::select! {
-                        _ = handle.lifecycle.closing() => {
-                            return Err(Error::shut_down().with_key(plan.key.as_str()))
-                        }
-                        _ = tokio::time::sleep_until(deadline.min(Instant::now() + pause)) => {}
-                    }
                 }
                 Ok(lease) if behind_others && *lease.token() == first.token => {
                     self.give_back(handle, lease).await;
@@ -190,10 +175,44 @@ impl LockManager {
                 done => return done,
             }
         }
+        // Boxed: only a call that waits pays for the wait's state.
+        Box::pin(self.wait(plan, started, deadline, down, in_doubt, attempts)).await
+    }
+
+    /// A store that keeps a place per waiter (strict FIFO across the fleet) is asked by every
+    /// waiter: a line here would hold them back from taking their places there. A stack whose
+    /// local competition keeps the line has none here either (see `crate::waiters`).
+    fn own_places(&self, handle: &Handle) -> bool {
+        !handle.waiters.keeps_lines() || handle.store.capabilities().waiter_line
+    }
+
+    /// The wait after a refused first try (or none, behind others): a place in the line, then the
+    /// attempts of its head.
+    async fn wait(
+        &self,
+        plan: &Plan,
+        started: Instant,
+        deadline: Instant,
+        mut down: Option<(Error, u32)>,
+        mut in_doubt: Vec<OwnerToken>,
+        attempts: &mut u32,
+    ) -> Result<Lease> {
+        let handle = &plan.handle;
+        if down.is_some() {
+            // The store is down: its first backoff step before the next attempt, as in the loop
+            // (and the try's undo goes out first).
+            let pause = self.inner.config.backoff.delay(1);
+            tokio::select! {
+                _ = handle.lifecycle.closing() => {
+                    return Err(Error::shut_down().with_key(plan.key.as_str()))
+                }
+                _ = tokio::time::sleep_until(deadline.min(Instant::now() + pause)) => {}
+            }
+        }
         // The process's line for the key: only its head asks the store, the others wait here for
         // their turn. The place is left when this call ends (served, timed out, failed or
         // cancelled), which makes the next in line the head.
-        let mut place = (!own_places()).then(|| handle.waiters.join(&plan.key));
+        let mut place = (!self.own_places(handle)).then(|| handle.waiters.join(&plan.key));
         if let Some(place) = &place {
             self.await_turn(plan, place, deadline)
                 .await
