@@ -109,6 +109,60 @@ pub(crate) enum Command {
     /// acquisitions/s, p50/p99/max acquire latency, store requests per acquisition, local
     /// fast-fails, errors by kind.
     Bench(BenchArgs),
+    /// Run a command while this instance leads election NAME.
+    ///
+    /// Campaigns (waiting up to --wait; by default as long as it takes), then runs CMD with
+    /// LEASEHOLD_ELECTION, LEASEHOLD_KEY, LEASEHOLD_TOKEN and, where the store fences,
+    /// LEASEHOLD_TERM (greater for every new leader) in its environment, and gives leadership up
+    /// when it exits. If leadership is lost while it runs: SIGTERM to the command (SIGKILL
+    /// --kill-grace later) and exit status 76 (--lost-exit-code). With --again, campaigns again
+    /// after the command exits, until SIGINT or SIGTERM.
+    Elect(ElectArgs),
+    /// Print who leads election NAME: host, pid, term, since when. Exit status 0 when someone
+    /// leads, 1 when nobody does. With --watch, print every change until interrupted.
+    Leader(LeaderArgs),
+}
+
+/// `leasehold elect`.
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    /// The election's name.
+    pub(crate) name: String,
+    /// Election lease TTL: how long a leader killed without resigning keeps leadership. Renewed
+    /// every third of it.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) ttl: Option<Duration>,
+    /// How long to wait to become leader (then exit status 75). Default: as long as it takes.
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) wait: Option<Duration>,
+    /// Campaign again after the command exits.
+    #[arg(long)]
+    pub(crate) again: bool,
+    /// Exit status when --wait passes without leading.
+    #[arg(long, default_value_t = crate::exit::DEFAULT_CONFLICT)]
+    pub(crate) conflict_exit_code: u8,
+    /// Exit status when leadership was lost while the command ran.
+    #[arg(long, default_value_t = crate::exit::DEFAULT_LOST)]
+    pub(crate) lost_exit_code: u8,
+    /// How long after SIGTERM (leadership lost) SIGKILL follows.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub(crate) kill_grace: Duration,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub(crate) command: Vec<String>,
+}
+
+/// `leasehold leader`.
+#[derive(Debug, Args)]
+pub(crate) struct LeaderArgs {
+    /// The election's name.
+    pub(crate) name: String,
+    /// Follow changes: print a line whenever the leader changes.
+    #[arg(long)]
+    pub(crate) watch: bool,
+    /// How often --watch reads who leads.
+    #[arg(long, default_value = "250ms", value_parser = parse_duration)]
+    pub(crate) interval: Duration,
 }
 
 /// `leasehold demo`.
@@ -187,6 +241,10 @@ pub(crate) struct RunArgs {
     /// (every run of the key must name the same N).
     #[arg(long, value_name = "N")]
     pub(crate) permits: Option<u32>,
+    /// Keep the lock at least this long after it was taken, even if the command exits sooner
+    /// (a cron job runs at most once per period across the fleet; see docs/ELECTIONS.md).
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) at_least: Option<Duration>,
     /// The command and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
     pub(crate) command: Vec<String>,

@@ -8,6 +8,7 @@ mod admin;
 mod bench;
 mod cli;
 mod demo;
+mod elect;
 mod events;
 mod exit;
 mod run;
@@ -51,6 +52,8 @@ fn main() -> ExitCode {
             Command::Release(args) => admin::release(&cli.global, args).await,
             Command::Demo(args) => demo::demo(args).await,
             Command::Bench(args) => bench::bench(&cli.global, args).await,
+            Command::Elect(args) => elect::elect(&cli.global, args).await,
+            Command::Leader(args) => elect::leader(&cli.global, args).await,
         }
     });
     match result {

@@ -73,6 +73,9 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
         (None, None) => Duration::ZERO,
     };
     opts = opts.wait(wait);
+    if let Some(period) = args.at_least {
+        opts = opts.hold_at_least(period);
+    }
     let acquired = if wait.is_zero() {
         manager.try_lock_with(&key, opts).await
     } else {
@@ -200,7 +203,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
 
 /// The signals `run` passes on to its command: a supervisor that signals `leasehold run` means
 /// the command (interrupt, terminate, hang up or reload, quit, user signals).
-struct Forwarded {
+pub(crate) struct Forwarded {
     streams: Vec<(Signal, tokio::signal::unix::Signal)>,
 }
 
@@ -214,7 +217,7 @@ impl Forwarded {
         (Signal::SIGUSR2, SignalKind::user_defined2()),
     ];
 
-    fn listen() -> std::io::Result<Self> {
+    pub(crate) fn listen() -> std::io::Result<Self> {
         let streams = Self::SIGNALS
             .iter()
             .map(|(sig, kind)| signal(*kind).map(|stream| (*sig, stream)))
@@ -223,7 +226,7 @@ impl Forwarded {
     }
 
     /// The next signal received, of any of the forwarded kinds.
-    async fn recv(&mut self) -> Signal {
+    pub(crate) async fn recv(&mut self) -> Signal {
         std::future::poll_fn(|cx| {
             for (sig, stream) in &mut self.streams {
                 if stream.poll_recv(cx).is_ready() {
