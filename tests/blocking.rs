@@ -468,3 +468,31 @@ fn every_lock_kind_is_refused_from_async_code() {
         }
     });
 }
+
+#[test]
+fn every_kind_has_a_with_form_that_keeps_its_kind() {
+    let locks = manager();
+    let ttl = Duration::from_secs(42);
+    let opts = || LockOptions::new().ttl(ttl);
+    let guards = [
+        (locks.try_read_with("r", opts()).unwrap(), LockMode::Shared),
+        (locks.write_with("w", opts()).unwrap(), LockMode::Exclusive),
+        (
+            locks.try_write_with("w2", opts()).unwrap(),
+            LockMode::Exclusive,
+        ),
+        (
+            locks.semaphore_with("s", 2, opts()).unwrap(),
+            LockMode::semaphore(2).unwrap(),
+        ),
+        (
+            locks.try_semaphore_with("s2", 2, opts()).unwrap(),
+            LockMode::semaphore(2).unwrap(),
+        ),
+    ];
+    for (guard, mode) in guards {
+        assert_eq!(guard.lease().mode(), mode);
+        assert_eq!(guard.lease().ttl(), ttl);
+        assert!(guard.release().unwrap());
+    }
+}

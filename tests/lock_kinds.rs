@@ -361,3 +361,55 @@ async fn shutdown_gives_back_every_reader_and_permit() {
     assert_eq!(locks.inspect("sem").await.unwrap(), None);
     drop((r1, r2, p1, p2));
 }
+
+/// Every lock kind has its `_with` form, and each honours its options and keeps its kind: a mode
+/// in the options never turns a read into a write or a permit into an exclusive hold.
+#[tokio::test]
+async fn every_kind_has_a_with_form_that_keeps_its_kind_and_honours_the_options() {
+    let locks = manager();
+    let ttl = Duration::from_secs(42);
+    let opts = || LockOptions::new().ttl(ttl).mode(LockMode::Exclusive);
+    let guards = [
+        (
+            locks.try_read_with("r", opts()).await.unwrap(),
+            LockMode::Shared,
+        ),
+        (
+            locks.read_with("r2", opts()).await.unwrap(),
+            LockMode::Shared,
+        ),
+        (
+            locks
+                .try_write_with("w", LockOptions::new().ttl(ttl).mode(LockMode::Shared))
+                .await
+                .unwrap(),
+            LockMode::Exclusive,
+        ),
+        (
+            locks
+                .write_with("w2", LockOptions::new().ttl(ttl).mode(LockMode::Shared))
+                .await
+                .unwrap(),
+            LockMode::Exclusive,
+        ),
+        (
+            locks.try_semaphore_with("s", 3, opts()).await.unwrap(),
+            LockMode::semaphore(3).unwrap(),
+        ),
+        (
+            locks.semaphore_with("s2", 3, opts()).await.unwrap(),
+            LockMode::semaphore(3).unwrap(),
+        ),
+    ];
+    for (guard, mode) in guards {
+        assert_eq!(guard.mode(), mode, "{:?}", guard.lease().key());
+        assert_eq!(guard.lease().ttl(), ttl, "{:?}", guard.lease().key());
+        assert!(guard.release().await.unwrap());
+    }
+    // A permit count of zero is refused before any store I/O, in the `_with` forms too.
+    let err = locks
+        .try_semaphore_with("s", 0, LockOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+}

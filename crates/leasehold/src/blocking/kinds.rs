@@ -52,7 +52,14 @@ impl LockManager {
 
     /// One attempt at the read side of `key`: fails at once while a writer holds or waits.
     pub fn try_read(&self, key: impl ToLockKey) -> Result<LockGuard> {
-        let guard = self.shared.block_on(self.shared.manager.try_read(key))??;
+        self.try_read_with(key, LockOptions::new())
+    }
+
+    /// [`LockManager::try_read`] with per-call options.
+    pub fn try_read_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
+        let guard = self
+            .shared
+            .block_on(self.shared.manager.try_read_with(key, opts))??;
         Ok(self.wrap(guard))
     }
 
@@ -63,9 +70,26 @@ impl LockManager {
         self.lock(key)
     }
 
+    /// [`LockManager::write`] with per-call options. Same as [`LockManager::lock_with`].
+    pub fn write_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
+        let guard = self
+            .shared
+            .block_on(self.shared.manager.write_with(key, opts))??;
+        Ok(self.wrap(guard))
+    }
+
     /// One attempt at the write side of `key`. Same as [`LockManager::try_lock`].
     pub fn try_write(&self, key: impl ToLockKey) -> Result<LockGuard> {
         self.try_lock(key)
+    }
+
+    /// [`LockManager::try_write`] with per-call options. Same as
+    /// [`LockManager::try_lock_with`].
+    pub fn try_write_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
+        let guard = self
+            .shared
+            .block_on(self.shared.manager.try_write_with(key, opts))??;
+        Ok(self.wrap(guard))
     }
 
     /// Takes one of `permits` permits of the semaphore `key`, waiting as [`LockManager::lock`]
@@ -91,17 +115,37 @@ impl LockManager {
     /// # Ok(()) }
     /// ```
     pub fn semaphore(&self, key: impl ToLockKey, permits: u32) -> Result<LockGuard> {
+        self.semaphore_with(key, permits, LockOptions::new())
+    }
+
+    /// [`LockManager::semaphore`] with per-call options.
+    pub fn semaphore_with(
+        &self,
+        key: impl ToLockKey,
+        permits: u32,
+        opts: LockOptions,
+    ) -> Result<LockGuard> {
         let guard = self
             .shared
-            .block_on(self.shared.manager.semaphore(key, permits))??;
+            .block_on(self.shared.manager.semaphore_with(key, permits, opts))??;
         Ok(self.wrap(guard))
     }
 
     /// One attempt at a permit of the semaphore `key` of `permits` permits.
     pub fn try_semaphore(&self, key: impl ToLockKey, permits: u32) -> Result<LockGuard> {
+        self.try_semaphore_with(key, permits, LockOptions::new())
+    }
+
+    /// [`LockManager::try_semaphore`] with per-call options.
+    pub fn try_semaphore_with(
+        &self,
+        key: impl ToLockKey,
+        permits: u32,
+        opts: LockOptions,
+    ) -> Result<LockGuard> {
         let guard = self
             .shared
-            .block_on(self.shared.manager.try_semaphore(key, permits))??;
+            .block_on(self.shared.manager.try_semaphore_with(key, permits, opts))??;
         Ok(self.wrap(guard))
     }
 

@@ -52,8 +52,12 @@ impl LockManager {
 
     /// One attempt at the read side of `key`: fails at once while a writer holds or waits.
     pub async fn try_read(&self, key: impl ToLockKey) -> Result<LockGuard> {
-        self.try_lock_with(key, LockOptions::new().mode(LockMode::Shared))
-            .await
+        self.try_read_with(key, LockOptions::new()).await
+    }
+
+    /// [`LockManager::try_read`] with per-call options.
+    pub async fn try_read_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
+        self.try_lock_with(key, opts.mode(LockMode::Shared)).await
     }
 
     /// Takes the write side of the read-write lock `key`: the exclusive lock of that key, waiting
@@ -63,9 +67,24 @@ impl LockManager {
         self.lock(key).await
     }
 
+    /// [`LockManager::write`] with per-call options. Same as [`LockManager::lock_with`].
+    pub async fn write_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
+        self.lock_with(key, opts.mode(LockMode::Exclusive)).await
+    }
+
     /// One attempt at the write side of `key`. Same as [`LockManager::try_lock`].
     pub async fn try_write(&self, key: impl ToLockKey) -> Result<LockGuard> {
         self.try_lock(key).await
+    }
+
+    /// [`LockManager::try_write`] with per-call options. Same as [`LockManager::try_lock_with`].
+    pub async fn try_write_with(
+        &self,
+        key: impl ToLockKey,
+        opts: LockOptions,
+    ) -> Result<LockGuard> {
+        self.try_lock_with(key, opts.mode(LockMode::Exclusive))
+            .await
     }
 
     /// Takes one of `permits` permits of the semaphore `key`, waiting as [`LockManager::lock`]
@@ -90,13 +109,34 @@ impl LockManager {
     /// # Ok(()) }
     /// ```
     pub async fn semaphore(&self, key: impl ToLockKey, permits: u32) -> Result<LockGuard> {
-        self.lock_with(key, LockOptions::new().mode(LockMode::semaphore(permits)?))
+        self.semaphore_with(key, permits, LockOptions::new()).await
+    }
+
+    /// [`LockManager::semaphore`] with per-call options.
+    pub async fn semaphore_with(
+        &self,
+        key: impl ToLockKey,
+        permits: u32,
+        opts: LockOptions,
+    ) -> Result<LockGuard> {
+        self.lock_with(key, opts.mode(LockMode::semaphore(permits)?))
             .await
     }
 
     /// One attempt at a permit of the semaphore `key` of `permits` permits.
     pub async fn try_semaphore(&self, key: impl ToLockKey, permits: u32) -> Result<LockGuard> {
-        self.try_lock_with(key, LockOptions::new().mode(LockMode::semaphore(permits)?))
+        self.try_semaphore_with(key, permits, LockOptions::new())
+            .await
+    }
+
+    /// [`LockManager::try_semaphore`] with per-call options.
+    pub async fn try_semaphore_with(
+        &self,
+        key: impl ToLockKey,
+        permits: u32,
+        opts: LockOptions,
+    ) -> Result<LockGuard> {
+        self.try_lock_with(key, opts.mode(LockMode::semaphore(permits)?))
             .await
     }
 
