@@ -231,3 +231,49 @@ fn run_at_least_keeps_a_finished_jobs_lock_for_its_period() {
     let out = run_leasehold(&url, &["run", "nightly", "--wait", "30s", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+#[test]
+fn a_sigkilled_leaders_leadership_passes_on_when_its_ttl_runs_out() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let pid_file = gate("sigkill");
+    // The command writes its pid (`exec` makes the shell's pid the sleep's), to be stopped at
+    // the end: SIGKILL of `elect` leaves it running, as it would any child.
+    let (mut first, first_term) = leading(
+        &url,
+        "primary",
+        &["--ttl", "3s"],
+        &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
+    );
+    // Written just after `ready`: read once complete.
+    let started = Instant::now();
+    let command_pid: i32 = loop {
+        assert!(started.elapsed() < BOUND, "the command never wrote its pid");
+        let written = std::fs::read_to_string(&pid_file).unwrap_or_default();
+        if let Some(pid) = written.strip_suffix('\n').and_then(|p| p.parse().ok()) {
+            break pid;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = std::fs::remove_file(&pid_file);
+    kill(Pid::from_raw(first.id() as i32), Signal::SIGKILL).unwrap();
+    wait_for(&mut first);
+    // No resignation: the next candidate leads once the 3 s lease has run out.
+    let out = run_leasehold(
+        &url,
+        &[
+            "elect",
+            "primary",
+            "--wait",
+            "30s",
+            "--",
+            "sh",
+            "-c",
+            "echo $LEASEHOLD_TERM",
+        ],
+    );
+    let _ = kill(Pid::from_raw(command_pid), Signal::SIGKILL);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let term: u64 = text(&out.stdout).trim().parse().unwrap();
+    assert!(term > first_term);
+}
