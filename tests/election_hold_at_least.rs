@@ -178,3 +178,39 @@ async fn a_cron_loop_in_one_task_runs_its_job_once_per_period() {
     }
     assert_eq!(runs, 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_after_the_job_does_not_cut_its_period_short() {
+    // A cron process: takes the lock, runs the job, releases, shuts down and exits.
+    let store = leasehold::MemoryStore::new();
+    let process = |store: leasehold::MemoryStore| {
+        LockManager::builder()
+            .client_id("jobs")
+            .farm_id("f1")
+            .store(store)
+            .default_layers()
+            .build()
+            .expect("manager")
+    };
+    let cron = process(store.clone());
+    let guard = cron
+        .try_lock_with("nightly", LockOptions::new().hold_at_least(PERIOD))
+        .await
+        .unwrap();
+    assert!(matches!(
+        guard.release_outcome().await.unwrap(),
+        ReleaseOutcome::Kept { .. }
+    ));
+    assert_eq!(
+        cron.shutdown().await.unwrap(),
+        0,
+        "nothing left to give back"
+    );
+
+    // The next instance, a little later in the same period: refused.
+    let next = process(store);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(next.try_lock("nightly").await.unwrap_err().is_unavailable());
+    tokio::time::sleep(PERIOD).await;
+    assert!(next.try_lock("nightly").await.is_ok());
+}

@@ -43,6 +43,13 @@ pub struct LockGuard {
     hold_at_least: Option<Duration>,
 }
 
+tokio::task_local! {
+    /// Set while a release within a hold period extends the lease instead of deleting it: from
+    /// then on the lock is the store's to expire, so a graceful shutdown must not give it back
+    /// early (the graceful-shutdown layer stops tracking it).
+    pub(crate) static KEEPING_FOR_HOLD_PERIOD: ();
+}
+
 /// What [`LockGuard::release_outcome`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -327,8 +334,11 @@ async fn finish(
     );
     let result = crate::observe::in_scenario(
         scenario.clone(),
-        crate::failover::extend(&handle.store, &handle.retry, &lease, left)
-            .instrument(span.clone()),
+        KEEPING_FOR_HOLD_PERIOD.scope(
+            (),
+            crate::failover::extend(&handle.store, &handle.retry, &lease, left)
+                .instrument(span.clone()),
+        ),
     )
     .await;
     match result {

@@ -153,8 +153,10 @@ impl LockOptions {
     /// runs longer than its TTL never loses the lock midway: this covers ShedLock's
     /// `lockAtMostFor` too, the TTL being how long a crashed holder keeps the lock. The rest of the
     /// period is counted on the store's clock (see `release_outcome`), never on the clients'
-    /// wall clocks. A manager's [`shutdown`](crate::LockManager::shutdown) releases the locks
-    /// still held without waiting for their periods.
+    /// wall clocks. A lock released into its hold period stays taken through a manager's
+    /// [`shutdown`](crate::LockManager::shutdown) (a cron process may exit right after its
+    /// job); a guard still held when the manager shuts down (the job interrupted) is released
+    /// at once.
     ///
     /// A lock taken with a hold period is never reentrant (its [`holder`](Self::holder) is
     /// ignored): the same task or holder taking it again within the period is refused like any

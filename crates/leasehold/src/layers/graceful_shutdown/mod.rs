@@ -278,6 +278,15 @@ impl<S: LockStore> crate::core::LayeredStore for GracefulShutdown<S> {
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         let renewed = self.inner.extend(lease, ttl).await?;
+        if crate::guard::KEEPING_FOR_HOLD_PERIOD
+            .try_with(|_| ())
+            .is_ok()
+        {
+            // A job lock released within its hold period: it stays in the store for the rest
+            // of the period, and a shutdown must not cut that short.
+            self.untrack(lease);
+            return Ok(renewed);
+        }
         // Tracked again even if the purge dropped the entry while the extend was in flight: the
         // store holds the lock for the new TTL.
         self.live.insert(lease.token().clone(), renewed.clone());
