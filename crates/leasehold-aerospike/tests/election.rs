@@ -67,6 +67,8 @@ async fn a_job_lock_released_early_keeps_other_instances_out_until_its_period_en
         matches!(outcome, ReleaseOutcome::Kept { left } if left <= period),
         "released at once after the grant, yet {outcome:?}"
     );
+    // The job's process shuts down and exits: the lock stays for the rest of the period.
+    a.shutdown().await.unwrap();
     let err = b.try_lock("nightly").await.unwrap_err();
     assert!(err.is_unavailable(), "{err}");
     let next = b

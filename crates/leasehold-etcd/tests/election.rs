@@ -51,6 +51,8 @@ async fn a_job_lock_released_early_keeps_other_instances_out_until_its_period_en
     // The record lives on with the rest of the period as its etcd lease TTL.
     let info = b.inspect("nightly").await.unwrap().expect("kept");
     assert!(info.ttl_remaining.expect("a TTL") <= period);
+    // The job's process shuts down and exits: the lock stays for the rest of the period.
+    a.shutdown().await.unwrap();
     let err = b.try_lock("nightly").await.unwrap_err();
     assert!(err.is_unavailable(), "{err}");
 
