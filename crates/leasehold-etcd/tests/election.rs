@@ -1,228 +1,35 @@
-//! Job locks and elections on a real etcd. A job lock released early is kept (moved to an etcd
-//! lease of the rest of its period, rounded up to whole seconds) and then expires. Candidates on
-//! separate managers (one connection each, as separate processes) elect one leader at a time with
-//! growing terms, hand leadership over at once on resign, drop or shutdown, see `lost()` when
-//! their lock is broken, and `observe` sees every change in order.
+//! Job locks and elections on a real etcd: the shared suite (`tests/suites/election.rs`). A job
+//! lock released early is moved to an etcd lease of the rest of its period, rounded up to whole
+//! seconds.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
 
-use futures::{Stream, StreamExt};
-
-use leasehold::{ErrorKind, Leader, LockManager, LockOptions, LockStore, ReleaseOutcome};
+use leasehold::LockManager;
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;
 
-fn start() -> EtcdServer {
-    EtcdServer::start().expect("start etcd")
-}
+#[path = "../../../tests/suites/election.rs"]
+mod suite;
 
-/// One "process" of the fleet: its own manager and connection.
-async fn instance(server: &EtcdServer) -> LockManager {
-    let store = EtcdStore::connect(EtcdConfig::new([server.endpoint()]))
-        .await
-        .expect("connect");
-    LockManager::builder()
-        .client_id("jobs")
-        .farm_id("f1")
-        .store(store)
-        .default_layers()
-        .build()
-        .expect("manager")
-}
+/// A private one-member etcd; each instance connects to it on its own.
+struct Deployment(EtcdServer);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_lock_released_early_keeps_other_instances_out_until_its_period_ends() {
-    let server = EtcdServer::start().expect("start etcd");
-    let a = instance(&server).await;
-    let b = instance(&server).await;
-    let period = Duration::from_secs(2);
-
-    let guard = a
-        .try_lock_with("nightly", LockOptions::new().hold_at_least(period))
-        .await
-        .unwrap();
-    let outcome = guard.release_outcome().await.unwrap();
-    let ReleaseOutcome::Kept { left } = outcome else {
-        panic!("released at once after the grant, yet {outcome:?}");
-    };
-    assert!(left <= period);
-    // The record lives on with the rest of the period as its etcd lease TTL.
-    let info = b.inspect("nightly").await.unwrap().expect("kept");
-    assert!(info.ttl_remaining.expect("a TTL") <= period);
-    // The job's process shuts down and exits: the lock stays for the rest of the period.
-    a.shutdown().await.unwrap();
-    let err = b.try_lock("nightly").await.unwrap_err();
-    assert!(err.is_unavailable(), "{err}");
-
-    // Then etcd expires it and the next period's run gets it.
-    let next = b
-        .lock_with("nightly", LockOptions::new().wait(Duration::from_secs(20)))
-        .await
-        .expect("free once the period has passed");
-    assert_eq!(
-        next.release_outcome().await.unwrap(),
-        ReleaseOutcome::Released
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_lock_released_after_its_period_is_freed_at_once() {
-    let server = EtcdServer::start().expect("start etcd");
-    let a = instance(&server).await;
-    let guard = a
-        .try_lock_with(
-            "quick",
-            LockOptions::new().hold_at_least(Duration::from_millis(200)),
-        )
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        guard.release_outcome().await.unwrap(),
-        ReleaseOutcome::Released
-    );
-    assert_eq!(a.inspect("quick").await.unwrap(), None);
-}
-
-/// Election lease: short enough that a lost leader learns quickly (renewal every second).
-const ELECTION_TTL: Duration = Duration::from_secs(3);
-/// Bounds every wait of these tests, so a broken election fails instead of hanging.
-const BOUND: Duration = Duration::from_secs(60);
-
-fn election() -> LockOptions {
-    LockOptions::new().ttl(ELECTION_TTL).wait(BOUND)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn of_n_candidates_exactly_one_leads_at_a_time_and_terms_grow() {
-    let server = start();
-    let leading = Arc::new(AtomicUsize::new(0));
-    let terms = Arc::new(Mutex::new(Vec::new()));
-    let mut candidates = Vec::new();
-    for _ in 0..4 {
-        let locks = instance(&server).await;
-        let (leading, terms) = (leading.clone(), terms.clone());
-        candidates.push(tokio::spawn(async move {
-            for _ in 0..2 {
-                let leadership = locks.campaign_with("primary", election()).await.unwrap();
-                assert_eq!(
-                    leading.fetch_add(1, Ordering::SeqCst),
-                    0,
-                    "two leaders at once"
-                );
-                terms
-                    .lock()
-                    .unwrap()
-                    .push(leadership.term().expect("fenced"));
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                leading.fetch_sub(1, Ordering::SeqCst);
-                assert!(leadership.resign().await.unwrap());
-            }
-        }));
+impl suite::Fleet for Deployment {
+    fn instance(&self) -> Pin<Box<dyn Future<Output = LockManager> + Send + '_>> {
+        Box::pin(async move {
+            let store = EtcdStore::connect(EtcdConfig::new([self.0.endpoint()]))
+                .await
+                .expect("connect");
+            LockManager::builder()
+                .client_id("jobs")
+                .farm_id("f1")
+                .store(store)
+                .default_layers()
+                .build()
+                .expect("manager")
+        })
     }
-    for candidate in candidates {
-        candidate.await.unwrap();
-    }
-    let terms = terms.lock().unwrap().clone();
-    assert_eq!(terms.len(), 8);
-    assert!(
-        terms.windows(2).all(|w| w[0] < w[1]),
-        "terms grow: {terms:?}"
-    );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resigning_dropping_or_shutting_down_hands_leadership_over_before_the_ttl() {
-    let server = start();
-    // A long lease: only a resignation can hand leadership over within the test's bound.
-    let long = || LockOptions::new().ttl(Duration::from_secs(300)).wait(BOUND);
-    let campaign = |locks: &LockManager| {
-        let locks = locks.clone();
-        tokio::spawn(async move { locks.campaign_with("primary", long()).await })
-    };
-    let a = instance(&server).await;
-    let b = instance(&server).await;
-    let c = instance(&server).await;
-
-    let first = a.campaign_with("primary", long()).await.unwrap();
-    let first_term = first.term();
-    let waiting = campaign(&b);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(first.resign().await.unwrap());
-    let second = waiting.await.unwrap().expect("leads after the resignation");
-    assert!(second.term() > first_term);
-
-    let waiting = campaign(&c);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    drop(second);
-    let third = waiting.await.unwrap().expect("leads after the drop");
-    let third_term = third.term();
-
-    // The leader's manager shuts down (a rolling restart): it resigns.
-    let waiting = campaign(&a);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    c.shutdown().await.unwrap();
-    let lost = tokio::time::timeout(BOUND, third.lost())
-        .await
-        .expect("lost on shutdown");
-    assert_eq!(lost.kind(), ErrorKind::NotHeld);
-    let fourth = waiting.await.unwrap().expect("leads after the shutdown");
-    assert!(fourth.is_leader());
-    assert!(fourth.term() > third_term);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leader_whose_lock_is_broken_sees_lost() {
-    let server = start();
-    let a = instance(&server).await;
-    let b = instance(&server).await;
-    let leadership = a.campaign_with("primary", election()).await.unwrap();
-    // An operator force-releases the election lock (an owner-checked delete with its token),
-    // straight in the store.
-    assert!(b.store().release(&leadership.lease()).await.unwrap());
-    let usurper = b.campaign_with("primary", election()).await.unwrap();
-    let lost = tokio::time::timeout(BOUND, leadership.lost())
-        .await
-        .expect("lost is signalled at the next renewal");
-    assert_eq!(lost.kind(), ErrorKind::NotHeld, "{lost}");
-    assert!(!leadership.is_leader());
-    assert!(usurper.term() > leadership.term());
-    assert!(!leadership.resign().await.unwrap());
-}
-
-/// The next change an observer sees, within the test's bound.
-async fn next<S>(changes: &mut S) -> Option<Leader>
-where
-    S: Stream<Item = leasehold::Result<Option<Leader>>> + Unpin,
-{
-    tokio::time::timeout(BOUND, changes.next())
-        .await
-        .expect("a change")
-        .expect("the stream goes on")
-        .expect("read")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn observe_sees_every_change_in_order() {
-    let server = start();
-    let watcher = instance(&server).await;
-    let mut changes = Box::pin(watcher.observe_every("primary", Duration::from_millis(50)));
-    assert_eq!(next(&mut changes).await, None, "nobody leads yet");
-    let mut terms = Vec::new();
-    for _ in 0..3 {
-        let locks = instance(&server).await;
-        let leadership = locks.campaign_with("primary", election()).await.unwrap();
-        terms.push(leadership.term());
-        let seen = next(&mut changes).await.expect("a leader");
-        assert_eq!(&seen.token, leadership.token());
-        assert_eq!(seen.term, leadership.term());
-        assert_eq!(seen.pid, Some(std::process::id()));
-        // Held for several intervals, so no change is between two reads.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(leadership.resign().await.unwrap());
-        assert_eq!(next(&mut changes).await, None);
-    }
-    assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
-}
+suite::election_suite!(Deployment(EtcdServer::start().expect("start etcd")));
