@@ -60,7 +60,8 @@ const NOT_SERVING_NOW: [&str; 9] = [
 /// - Refused for now (`LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`, `BUSY`, `CLUSTERDOWN`,
 ///   `MOVED`/`ASK` left over from a slot moving during a failover, and `NOSCRIPT` after the
 ///   reload): nothing applied,
-///   [`ErrorKind::Connection`] (temporary).
+///   [`ErrorKind::Connection`] (temporary). So is a `WAIT` its node's demotion cut short
+///   (`UNBLOCKED`) or refused (a replica now): nothing was confirmed.
 /// - Anything else: [`ErrorKind::Internal`], with the server's error as the cause.
 pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error {
     let what = op.name();
@@ -82,6 +83,7 @@ pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error 
     } else if error
         .code()
         .is_some_and(|code| NOT_SERVING_NOW.contains(&code))
+        || demoted(error.code(), error.detail())
     {
         // The server refused before running the command (loading, a replica after failover,
         // master down, busy script): nothing applied, and worth trying again.
@@ -126,6 +128,14 @@ pub(crate) fn on_node(address: &str, node: Option<&str>, slot: u16) -> String {
         Some(node) => format!("node {node} (slot {slot}) of {address}"),
         None => format!("slot {slot} (no master known) of {address}"),
     }
+}
+
+/// Whether a node answered as one that stopped being a master: a `WAIT` cut short by its
+/// demotion (`UNBLOCKED`), or refused because it is a replica now. Nothing was confirmed, and
+/// the caller's retry goes to the new master.
+pub(crate) fn demoted(code: Option<&str>, detail: Option<&str>) -> bool {
+    code == Some("UNBLOCKED")
+        || detail.is_some_and(|detail| detail.starts_with("WAIT cannot be used with replica"))
 }
 
 /// Whether a script failed on a command this server does not know (an older Redis).
@@ -173,6 +183,40 @@ mod tests {
         let cause = std::error::Error::source(&error).expect("the cause is kept");
         assert!(cause.downcast_ref::<RedisError>().is_some(), "{cause}");
         assert!(on_node("c", None, 3).contains("slot 3"));
+    }
+
+    #[test]
+    fn a_wait_cut_short_or_refused_by_a_demoted_master_is_temporary() {
+        // As the server sends it: an error code of its own.
+        let unblocked = redis::parse_redis_value(
+            b"-UNBLOCKED force unblock from blocking operation, instance state changed \
+              (master -> replica?)\r\n",
+        )
+        .unwrap()
+        .extract_error()
+        .unwrap_err();
+        assert_eq!(unblocked.code(), Some("UNBLOCKED"));
+        let on_replica = RedisError::from((
+            RedisKind::Server(ServerErrorKind::ResponseError),
+            "An error was signalled by the server",
+            "WAIT cannot be used with replica instances. Please also note that since Redis 4.0 \
+             if a replica is configured to be writable (which is not the default) writes to \
+             replicas are just local and are not propagated."
+                .to_owned(),
+        ));
+        assert!(demoted(Some("UNBLOCKED"), None));
+        assert!(!demoted(Some("ERR"), Some("unknown command")));
+        let error = map(
+            Op::Acquire,
+            "DC#f1#app#k",
+            "node 127.0.0.1:7002",
+            on_replica,
+        );
+        assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
+        assert!(error.to_string().contains("127.0.0.1:7002"), "{error}");
+        let error = map(Op::Extend, "DC#f1#app#k", "node 127.0.0.1:7002", unblocked);
+        assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
+        assert!(error.is_temporary(), "{error}");
     }
 
     #[test]

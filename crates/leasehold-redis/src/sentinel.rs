@@ -480,7 +480,10 @@ impl SentinelLink {
     fn check(&self, master: &Master, result: &RedisResult<Value>) -> bool {
         let why = match result {
             Err(error) if master_moved(error) => error.to_string(),
-            Ok(Value::ServerError(error)) if not_master(error.code()) => {
+            Ok(Value::ServerError(error))
+                if not_master(error.code())
+                    || crate::error::demoted(Some(error.code()), error.details()) =>
+            {
                 format!("{} {}", error.code(), error.details().unwrap_or_default())
             }
             _ => return false,
@@ -555,6 +558,7 @@ fn master_moved(error: &RedisError) -> bool {
         || error.is_io_error()
         || error.is_timeout()
         || error.code().is_some_and(not_master)
+        || crate::error::demoted(error.code(), error.detail())
 }
 
 /// Refusals only a node that is not the master gives, without running the command.
