@@ -31,7 +31,7 @@ async fn holder(endpoint: String, ttl: u64) {
         .graceful_shutdown(GracefulShutdownLayer::new().exit_code(0))
         .build()
         .expect("manager");
-    locks.install_signal_handler().expect("signal handler");
+    let signalled = locks.install_signal_handler().expect("signal handler");
     let mut guards = Vec::new();
     for key in KEYS {
         let opts = LockOptions::new()
@@ -40,8 +40,11 @@ async fn holder(endpoint: String, ttl: u64) {
         guards.push(locks.try_lock_with(key, opts).await.expect("lock"));
     }
     println!("locked");
-    tokio::time::sleep(Duration::from_secs(120)).await;
-    drop(guards);
+    // The application exits once the signal's shutdown has released its locks.
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(120)) => drop(guards),
+        code = signalled.exit_code() => std::process::exit(code),
+    }
 }
 
 fn spawn_holder(endpoint: &str, ttl: u64, test: &str) -> Child {

@@ -30,15 +30,18 @@ async fn holder(url: String) {
         .graceful_shutdown(GracefulShutdownLayer::new().exit_code(0))
         .build()
         .expect("manager");
-    locks.install_signal_handler().expect("signal handler");
+    let signalled = locks.install_signal_handler().expect("signal handler");
     let mut guards = Vec::new();
     for key in KEYS {
         let opts = LockOptions::new().ttl(Duration::from_secs(60));
         guards.push(locks.try_lock_with(key, opts).await.expect("lock"));
     }
     println!("locked");
-    tokio::time::sleep(Duration::from_secs(120)).await;
-    drop(guards);
+    // The application exits once the signal's shutdown has released its locks.
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_secs(120)) => drop(guards),
+        code = signalled.exit_code() => std::process::exit(code),
+    }
 }
 
 fn spawn_holder(url: &str, test: &str) -> Child {

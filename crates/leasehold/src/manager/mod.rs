@@ -30,6 +30,8 @@ pub use options::{
     LockOptions, ToLockKey, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF, DEFAULT_RELEASE_RETRY,
     DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
 };
+#[cfg(feature = "signal")]
+pub use shutdown::SignalShutdown;
 
 /// The lock manager: acquire, wait for, release and inspect distributed locks.
 ///

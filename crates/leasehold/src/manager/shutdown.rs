@@ -62,26 +62,61 @@ impl LockManager {
     }
 }
 
+/// What [`LockManager::install_signal_handler`] returns: resolves once SIGINT or SIGTERM arrived
+/// and the manager's shutdown (every live lock released) finished, with the status the process
+/// should exit with. The library never exits the process itself; the application decides when,
+/// typically right away (feature `signal`).
+#[cfg(feature = "signal")]
+#[derive(Debug)]
+#[must_use = "a signal no longer ends the process by itself: await `exit_code()` and exit with it"]
+pub struct SignalShutdown {
+    done: tokio::sync::oneshot::Receiver<()>,
+    exit_code: i32,
+}
+
+#[cfg(feature = "signal")]
+impl SignalShutdown {
+    /// Waits for a signal and for the shutdown it runs, then gives the exit status configured
+    /// with [`GracefulShutdownLayer::exit_code`](crate::layers::GracefulShutdownLayer::exit_code)
+    /// (default 130 = 128 + SIGINT; `ctrlc` does not say which of the two signals arrived).
+    pub async fn exit_code(self) -> i32 {
+        // An error means the handler's task is gone with its runtime: nothing is left to wait for.
+        let _ = self.done.await;
+        self.exit_code
+    }
+}
+
 #[cfg(feature = "signal")]
 impl LockManager {
     /// Runs [`LockManager::shutdown`] when the process receives SIGINT or SIGTERM (Ctrl-C on
-    /// Windows), then exits the process (feature `signal`).
+    /// Windows), and tells the application when it is done (feature `signal`).
     ///
     /// A `ctrlc` handler (with its `termination` feature, so SIGTERM is caught too) sends on a
-    /// channel; a task spawned on the current tokio runtime receives it, runs the shutdown —
+    /// channel; a task spawned on the current tokio runtime receives it and runs the shutdown —
     /// which, with [graceful shutdown](crate::LockManagerBuilder::graceful_shutdown) on (the
     /// default), releases every live lock — bounded by the graceful-shutdown deadline plus the
-    /// manager's shutdown timeout, and then calls `std::process::exit` with
-    /// [`GracefulShutdownLayer::exit_code`](crate::layers::GracefulShutdownLayer::exit_code)
-    /// (default 130 = 128 + SIGINT; `ctrlc` does not say which of the two signals arrived, so both
-    /// exit with the same status).
+    /// manager's shutdown timeout. The returned [`SignalShutdown`] resolves then; the process
+    /// exits when the application says so, since the handler replaces the signal's default
+    /// action:
+    ///
+    /// ```no_run
+    /// # async fn serve() {}
+    /// # #[tokio::main] async fn main() -> leasehold::Result<()> {
+    /// let locks = leasehold::LockManager::builder().client_id("svc").farm_id("f1").build()?;
+    /// let signalled = locks.install_signal_handler()?;
+    /// tokio::select! {
+    ///     () = serve() => locks.shutdown().await.map(drop)?,
+    ///     code = signalled.exit_code() => std::process::exit(code),
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`ErrorKind::Internal`](crate::ErrorKind::Internal) outside a tokio runtime, if a `ctrlc`
     /// handler is already installed in this process (only one can be), or if SIGINT or SIGTERM
     /// already has another handler or is ignored: `ctrlc` never overwrites one, and neither does
     /// this method.
-    pub fn install_signal_handler(&self) -> Result<()> {
+    pub fn install_signal_handler(&self) -> Result<SignalShutdown> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
             Error::internal("install_signal_handler must be called inside a tokio runtime")
                 .with_source(e)
@@ -108,18 +143,22 @@ impl LockManager {
             .deadline
             .saturating_add(self.inner.config.shutdown_timeout);
         let manager = self.clone();
+        let (done, finished) = tokio::sync::oneshot::channel();
         runtime.spawn(async move {
             if rx.recv().await.is_none() {
                 return;
             }
-            tracing::info!("signal received: releasing live locks before exiting");
+            tracing::info!("signal received: releasing live locks");
             match tokio::time::timeout(budget, manager.shutdown()).await {
-                Ok(Ok(released)) => tracing::info!(released, "locks released; exiting"),
-                Ok(Err(error)) => tracing::warn!(%error, "shutdown failed; exiting"),
-                Err(_) => tracing::warn!("shutdown took too long; exiting"),
+                Ok(Ok(released)) => tracing::info!(released, "locks released"),
+                Ok(Err(error)) => tracing::warn!(%error, "shutdown failed"),
+                Err(_) => tracing::warn!("shutdown took too long"),
             }
-            std::process::exit(config.exit_code);
+            let _ = done.send(());
         });
-        Ok(())
+        Ok(SignalShutdown {
+            done: finished,
+            exit_code: config.exit_code,
+        })
     }
 }

@@ -66,7 +66,8 @@ pub struct GracefulShutdownLayer {
     pub deadline: Duration,
     /// How often expired entries are purged. Default [`DEFAULT_PURGE_INTERVAL`].
     pub purge_interval: Duration,
-    /// Exit status of the process after a signal-triggered shutdown (feature `signal`). Default
+    /// The exit status a signal-triggered shutdown reports for the process
+    /// ([`SignalShutdown::exit_code`](crate::SignalShutdown::exit_code), feature `signal`). Default
     /// 130 (128 + SIGINT; `ctrlc` does not say whether SIGINT or SIGTERM arrived).
     pub exit_code: i32,
     observers: Observers,
@@ -103,7 +104,7 @@ impl GracefulShutdownLayer {
         self
     }
 
-    /// Sets the exit status after a signal-triggered shutdown.
+    /// Sets the exit status a signal-triggered shutdown reports.
     pub fn exit_code(mut self, code: i32) -> Self {
         self.exit_code = code;
         self

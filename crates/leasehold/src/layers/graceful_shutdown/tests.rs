@@ -118,7 +118,7 @@ fn signal_handler_needs_a_runtime_and_installs_once() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        locks.install_signal_handler().unwrap();
+        let _signalled = locks.install_signal_handler().unwrap();
         let again = locks.install_signal_handler().unwrap_err();
         assert_eq!(
             again.kind(),
