@@ -87,7 +87,8 @@ impl LockManager {
                     lease,
                     plan.renew,
                     plan.scenario.clone(),
-                ))
+                )
+                .with_hold_at_least(plan.hold_at_least))
             }
             Err(error)
                 if plan.on_store_down == StoreDownPolicy::Proceed

@@ -262,13 +262,12 @@ impl LockManager {
             .iter()
             .map(|key| self.plan(key, &opts))
             .collect::<Result<Vec<_>>>()?;
-        let hold = opts.hold_period()?;
         let deadline = wait.map(|wait| crate::core::instant_after(Instant::now(), wait));
         let mut held = Vec::with_capacity(plans.len());
         for plan in plans {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             match self.execute(plan, left).await {
-                Ok(guard) => held.push(guard.with_hold_at_least(hold)),
+                Ok(guard) => held.push(guard),
                 Err(error) => {
                     let taken = held.len();
                     let guard = MultiGuard::new(held);

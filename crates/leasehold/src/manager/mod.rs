@@ -119,9 +119,7 @@ impl LockManager {
     /// [`LockManager::try_lock`] with per-call options.
     pub async fn try_lock_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
         let plan = self.plan(&key, &opts)?;
-        let hold = opts.hold_period()?;
-        let guard = self.execute(plan, None).await?;
-        Ok(guard.with_hold_at_least(hold))
+        self.execute(plan, None).await
     }
 
     /// Acquires `key`, waiting up to the default wait (90 s) while another owner holds it.
@@ -165,9 +163,7 @@ impl LockManager {
             .with_key(plan.key.as_str()));
         }
         let wait = plan.wait;
-        let hold = opts.hold_period()?;
-        let guard = self.execute(plan, Some(wait)).await?;
-        Ok(guard.with_hold_at_least(hold))
+        self.execute(plan, Some(wait)).await
     }
 
     /// Acquires `key` the way its scenario says: one attempt for a [`AcquireMode::Try`] scenario, a
@@ -184,9 +180,7 @@ impl LockManager {
             AcquireMode::Try => None,
             _ => Some(plan.wait),
         };
-        let hold = opts.hold_period()?;
-        let guard = self.execute(plan, wait).await?;
-        Ok(guard.with_hold_at_least(hold))
+        self.execute(plan, wait).await
     }
 
     /// The scenarios this manager resolves lock calls against.

@@ -232,6 +232,8 @@ pub(super) struct Plan {
     pub(super) mode: LockMode,
     pub(super) on_store_down: StoreDownPolicy,
     pub(super) trace: Option<TraceConfig>,
+    /// [`LockOptions::hold_at_least`], checked: what the guard's release keeps.
+    pub(super) hold_at_least: Option<Duration>,
 }
 
 impl LockManager {
@@ -328,6 +330,7 @@ impl LockManager {
             mode,
             on_store_down: scenario.map_or(StoreDownPolicy::Fail, |s| s.on_store_down),
             trace: opts.trace.unwrap_or(scenario.and_then(|s| s.trace)),
+            hold_at_least: opts.hold_period()?,
             scenario: name,
             handle,
         })
