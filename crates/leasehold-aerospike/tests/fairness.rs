@@ -1,26 +1,21 @@
 //! Fair waiting across processes on Aerospike, through the wire fixture or a real cluster
-//! (`AEROSPIKE_HOSTS`, never skipped): every process gets a hot key (none starves), a crashed
-//! waiter drops out of the line by its waiter timeout, a try-lock never passes a queued process,
-//! the line is served in arrival order, and a process that takes the key while other tasks of it
-//! wait goes to the end of the line. Set suffixes are unique per run, so a persistent cluster's
-//! earlier records never interfere.
-//!
-//! The test binary is its own worker (`leasehold_testkit::fleet`): spawned with a role, it plays
-//! it (a contending process, or a waiter that will be killed) instead of coordinating.
+//! (`AEROSPIKE_HOSTS`, never skipped). The shared suite (`tests/suites/fairness.rs`): every process
+//! gets a hot key (none starves), a crashed waiter drops out of the line by its waiter timeout.
+//! Here: a try-lock never passes a queued process, the line is served in arrival order, and a
+//! process that takes the key while other tasks of it wait goes to the end of the line. Set
+//! suffixes are unique per run, so a persistent cluster's earlier records never interfere.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aerospike::{Bins, Client, ClientPolicy, Key, ReadPolicy, Value, WritePolicy};
-use leasehold::{Acquire, ErrorKind, LockKey, LockManager, LockOptions, LockStore, OwnerToken};
+use leasehold::{Acquire, ErrorKind, LockKey, LockManager, LockStore, OwnerToken};
 use leasehold_aerospike::layout::{queue_set, GRANTED_BIN, LINE_BIN};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::{AerospikeTarget, PASSWORD_ENV, USER_ENV};
-use leasehold_testkit::fleet;
 
-const PROCESSES: usize = 4;
-const TASKS: usize = 2;
-const RUN: Duration = Duration::from_secs(3);
-const HOLD: Duration = Duration::from_millis(2);
+#[path = "../../../tests/suites/fairness.rs"]
+mod suite;
+
 const FARM: &str = "f1";
 
 /// Where the records go: hosts, namespace and a set suffix unique to this run, as one string a
@@ -152,112 +147,40 @@ async fn target() -> AerospikeTarget {
     target
 }
 
-/// A contending process: `TASKS` tasks take the hot key for `HOLD` again and again for `RUN`.
-async fn contend(place: Place) {
-    let locks = place.manager(|c| c).await;
-    fleet::contend(TASKS, RUN, move || {
-        let locks = locks.clone();
-        async move {
-            let guard = locks
-                .lock_with("hot", LockOptions::new().wait(Duration::from_secs(20)))
-                .await
-                .expect("no request starves for 20 s");
-            tokio::time::sleep(HOLD).await;
-            guard.release().await.expect("release");
+/// The fixture (if no cluster is named) serving from the test's runtime, and this run's place.
+struct Deployment {
+    _target: AerospikeTarget,
+    place: Place,
+}
+
+impl suite::Deployment for Deployment {
+    const STARVES_AFTER: Duration = Duration::from_secs(20);
+    /// The dead waiter is first in line until its place lapses (its waiter timeout, 5 s).
+    const LAPSES_WITHIN: Duration = Duration::from_secs(15);
+
+    fn start(runtime: &tokio::runtime::Runtime) -> Self {
+        let target = runtime.block_on(target());
+        let place = Place::new(&target);
+        Deployment {
+            _target: target,
+            place,
         }
-    })
-    .await;
-}
-
-/// A waiter that queues itself on `held` and then hangs until killed.
-async fn queue_and_hang(place: Place) {
-    let locks = place.manager(|c| c).await;
-    let _ = locks
-        .lock_with("held", LockOptions::new().wait(Duration::from_secs(600)))
-        .await;
-}
-
-/// Runs the role this process was spawned for, if any.
-fn play_role() -> bool {
-    let Some((role, place)) = fleet::role() else {
-        return false;
-    };
-    let place = Place::decode(&place);
-    match role.as_str() {
-        "contend" => fleet::runtime().block_on(contend(place)),
-        "hang" => fleet::runtime().block_on(queue_and_hang(place)),
-        other => panic!("unknown role {other}"),
     }
-    true
-}
 
-#[test]
-fn every_process_gets_a_hot_key_none_starves() {
-    if play_role() {
-        return;
+    fn address(&self) -> String {
+        self.place.encode()
     }
-    let runtime = fleet::runtime();
-    // The fixture (if no cluster is named) serves from this process's runtime while it waits.
-    let target = runtime.block_on(target());
-    let place = Place::new(&target);
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|_| {
-            fleet::spawn_role(
-                "contend",
-                "every_process_gets_a_hot_key_none_starves",
-                &place.encode(),
-            )
-        })
-        .collect();
-    let counts: Vec<u64> = fleet::results(children).iter().map(|r| r.0).collect();
-    // First-come on this fixture: one process took most of the acquisitions (fleet benchmark,
-    // Jain 0.57). In line, each process gets one turn per round.
-    fleet::assert_fair_shares(&counts);
-    drop(target);
-}
 
-#[test]
-fn a_crashed_waiter_leaves_the_line_by_its_waiter_timeout() {
-    if play_role() {
-        return;
+    async fn manager(place: &str) -> LockManager {
+        Place::decode(place).manager(|c| c).await
     }
-    let runtime = fleet::runtime();
-    let target = runtime.block_on(target());
-    let place = Place::new(&target);
-    runtime.block_on(async {
-        let holder = place.manager(|c| c).await;
-        let held = holder.try_lock("held").await.expect("free");
-        let mut waiter = fleet::spawn_role(
-            "hang",
-            "a_crashed_waiter_leaves_the_line_by_its_waiter_timeout",
-            &place.encode(),
-        );
-        // Wait until the child is in line, then SIGKILL it: it never leaves by itself.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while place.line_len("held").await != 1 {
-            assert!(Instant::now() < deadline, "the waiter never queued");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        waiter.kill().unwrap(); // SIGKILL, by pid
-        waiter.wait().unwrap();
-        held.release().await.unwrap();
 
-        // The dead waiter is first in line until its place lapses (its waiter timeout, 5 s).
-        let next = place.manager(|c| c).await;
-        let refused = next.try_lock("held").await.unwrap_err();
-        assert_eq!(
-            refused.kind(),
-            ErrorKind::LockUnavailable,
-            "a try-lock does not pass a queued waiter"
-        );
-        let guard = next
-            .lock_with("held", LockOptions::new().wait(Duration::from_secs(15)))
-            .await
-            .expect("the crashed waiter's place lapsed (waiter timeout 5 s)");
-        guard.release().await.unwrap();
-    });
-    drop(target);
+    async fn line_length(place: &str, entity: &str) -> usize {
+        Place::decode(place).line_len(entity).await
+    }
 }
+
+suite::fairness_suite!(Deployment);
 
 fn blocking(key: &LockKey) -> Acquire {
     Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(30))

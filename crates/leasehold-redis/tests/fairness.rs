@@ -1,6 +1,7 @@
-//! Waiting across processes on a real redis-server: every process gets a hot key (none starves),
-//! a crashed waiter drops out of the queue by its waiter timeout, a release wakes the next
-//! process at once, and a lost notification only costs a poll.
+//! Waiting across processes on a real redis-server. The shared suite
+//! (`tests/suites/fairness.rs`): every process gets a hot key (none starves), a crashed waiter
+//! drops out of the queue by its waiter timeout. Here: a release wakes the next process at once,
+//! and a lost notification only costs a poll.
 //!
 //! Strict FIFO mode (`RedisConfig::strict_fifo`): waiters from several processes, and several
 //! tasks of one process, are granted in the order they started waiting; a waiter that gives up
@@ -17,10 +18,36 @@ use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::fleet;
 use leasehold_testkit::redis::RedisServer;
 
-const PROCESSES: usize = 4;
-const TASKS: usize = 2;
-const RUN: Duration = Duration::from_secs(3);
-const HOLD: Duration = Duration::from_millis(2);
+#[path = "../../../tests/suites/fairness.rs"]
+mod suite;
+
+impl suite::Deployment for RedisServer {
+    const STARVES_AFTER: Duration = Duration::from_secs(20);
+    const LAPSES_WITHIN: Duration = Duration::from_secs(15);
+
+    fn start(_: &tokio::runtime::Runtime) -> Self {
+        RedisServer::start().expect("start redis-server")
+    }
+
+    fn address(&self) -> String {
+        self.url()
+    }
+
+    async fn manager(url: &str) -> LockManager {
+        manager(url, |c| c).await
+    }
+
+    /// Drops a dead waiter once its 1 s waiter timeout passes.
+    async fn latecomer(url: &str) -> LockManager {
+        manager(url, |c| c.waiter_timeout(Duration::from_secs(1))).await
+    }
+
+    async fn line_length(url: &str, entity: &str) -> usize {
+        queue(url, entity).await.len()
+    }
+}
+
+suite::fairness_suite!(RedisServer);
 
 async fn manager(url: &str, config: impl FnOnce(RedisConfig) -> RedisConfig) -> LockManager {
     let store = RedisStore::connect(config(RedisConfig::new(url)))
@@ -34,9 +61,9 @@ async fn manager(url: &str, config: impl FnOnce(RedisConfig) -> RedisConfig) -> 
         .expect("manager")
 }
 
-/// A waiter that queues itself on `held` and then hangs until killed (strict FIFO if `strict`).
-async fn queue_and_hang(url: String, strict: bool) {
-    let locks = manager(&url, |c| c.strict_fifo(strict)).await;
+/// A strict-FIFO waiter that queues itself on `held` and then hangs until killed.
+async fn queue_and_hang(url: String) {
+    let locks = manager(&url, |c| c.strict_fifo(true)).await;
     let _ = locks
         .lock_with("held", LockOptions::new().wait(Duration::from_secs(600)))
         .await;
@@ -125,23 +152,7 @@ fn play_role() -> bool {
     };
     fleet::runtime().block_on(async move {
         match role.as_str() {
-            "contend" => {
-                let locks = manager(&url, |c| c).await;
-                fleet::contend(TASKS, RUN, move || {
-                    let locks = locks.clone();
-                    async move {
-                        let guard = locks
-                            .lock_with("hot", LockOptions::new().wait(Duration::from_secs(20)))
-                            .await
-                            .expect("no request starves for 20 s");
-                        tokio::time::sleep(HOLD).await;
-                        guard.release().await.expect("release");
-                    }
-                })
-                .await
-            }
-            "hang" => queue_and_hang(url, false).await,
-            "hang-strict" => queue_and_hang(url, true).await,
+            "hang-strict" => queue_and_hang(url).await,
             "wait-strict" => {
                 let name = std::env::var("LEASEHOLD_FAIR_NAME").expect("the waiter's name");
                 let locks = manager(&url, |c| c.strict_fifo(true)).await;
@@ -151,70 +162,6 @@ fn play_role() -> bool {
         }
     });
     true
-}
-
-#[test]
-fn every_process_gets_a_hot_key_none_starves() {
-    if play_role() {
-        return;
-    }
-    let server = RedisServer::start().expect("start redis-server");
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|_| {
-            fleet::spawn_role(
-                "contend",
-                "every_process_gets_a_hot_key_none_starves",
-                &server.url(),
-            )
-        })
-        .collect();
-    // Before fair waiting, one process took most of the acquisitions and the least-served got a
-    // hundredth of that (first-come: [5, 494, 41, 4, 445, 494, 13, 32] in the fleet benchmark).
-    // In line, each process gets one turn per round.
-    let counts: Vec<u64> = fleet::results(children).iter().map(|r| r.0).collect();
-    fleet::assert_fair_shares(&counts);
-}
-
-#[test]
-fn a_crashed_waiter_leaves_the_queue_by_its_waiter_timeout() {
-    if play_role() {
-        return;
-    }
-    let server = RedisServer::start().expect("start redis-server");
-    let url = server.url();
-    fleet::runtime().block_on(async {
-        let holder = manager(&url, |c| c).await;
-        let held = holder.try_lock("held").await.expect("free");
-        let mut waiter = fleet::spawn_role(
-            "hang",
-            "a_crashed_waiter_leaves_the_queue_by_its_waiter_timeout",
-            &url,
-        );
-        // Wait until the child is in line, then SIGKILL it: it never leaves by itself.
-        let queue = "leasehold:queue:DC#f1#fair#held";
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while server.command(&["LLEN", queue]).unwrap() != ":1" {
-            assert!(Instant::now() < deadline, "the waiter never queued");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        waiter.kill().unwrap(); // SIGKILL, by pid
-        waiter.wait().unwrap();
-        held.release().await.unwrap();
-
-        // The dead waiter is first in line; it is dropped once its 1 s waiter timeout passes.
-        let next = manager(&url, |c| c.waiter_timeout(Duration::from_secs(1))).await;
-        let refused = next.try_lock("held").await.unwrap_err();
-        assert_eq!(
-            refused.kind(),
-            ErrorKind::LockUnavailable,
-            "a try-lock does not pass a queued waiter"
-        );
-        let guard = next
-            .lock_with("held", LockOptions::new().wait(Duration::from_secs(15)))
-            .await
-            .expect("the crashed waiter's place lapsed (default waiter timeout 5 s)");
-        guard.release().await.unwrap();
-    });
 }
 
 #[test]
