@@ -174,6 +174,9 @@ pub(crate) struct Waiting {
     watched: Mutex<HashMap<String, Watched>>,
     /// The subscriber connection's command side; `None` until first needed and after it dropped.
     sink: tokio::sync::Mutex<Option<PubSubSink>>,
+    /// Counts the subscriber connections dropped: a subscription made on a connection that
+    /// dropped meanwhile is not marked subscribed (it went with the connection).
+    dropped: AtomicU64,
     /// Read by each subscription while it is sent, written by the sweep's unsubscription: a wait
     /// that starts on a key being swept subscribes after the unsubscription reached the server.
     order: tokio::sync::RwLock<()>,
@@ -205,6 +208,7 @@ impl Waiting {
             subscriber,
             watched: Mutex::new(HashMap::new()),
             sink: tokio::sync::Mutex::new(None),
+            dropped: AtomicU64::new(0),
             order: tokio::sync::RwLock::new(()),
             swept: Mutex::new(Instant::now()),
             connect_timeout,
@@ -341,10 +345,16 @@ impl Waiting {
             watched.subscribed
         };
         if !subscribed {
+            let dropped = self.dropped.load(Ordering::SeqCst);
             match self.subscribe(&lock_key).await {
+                // Marked under the map's lock, where a drop clears every mark: either the drop
+                // came first and is seen here, or it clears this mark after.
                 Ok(()) => {
-                    if let Some(watched) = self.lock().get_mut(&lock_key) {
-                        watched.subscribed = true;
+                    let mut watched = self.lock();
+                    if self.dropped.load(Ordering::SeqCst) == dropped {
+                        if let Some(watched) = watched.get_mut(&lock_key) {
+                            watched.subscribed = true;
+                        }
                     }
                 }
                 Err(error) => tracing::debug!(key = %lock_key, %error,
@@ -446,17 +456,23 @@ impl Waiting {
         if channels.is_empty() {
             return;
         }
+        // Bounded: every new wait's subscribe queues behind this write lock, so a node that
+        // stopped answering must not hold it past the connect timeout (the channels then stay
+        // subscribed, and a later sweep or a remade connection ends them).
         let result = match (&self.subscriber, sink) {
             (Subscriber::Cluster(cluster), _) => {
                 let mut cluster = cluster.clone();
-                let mut result = Ok(());
-                // Sharded channels of different slots may live on different nodes: one each.
-                for channel in channels {
-                    result = result.and(cluster.sunsubscribe(channel).await);
-                }
-                result
+                within(self.connect_timeout, async move {
+                    let mut result = Ok(());
+                    // Sharded channels of different slots may live on different nodes: one each.
+                    for channel in channels {
+                        result = result.and(cluster.sunsubscribe(channel).await);
+                    }
+                    result
+                })
+                .await
             }
-            (_, Some(mut sink)) => sink.unsubscribe(channels).await,
+            (_, Some(mut sink)) => within(self.connect_timeout, sink.unsubscribe(channels)).await,
             (_, None) => Ok(()),
         };
         if let Err(error) = result {
@@ -567,7 +583,9 @@ impl Waiting {
         {
             let mut sink = self.sink.lock().await;
             *sink = None;
-            for watched in self.lock().values_mut() {
+            let mut watched = self.lock();
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+            for watched in watched.values_mut() {
                 watched.subscribed = false;
                 watched.wake_all();
             }
