@@ -3,7 +3,7 @@
 //! the outage ends in doubt and may land late) and frozen (nothing answered, info included, as a
 //! SIGSTOPped node). A blocking acquire retries within its wait and gets the lock, under its own
 //! token, with every earlier attempt undone; a guard's release rides out the outage and frees the
-//! key. See `crate::failover` in `leasehold`, and `crates/leasehold-redis/tests/failover_manager.rs`
+//! key. See `crate::failover` in `leasehold`, and `tests/suites/failover.rs` (Redis and etcd)
 //! for the give-up cases.
 
 use std::sync::{Arc, Mutex};

@@ -1,10 +1,7 @@
-//! The lock manager over the etcd store rides out real outages: a private etcd killed and
-//! restarted (a member that crashed and came back), and the testkit's TCP fault proxy refusing
-//! connections for a while (gRPC over HTTP/2 goes through it byte for byte). A blocking acquire
-//! retries within its wait and gets the lock once etcd is back; a guard's release retries within
-//! its budget and frees the key; renewal keeps a guard held across an outage shorter than its
-//! lease. See `crate::failover` in `leasehold`, and `crates/leasehold-redis/tests/failover_manager.rs`
-//! for the same against Redis, with the give-up cases.
+//! The lock manager over the etcd store rides out real outages: the shared suite
+//! (`tests/suites/failover.rs`, a private etcd behind the testkit's TCP fault proxy, gRPC over
+//! HTTP/2 going through it byte for byte), and here a private etcd killed and restarted (a member
+//! that crashed and came back).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,13 +9,37 @@ use std::time::Duration;
 use leasehold::{LockEvent, LockManager, LockOptions, LockStore};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;
-use leasehold_testkit::fault_proxy::{FaultProxy, ProxyMode};
-use tokio::time::Instant;
+use leasehold_testkit::fault_proxy::FaultProxy;
+
+#[path = "../../../tests/suites/failover.rs"]
+mod suite;
 
 /// How long each outage lasts.
 const OUTAGE: Duration = Duration::from_secs(1);
 
 type Events = Arc<Mutex<Vec<LockEvent>>>;
+
+impl suite::Deployment for EtcdServer {
+    type Store = EtcdStore;
+
+    fn start() -> Self {
+        EtcdServer::start().expect("start etcd")
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        EtcdServer::addr(self)
+    }
+
+    async fn connect(&self) -> EtcdStore {
+        connect(self.endpoint()).await
+    }
+
+    async fn connect_through(proxy: &FaultProxy) -> EtcdStore {
+        connect(proxy.addr().to_string()).await
+    }
+}
+
+suite::failover_suite!(EtcdServer);
 
 async fn connect(endpoint: String) -> EtcdStore {
     EtcdStore::connect(
@@ -102,88 +123,4 @@ async fn a_blocking_acquire_and_a_release_ride_out_etcd_restarts() {
             .unwrap(),
         None
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blocking_acquire_and_a_release_ride_out_refused_connections() {
-    let server = EtcdServer::start().expect("start etcd");
-    let proxy = FaultProxy::start(server.addr())
-        .await
-        .expect("start the proxy");
-    let (locks, events) = manager(connect(proxy.addr().to_string()).await, false).await;
-    let direct = connect(server.endpoint()).await;
-
-    proxy.set_mode(ProxyMode::Refuse);
-    let waiter = tokio::spawn({
-        let locks = locks.clone();
-        async move {
-            locks
-                .lock_with("order-2", LockOptions::new().wait(Duration::from_secs(30)))
-                .await
-        }
-    });
-    tokio::time::sleep(OUTAGE).await;
-    proxy.set_mode(ProxyMode::Pass);
-    // Through the proxy the client may ride out the refusals inside one request (tonic waits for
-    // its channel to reconnect within the response timeout) or fail it and let the manager retry:
-    // either way the call gets the lock.
-    let guard = waiter
-        .await
-        .unwrap()
-        .expect("acquired once connections went through");
-    let key = guard.key().clone();
-    assert!(direct.inspect(&key).await.unwrap().is_some());
-
-    proxy.set_mode(ProxyMode::Refuse);
-    let release = tokio::spawn(guard.release());
-    tokio::time::sleep(OUTAGE).await;
-    proxy.set_mode(ProxyMode::Pass);
-    assert!(
-        release
-            .await
-            .unwrap()
-            .expect("released once connections went through"),
-        "it was still ours"
-    );
-    assert_eq!(direct.inspect(&key).await.unwrap(), None, "the key is free");
-    assert!(!events
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|e| matches!(e, LockEvent::LeftToExpire { .. })));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renewal_keeps_a_guard_held_across_an_outage_shorter_than_its_lease() {
-    let server = EtcdServer::start().expect("start etcd");
-    let proxy = FaultProxy::start(server.addr())
-        .await
-        .expect("start the proxy");
-    let (locks, events) = manager(connect(proxy.addr().to_string()).await, true).await;
-    let ttl = Duration::from_secs(4);
-    let guard = locks
-        .try_lock_with("job-3", LockOptions::new().ttl(ttl).renew(true))
-        .await
-        .unwrap();
-    let taken = Instant::now();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    proxy.set_mode(ProxyMode::Refuse);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    proxy.set_mode(ProxyMode::Pass);
-    let past = (taken + ttl + Duration::from_secs(1)).saturating_duration_since(Instant::now());
-    tokio::time::sleep(past).await;
-    assert!(guard.is_held(), "not reported lost");
-    assert!(!events
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|e| matches!(e, LockEvent::Lost { .. })));
-    let direct = connect(server.endpoint()).await;
-    let info = direct
-        .inspect(guard.key())
-        .await
-        .unwrap()
-        .expect("held in etcd");
-    assert!(info.is_owned_by(guard.token()));
-    assert!(guard.release().await.unwrap());
 }
