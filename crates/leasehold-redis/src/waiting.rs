@@ -11,7 +11,7 @@
 //! the manager's retry interval.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
@@ -182,6 +182,8 @@ pub(crate) struct Waiting {
     order: tokio::sync::RwLock<()>,
     /// When the idle subscriptions were last looked over.
     swept: Mutex<Instant>,
+    /// Whether a timer will sweep the idle subscriptions again ([`Waiting::sweep_later`]).
+    sweep_scheduled: AtomicBool,
     connect_timeout: std::time::Duration,
 }
 
@@ -211,6 +213,7 @@ impl Waiting {
             dropped: AtomicU64::new(0),
             order: tokio::sync::RwLock::new(()),
             swept: Mutex::new(Instant::now()),
+            sweep_scheduled: AtomicBool::new(false),
             connect_timeout,
         }
     }
@@ -397,7 +400,40 @@ impl Waiting {
         }
         if last {
             self.sweep();
+            self.sweep_later();
         }
+    }
+
+    /// Sweeps again once the idle subscriptions have lingered, while any are left: a process
+    /// that stops waiting altogether must not keep them subscribed for good. One timer at a time,
+    /// holding the store weakly (a dropped store's timer ends).
+    fn sweep_later(self: &Arc<Self>) {
+        if self.sweep_scheduled.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.sweep_scheduled.store(false, Ordering::SeqCst);
+            return;
+        };
+        let waiting = Arc::downgrade(self);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(LINGER + SWEEP_EVERY).await;
+                let Some(waiting) = waiting.upgrade() else {
+                    return;
+                };
+                waiting.sweep();
+                let idle_left = waiting.lock().values().any(|w| w.idle_since.is_some());
+                if !idle_left {
+                    waiting.sweep_scheduled.store(false, Ordering::SeqCst);
+                    // A wait that ended meanwhile found the flag set and scheduled nothing.
+                    if waiting.lock().values().any(|w| w.idle_since.is_some()) {
+                        waiting.sweep_later();
+                    }
+                    return;
+                }
+            }
+        });
     }
 
     /// Ends the subscriptions idle for [`LINGER`] or beyond the [`MAX_IDLE`] newest, at most
@@ -818,6 +854,22 @@ mod tests {
         assert!(
             waiting.place_due("p:DC#f#other", every),
             "a key nobody here waits on"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_subscriptions_end_after_lingering_even_when_nobody_waits_again() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let watch = waiting.watch(LOCK.to_owned(), leave).await;
+        drop(watch);
+        assert!(waiting.lock().contains_key(LOCK), "lingers while idle");
+        // No wait starts or ends again: only the timer can end it.
+        tokio::time::sleep(LINGER + SWEEP_EVERY * 3).await;
+        assert!(!waiting.lock().contains_key(LOCK), "ended after lingering");
+        assert!(
+            !waiting.sweep_scheduled.load(Ordering::SeqCst),
+            "and its timer with it"
         );
     }
 
