@@ -29,8 +29,9 @@ pub(crate) trait Deployment: Sized {
     /// The lock store the holder and the test use.
     type Store: LockStore;
 
-    /// Starts a private server (stopped when dropped).
-    fn start() -> Self;
+    /// Starts a private deployment (stopped when dropped); a fixture serves from `runtime` while
+    /// the test waits.
+    fn start(runtime: &tokio::runtime::Runtime) -> Self;
     /// Where the server listens, handed to the holder process.
     fn address(&self) -> String;
     /// Connects a lock store to the server at `address`.
@@ -139,7 +140,7 @@ pub(crate) fn sigterm_releases_every_live_lock_at_once<D: Deployment>(test: &str
         return;
     }
     let rt = runtime();
-    let server = D::start();
+    let server = D::start(&rt);
     let store = rt.block_on(D::connect(&server.address()));
     let mut child = spawn_holder(&server.address(), 60, test);
     assert_eq!(rt.block_on(held(&store)).len(), 2, "both locks held");
@@ -159,7 +160,7 @@ pub(crate) fn sigkill_leaves_the_locks_until_their_ttl<D: Deployment>(test: &str
         return;
     }
     let rt = runtime();
-    let server = D::start();
+    let server = D::start(&rt);
     let store = rt.block_on(D::connect(&server.address()));
     let mut child = spawn_holder(&server.address(), 5, test);
     child.kill().unwrap(); // SIGKILL by pid: no handler runs

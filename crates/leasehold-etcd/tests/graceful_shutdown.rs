@@ -10,7 +10,7 @@ mod suite;
 impl suite::Deployment for EtcdServer {
     type Store = EtcdStore;
 
-    fn start() -> Self {
+    fn start(_: &tokio::runtime::Runtime) -> Self {
         EtcdServer::start().expect("start etcd")
     }
 

@@ -10,7 +10,7 @@ mod suite;
 impl suite::Deployment for RedisServer {
     type Store = RedisStore;
 
-    fn start() -> Self {
+    fn start(_: &tokio::runtime::Runtime) -> Self {
         RedisServer::start().expect("start redis-server")
     }
 
