@@ -355,6 +355,44 @@ pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
+/// When an abandoned acquisition is looked for again after its undo (see
+/// [`RedisStore::undo_abandoned`]).
+const UNDO_LOOKS: [Duration; 3] = [
+    Duration::from_millis(10),
+    Duration::from_millis(50),
+    Duration::from_millis(200),
+];
+
+impl RedisStore {
+    /// Undoes an acquisition whose caller stopped waiting for its answer: an owner-checked
+    /// release, then a few looks (10, 50 and 200 ms later) that release again if the abandoned
+    /// token shows up. The undo usually follows the request on the same ordered connection, but
+    /// not always: a cluster's request may have gone through the cluster client and its undo
+    /// direct (or the other way round), and a reconnect or a Sentinel master switch puts the undo
+    /// on a new connection; there it can overtake the request it undoes.
+    async fn undo_abandoned(&self, lease: &Lease) -> Result<bool> {
+        let released = self.release_once(lease).await;
+        for pause in UNDO_LOOKS {
+            tokio::time::sleep(pause).await;
+            let holds = match LockStore::inspect(self, lease.key()).await {
+                Ok(Some(info)) => {
+                    info.token.as_ref() == Some(lease.token())
+                        || info.holders.iter().any(|h| &h.token == lease.token())
+                }
+                Ok(None) => false,
+                // Cannot tell: the owner-checked release is harmless either way.
+                Err(_) => true,
+            };
+            if holds {
+                if let Ok(true) = self.release_once(lease).await {
+                    return Ok(true);
+                }
+            }
+        }
+        released
+    }
+}
+
 impl LockStore for RedisStore {
     fn name(&self) -> &'static str {
         "redis"
@@ -424,7 +462,7 @@ impl LockStore for RedisStore {
         req.mode.validate()?;
         let releaser = self.clone();
         acquire_undone_on_drop(req, self.acquire_once(req), move |lease| async move {
-            releaser.release_once(&lease).await
+            releaser.undo_abandoned(&lease).await
         })
         .await
     }

@@ -1,0 +1,52 @@
+//! Cancel safety of the store itself: an acquisition whose caller stops waiting before its
+//! answer leaves nothing held, even when the request lands after the caller gave up.
+
+use std::time::Duration;
+
+use leasehold::{Acquire, LockKey, LockStore, OwnerToken};
+use leasehold_redis::{RedisConfig, RedisStore};
+use leasehold_testkit::redis::RedisServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_dropped_before_its_answer_leaves_nothing_held() {
+    let server = RedisServer::start().expect("start redis");
+    let store = RedisStore::connect(RedisConfig::new(server.url()))
+        .await
+        .expect("connect");
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = LockKey::dc("f1", "cancel", "job").unwrap();
+    // Writes wait on the server for 300 ms: the acquisition is sent, and applied only after its
+    // caller has given up.
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(300)
+        .arg("WRITE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let req = Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(60));
+    let dropped = tokio::time::timeout(Duration::from_millis(50), store.try_acquire(&req)).await;
+    assert!(dropped.is_err(), "the caller stopped waiting");
+    // Long before the 60 s lease could run out, the undo has removed what the request took.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store.inspect(&key).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the abandoned acquisition was never undone"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let next = store
+        .try_acquire(&Acquire::new(
+            key,
+            OwnerToken::generate(),
+            Duration::from_secs(60),
+        ))
+        .await
+        .expect("free again");
+    assert!(store.release(&next).await.unwrap());
+}
