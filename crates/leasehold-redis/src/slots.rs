@@ -18,10 +18,14 @@
 //! Each of those asks for the slot map to be read again in the background, at most once per
 //! [`REFRESH_MIN`] (backing off to [`REFRESH_MAX`] while nothing changes).
 //!
-//! A command whose connection failed after it was handed over may have run. A read is sent again
-//! through the cluster client; a write's error goes back to the caller, which reports the
-//! operation in doubt so the readback decides: running a lock's script a second time could turn
-//! its own grant into a refusal (the key would be held by the token that asks).
+//! A command whose connection failed after it was handed over may have run. On the direct route a
+//! read is sent again through the cluster client; a write's error goes back to the caller, which
+//! reports the operation in doubt so the readback decides: running a lock's script a second time
+//! could turn its own grant into a refusal (the key would be held by the token that asks). A
+//! write that goes through the cluster client is in the crate's hands: it retries a request
+//! whose connection broke, so such a script can run twice. A grant turned into a refusal that
+//! way leaves the lock to its TTL (never two holders: the second run refuses); this path is taken
+//! only after a redirection or while a master's direct connection is down.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
