@@ -1,11 +1,17 @@
-//! The lock modes as the scripts spell them, and the scripts' replies read back into lock info.
+//! The scripts' arguments (lock modes, TTLs) as the scripts spell them, and their replies read
+//! back into lock info.
 
 use std::time::Duration;
 
 use leasehold_core::{Acquire, HolderInfo, LockInfo, LockKey, LockMode, OwnerToken};
 
-use crate::store::ttl_millis;
 use tokio::time::Instant;
+
+/// Milliseconds for `PX` / `PEXPIRE`, rounded up: the server must never expire a lock before
+/// the client's lease says it does (and a sub-millisecond TTL never becomes zero).
+pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
 
 /// The `mode` field of a shared record: `shared`, or `semaphore:N`.
 pub(crate) fn mode_field(mode: LockMode) -> String {

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::config::RedisConfig;
 use crate::connection::Connection;
 use crate::error::{map, Op};
-use crate::reply::{describe_mode, glob_escape, parse_inspect, writer_wait_millis};
+use crate::reply::{describe_mode, glob_escape, parse_inspect, ttl_millis, writer_wait_millis};
 use crate::scripts::{scripts, Scripts};
 use crate::waiting::{Subscriber, Waiting};
 
@@ -347,12 +347,6 @@ impl RedisStore {
             self.trace_args(invocation, &req.key, trace, Some(ok), Some(refused));
         }
     }
-}
-
-/// Milliseconds for `PX` / `PEXPIRE`, rounded up: the server must never expire a lock before
-/// the client's lease says it does (and a sub-millisecond TTL never becomes zero).
-pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 /// When an abandoned acquisition is looked for again after its undo (see

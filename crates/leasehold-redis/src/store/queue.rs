@@ -12,8 +12,8 @@ use std::time::Duration;
 use leasehold_core::{Acquire, Error, Lease, LockKey, Result};
 use tokio::time::Instant;
 
-use super::{ttl_millis, RedisStore};
-use crate::reply::{mode_field, writer_wait_millis};
+use super::RedisStore;
+use crate::reply::{mode_field, ttl_millis, writer_wait_millis};
 
 use crate::waiting::Place;
 
