@@ -30,8 +30,9 @@ pub(crate) trait Deployment: Sized {
     /// Increments per worker: enough for lost updates to show without the lock.
     const INCREMENTS: usize;
 
-    /// Starts a private server (stopped when dropped).
-    fn start() -> Self;
+    /// Starts a private deployment (stopped when dropped); a fixture serves from `runtime` while
+    /// the workers run.
+    fn start(runtime: &tokio::runtime::Runtime) -> Self;
     /// Where the server listens, handed to the workers.
     fn address(&self) -> String;
     /// Connects a lock store to the server at `address`.
@@ -96,7 +97,7 @@ pub(crate) fn processes_incrementing_under_the_lock_lose_no_update<D: Deployment
         runtime.block_on(worker::<D>(address));
         return;
     }
-    let server = D::start();
+    let server = D::start(&runtime);
     let me = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..WORKERS)
         .map(|_| {

@@ -13,7 +13,7 @@ impl suite::Deployment for EtcdServer {
     type Counter = etcd_client::Client;
     const INCREMENTS: usize = 25;
 
-    fn start() -> Self {
+    fn start(_: &tokio::runtime::Runtime) -> Self {
         EtcdServer::start().expect("start etcd")
     }
 

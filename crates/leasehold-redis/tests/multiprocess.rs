@@ -12,7 +12,7 @@ impl suite::Deployment for RedisServer {
     type Counter = redis::aio::MultiplexedConnection;
     const INCREMENTS: usize = 50;
 
-    fn start() -> Self {
+    fn start(_: &tokio::runtime::Runtime) -> Self {
         RedisServer::start().expect("start redis-server")
     }
 
