@@ -53,4 +53,21 @@ impl TlsFailure {
         };
         Some((failure, text))
     }
+
+    /// What to do about it, for a server reached by host name (URL-configured TLS files).
+    pub fn hint(self) -> &'static str {
+        match self {
+            TlsFailure::UntrustedCa => {
+                "the server's certificate is not signed by a trusted CA: give the CA that signed \
+                 it (tls_ca_file / ?tls_ca=)"
+            }
+            TlsFailure::WrongName => {
+                "the server's certificate does not name the host in the URL: connect by a name \
+                 the certificate lists"
+            }
+            TlsFailure::Handshake => {
+                "the TLS handshake failed: check the CA, the client certificate and the host name"
+            }
+        }
+    }
 }

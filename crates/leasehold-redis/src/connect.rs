@@ -340,19 +340,7 @@ pub(crate) fn client(config: &RedisConfig) -> Result<redis::Client> {
 /// problem, not an unreachable server.
 pub(crate) fn tls_error(address: &str, error: &redis::RedisError) -> Option<Error> {
     let (failure, text) = leasehold_core::TlsFailure::classify(error)?;
-    let hint = match failure {
-        leasehold_core::TlsFailure::UntrustedCa => {
-            "the server's certificate is not signed by a trusted CA: give the CA that signed it \
-             (tls_ca_file / ?tls_ca=)"
-        }
-        leasehold_core::TlsFailure::WrongName => {
-            "the server's certificate does not name the host in the URL: connect by a name the \
-             certificate lists"
-        }
-        leasehold_core::TlsFailure::Handshake => {
-            "the TLS handshake failed: check the CA, the client certificate and the host name"
-        }
-    };
+    let hint = failure.hint();
     Some(Error::new(
         leasehold_core::ErrorKind::StoreSetup,
         format!("TLS with Redis at {address} failed: {hint} ({text})"),
