@@ -5,71 +5,30 @@
 //! process that takes the key while other tasks of it wait goes to the end of the line. Set
 //! suffixes are unique per run, so a persistent cluster's earlier records never interfere.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use aerospike::{Bins, Client, ClientPolicy, Key, ReadPolicy, Value, WritePolicy};
 use leasehold::{Acquire, ErrorKind, LockKey, LockManager, LockStore, OwnerToken};
 use leasehold_aerospike::layout::{queue_set, GRANTED_BIN, LINE_BIN};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
-use leasehold_testkit::aerospike::{AerospikeTarget, PASSWORD_ENV, USER_ENV};
+use leasehold_testkit::aerospike::AerospikeTarget;
+
+mod common;
+use common::Place;
 
 #[path = "../../../tests/suites/fairness.rs"]
 mod suite;
 
 const FARM: &str = "f1";
 
-/// Where the records go: hosts, namespace and a set suffix unique to this run, as one string a
-/// worker process is given (`hosts;namespace;suffix`).
-#[derive(Debug, Clone)]
-struct Place {
-    hosts: String,
-    namespace: String,
-    suffix: String,
-}
-
+/// What the fairness tests need beyond the shared place: stores, managers, and reads and writes
+/// beside the store.
 impl Place {
-    fn new(target: &AerospikeTarget) -> Place {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        Place {
-            hosts: target.hosts().to_owned(),
-            namespace: target.namespace().to_owned(),
-            suffix: format!("fair{:x}{nanos:x}", std::process::id()),
-        }
-    }
-
-    fn encode(&self) -> String {
-        format!("{};{};{}", self.hosts, self.namespace, self.suffix)
-    }
-
-    fn decode(s: &str) -> Place {
-        let mut parts = s.splitn(3, ';');
-        let mut next = || parts.next().expect("hosts;namespace;suffix").to_owned();
-        Place {
-            hosts: next(),
-            namespace: next(),
-            suffix: next(),
-        }
-    }
-
-    /// The store configuration; a secured cluster's credentials come from the environment.
-    fn config(&self) -> AerospikeConfig {
-        let mut config = AerospikeConfig::new(&self.hosts, &self.namespace, FARM)
-            .set_suffix(&self.suffix)
-            .max_error_rate(0);
-        if let (Ok(user), Ok(password)) = (std::env::var(USER_ENV), std::env::var(PASSWORD_ENV)) {
-            config = config.credentials(user, password);
-        }
-        config
-    }
-
     async fn store(
         &self,
         config: impl FnOnce(AerospikeConfig) -> AerospikeConfig,
     ) -> AerospikeStore {
-        AerospikeStore::connect(config(self.config()))
+        AerospikeStore::connect(config(self.config(FARM).max_error_rate(0)))
             .await
             .expect("connect")
     }
@@ -123,7 +82,7 @@ impl Place {
 
     async fn client(&self) -> Client {
         let mut policy = ClientPolicy::default();
-        if let (Ok(user), Ok(password)) = (std::env::var(USER_ENV), std::env::var(PASSWORD_ENV)) {
+        if let Some((user, password)) = common::credentials() {
             policy.auth_mode = aerospike::policy::AuthMode::Internal(user, password);
         }
         Client::new(&policy, &self.hosts).await.expect("client")
@@ -160,7 +119,7 @@ impl suite::Deployment for Deployment {
 
     fn start(runtime: &tokio::runtime::Runtime) -> Self {
         let target = runtime.block_on(target());
-        let place = Place::new(&target);
+        let place = Place::new(&target, "fair");
         Deployment {
             _target: target,
             place,
@@ -194,7 +153,7 @@ fn trying(key: &LockKey) -> Acquire {
 #[tokio::test]
 async fn the_line_is_served_in_order_and_a_try_lock_passes_nobody() {
     let target = target().await;
-    let place = Place::new(&target);
+    let place = Place::new(&target, "fair");
     let key = LockKey::dc(FARM, "fair", "ordered").unwrap();
     let (a, b, c, d) = (
         place.store(|c| c).await,
@@ -245,7 +204,7 @@ async fn the_line_is_served_in_order_and_a_try_lock_passes_nobody() {
 #[tokio::test]
 async fn a_lapsed_place_blocks_nobody() {
     let target = target().await;
-    let place = Place::new(&target);
+    let place = Place::new(&target, "fair");
     let key = LockKey::dc(FARM, "fair", "lapsing").unwrap();
     let holder = place.store(|c| c).await;
     let gone = place
@@ -274,7 +233,7 @@ async fn a_lapsed_place_blocks_nobody() {
 #[tokio::test]
 async fn a_process_whose_other_tasks_wait_goes_to_the_end_of_the_line_and_leaves_with_them() {
     let target = target().await;
-    let place = Place::new(&target);
+    let place = Place::new(&target, "fair");
     let key = LockKey::dc(FARM, "fair", "requeue").unwrap();
     let (holder, b, c) = (
         place.store(|c| c).await,
@@ -316,7 +275,7 @@ async fn a_process_whose_other_tasks_wait_goes_to_the_end_of_the_line_and_leaves
 #[tokio::test]
 async fn a_head_waits_out_a_holder_it_knows_but_never_its_own_past_hold() {
     let target = target().await;
-    let place = Place::new(&target);
+    let place = Place::new(&target, "fair");
     let key = LockKey::dc(FARM, "fair", "estimate").unwrap();
     let (x, a, b, c) = (
         place.store(|c| c).await,

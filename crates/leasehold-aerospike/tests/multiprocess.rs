@@ -4,38 +4,23 @@
 //! generation check). Set suffixes are unique per run, so a persistent cluster's earlier records
 //! never interfere.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use aerospike::policy::AuthMode;
 use aerospike::{
     as_bin, Bins, Client, ClientPolicy, Key, ReadPolicy, ResultCode, Value, WritePolicy,
 };
-use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
-use leasehold_testkit::aerospike::{AerospikeTarget, PASSWORD_ENV, USER_ENV};
+use leasehold_aerospike::AerospikeStore;
+use leasehold_testkit::aerospike::AerospikeTarget;
+
+mod common;
+use common::Place;
 
 #[path = "../../../tests/suites/multiprocess.rs"]
 mod suite;
 
-/// The fixture (if no cluster is named) serving from the test's runtime, and where this run's
-/// records go, as one string a worker process is given (`hosts;namespace;suffix`).
+/// The fixture (if no cluster is named) serving from the test's runtime, and this run's place.
 struct Deployment {
     _target: AerospikeTarget,
-    address: String,
-}
-
-/// The parts of an address.
-fn place(address: &str) -> (String, String, String) {
-    let mut parts = address.splitn(3, ';');
-    let mut next = || parts.next().expect("hosts;namespace;suffix").to_owned();
-    (next(), next(), next())
-}
-
-/// A secured cluster's credentials, from the environment (the workers' too).
-fn credentials() -> Option<(String, String)> {
-    Some((
-        std::env::var(USER_ENV).ok()?,
-        std::env::var(PASSWORD_ENV).ok()?,
-    ))
+    place: Place,
 }
 
 /// A plain client and the counter's key.
@@ -50,50 +35,35 @@ impl suite::Deployment for Deployment {
     const INCREMENTS: usize = 25;
 
     fn start(runtime: &tokio::runtime::Runtime) -> Self {
-        let target = runtime
-            .block_on(AerospikeTarget::from_env())
-            .expect("start the fixture");
-        eprintln!("running against {target}");
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let suffix = format!("mp{:x}{nanos:x}", std::process::id());
-        let address = format!("{};{};{suffix}", target.hosts(), target.namespace());
+        let target = common::target(runtime);
+        let place = Place::new(&target, "mp");
         Deployment {
             _target: target,
-            address,
+            place,
         }
     }
 
     fn address(&self) -> String {
-        self.address.clone()
+        self.place.encode()
     }
 
     async fn connect(address: &str) -> AerospikeStore {
-        let (hosts, namespace, suffix) = place(address);
-        let mut config = AerospikeConfig::new(hosts, namespace, "f1").set_suffix(suffix);
-        if let Some((user, password)) = credentials() {
-            config = config.credentials(user, password);
-        }
-        AerospikeStore::connect(config).await.expect("connect")
+        AerospikeStore::connect(Place::decode(address).config("f1"))
+            .await
+            .expect("connect")
     }
 
     async fn counter(address: &str) -> Counter {
-        let (hosts, namespace, suffix) = place(address);
+        let place = Place::decode(address);
         let mut policy = ClientPolicy::default();
-        if let Some((user, password)) = credentials() {
+        if let Some((user, password)) = common::credentials() {
             policy.auth_mode = AuthMode::Internal(user, password);
         }
-        let client = Client::new(&policy, &hosts)
+        let client = Client::new(&policy, &place.hosts)
             .await
             .expect("counter connection");
-        let key = Key::new(
-            namespace,
-            format!("counter{suffix}"),
-            Value::from(suite::COUNTER),
-        )
-        .unwrap();
+        let set = format!("counter{}", place.suffix);
+        let key = Key::new(place.namespace, set, Value::from(suite::COUNTER)).unwrap();
         Counter { client, key }
     }
 
