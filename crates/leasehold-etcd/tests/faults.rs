@@ -3,12 +3,13 @@
 //! lost after the request was sent (through the testkit's loopback fault proxy, which works for
 //! gRPC over HTTP/2: it forwards bytes and delays them or closes the connection at the first reply
 //! byte; and etcd paused by SIGSTOP between an acquire's lease grant and its transaction), an
-//! unreachable cluster, wrong credentials, bad configuration.
+//! unreachable cluster, wrong credentials, bad configuration. The shared suite
+//! (`tests/suites/faults.rs`) adds a lost reply read back through a manager.
 
 use std::time::Duration;
 
 use leasehold::layers::ReadbackLayer;
-use leasehold::{Acquire, ErrorKind, LockKey, LockManager, LockOptions, LockStore, OwnerToken};
+use leasehold::{Acquire, ErrorKind, LockManager, LockOptions, LockStore, OwnerToken};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;
 use leasehold_testkit::fault_proxy::{FaultProxy, ProxyMode};
@@ -16,13 +17,9 @@ use leasehold_testkit::redis::free_port;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-fn key(entity: &str) -> LockKey {
-    LockKey::dc("f1", "faults", entity).unwrap()
-}
-
-fn acquire(entity: &str) -> Acquire {
-    Acquire::new(key(entity), OwnerToken::generate(), Duration::from_secs(30))
-}
+#[path = "../../../tests/suites/faults.rs"]
+mod suite;
+use suite::{acquire, eventually, heal, key};
 
 async fn connect(endpoint: String) -> EtcdStore {
     EtcdStore::connect(
@@ -34,35 +31,27 @@ async fn connect(endpoint: String) -> EtcdStore {
     .expect("connect")
 }
 
-/// Retries `op` until it stops failing (bounded): the client reconnects by itself.
-async fn eventually<T, F, Fut>(mut op: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = leasehold::Result<T>>,
-{
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        match op().await {
-            Ok(v) => return v,
-            Err(e) if tokio::time::Instant::now() < give_up => {
-                assert!(
-                    matches!(e.kind(), ErrorKind::Connection | ErrorKind::InDoubt),
-                    "only connection errors while the server comes back: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("store did not recover within 20 s: {e}"),
-        }
+impl suite::Deployment for EtcdServer {
+    type Store = EtcdStore;
+
+    fn start() -> Self {
+        EtcdServer::start().expect("start etcd")
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        EtcdServer::addr(self)
+    }
+
+    async fn connect(&self) -> EtcdStore {
+        connect(self.endpoint()).await
+    }
+
+    async fn connect_through(proxy: &FaultProxy) -> EtcdStore {
+        connect(proxy.addr().to_string()).await
     }
 }
 
-/// Puts the proxy back in pass mode and waits until the proxied store answers again (the previous
-/// fault closed its connection).
-async fn heal(proxy: &FaultProxy, store: &EtcdStore) {
-    proxy.set_mode(ProxyMode::Pass);
-    let probe = key("probe");
-    let _ = eventually(|| store.inspect(&probe)).await;
-}
+suite::faults_suite!(EtcdServer);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_restarted_while_a_lock_is_held_keeps_the_lease() {
@@ -238,32 +227,6 @@ async fn reply_lost_after_apply_is_in_doubt_never_a_false_result() {
     heal(&proxy, &proxied).await;
     if let Some(info) = direct.inspect(&req.key).await.unwrap() {
         assert!(info.is_owned_by(&req.token), "applied late, as ours");
-    }
-
-    // Through a manager with readback, a lost reply never ends as a false result.
-    let locks = LockManager::builder()
-        .client_id("faults")
-        .farm_id("f1")
-        .store(proxied.clone())
-        .readback(ReadbackLayer::new())
-        .build()
-        .unwrap();
-    heal(&proxy, &proxied).await;
-    proxy.set_mode(ProxyMode::DropReplies);
-    let outcome = locks.try_lock("lost-2").await;
-    proxy.set_mode(ProxyMode::Pass);
-    let info = direct.inspect(&key("lost-2")).await.unwrap();
-    match outcome {
-        Err(e) => {
-            assert!(
-                matches!(e.kind(), ErrorKind::InDoubt | ErrorKind::Connection),
-                "{e}"
-            );
-        }
-        Ok(guard) => {
-            assert!(info.expect("held").is_owned_by(guard.token()));
-            guard.release().await.unwrap();
-        }
     }
 }
 

@@ -1,49 +1,24 @@
 //! Failures against real redis-server processes: a server killed and restarted mid-run, replies
 //! delayed past the timeout and replies lost after the command was applied (through the testkit's
-//! loopback fault proxy), scripts flushed, an unreachable server, bad configuration.
+//! loopback fault proxy), scripts flushed, an unreachable server, bad configuration. The shared
+//! suite (`tests/suites/faults.rs`) adds a lost reply read back through a manager.
 
 use std::time::Duration;
 
 use leasehold::layers::ReadbackLayer;
-use leasehold::{Acquire, ErrorKind, LockEvent, LockKey, LockManager, LockStore, OwnerToken};
+use leasehold::{ErrorKind, LockEvent, LockManager, LockStore};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::fault_proxy::{FaultProxy, ProxyMode};
 use leasehold_testkit::redis::{free_port, RedisServer};
 
-fn key(entity: &str) -> LockKey {
-    LockKey::dc("f1", "faults", entity).unwrap()
-}
-
-fn acquire(entity: &str) -> Acquire {
-    Acquire::new(key(entity), OwnerToken::generate(), Duration::from_secs(30))
-}
+#[path = "../../../tests/suites/faults.rs"]
+mod suite;
+use suite::{acquire, eventually, heal, key};
 
 async fn connect(url: String) -> RedisStore {
     RedisStore::connect(RedisConfig::new(url).response_timeout(Duration::from_millis(300)))
         .await
         .expect("connect")
-}
-
-/// Retries `op` until it stops failing (bounded): the store reconnects by itself.
-async fn eventually<T, F, Fut>(mut op: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = leasehold::Result<T>>,
-{
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        match op().await {
-            Ok(v) => return v,
-            Err(e) if tokio::time::Instant::now() < give_up => {
-                assert!(
-                    matches!(e.kind(), ErrorKind::Connection | ErrorKind::InDoubt),
-                    "only connection errors while the server comes back: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("store did not recover within 10 s: {e}"),
-        }
-    }
 }
 
 /// Loads the scripts into the server's script cache (shared by all connections), so a proxied
@@ -55,13 +30,31 @@ async fn warm_scripts(store: &RedisStore) {
     store.release(&lease).await.unwrap();
 }
 
-/// Puts the proxy back in pass mode and waits until the proxied store has a working connection
-/// again (the previous fault may have closed it).
-async fn heal(proxy: &FaultProxy, store: &RedisStore) {
-    proxy.set_mode(ProxyMode::Pass);
-    let probe = key("probe");
-    let _ = eventually(|| store.inspect(&probe)).await;
+impl suite::Deployment for RedisServer {
+    type Store = RedisStore;
+
+    fn start() -> Self {
+        RedisServer::start().expect("start redis-server")
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        RedisServer::addr(self)
+    }
+
+    async fn connect(&self) -> RedisStore {
+        connect(self.url()).await
+    }
+
+    async fn connect_through(proxy: &FaultProxy) -> RedisStore {
+        connect(proxy.redis_url()).await
+    }
+
+    async fn warm_up(direct: &RedisStore) {
+        warm_scripts(direct).await;
+    }
 }
+
+suite::faults_suite!(RedisServer);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_killed_and_restarted_mid_run() {
@@ -184,32 +177,6 @@ async fn reply_lost_after_apply_is_in_doubt_never_a_false_result() {
     let err = proxied.release(&lease).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
     assert_eq!(direct.inspect(lease.key()).await.unwrap(), None);
-
-    // With readback through a manager, the lost reply ends with the lock held.
-    let locks = LockManager::builder()
-        .client_id("faults")
-        .farm_id("f1")
-        .store(proxied.clone())
-        .readback(ReadbackLayer::new())
-        .build()
-        .unwrap();
-    heal(&proxy, &proxied).await;
-    proxy.set_mode(ProxyMode::DropReplies);
-    let outcome = locks.try_lock("lost-2").await;
-    proxy.set_mode(ProxyMode::Pass);
-    let info = direct.inspect(&key("lost-2")).await.unwrap();
-    match outcome {
-        // The readback itself went through the dropping proxy too; then the error must say so and
-        // the record must not be reported as held by us.
-        Err(e) => assert!(
-            matches!(e.kind(), ErrorKind::InDoubt | ErrorKind::Connection),
-            "{e}"
-        ),
-        Ok(guard) => {
-            assert!(info.expect("held").is_owned_by(guard.token()));
-            guard.release().await.unwrap();
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
