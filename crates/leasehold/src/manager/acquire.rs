@@ -82,13 +82,10 @@ impl LockManager {
                     waited: waited(),
                     attempts,
                 });
-                Ok(LockGuard::new(
-                    handle.clone(),
-                    lease,
-                    plan.renew,
-                    plan.scenario.clone(),
+                Ok(
+                    LockGuard::new(handle.clone(), lease, plan.renew, plan.scenario.clone())
+                        .with_hold_at_least(plan.hold_at_least),
                 )
-                .with_hold_at_least(plan.hold_at_least))
             }
             Err(error)
                 if plan.on_store_down == StoreDownPolicy::Proceed
