@@ -51,9 +51,11 @@ impl EtcdStore {
     /// member is enough: every request goes to a member that answers, whatever the endpoint
     /// order; see docs/ETCD.md, "Clusters").
     ///
-    /// Bad configuration: [`ErrorKind::InvalidArgument`]. Cluster unreachable:
-    /// [`ErrorKind::Connection`], naming the endpoints. Wrong credentials:
-    /// [`ErrorKind::StoreSetup`].
+    /// Bad configuration:
+    /// [`ErrorKind::InvalidArgument`](leasehold_core::ErrorKind::InvalidArgument). Cluster
+    /// unreachable: [`ErrorKind::Connection`](leasehold_core::ErrorKind::Connection), naming the
+    /// endpoints. Wrong credentials:
+    /// [`ErrorKind::StoreSetup`](leasehold_core::ErrorKind::StoreSetup).
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
         config.validate()?;
         let address = config.address();
