@@ -9,9 +9,8 @@
 //! describe, prints what it does on stdout, and exits by itself after at most [`LIFETIME`]. The
 //! parent stops the candidates still running by pid when a test ends.
 //!
-//! Leadership intervals are timed on the wall clock (`SystemTime`), the one clock every process
-//! on the machine reads alike (the workspace forbids the unsafe call to read `CLOCK_MONOTONIC`
-//! directly, and `Instant` cannot be compared between processes).
+//! Leadership intervals are timed on `CLOCK_MONOTONIC` (through nix), which every process on the
+//! machine reads alike and which never jumps (`Instant` cannot be compared between processes).
 //!
 //! A store's test file implements [`Store`] and invokes `election_processes_suite!`.
 
@@ -20,7 +19,7 @@ use std::io::{BufRead, BufReader};
 use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use leasehold::{LockManager, LockOptions};
 use nix::sys::signal::{kill, Signal};
@@ -86,12 +85,13 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-/// Nanoseconds on the wall clock, which all processes on this machine share.
+/// Nanoseconds on the machine-wide monotonic clock (`CLOCK_MONOTONIC`), which every process on
+/// this machine reads alike and which never jumps.
 fn now_ns() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970");
-    u64::try_from(since.as_nanos()).expect("nanoseconds fit in u64")
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is readable");
+    u64::try_from(now.tv_sec()).expect("seconds since boot are positive") * 1_000_000_000
+        + u64::try_from(now.tv_nsec()).expect("nanoseconds are positive")
 }
 
 /// In a candidate process (`LEASEHOLD_ELECTION_ADDRESS` set): runs the candidate and returns
