@@ -5,11 +5,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use leasehold::LockManager;
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::AerospikeTarget;
+
+mod common;
 
 #[path = "../../../tests/suites/election.rs"]
 mod suite;
@@ -24,16 +25,10 @@ struct Deployment {
 
 impl Deployment {
     async fn start() -> Self {
-        let target = AerospikeTarget::from_env()
-            .await
-            .expect("start the fixture");
-        eprintln!("running against {target}");
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let client = format!("jobs{:x}{nanos:x}", std::process::id());
-        Deployment { target, client }
+        Deployment {
+            target: common::current_target().await,
+            client: common::unique("jobs"),
+        }
     }
 }
 

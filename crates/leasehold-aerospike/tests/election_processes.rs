@@ -6,11 +6,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use leasehold::LockManager;
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::AerospikeTarget;
+
+mod common;
 
 #[path = "../../../tests/suites/election_processes.rs"]
 mod suite;
@@ -25,16 +26,10 @@ struct Deployment {
 
 impl Deployment {
     async fn start() -> Self {
-        let target = AerospikeTarget::from_env()
-            .await
-            .expect("start the fixture");
-        eprintln!("running against {target}");
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let client = format!("procs{:x}{nanos:x}", std::process::id());
-        Deployment { target, client }
+        Deployment {
+            target: common::current_target().await,
+            client: common::unique("procs"),
+        }
     }
 }
 

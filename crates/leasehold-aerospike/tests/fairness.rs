@@ -11,10 +11,9 @@ use aerospike::{Bins, Client, ClientPolicy, Key, ReadPolicy, Value, WritePolicy}
 use leasehold::{Acquire, ErrorKind, LockKey, LockManager, LockStore, OwnerToken};
 use leasehold_aerospike::layout::{queue_set, GRANTED_BIN, LINE_BIN};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
-use leasehold_testkit::aerospike::AerospikeTarget;
 
 mod common;
-use common::Place;
+use common::{Deployment, Place};
 
 #[path = "../../../tests/suites/fairness.rs"]
 mod suite;
@@ -98,32 +97,13 @@ impl Place {
     }
 }
 
-async fn target() -> AerospikeTarget {
-    let target = AerospikeTarget::from_env()
-        .await
-        .expect("start the fixture");
-    eprintln!("running against {target}");
-    target
-}
-
-/// The fixture (if no cluster is named) serving from the test's runtime, and this run's place.
-struct Deployment {
-    _target: AerospikeTarget,
-    place: Place,
-}
-
 impl suite::Deployment for Deployment {
     const STARVES_AFTER: Duration = Duration::from_secs(20);
     /// The dead waiter is first in line until its place lapses (its waiter timeout, 5 s).
     const LAPSES_WITHIN: Duration = Duration::from_secs(15);
 
     fn start(runtime: &tokio::runtime::Runtime) -> Self {
-        let target = runtime.block_on(target());
-        let place = Place::new(&target, "fair");
-        Deployment {
-            _target: target,
-            place,
-        }
+        Deployment::on(runtime, "fair")
     }
 
     fn address(&self) -> String {
@@ -152,7 +132,7 @@ fn trying(key: &LockKey) -> Acquire {
 
 #[tokio::test]
 async fn the_line_is_served_in_order_and_a_try_lock_passes_nobody() {
-    let target = target().await;
+    let target = common::current_target().await;
     let place = Place::new(&target, "fair");
     let key = LockKey::dc(FARM, "fair", "ordered").unwrap();
     let (a, b, c, d) = (
@@ -203,7 +183,7 @@ async fn the_line_is_served_in_order_and_a_try_lock_passes_nobody() {
 
 #[tokio::test]
 async fn a_lapsed_place_blocks_nobody() {
-    let target = target().await;
+    let target = common::current_target().await;
     let place = Place::new(&target, "fair");
     let key = LockKey::dc(FARM, "fair", "lapsing").unwrap();
     let holder = place.store(|c| c).await;
@@ -232,7 +212,7 @@ async fn a_lapsed_place_blocks_nobody() {
 
 #[tokio::test]
 async fn a_process_whose_other_tasks_wait_goes_to_the_end_of_the_line_and_leaves_with_them() {
-    let target = target().await;
+    let target = common::current_target().await;
     let place = Place::new(&target, "fair");
     let key = LockKey::dc(FARM, "fair", "requeue").unwrap();
     let (holder, b, c) = (
@@ -274,7 +254,7 @@ async fn a_process_whose_other_tasks_wait_goes_to_the_end_of_the_line_and_leaves
 
 #[tokio::test]
 async fn a_head_waits_out_a_holder_it_knows_but_never_its_own_past_hold() {
-    let target = target().await;
+    let target = common::current_target().await;
     let place = Place::new(&target, "fair");
     let key = LockKey::dc(FARM, "fair", "estimate").unwrap();
     let (x, a, b, c) = (

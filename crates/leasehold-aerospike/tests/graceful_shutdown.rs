@@ -4,30 +4,18 @@
 //! cluster, and a persistent cluster's earlier records, never interfere.
 
 use leasehold_aerospike::AerospikeStore;
-use leasehold_testkit::aerospike::AerospikeTarget;
 
 mod common;
-use common::Place;
+use common::{Deployment, Place};
 
 #[path = "../../../tests/suites/graceful_shutdown.rs"]
 mod suite;
-
-/// The fixture (if no cluster is named) serving from the test's runtime, and this test's place.
-struct Deployment {
-    _target: AerospikeTarget,
-    place: Place,
-}
 
 impl suite::Deployment for Deployment {
     type Store = AerospikeStore;
 
     fn start(runtime: &tokio::runtime::Runtime) -> Self {
-        let target = common::target(runtime);
-        let place = Place::new(&target, "down");
-        Deployment {
-            _target: target,
-            place,
-        }
+        Deployment::on(runtime, "down")
     }
 
     fn address(&self) -> String {

@@ -9,19 +9,12 @@ use aerospike::{
     as_bin, Bins, Client, ClientPolicy, Key, ReadPolicy, ResultCode, Value, WritePolicy,
 };
 use leasehold_aerospike::AerospikeStore;
-use leasehold_testkit::aerospike::AerospikeTarget;
 
 mod common;
-use common::Place;
+use common::{Deployment, Place};
 
 #[path = "../../../tests/suites/multiprocess.rs"]
 mod suite;
-
-/// The fixture (if no cluster is named) serving from the test's runtime, and this run's place.
-struct Deployment {
-    _target: AerospikeTarget,
-    place: Place,
-}
 
 /// A plain client and the counter's key.
 struct Counter {
@@ -35,12 +28,7 @@ impl suite::Deployment for Deployment {
     const INCREMENTS: usize = 25;
 
     fn start(runtime: &tokio::runtime::Runtime) -> Self {
-        let target = common::target(runtime);
-        let place = Place::new(&target, "mp");
-        Deployment {
-            _target: target,
-            place,
-        }
+        Deployment::on(runtime, "mp")
     }
 
     fn address(&self) -> String {

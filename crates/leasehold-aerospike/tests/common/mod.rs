@@ -19,14 +19,10 @@ pub(crate) struct Place {
 impl Place {
     /// A new place on `target`, its suffix starting with `label`.
     pub(crate) fn new(target: &AerospikeTarget, label: &str) -> Place {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
         Place {
             hosts: target.hosts().to_owned(),
             namespace: target.namespace().to_owned(),
-            suffix: format!("{label}{:x}{nanos:x}", std::process::id()),
+            suffix: unique(label),
         }
     }
 
@@ -55,6 +51,45 @@ impl Place {
             config = config.credentials(user, password);
         }
         config
+    }
+}
+
+/// `label` followed by this process's id and the clock's nanoseconds: a name no other test run
+/// uses, so a persistent cluster's earlier records never interfere.
+pub(crate) fn unique(label: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{label}{:x}{nanos:x}", std::process::id())
+}
+
+/// The fixture, started on the current runtime, or the cluster `AEROSPIKE_HOSTS` names.
+pub(crate) async fn current_target() -> AerospikeTarget {
+    let target = AerospikeTarget::from_env()
+        .await
+        .expect("start the fixture");
+    eprintln!("running against {target}");
+    target
+}
+
+/// The fixture (if no cluster is named) serving from a test's runtime, and the test's place: what
+/// the multi-process suites' deployments are on this store.
+pub(crate) struct Deployment {
+    _target: AerospikeTarget,
+    pub(crate) place: Place,
+}
+
+impl Deployment {
+    /// Starts the fixture on `runtime` (or names the cluster) and a place of its own, its suffix
+    /// starting with `label`.
+    pub(crate) fn on(runtime: &tokio::runtime::Runtime, label: &str) -> Deployment {
+        let target = target(runtime);
+        let place = Place::new(&target, label);
+        Deployment {
+            _target: target,
+            place,
+        }
     }
 }
 
