@@ -63,8 +63,10 @@ where
 /// undoes whatever the request did, so nothing is left under a token nobody knows — at no cost
 /// unless the caller is cancelled, where [`acquire_detached`] spawns a task for every request.
 ///
-/// Stores whose requests may overtake each other (separate streams or pooled connections) need
-/// [`acquire_detached`]: there an undo sent early could land before the acquisition it undoes.
+/// Where requests may overtake each other (separate streams, pooled connections, a reconnect in
+/// between), an undo sent early could land before the acquisition it undoes: such a store either
+/// gives a `release` that looks again for a while and releases what landed late (Redis, Aerospike
+/// do), or uses [`acquire_detached`].
 pub async fn acquire_undone_on_drop<AF, R, RF>(
     req: &Acquire,
     acquire: AF,
