@@ -65,8 +65,8 @@ where
 ///
 /// Where requests may overtake each other (separate streams, pooled connections, a reconnect in
 /// between), an undo sent early could land before the acquisition it undoes: such a store either
-/// gives a `release` that looks again for a while and releases what landed late (Redis, Aerospike
-/// do), or uses [`acquire_detached`].
+/// gives a `release` that looks again for a while and releases what landed late (as Redis does;
+/// Aerospike's own undo does the same), or uses [`acquire_detached`].
 pub async fn acquire_undone_on_drop<AF, R, RF>(
     req: &Acquire,
     acquire: AF,
