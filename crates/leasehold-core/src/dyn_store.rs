@@ -7,8 +7,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::{
-    Acquire, Capabilities, HistoryEntry, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result,
-    TraceConfig,
+    Acquire, Capabilities, ChangeWatch, HistoryEntry, Lease, LockInfo, LockKey, LockStore,
+    ReleaseWatch, Result, TraceConfig,
 };
 
 /// Object-safe form of [`LockStore`], implemented for every store.
@@ -21,6 +21,7 @@ trait DynLockStore: Send + Sync + 'static {
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<LockInfo>>>;
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LockInfo>>>;
     fn watch<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, ReleaseWatch>;
+    fn watch_changes<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, ChangeWatch>;
     fn shutdown(&self) -> BoxFuture<'_, Result<usize>>;
     fn history<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<HistoryEntry>>>;
     fn append_history<'a>(
@@ -55,6 +56,9 @@ impl<S: LockStore> DynLockStore for S {
     }
     fn watch<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, ReleaseWatch> {
         Box::pin(LockStore::watch(self, key))
+    }
+    fn watch_changes<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, ChangeWatch> {
+        Box::pin(LockStore::watch_changes(self, key))
     }
     fn shutdown(&self) -> BoxFuture<'_, Result<usize>> {
         Box::pin(LockStore::shutdown(self))
@@ -141,6 +145,9 @@ impl LockStore for BoxStore {
     }
     async fn watch(&self, key: &LockKey) -> ReleaseWatch {
         self.inner.watch(key).await
+    }
+    async fn watch_changes(&self, key: &LockKey) -> ChangeWatch {
+        self.inner.watch_changes(key).await
     }
     async fn shutdown(&self) -> Result<usize> {
         self.inner.shutdown().await

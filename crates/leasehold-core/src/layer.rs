@@ -3,7 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::{Acquire, Capabilities, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result};
+use crate::{
+    Acquire, Capabilities, ChangeWatch, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result,
+};
 
 /// Wraps a store in another store, adding one behaviour.
 ///
@@ -158,6 +160,12 @@ impl<A: LockStore, B: LockStore> LockStore for Either<A, B> {
         match self {
             Either::Left(a) => a.watch(key).await,
             Either::Right(b) => b.watch(key).await,
+        }
+    }
+    async fn watch_changes(&self, key: &LockKey) -> ChangeWatch {
+        match self {
+            Either::Left(a) => a.watch_changes(key).await,
+            Either::Right(b) => b.watch_changes(key).await,
         }
     }
     async fn shutdown(&self) -> Result<usize> {

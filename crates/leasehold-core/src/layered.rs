@@ -5,8 +5,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::{
-    Acquire, Capabilities, HistoryEntry, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result,
-    TraceConfig,
+    Acquire, Capabilities, ChangeWatch, HistoryEntry, Lease, LockInfo, LockKey, LockStore,
+    ReleaseWatch, Result, TraceConfig,
 };
 
 /// A store that wraps another and forwards every operation to it unless it overrides that
@@ -86,6 +86,11 @@ pub trait LayeredStore: Send + Sync + 'static {
         self.inner().watch(key)
     }
 
+    /// See [`LockStore::watch_changes`]. Forwards.
+    fn watch_changes(&self, key: &LockKey) -> impl Future<Output = ChangeWatch> + Send {
+        self.inner().watch_changes(key)
+    }
+
     /// See [`LockStore::shutdown`]. Forwards, so the layers below shut down too.
     fn shutdown(&self) -> impl Future<Output = Result<usize>> + Send {
         self.inner().shutdown()
@@ -131,6 +136,9 @@ impl<L: LayeredStore> LockStore for L {
     }
     fn watch(&self, key: &LockKey) -> impl Future<Output = ReleaseWatch> + Send {
         LayeredStore::watch(self, key)
+    }
+    fn watch_changes(&self, key: &LockKey) -> impl Future<Output = ChangeWatch> + Send {
+        LayeredStore::watch_changes(self, key)
     }
     fn shutdown(&self) -> impl Future<Output = Result<usize>> + Send {
         LayeredStore::shutdown(self)

@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 mod acquire;
+mod change_watch;
 mod detached;
 mod dyn_store;
 mod error;
@@ -38,6 +39,7 @@ mod token;
 mod watch;
 
 pub use acquire::{Acquire, HolderId, WaiterId};
+pub use change_watch::ChangeWatch;
 pub use detached::{acquire_detached, acquire_undone_on_drop};
 pub use dyn_store::BoxStore;
 pub use error::{Error, ErrorKind, Result};

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{
-    Acquire, Error, HistoryEntry, Lease, LockInfo, LockKey, ReleaseWatch, Result, TraceConfig,
+    Acquire, ChangeWatch, Error, HistoryEntry, Lease, LockInfo, LockKey, ReleaseWatch, Result,
+    TraceConfig,
 };
 
 /// What a store can do beyond the required operations, so layers and tests can ask instead of
@@ -184,6 +185,18 @@ pub trait LockStore: Send + Sync + 'static {
         async { ReleaseWatch::none() }
     }
 
+    /// Subscribes this process to changes of who holds `key` (grants and releases), until the
+    /// returned watch is dropped (see [`ChangeWatch`]): for readers of who holds a lock, such as
+    /// an election's observers. Unlike [`watch`](Self::watch) it never waits for the lock: it
+    /// takes no place in any waiter line, and it is fired on grants too.
+    ///
+    /// Never fails: a store without change notifications (or that cannot subscribe now) returns
+    /// [`ChangeWatch::none`] and the reader polls. The default returns [`ChangeWatch::none`].
+    fn watch_changes(&self, key: &LockKey) -> impl Future<Output = ChangeWatch> + Send {
+        let _ = key;
+        async { ChangeWatch::none() }
+    }
+
     /// The lock history of `key`, newest first (see [`TraceConfig`]): empty when the key was never
     /// traced or its history expired.
     ///
@@ -246,6 +259,9 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     }
     async fn watch(&self, key: &LockKey) -> ReleaseWatch {
         (**self).watch(key).await
+    }
+    async fn watch_changes(&self, key: &LockKey) -> ChangeWatch {
+        (**self).watch_changes(key).await
     }
     async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
         (**self).history(key).await

@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::core::{
-    instant_after, validate_ttl, Acquire, Capabilities, Error, HistoryEntry, HistoryEvent, Lease,
-    LockInfo, LockKey, LockMode, LockStore, ReleaseWatch, Result, TraceConfig,
+    instant_after, validate_ttl, Acquire, Capabilities, ChangeWatch, Error, HistoryEntry,
+    HistoryEvent, Lease, LockInfo, LockKey, LockMode, LockStore, ReleaseWatch, Result, TraceConfig,
 };
 use crate::sweep::Sweeper;
 use crate::KeyMap;
@@ -73,8 +73,20 @@ struct Inner {
     watched: KeyMap<Arc<Watched>>,
     /// Entries in `watched`, so an unwatched release skips the map.
     watched_count: AtomicUsize,
+    /// Keys some reader watches for a change of holder (an election's observers): one wake-up
+    /// per key, fired on every grant and release.
+    observed: KeyMap<Arc<Observed>>,
+    /// Entries in `observed`, so an unobserved grant or release skips the map.
+    observed_count: AtomicUsize,
     /// Lock histories of traced keys: an in-process ring per key, newest first.
     histories: KeyMap<History>,
+}
+
+/// A key some reader watches for a change of holder. Every live [`ChangeWatch`] on the key holds
+/// it, so the map's reference alone left means nobody observes the key any more.
+#[derive(Debug, Default)]
+struct Observed {
+    changed: Arc<Notify>,
 }
 
 /// One key's lock history: bounded, and gone `ttl` after its last write.
@@ -106,6 +118,8 @@ impl MemoryStore {
                 purger: Sweeper::default(),
                 watched: KeyMap::default(),
                 watched_count: AtomicUsize::new(0),
+                observed: KeyMap::default(),
+                observed_count: AtomicUsize::new(0),
                 histories: KeyMap::default(),
             }),
         }
@@ -154,6 +168,15 @@ impl Inner {
         if self.watched_count.load(Ordering::Acquire) > 0 {
             if let Some(watched) = self.watched.get(key).map(|w| w.clone()) {
                 watched.lock().wake_released();
+            }
+        }
+    }
+
+    /// Wakes the readers watching `key` for a change of holder.
+    fn notify_change(&self, key: &LockKey) {
+        if self.observed_count.load(Ordering::Acquire) > 0 {
+            if let Some(observed) = self.observed.get(key).map(|o| o.changed.clone()) {
+                observed.notify_waiters();
             }
         }
     }
@@ -219,6 +242,30 @@ impl LockStore for MemoryStore {
                 .is_some()
             {
                 inner.watched_count.fetch_sub(1, Ordering::AcqRel);
+            }
+        })
+    }
+
+    /// Registers a reader of `key`'s holder: fired on every grant and release of the key. An
+    /// expiry fires nothing (records lapse lazily); readers read again when the lease they saw
+    /// runs out.
+    async fn watch_changes(&self, key: &LockKey) -> ChangeWatch {
+        let observed = match self.inner.observed.entry(key.clone()) {
+            Entry::Occupied(observed) => observed.get().clone(),
+            Entry::Vacant(free) => {
+                self.inner.observed_count.fetch_add(1, Ordering::AcqRel);
+                free.insert(Arc::default()).clone()
+            }
+        };
+        let (inner, key) = (self.inner.clone(), key.clone());
+        ChangeWatch::new(observed.changed.clone(), move || {
+            drop(observed);
+            if inner
+                .observed
+                .remove_if(&key, |_, observed| Arc::strong_count(observed) == 1)
+                .is_some()
+            {
+                inner.observed_count.fetch_sub(1, Ordering::AcqRel);
             }
         })
     }
@@ -292,6 +339,7 @@ impl LockStore for MemoryStore {
                 return Err(refused);
             }
         };
+        self.inner.notify_change(&req.key);
         if let Some(trace) = &req.trace {
             let detail = format!("{} ttl {:?}", req.mode, req.ttl);
             let entry = HistoryEntry::new(HistoryEvent::Acquired, &req.token, detail);
@@ -327,6 +375,7 @@ impl LockStore for MemoryStore {
         };
         if released {
             self.inner.notify_release(lease.key());
+            self.inner.notify_change(lease.key());
         }
         if let Some(trace) = lease.trace() {
             let event = if released {
