@@ -309,3 +309,27 @@ async fn lead_campaigns_again_after_its_work_returns() {
     locks.shutdown().await.unwrap();
     leader.await.unwrap().unwrap();
 }
+
+#[path = "suites/election.rs"]
+mod suite;
+
+/// The behaviour every store runs (`tests/suites/election.rs`), on the embedded store in real
+/// time: each instance its own manager over one shared store, as processes sharing a server.
+mod shared {
+    use std::future::Future;
+    use std::pin::Pin;
+
+    use leasehold::{LockManager, MemoryStore};
+
+    use super::suite;
+
+    struct Deployment(MemoryStore);
+
+    impl suite::Fleet for Deployment {
+        fn instance(&self) -> Pin<Box<dyn Future<Output = LockManager> + Send + '_>> {
+            Box::pin(async move { super::instance(self.0.clone()) })
+        }
+    }
+
+    suite::election_suite!(Deployment(MemoryStore::new()));
+}

@@ -22,6 +22,13 @@ use leasehold::{ErrorKind, Leader, LockManager, LockOptions, LockStore, ReleaseO
 pub(crate) trait Fleet {
     /// A new instance.
     fn instance(&self) -> Pin<Box<dyn Future<Output = LockManager> + Send + '_>>;
+
+    /// Whether the store announces grants and releases
+    /// ([`LockStore::watch_changes`](leasehold::LockStore::watch_changes)), so observers see a
+    /// change without polling.
+    fn announces_changes(&self) -> bool {
+        true
+    }
 }
 
 /// One test per behaviour below, each on a deployment of its own made by `$setup` (an async
@@ -35,6 +42,8 @@ macro_rules! election_suite {
             resigning_dropping_or_shutting_down_hands_leadership_over_before_the_ttl,
             a_leader_whose_lock_is_broken_sees_lost,
             observe_sees_every_change_in_order,
+            observe_sees_each_change_as_announced_with_the_leaders_label,
+            observe_sees_a_leader_that_died_once_its_lease_runs_out,
         );
     };
     (@tests $setup:expr; $($name:ident,)*) => {
@@ -234,4 +243,93 @@ pub(crate) async fn observe_sees_every_change_in_order(fleet: &impl Fleet) {
         assert_eq!(next(&mut changes).await, None);
     }
     assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
+}
+
+/// How soon an announced change must reach an observer that would otherwise not read for an
+/// hour: well under the observer's backstop, so only an announcement explains it.
+const ANNOUNCED: Duration = Duration::from_millis(1500);
+
+/// The read interval of an observer: an hour where the store announces changes (so every change
+/// seen within [`ANNOUNCED`] was announced), 50 ms where it does not.
+fn observer_interval(fleet: &impl Fleet) -> Duration {
+    if fleet.announces_changes() {
+        Duration::from_secs(3600)
+    } else {
+        Duration::from_millis(50)
+    }
+}
+
+/// The next change an observer sees within [`ANNOUNCED`].
+async fn announced<S>(changes: &mut S) -> Option<Leader>
+where
+    S: Stream<Item = leasehold::Result<Option<Leader>>> + Unpin,
+{
+    tokio::time::timeout(ANNOUNCED, changes.next())
+        .await
+        .expect("the change announced at once")
+        .expect("the stream goes on")
+        .expect("read")
+}
+
+pub(crate) async fn observe_sees_each_change_as_announced_with_the_leaders_label(
+    fleet: &impl Fleet,
+) {
+    let watcher = fleet.instance().await;
+    let mut changes = Box::pin(watcher.observe_every("announced", observer_interval(fleet)));
+    assert_eq!(announced(&mut changes).await, None, "nobody leads yet");
+    for round in 0..3 {
+        let locks = fleet.instance().await;
+        let address = format!("http://10.0.0.{round}:8080/#leader");
+        let leadership = locks
+            .campaign_with("announced", election().label(address.as_str()))
+            .await
+            .unwrap();
+        let seen = announced(&mut changes).await.expect("a leader");
+        assert_eq!(&seen.token, leadership.token(), "round {round}");
+        assert_eq!(seen.label.as_deref(), Some(address.as_str()));
+        assert_eq!(seen.pid, Some(std::process::id()));
+        let read = locks.leader("announced").await.unwrap().expect("leads");
+        assert_eq!(read.label.as_deref(), Some(address.as_str()));
+        assert!(leadership.resign().await.unwrap());
+        assert_eq!(announced(&mut changes).await, None, "round {round}");
+    }
+    // An observer takes no place in the line: a candidate leads at once.
+    let locks = fleet.instance().await;
+    let leadership = tokio::time::timeout(
+        ANNOUNCED,
+        locks.campaign_with("announced", election().wait(Duration::ZERO)),
+    )
+    .await
+    .expect("at once")
+    .expect("nobody ahead of it");
+    assert!(announced(&mut changes).await.is_some());
+    drop(leadership);
+    assert_eq!(announced(&mut changes).await, None, "a dropped leadership");
+}
+
+pub(crate) async fn observe_sees_a_leader_that_died_once_its_lease_runs_out(fleet: &impl Fleet) {
+    let watcher = fleet.instance().await;
+    let mut changes = Box::pin(watcher.observe_every("orphaned", observer_interval(fleet)));
+    assert_eq!(announced(&mut changes).await, None, "nobody leads yet");
+    // A leader that dies without resigning: its lock is never renewed nor released, as after a
+    // SIGKILL (the guard is leaked, so nothing releases it).
+    let dying = fleet.instance().await;
+    let key = dying.election_key("orphaned").unwrap();
+    let ttl = Duration::from_secs(2);
+    let guard = dying
+        .try_lock_with(key, LockOptions::new().ttl(ttl).renew(false))
+        .await
+        .unwrap();
+    let token = guard.token().clone();
+    std::mem::forget(guard);
+    let seen = announced(&mut changes).await.expect("a leader");
+    assert_eq!(seen.token, token);
+    // Seen gone once its lease runs out: by the store's expiry announcement, or by the read the
+    // observer makes when the lease it saw lapses.
+    let gone = tokio::time::timeout(ttl + ANNOUNCED, changes.next())
+        .await
+        .expect("seen gone once its lease ran out")
+        .expect("the stream goes on")
+        .expect("read");
+    assert_eq!(gone, None);
 }

@@ -50,6 +50,11 @@ impl suite::Fleet for Deployment {
                 .expect("manager")
         })
     }
+
+    /// Aerospike has no notifications: observers read every interval.
+    fn announces_changes(&self) -> bool {
+        false
+    }
 }
 
 suite::election_suite!(Deployment::start().await);

@@ -27,6 +27,9 @@ pub(crate) struct LockView {
     holder: Option<String>,
     host: Option<String>,
     pid: Option<u32>,
+    /// The holder's own note (`run --label`, an election candidate's address).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    label: Option<String>,
     acquired_at_ms: Option<u128>,
     age_ms: Option<u128>,
     ttl_left_ms: Option<u128>,
@@ -39,6 +42,8 @@ pub(crate) struct HolderView {
     holder: String,
     host: Option<String>,
     pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    label: Option<String>,
     age_ms: Option<u128>,
     ttl_left_ms: Option<u128>,
 }
@@ -49,6 +54,7 @@ impl HolderView {
             holder: info.token.to_string(),
             host: info.token.host().map(str::to_owned),
             pid: info.token.pid(),
+            label: info.token.label().map(str::to_owned),
             age_ms: info
                 .token
                 .acquired_at()
@@ -86,6 +92,11 @@ impl LockView {
                 .and_then(|t| t.host())
                 .map(str::to_owned),
             pid: info.token.as_ref().and_then(|t| t.pid()),
+            label: info
+                .token
+                .as_ref()
+                .and_then(|t| t.label())
+                .map(str::to_owned),
             acquired_at_ms: info.acquired_at.and_then(epoch_ms),
             age_ms: info
                 .acquired_at
@@ -197,6 +208,9 @@ pub(crate) async fn inspect(global: &Global, args: InspectArgs) -> Result<u8, Cl
         println!("  holder         {}", opt(view.holder.as_ref()));
         println!("  host           {}", opt(view.host.as_ref()));
         println!("  pid            {}", opt(view.pid));
+        if let Some(label) = &view.label {
+            println!("  label          {label}");
+        }
         println!(
             "  acquired       {}",
             info.acquired_at

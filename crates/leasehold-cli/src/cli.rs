@@ -138,6 +138,10 @@ pub(crate) struct ElectArgs {
     /// Campaign again after the command exits.
     #[arg(long)]
     pub(crate) again: bool,
+    /// What `leasehold leader` shows of this instance while it leads: an address to reach it,
+    /// say (at most 256 bytes, one line).
+    #[arg(long)]
+    pub(crate) label: Option<String>,
     /// Exit status when --wait passes without leading.
     #[arg(long, default_value_t = crate::exit::DEFAULT_CONFLICT)]
     pub(crate) conflict_exit_code: u8,
@@ -160,7 +164,8 @@ pub(crate) struct LeaderArgs {
     /// Follow changes: print a line whenever the leader changes.
     #[arg(long)]
     pub(crate) watch: bool,
-    /// How often --watch reads who leads.
+    /// How often --watch reads who leads on a store that does not announce changes (Aerospike);
+    /// Redis, etcd and the embedded store announce every change as it happens.
     #[arg(long, default_value = "250ms", value_parser = parse_duration)]
     pub(crate) interval: Duration,
 }
@@ -245,6 +250,10 @@ pub(crate) struct RunArgs {
     /// (a cron job runs at most once per period across the fleet; see docs/ELECTIONS.md).
     #[arg(long, value_parser = parse_duration)]
     pub(crate) at_least: Option<Duration>,
+    /// A note `leasehold inspect` shows with the holder while the command runs (a job's run id,
+    /// an address; at most 256 bytes, one line).
+    #[arg(long)]
+    pub(crate) label: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
     pub(crate) command: Vec<String>,

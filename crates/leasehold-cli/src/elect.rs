@@ -4,6 +4,7 @@
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, SystemTime};
 
+use futures::StreamExt;
 use leasehold::{ErrorKind, Leader, Leadership, LockManager, LockOptions};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -61,9 +62,12 @@ enum Campaign {
 }
 
 async fn campaign(manager: &LockManager, args: &ElectArgs) -> Result<Leadership, Campaign> {
-    let opts = LockOptions::new()
+    let mut opts = LockOptions::new()
         .ttl(args.ttl.unwrap_or(DEFAULT_TTL))
         .wait(args.wait.unwrap_or(WAIT_CHUNK));
+    if let Some(label) = &args.label {
+        opts = opts.label(label.as_str());
+    }
     loop {
         match manager.campaign_with(&args.name, opts.clone()).await {
             Ok(leadership) => return Ok(leadership),
@@ -165,21 +169,16 @@ pub(crate) async fn leader(global: &Global, args: LeaderArgs) -> Result<u8, CliE
             exit::FREE
         });
     }
-    // The same reads `LockManager::observe` makes, printed as they change.
-    let mut last: Option<Option<leasehold::OwnerToken>> = None;
-    loop {
-        match manager.leader(&args.name).await {
-            Ok(leader) => {
-                let now = leader.as_ref().map(|l| l.token.clone());
-                if last.as_ref() != Some(&now) {
-                    println!("{}", line(&args.name, leader.as_ref()));
-                    last = Some(now);
-                }
-            }
+    let mut changes = std::pin::pin!(manager.observe_every(&args.name, args.interval));
+    while let Some(change) = changes.next().await {
+        match change {
+            Ok(leader) => println!("{}", line(&args.name, leader.as_ref())),
+            // An invalid name fails every read the same way: give up at once.
+            Err(e) if e.kind() == ErrorKind::InvalidArgument => return Err(target.error(e)),
             Err(e) => eprintln!("leasehold: reading the leader failed: {}", target.error(e)),
         }
-        tokio::time::sleep(args.interval).await;
     }
+    Ok(exit::OK)
 }
 
 /// One line: who leads, since when, with which term.
@@ -191,6 +190,11 @@ fn line(name: &str, leader: Option<&Leader>) -> String {
         (Some(host), Some(pid)) => format!("{host} pid {pid}"),
         _ => leader.token.to_string(),
     };
+    let label = leader
+        .label
+        .as_ref()
+        .map(|l| format!(" [{l}]"))
+        .unwrap_or_default();
     let term = leader
         .term
         .map(|t| format!(" term {t}"))
@@ -199,5 +203,8 @@ fn line(name: &str, leader: Option<&Leader>) -> String {
         .since
         .map(|t: SystemTime| format!(" since {}", humantime::format_rfc3339_millis(t)))
         .unwrap_or_default();
-    format!("{name}: led by {who}{term}{since} (token {})", leader.token)
+    format!(
+        "{name}: led by {who}{label}{term}{since} (token {})",
+        leader.token
+    )
 }

@@ -73,6 +73,9 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
         (None, None) => Duration::ZERO,
     };
     opts = opts.wait(wait);
+    if let Some(label) = &args.label {
+        opts = opts.label(label.as_str());
+    }
     if let Some(period) = args.at_least {
         opts = opts.hold_at_least(period);
     }

@@ -1,7 +1,7 @@
 //! `leasehold elect`, `leasehold leader` and `leasehold run --at-least` end to end against a
 //! private redis-server: one leader at a time, resigning on exit and on SIGTERM, SIGTERM to the
-//! command when leadership is lost, the leader followed with --watch, and a job lock kept for
-//! its period.
+//! command when leadership is lost, the leader followed with --watch (with each leader's
+//! --label), and a job lock kept for its period (with the run's --label shown by inspect).
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Stdio};
@@ -204,10 +204,17 @@ fn leader_watch_prints_every_change() {
     let mut last_term = 0;
     for round in 1..=2 {
         let done = gate(&format!("watch-{round}"));
-        let (mut leader, term) = leading(&url, "primary", &["--ttl", "120s"], &until_file(&done));
+        let address = format!("http://10.0.0.{round}:8080");
+        let (mut leader, term) = leading(
+            &url,
+            "primary",
+            &["--ttl", "120s", "--label", &address],
+            &until_file(&done),
+        );
         assert!(term > last_term);
         last_term = term;
         let line = next();
+        assert!(line.contains(&format!("[{address}]")), "{line}");
         assert!(line.contains(&format!("term {term}")), "{line}");
         assert!(line.contains(&format!("pid {}", leader.id())), "{line}");
         std::fs::write(&done, "").unwrap();
@@ -222,8 +229,32 @@ fn leader_watch_prints_every_change() {
 fn run_at_least_keeps_a_finished_jobs_lock_for_its_period() {
     let server = RedisServer::start().unwrap();
     let url = server.url();
-    let out = run_leasehold(&url, &["run", "--at-least", "3s", "nightly", "--", "true"]);
+    let out = run_leasehold(
+        &url,
+        &[
+            "run",
+            "--at-least",
+            "3s",
+            "--label",
+            "run 42",
+            "nightly",
+            "--",
+            "true",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The kept lock says which run took it.
+    let out = run_leasehold(&url, &["inspect", "nightly"]);
+    assert!(
+        text(&out.stdout).contains("label          run 42"),
+        "{}",
+        text(&out.stdout)
+    );
+    // A label that cannot be written is refused before the store is asked.
+    let long = "x".repeat(300);
+    let out = run_leasehold(&url, &["run", "--label", &long, "other", "--", "true"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(text(&out.stderr).contains("256"), "{}", text(&out.stderr));
     // A second instance in the same period: refused.
     let out = run_leasehold(&url, &["run", "nightly", "--", "true"]);
     assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));

@@ -53,7 +53,7 @@ pub use lifecycle::Lifecycle;
 pub use mode::{LockMode, MAX_PERMITS};
 pub use store::{Capabilities, LockStore};
 pub use tls::TlsFailure;
-pub use token::OwnerToken;
+pub use token::{OwnerToken, TokenLabel, MAX_LABEL_LEN};
 pub use watch::ReleaseWatch;
 
 /// Longest TTL any leasehold API accepts (30 days). Longer leases are almost always a unit mistake

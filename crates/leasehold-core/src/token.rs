@@ -4,15 +4,67 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::{Error, Result};
+
+/// The longest label an [`OwnerToken`] carries, in bytes.
+pub const MAX_LABEL_LEN: usize = 256;
+
+/// A holder's note carried by its owner tokens ([`OwnerToken::label`]), checked: not empty, at
+/// most [`MAX_LABEL_LEN`] bytes, no control characters (tools print a token on one line).
+///
+/// ```
+/// use leasehold_core::{OwnerToken, TokenLabel};
+/// let label = TokenLabel::new("10.0.0.7:8080").unwrap();
+/// assert_eq!(OwnerToken::generate_labelled(&label).label(), Some("10.0.0.7:8080"));
+/// assert!(TokenLabel::new("").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TokenLabel(Arc<str>);
+
+impl TokenLabel {
+    /// Checks `label`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) when it is empty, longer
+    /// than [`MAX_LABEL_LEN`] bytes, or holds a control character.
+    pub fn new(label: impl Into<Arc<str>>) -> Result<Self> {
+        let label = label.into();
+        if label.is_empty() {
+            return Err(Error::invalid_argument(
+                "the lock label is empty: give a short note such as an address, or no label",
+            ));
+        }
+        if label.len() > MAX_LABEL_LEN {
+            return Err(Error::invalid_argument(format!(
+                "the lock label is {} bytes long; the most is {MAX_LABEL_LEN}: store a longer \
+                 value elsewhere and label the lock with a reference to it",
+                label.len()
+            )));
+        }
+        if label.chars().any(char::is_control) {
+            return Err(Error::invalid_argument(format!(
+                "the lock label {label:?} holds a control character"
+            )));
+        }
+        Ok(TokenLabel(label))
+    }
+
+    /// The label.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// The value a lock record holds: unique per acquisition, and readable by a person debugging a
 /// stuck lock.
 ///
 /// Tokens leasehold makes look like `web-3/4711/5f0c…e2/1763805600123`:
 /// `<host>/<pid>/<uuid v4, simple form>/<acquisition time in epoch ms>` (the composite of node,
-/// random part and timestamp that Bond's readback scenario relies on). Owner checks compare the
-/// whole string; the parts are only for people and tools. A token read from a store that was
-/// written by something else (another library, a hand-made record) is kept verbatim and its parts
-/// read as `None`.
+/// random part and timestamp that Bond's readback scenario relies on), followed by `#<label>`
+/// when the holder gave a [label](Self::label) (an address to reach it, a job's run id). Owner
+/// checks compare the whole string; the parts are only for people and tools. A token read from a
+/// store that was written by something else (another library, a hand-made record) is kept
+/// verbatim and its parts read as `None`.
 ///
 /// ```
 /// use leasehold_core::OwnerToken;
@@ -25,6 +77,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 ///
 /// let foreign = OwnerToken::from_string("java-dlm");
 /// assert_eq!(foreign.host(), None);
+///
+/// let address = leasehold_core::TokenLabel::new("10.0.0.7:8080").unwrap();
+/// let labelled = OwnerToken::generate_labelled(&address);
+/// assert_eq!(labelled.label(), Some("10.0.0.7:8080"));
+/// assert_eq!(labelled.pid(), Some(std::process::id()));
 /// ```
 #[derive(Clone, PartialOrd, Ord)]
 pub struct OwnerToken(Arc<str>);
@@ -76,6 +133,12 @@ impl OwnerToken {
         OwnerToken(format!("{prefix}{uuid}/{millis}").into())
     }
 
+    /// A new token for this process, now, carrying `label` (see [`label`](Self::label)).
+    pub fn generate_labelled(label: &TokenLabel) -> Self {
+        let token = Self::generate();
+        OwnerToken(format!("{}#{}", token.0, label.0).into())
+    }
+
     /// Wraps a token read from a store (or typed by an operator), verbatim.
     pub fn from_string(token: impl Into<Arc<str>>) -> Self {
         OwnerToken(token.into())
@@ -86,8 +149,17 @@ impl OwnerToken {
         &self.0
     }
 
+    /// The token without its label, and the label.
+    fn split_label(&self) -> (&str, Option<&str>) {
+        // Host names never hold `#` (see `host_name`), so the first one starts the label.
+        match self.0.split_once('#') {
+            Some((head, label)) => (head, Some(label)),
+            None => (&self.0, None),
+        }
+    }
+
     fn parts(&self) -> Option<(&str, &str, &str, &str)> {
-        let mut it = self.0.rsplitn(4, '/');
+        let mut it = self.split_label().0.rsplitn(4, '/');
         let millis = it.next()?;
         let uuid = it.next()?;
         let pid = it.next()?;
@@ -106,6 +178,14 @@ impl OwnerToken {
         self.parts().and_then(|(_, p, ..)| p.parse().ok())
     }
 
+    /// The holder's label (an address to reach it, a job's run id), for tokens leasehold made
+    /// with one ([`generate_labelled`](Self::generate_labelled); the manager's
+    /// `LockOptions::label`).
+    pub fn label(&self) -> Option<&str> {
+        self.parts()?;
+        self.split_label().1
+    }
+
     /// When the token was made (just before the acquire request was sent), for tokens leasehold
     /// made.
     pub fn acquired_at(&self) -> Option<SystemTime> {
@@ -121,14 +201,14 @@ fn token_prefix() -> &'static str {
     PREFIX.get_or_init(|| format!("{}/{}/", host_name(), std::process::id()))
 }
 
-/// This machine's host name, read once. Falls back to `unknown-host`; `/` is replaced so the
-/// token stays parseable.
+/// This machine's host name, read once. Falls back to `unknown-host`; `/` and `#` are replaced so
+/// the token stays parseable.
 fn host_name() -> &'static str {
     static HOST: OnceLock<String> = OnceLock::new();
     HOST.get_or_init(|| {
         let name = gethostname::gethostname()
             .to_string_lossy()
-            .replace('/', "_");
+            .replace(['/', '#'], "_");
         if name.is_empty() {
             "unknown-host".to_owned()
         } else {
@@ -173,5 +253,33 @@ mod tests {
         assert_eq!(t.host(), None);
         assert_eq!(t.pid(), None);
         assert_eq!(t.acquired_at(), None);
+    }
+
+    #[test]
+    fn a_label_rides_after_the_parts_and_may_hold_any_printable_text() {
+        let url = "http://10.0.0.7:8080/leader#main";
+        let t = OwnerToken::generate_labelled(&TokenLabel::new(url).unwrap());
+        assert_eq!(t.label(), Some(url));
+        assert_eq!(t.host(), Some(host_name()));
+        assert_eq!(t.pid(), Some(std::process::id()));
+        assert!(t.acquired_at().is_some());
+        assert!(t.as_str().ends_with(&format!("#{url}")));
+        assert_eq!(OwnerToken::generate().label(), None);
+        // A foreign token with a `#` has no label: only tokens leasehold made are read.
+        assert_eq!(OwnerToken::from_string("java#dlm").label(), None);
+    }
+
+    #[test]
+    fn bad_labels_are_refused() {
+        let long = "x".repeat(MAX_LABEL_LEN + 1);
+        for bad in ["", long.as_str(), "two\nlines", "bell\u{7}"] {
+            let err = TokenLabel::new(bad).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                crate::ErrorKind::InvalidArgument,
+                "{bad:?}: {err}"
+            );
+        }
+        assert!(TokenLabel::new("x".repeat(MAX_LABEL_LEN)).is_ok());
     }
 }

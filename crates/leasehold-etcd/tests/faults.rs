@@ -14,8 +14,6 @@ use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;
 use leasehold_testkit::fault_proxy::{FaultProxy, ProxyMode};
 use leasehold_testkit::redis::free_port;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 
 #[path = "../../../tests/suites/faults.rs"]
 mod suite;
@@ -218,10 +216,9 @@ async fn reply_lost_after_apply_is_in_doubt_never_a_false_result() {
     while raw.leases().await.unwrap().leases().len() == before {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let etcd = Pid::from_raw(server.pid().unwrap() as i32);
-    kill(etcd, Signal::SIGSTOP).unwrap();
+    server.pause().unwrap();
     let outcome = attempt.await.unwrap();
-    kill(etcd, Signal::SIGCONT).unwrap();
+    server.resume().unwrap();
     let err = outcome.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
     heal(&proxy, &proxied).await;
@@ -269,14 +266,13 @@ async fn readback_resolves_an_acquire_whose_transaction_got_no_reply() {
     while raw.leases().await.unwrap().leases().len() == before {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let etcd = Pid::from_raw(server.pid().unwrap() as i32);
-    kill(etcd, Signal::SIGSTOP).unwrap();
+    server.pause().unwrap();
     // The grant's reply arrives within +0.5–1.0 s (one or two delayed chunks), so the
     // transaction times out within +2.5–3.0 s and the readback's inspect (sent then) would time
     // out within +4.5–5.0 s: resume in the middle, with 0.75 s to spare on either side.
     tokio::time::sleep(Duration::from_millis(3750)).await;
     proxy.set_mode(ProxyMode::Pass);
-    kill(etcd, Signal::SIGCONT).unwrap();
+    server.resume().unwrap();
     let guard = attempt
         .await
         .unwrap()

@@ -19,8 +19,6 @@ use leasehold::{
 use leasehold::{OwnerToken, Result};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -265,14 +263,13 @@ async fn a_try_cancelled_while_its_transaction_is_in_flight_leaves_nothing_held(
     // etcd paused: the try takes the spare and sends its transaction, which gets no answer; the
     // caller gives up and the spare is revoked. Resumed, etcd applies the two in some order:
     // either way the lock is not held and the spare is gone.
-    let etcd = Pid::from_raw(server.pid().unwrap() as i32);
-    kill(etcd, Signal::SIGSTOP).unwrap();
+    server.pause().unwrap();
     let gave_up = tokio::time::timeout(
         Duration::from_millis(300),
         acquire(&store, "cancelled", TTL),
     )
     .await;
-    kill(etcd, Signal::SIGCONT).unwrap();
+    server.resume().unwrap();
     assert!(gave_up.is_err(), "no answer while etcd is paused");
 
     let give_up = Instant::now() + Duration::from_secs(10);

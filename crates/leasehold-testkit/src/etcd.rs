@@ -122,6 +122,23 @@ impl EtcdServer {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Pauses the server (SIGSTOP, waiting until it is stopped): its port still accepts
+    /// connections, but it answers nothing until [`resume`](Self::resume).
+    pub fn pause(&self) -> std::io::Result<()> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| std::io::Error::other("the server is not running"))?;
+        crate::process::pause(pid)
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&self) -> std::io::Result<()> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| std::io::Error::other("the server is not running"))?;
+        crate::process::resume(pid)
+    }
+
     /// Kills the server (SIGKILL, by pid) and waits for it to exit. Its data directory stays.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

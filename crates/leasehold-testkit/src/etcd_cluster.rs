@@ -229,7 +229,7 @@ impl EtcdCluster {
         let Some(pid) = member.child.as_ref().map(Child::id) else {
             return Err(io::Error::other(format!("member {i} is not running")));
         };
-        signal(pid, "STOP")?;
+        crate::process::pause(pid)?;
         member.paused = true;
         Ok(())
     }
@@ -238,7 +238,7 @@ impl EtcdCluster {
     pub fn resume(&self, i: usize) -> io::Result<()> {
         let mut member = self.member(i);
         if let Some(pid) = member.child.as_ref().map(Child::id) {
-            signal(pid, "CONT")?;
+            crate::process::resume(pid)?;
         }
         member.paused = false;
         Ok(())
@@ -466,20 +466,6 @@ fn member_addr(member: &Member) -> SocketAddr {
 }
 
 /// Sends `SIG<name>` to `pid` with `kill(1)` (the testkit has no signal bindings).
-fn signal(pid: u32, name: &str) -> io::Result<()> {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
-            "kill -{name} {pid} failed: {status}"
-        )))
-    }
-}
-
 /// `GET /health` answers `"health":"true"`.
 fn healthy(addr: SocketAddr) -> bool {
     request(addr, "GET", "/health", "").is_ok_and(|body| body.contains("\"health\":\"true\""))

@@ -17,6 +17,7 @@ pub mod etcd;
 pub mod etcd_cluster;
 pub mod fault_proxy;
 pub mod fleet;
+pub mod process;
 pub mod redis;
 pub mod redis_cluster;
 pub mod scripted;

@@ -176,27 +176,18 @@ impl RedisServer {
     /// Pauses the server (SIGSTOP): it keeps its connections but answers nothing until
     /// [`resume`](Self::resume).
     pub fn pause(&self) -> io::Result<()> {
-        self.signal("-STOP")
+        let pid = self
+            .pid()
+            .ok_or_else(|| io::Error::other("the server is not running"))?;
+        crate::process::pause(pid)
     }
 
     /// Resumes a paused server (SIGCONT).
     pub fn resume(&self) -> io::Result<()> {
-        self.signal("-CONT")
-    }
-
-    fn signal(&self, signal: &str) -> io::Result<()> {
         let pid = self
             .pid()
             .ok_or_else(|| io::Error::other("the server is not running"))?;
-        let status = Command::new("kill")
-            .arg(signal)
-            .arg(pid.to_string())
-            .status()?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(io::Error::other(format!("kill {signal} {pid} failed")))
-        }
+        crate::process::resume(pid)
     }
 
     /// Kills the server (SIGKILL) and waits for it to exit. Its data is gone.

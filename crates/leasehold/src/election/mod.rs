@@ -39,7 +39,7 @@ use crate::{Holder, LockGuard, LockManager, LockOptions};
 mod lead;
 mod observe;
 
-pub use observe::{Leader, DEFAULT_OBSERVE_INTERVAL};
+pub use observe::{Leader, DEFAULT_OBSERVE_INTERVAL, NOTIFIED_BACKSTOP};
 
 /// The examples of `docs/ELECTIONS.md`, compiled as doc tests so they never go stale.
 #[cfg(doctest)]
@@ -199,8 +199,21 @@ impl LockManager {
     /// [`campaign`](Self::campaign) with per-call options: `ttl` is how long a leader that dies
     /// without resigning keeps leadership, `wait` how long this campaign waits (then
     /// [`ErrorKind::Timeout`]; the manager's default wait if not given), `renew_every` how often
-    /// the leader renews. The lease is always renewed, the lock is always exclusive, and every
+    /// the leader renews, `label` what observers see of this candidate once it leads (an address
+    /// to reach it). The lease is always renewed, the lock is always exclusive, and every
     /// campaign is its own holder; other options (mode, holder, `hold_at_least`) are replaced.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+    /// use leasehold::{LockManager, LockOptions};
+    /// let locks = LockManager::builder().client_id("billing").farm_id("f1").build()?;
+    /// let me = LockOptions::new().label("http://10.0.0.7:8080");
+    /// let leadership = locks.campaign_with("invoicer", me).await?;
+    /// let leader = locks.leader("invoicer").await?.expect("someone leads");
+    /// assert_eq!(leader.label.as_deref(), Some("http://10.0.0.7:8080"));
+    /// assert_eq!(leader.term, leadership.term());
+    /// # Ok(()) }
+    /// ```
     pub async fn campaign_with(&self, name: &str, opts: LockOptions) -> Result<Leadership> {
         let key = self.election_key(name)?;
         let opts = opts

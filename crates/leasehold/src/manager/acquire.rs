@@ -102,7 +102,8 @@ impl LockManager {
                     scenario: plan.scenario.clone(),
                     error: error.kind(),
                 });
-                let lease = Lease::new(plan.key, OwnerToken::generate(), plan.ttl, Instant::now());
+                let lease =
+                    Lease::new(plan.key.clone(), plan.new_token(), plan.ttl, Instant::now());
                 Ok(LockGuard::unprotected(handle.clone(), lease, plan.scenario))
             }
             Err(error) => {
@@ -127,7 +128,7 @@ impl LockManager {
     ) -> Result<Lease> {
         let handle = &plan.handle;
         let try_once = || {
-            Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
+            Acquire::new(plan.key.clone(), plan.new_token(), plan.ttl)
                 .with_holder(plan.holder)
                 .with_mode(plan.mode)
                 .with_trace(plan.trace)
@@ -244,7 +245,7 @@ impl LockManager {
 
             // Every attempt of this wait is the same waiter (the watch's): local competition
             // keeps its place in the process's line between attempts.
-            let req = Acquire::new(plan.key.clone(), OwnerToken::generate(), plan.ttl)
+            let req = Acquire::new(plan.key.clone(), plan.new_token(), plan.ttl)
                 .with_holder(plan.holder)
                 .with_deadline(Some(deadline))
                 .with_mode(plan.mode)

@@ -3,7 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::{validate_ttl, Error, HolderId, LockKey, LockMode, Result, TraceConfig, MAX_TTL};
+use crate::core::{
+    validate_ttl, Error, HolderId, LockKey, LockMode, OwnerToken, Result, TokenLabel, TraceConfig,
+    MAX_TTL,
+};
 use crate::handle::Handle;
 use crate::scenario::{AcquireMode, StoreDownPolicy};
 use crate::Holder;
@@ -78,6 +81,7 @@ pub struct LockOptions {
     scenario: Option<Arc<str>>,
     trace: Option<Option<TraceConfig>>,
     hold_at_least: Option<Duration>,
+    label: Option<Arc<str>>,
 }
 
 impl LockOptions {
@@ -174,6 +178,36 @@ impl LockOptions {
         self
     }
 
+    /// A short note of the holder's own, carried by the lock's owner token
+    /// ([`OwnerToken::label`](crate::OwnerToken::label)): what [`LockManager::inspect`],
+    /// `leasehold inspect`, [`LockManager::leader`] and [`LockManager::observe`] show besides
+    /// the holder's host and process id. An election's candidates label themselves with the
+    /// address to reach them (etcd's `Campaign(value)`, Curator's participant id); a job lock
+    /// with the run's id.
+    ///
+    /// Written with the grant in the same store request, so it can never name another holder,
+    /// and gone with the lock. At most [`MAX_LABEL_LEN`](crate::core::MAX_LABEL_LEN) bytes, not
+    /// empty, no control characters: checked before any store I/O
+    /// ([`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
+    /// use leasehold::{LockManager, LockOptions};
+    /// let locks = LockManager::builder().client_id("billing").farm_id("f1").build()?;
+    /// let guard = locks.lock_with("report", LockOptions::new().label("run 2026-11-26")).await?;
+    /// let holder = locks.inspect("report").await?.and_then(|info| info.token).unwrap();
+    /// assert_eq!(holder.label(), Some("run 2026-11-26"));
+    /// # guard.release().await?; Ok(()) }
+    /// ```
+    ///
+    /// [`LockManager::inspect`]: crate::LockManager::inspect
+    /// [`LockManager::leader`]: crate::LockManager::leader
+    /// [`LockManager::observe`]: crate::LockManager::observe
+    pub fn label(mut self, label: impl Into<Arc<str>>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
     /// The same options without a hold period (an election's lock is given up at once).
     pub(crate) fn without_hold_at_least(mut self) -> Self {
         self.hold_at_least = None;
@@ -234,6 +268,18 @@ pub(super) struct Plan {
     pub(super) trace: Option<TraceConfig>,
     /// [`LockOptions::hold_at_least`], checked: what the guard's release keeps.
     pub(super) hold_at_least: Option<Duration>,
+    /// [`LockOptions::label`], checked: carried by every owner token of this acquisition.
+    pub(super) label: Option<TokenLabel>,
+}
+
+impl Plan {
+    /// A fresh owner token for one attempt, with the acquisition's label.
+    pub(super) fn new_token(&self) -> OwnerToken {
+        match &self.label {
+            Some(label) => OwnerToken::generate_labelled(label),
+            None => OwnerToken::generate(),
+        }
+    }
 }
 
 impl LockManager {
@@ -290,6 +336,7 @@ impl LockManager {
         }
         let mode = opts.mode.or(scenario.map(|s| s.lock)).unwrap_or_default();
         mode.validate()?;
+        let label = opts.label.clone().map(TokenLabel::new).transpose()?;
         // A job lock is never reentrant: its holder re-taking it within the hold period (a cron
         // loop in one task) must be refused like anyone else, not counted up on the kept lease.
         let holder = match opts.hold_at_least {
@@ -331,6 +378,7 @@ impl LockManager {
             on_store_down: scenario.map_or(StoreDownPolicy::Fail, |s| s.on_store_down),
             trace: opts.trace.unwrap_or(scenario.and_then(|s| s.trace)),
             hold_at_least: opts.hold_period()?,
+            label,
             scenario: name,
             handle,
         })
