@@ -15,6 +15,7 @@
 //! | inspect | one read-only `Txn` (record, holders, waiting writers), then `LeaseTimeToLive` per hold |
 //! | list | one `Range` over the prefix, then `LeaseTimeToLive` per hold, concurrently |
 //! | wait | a `Watch` (delete events) on the lock's key prefix that wakes a process only for its predecessor in line; fair: a waiter key per process, and the first in line takes the lock on a lease it granted while waiting |
+//! | watch changes (observers) | a `Watch` on the key range of the lock record and its reader and permit keys (the line and writers' markers lie outside it), one per lock and process, as etcd's `Election.Observe`: fired when a hold is created or deleted (release, revoke, lease expiry), not on a renewal; it writes nothing, so an observer takes no place in line |
 //!
 //! ## Record layout
 //! - lock: `<prefix><lock key>`, e.g. `leasehold:DC#farm1#orders#order-42`, value = owner token,
@@ -74,6 +75,7 @@
 
 mod acquire;
 mod ahead;
+mod changes;
 mod config;
 mod connect;
 mod error;

@@ -10,11 +10,12 @@ use etcd_client::{
     TxnOpResponse, TxnResponse,
 };
 use leasehold_core::{
-    acquire_detached, validate_ttl, Acquire, Capabilities, Error, Lease, LockInfo, LockKey,
-    LockMode, LockStore, ReleaseWatch, Result,
+    acquire_detached, validate_ttl, Acquire, Capabilities, ChangeWatch, Error, Lease, LockInfo,
+    LockKey, LockMode, LockStore, ReleaseWatch, Result,
 };
 use tokio::time::Instant;
 
+use crate::changes::Changes;
 use crate::config::{lease_seconds, EtcdConfig};
 #[cfg(feature = "tls")]
 use crate::connect::tls_options;
@@ -40,6 +41,8 @@ struct Inner {
     address: String,
     /// This store's place in waiter lines, its waiter lease and its watches.
     waiting: Arc<Waiting>,
+    /// The watches of readers of who holds a lock (one per observed lock).
+    changes: Arc<Changes>,
     /// The etcd lease of each live hold: what a renewal keeps alive.
     held: HeldLeases,
     /// Leases of released holds, kept for the next acquisition of the same TTL.
@@ -100,12 +103,14 @@ impl EtcdStore {
                     .unwrap_or_else(|| setup_or(map(Op::Connect, "", &failed.at, failed.error)))
             })?;
         let waiting = Waiting::new(&config, members.clone());
+        let changes = Changes::new(&config, members.clone());
         Ok(EtcdStore {
             inner: Arc::new(Inner {
                 members,
                 config,
                 address,
                 waiting: Arc::new(waiting),
+                changes: Arc::new(changes),
                 held: HeldLeases::default(),
                 spares: SpareLeases::default(),
             }),
@@ -402,6 +407,17 @@ impl LockStore for EtcdStore {
     /// cancels the stream and takes the process's waiter key out of the line.
     async fn watch(&self, key: &LockKey) -> ReleaseWatch {
         self.inner.waiting.watch(self.lock_key(key)).await
+    }
+
+    /// Watches the lock record and its reader and permit keys (not the waiter line, nor writers'
+    /// markers) on one watch stream per key and process, shared by every change watch of the
+    /// process on the key and confirmed by etcd before this returns: fired when a hold is created
+    /// (a grant) or deleted (a release, a revoke, an expiry), not when its holder renews or moves
+    /// it to another lease. Writes nothing (no waiter key, no lease). Dropping the last change
+    /// watch of the process on a key cancels the stream; a watch that cannot be created within the
+    /// connect and response timeouts gives [`ChangeWatch::none`].
+    async fn watch_changes(&self, key: &LockKey) -> ChangeWatch {
+        self.inner.changes.watch(self.lock_key(key)).await
     }
 
     /// One transaction, on a spare lease of an earlier hold of this store (or on a new one, a

@@ -35,8 +35,8 @@ use crate::layout::waiter_prefix;
 use crate::members::{Members, Retry};
 use crate::waiter_lease::{revoke, WaiterLease};
 
-/// How long to wait before watching again after a watch stream broke.
-const REWATCH_DELAY: Duration = Duration::from_millis(200);
+/// How long to wait before watching again after a watch stream broke (the change watches too).
+pub(crate) const REWATCH_DELAY: Duration = Duration::from_millis(200);
 
 /// This process's place in one lock's line: its waiter key and that key's create revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
