@@ -5,9 +5,10 @@
 //!
 //! | operation | Redis |
 //! |---|---|
-//! | acquire | fair (default): a script that lets only the first entry in the key's waiter queue take it (`SET NX PX`, `INCR` of the fence counter), else queues this process (strict FIFO: this waiting call) and returns the holder's TTL left; `fair(false)`: `SET key token NX PX ttl`, with fencing in a script that also `INCR`s the fence counter |
-//! | release | a script: `DEL` only if the value is our token; fair: then `PUBLISH` the next entry's id |
-//! | extend | a script: `PEXPIRE` only if the value is our token |
+//! | acquire | fair (default): a script that lets only the first entry in the key's waiter queue take it (`SET NX PX`, `INCR` of the fence counter), else queues this process (strict FIFO: this waiting call) and returns the holder's TTL left; `fair(false)`: `SET key token NX PX ttl`, with fencing in a script that also `INCR`s the fence counter; readers and semaphore permits: a field each in the key's hash. A grant `PUBLISH`es the new holder's token on the key's change channel, in the same script |
+//! | release | a script: `DEL` only if the value is our token (a reader or permit: its field), then `PUBLISH` the token on the key's change channel; fair: and `PUBLISH` the next entry's id on its process's channel |
+//! | extend | a script: `PEXPIRE` only if the value is our token (no holder changes: nothing is announced) |
+//! | watch changes | `SUBSCRIBE` to the key's change channel on the store's subscriber connection (one subscription per key and store, shared by its watches, ended with the last); never queues |
 //! | inspect | a script: token, `PTTL` and fence counter |
 //! | list | `SCAN MATCH <prefix><filter>*` (never `KEYS`), then one pipeline of `GET`/`PTTL` per batch |
 //!
@@ -22,10 +23,17 @@
 //!   `<prefix>released:<lock key>:<process id>`
 //!   (one subscriber connection per store; see docs/REDIS.md). An entry is a process (the
 //!   store's id) by default, one waiting call (`<store id>#<n>`) with
-//!   [`RedisConfig::strict_fifo`].
+//!   [`RedisConfig::strict_fifo`];
+//! - change announcements: the channel `<prefix>changed:<Redis lock key>`
+//!   ([`RedisStore::change_channel`]), on which every grant and release publishes its token for
+//!   readers of who holds the lock (an election's observers).
+//!
+//! On a Redis Cluster both kinds of channel are sharded (`SPUBLISH`/`SSUBSCRIBE`) and carry the
+//! lock's hash tag, so each announcement stays on the lock's shard.
 //!
 //! The prefix defaults to `leasehold:`. Lock keys always start with `DC#` or `XDC#`, so they can
-//! never collide with the `fence:`, `queue:`, `queue-deadline:` or `released:` namespaces.
+//! never collide with the `fence:`, `queue:`, `queue-deadline:`, `released:` or `changed:`
+//! namespaces.
 //!
 //! ## Connections and failures
 //! One server: one multiplexed connection managed by `redis::aio::ConnectionManager`, which
@@ -66,6 +74,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod changes;
 mod config;
 mod connect;
 mod connection;

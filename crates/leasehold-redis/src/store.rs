@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{
-    acquire_undone_on_drop, validate_ttl, Acquire, Capabilities, Error, HistoryEntry, HistoryEvent,
-    Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result, TraceConfig,
+    acquire_undone_on_drop, validate_ttl, Acquire, Capabilities, ChangeWatch, Error, HistoryEntry,
+    HistoryEvent, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result, TraceConfig,
 };
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
@@ -169,6 +169,15 @@ impl RedisStore {
         self.key_of("queue-deadline:", key)
     }
 
+    /// The pub/sub channel on which every grant and release of a lock is announced:
+    /// `<prefix>changed:<Redis lock key>`, e.g. `leasehold:changed:leasehold:DC#f1#orders#o-42`
+    /// (on a cluster a sharded channel sharing the lock's hash
+    /// tag), with the token granted or released as the message. [`LockStore::watch_changes`]
+    /// subscribes to it.
+    pub fn change_channel(&self, key: &LockKey) -> String {
+        self.inner.waiting.changes().channel(&self.lock_key(key))
+    }
+
     /// This store's id in waiter queues (one per store instance).
     pub fn waiter_id(&self) -> &str {
         self.inner.waiting.id()
@@ -268,6 +277,7 @@ impl RedisStore {
         invocation
             .key(self.lock_key(&req.key))
             .key(self.fence_key(&req.key))
+            .key(self.change_channel(&req.key))
             .arg(req.token.as_str())
             .arg(ttl_millis(req.ttl))
             .arg(if self.inner.config.fencing { "1" } else { "0" })
@@ -320,7 +330,9 @@ impl RedisStore {
                 .key(self.queue_key(lease.key()))
                 .key(self.inner.waiting.channel(&lock_key));
         }
-        invocation.arg(lease.token().as_str());
+        invocation
+            .key(self.change_channel(lease.key()))
+            .arg(lease.token().as_str());
         if let Some(trace) = lease.trace() {
             let entry = |event| HistoryEntry::new(event, lease.token(), "");
             let (released, not_held) =
@@ -446,6 +458,16 @@ impl LockStore for RedisStore {
         let leave: crate::waiting::Leave =
             Arc::new(move |entry| store.leave_queue(owned_key.clone(), entry));
         self.inner.waiting.watch(self.lock_key(key), leave).await
+    }
+
+    /// Subscribes this process to the key's change channel ([`RedisStore::change_channel`]),
+    /// on which every grant and release script announces itself: one subscription per key and
+    /// store, on the subscriber connection release announcements use, shared by every watch on
+    /// the key and ended with the last. Takes no place in the waiter line. A lapse at the TTL is
+    /// not announced (Redis expires keys silently). A store made from a connection manager, or a
+    /// subscription that fails, gives [`ChangeWatch::none`].
+    async fn watch_changes(&self, key: &LockKey) -> ChangeWatch {
+        self.inner.waiting.watch_changes(self.lock_key(key)).await
     }
 
     /// One round trip. Cancel safe: if the caller stops waiting before the answer, an

@@ -9,6 +9,9 @@
 //! waiters always try the store again, and a lost message (the subscriber connection dropped, a
 //! publish during a reconnect) only costs one poll interval, bounded by the holder's TTL left and
 //! the manager's retry interval.
+//!
+//! The same connection carries the change subscriptions of readers of who holds a lock (see
+//! [`crate::changes`]), remade with it after a reconnect or a failover.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,6 +22,8 @@ use leasehold_core::{Acquire, OwnerToken, ReleaseWatch, WaiterId};
 use redis::aio::PubSubSink;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use crate::changes::Changes;
 
 /// One blocking `lock()` call of this process on a key: its own wake-up, and (strict FIFO) its
 /// own entry in the key's queue.
@@ -68,8 +73,9 @@ const MAX_IDLE: usize = 1024;
 /// How often, at most, the idle subscriptions are looked over.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The pauses between attempts to remake a dropped subscriber connection while someone waits.
-const RECONNECT_PAUSES: [std::time::Duration; 4] = [
+/// The pauses between attempts to remake a dropped subscriber connection (or a subscription a
+/// node ended) while someone waits or observes.
+pub(crate) const RECONNECT_PAUSES: [std::time::Duration; 4] = [
     std::time::Duration::from_millis(50),
     std::time::Duration::from_millis(200),
     std::time::Duration::from_millis(500),
@@ -150,6 +156,7 @@ pub(crate) fn deliver_pushes(
                     for watched in waiting.lock().values() {
                         watched.wake_all();
                     }
+                    waiting.changes.wake_all(false);
                 }
                 _ => {}
             }
@@ -180,6 +187,9 @@ pub(crate) struct Waiting {
     /// Read by each subscription while it is sent, written by the sweep's unsubscription: a wait
     /// that starts on a key being swept subscribes after the unsubscription reached the server.
     order: tokio::sync::RwLock<()>,
+    /// The keys this process observes for a change of holder, subscribed on the same
+    /// connection (see [`crate::changes`]).
+    changes: Changes,
     /// When the idle subscriptions were last looked over.
     swept: Mutex<Instant>,
     /// Whether a timer will sweep the idle subscriptions again ([`Waiting::sweep_later`]).
@@ -212,6 +222,7 @@ impl Waiting {
             sink: tokio::sync::Mutex::new(None),
             dropped: AtomicU64::new(0),
             order: tokio::sync::RwLock::new(()),
+            changes: Changes::new(prefix),
             swept: Mutex::new(Instant::now()),
             sweep_scheduled: AtomicBool::new(false),
             connect_timeout,
@@ -221,6 +232,22 @@ impl Waiting {
     /// This store's waiter id.
     pub(crate) fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The keys this process observes for a change of holder.
+    pub(crate) fn changes(&self) -> &Changes {
+        &self.changes
+    }
+
+    /// Whether this store has a way to subscribe at all.
+    pub(crate) fn can_subscribe(&self) -> bool {
+        !matches!(self.subscriber, Subscriber::None)
+    }
+
+    /// How many subscriber connections have dropped so far: a subscription sent while this
+    /// moved may have gone with the connection.
+    pub(crate) fn drops(&self) -> u64 {
+        self.dropped.load(Ordering::SeqCst)
     }
 
     /// The base of a lock's channels (the scripts' `KEYS` argument): each process listens on
@@ -349,7 +376,7 @@ impl Waiting {
         };
         if !subscribed {
             let dropped = self.dropped.load(Ordering::SeqCst);
-            match self.subscribe(&lock_key).await {
+            match self.subscribe(self.own_channel(&lock_key)).await {
                 // Marked under the map's lock, where a drop clears every mark: either the drop
                 // came first and is seen here, or it clears this mark after.
                 Ok(()) => {
@@ -473,22 +500,28 @@ impl Waiting {
             return;
         };
         let waiting = self.clone();
-        runtime.spawn(async move { waiting.unsubscribe(ended).await });
+        runtime.spawn(async move {
+            // Only those still unwatched once the connection is this task's: a wait that started
+            // on one of them since has subscribed it again, and keeps it.
+            waiting
+                .unsubscribe(|| {
+                    let watched = waiting.lock();
+                    ended
+                        .iter()
+                        .filter(|key| !watched.contains_key(*key))
+                        .map(|key| waiting.own_channel(key))
+                        .collect()
+                })
+                .await;
+        });
     }
 
-    /// Unsubscribes the channels of `lock_keys` that are still unwatched once the connection is
-    /// this task's: a wait that started on one of them since has subscribed it again, and keeps it.
-    async fn unsubscribe(&self, lock_keys: Vec<String>) {
+    /// Unsubscribes the channels `channels` names once the connection is this task's (no
+    /// subscription is being sent): it decides then which are still unwanted.
+    pub(crate) async fn unsubscribe(&self, channels: impl FnOnce() -> Vec<String>) {
         let _order = self.order.write().await;
         let sink = self.sink.lock().await.clone();
-        let channels: Vec<String> = {
-            let watched = self.lock();
-            lock_keys
-                .iter()
-                .filter(|key| !watched.contains_key(*key))
-                .map(|key| self.own_channel(key))
-                .collect()
-        };
+        let channels = channels();
         if channels.is_empty() {
             return;
         }
@@ -512,18 +545,16 @@ impl Waiting {
             (_, None) => Ok(()),
         };
         if let Err(error) = result {
-            tracing::debug!(%error, "could not end idle release subscriptions");
+            tracing::debug!(%error, "could not end unused subscriptions");
         }
     }
 
-    async fn subscribe(self: &Arc<Self>, lock_key: &str) -> redis::RedisResult<()> {
+    /// Subscribes this process to `channel`, confirmed by the server; on one server or Sentinel,
+    /// makes the subscriber connection first if there is none (with every channel wanted).
+    pub(crate) async fn subscribe(self: &Arc<Self>, channel: String) -> redis::RedisResult<()> {
         let _order = self.order.read().await;
         if let Subscriber::Cluster(cluster) = &self.subscriber {
-            return within(
-                self.connect_timeout,
-                cluster.clone().ssubscribe(self.own_channel(lock_key)),
-            )
-            .await;
+            return within(self.connect_timeout, cluster.clone().ssubscribe(channel)).await;
         }
         let sink = {
             let mut sink = self.sink.lock().await;
@@ -537,11 +568,7 @@ impl Waiting {
         let Some(mut sink) = sink else {
             return Ok(());
         };
-        within(
-            self.connect_timeout,
-            sink.subscribe(self.own_channel(lock_key)),
-        )
-        .await
+        within(self.connect_timeout, sink.subscribe(channel)).await
     }
 
     /// The subscriber connection (`sink` is [`Self::sink`], locked), made if there is none, with
@@ -567,8 +594,10 @@ impl Waiting {
         let pubsub = within(self.connect_timeout, client.get_async_pubsub()).await?;
         let (mut new_sink, stream) = pubsub.split();
         let keys: Vec<String> = self.lock().keys().cloned().collect();
-        if !keys.is_empty() {
-            let channels: Vec<String> = keys.iter().map(|k| self.own_channel(k)).collect();
+        let observed = self.changes.channels();
+        let mut channels: Vec<String> = keys.iter().map(|k| self.own_channel(k)).collect();
+        channels.extend(observed.iter().map(|(_, channel)| channel.clone()));
+        if !channels.is_empty() {
             within(self.connect_timeout, new_sink.subscribe(channels)).await?;
             let mut watched = self.lock();
             for key in &keys {
@@ -576,6 +605,8 @@ impl Waiting {
                     watched.subscribed = true;
                 }
             }
+            self.changes
+                .mark_subscribed(observed.iter().map(|(key, _)| key.as_str()));
         }
         let waiting = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -625,13 +656,17 @@ impl Waiting {
                 watched.subscribed = false;
                 watched.wake_all();
             }
+            // The change subscriptions went with the connection too. Cleared after the count
+            // moved: a watch confirmed on the old connection is either cleared here or sees the
+            // count moved and leaves its mark unset.
+            self.changes.wake_all(true);
         }
         let mut pauses = RECONNECT_PAUSES.iter().chain(std::iter::repeat(
             &RECONNECT_PAUSES[RECONNECT_PAUSES.len() - 1],
         ));
         loop {
-            if self.lock().values().all(|w| w.watchers.is_empty()) {
-                return; // nobody waits: the next watch connects
+            if self.lock().values().all(|w| w.watchers.is_empty()) && !self.changes.observed(None) {
+                return; // nobody waits or observes: the next watch connects
             }
             let remade = {
                 let mut sink = self.sink.lock().await;
@@ -645,6 +680,7 @@ impl Waiting {
                     for watched in self.lock().values() {
                         watched.wake_all();
                     }
+                    self.changes.wake_all(false);
                     return;
                 }
                 Err(error) => {
@@ -662,6 +698,10 @@ impl Waiting {
     /// have gone unheard) and the channel is subscribed again, retrying while anyone waits. Our
     /// own unsubscriptions end keys already gone from the map, and are left alone.
     fn subscription_ended(self: &Arc<Self>, channel: &str) {
+        if let Some(lock_key) = self.changes.lock_key_of(channel) {
+            self.change_subscription_ended(lock_key);
+            return;
+        }
         let Some(lock_key) = self.lock_key_of_channel(channel) else {
             return;
         };
@@ -685,7 +725,7 @@ impl Waiting {
                 if !wanted {
                     return; // swept, or subscribed again by a new wait
                 }
-                match waiting.subscribe(&lock_key).await {
+                match waiting.subscribe(waiting.own_channel(&lock_key)).await {
                     Ok(()) => {
                         if let Some(watched) = waiting.lock().get_mut(&lock_key) {
                             watched.subscribed = true;
@@ -724,6 +764,9 @@ impl Waiting {
     /// A release was announced on `channel` (this process's own for a lock), naming the next
     /// entry in line.
     fn deliver(&self, channel: &str, next: Option<String>) {
+        if self.changes.deliver(channel) {
+            return; // a change of holder, for readers
+        }
         let Some(lock_key) = self.lock_key_of_channel(channel) else {
             return;
         };

@@ -33,6 +33,11 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 /// FIFO entry `<store id>#<n>`) that the entry is next in line, on that process's own channel
 /// `<base>:<store id>`: only it wakes, where a channel per key woke every waiting process.
 ///
+/// `changed` tells every process observing the key (an election's observers, through
+/// `watch_changes`) that its holder changed: a grant or a release, published on the key's change
+/// channel `<prefix>changed:<Redis lock key>` with the token granted or released as the payload
+/// (a hint only; readers read the key again).
+///
 /// `sweep` drops expired entries and returns the mode, live holders, longest and soonest ms left
 /// and the marker's ms left. `writer_on_shared` decides an exclusive request that `SET NX`
 /// refused: `nil` when the key was a shared record with no live holder (deleted, so the caller
@@ -71,6 +76,9 @@ end
 local function announce(base, next)
   local process = string.match(next, '^(.*)#%d+$') or next
   redis.call('PUBLISH', base .. ':' .. process, next)
+end
+local function changed(channel, token)
+  redis.call('PUBLISH', channel, token)
 end
 local function now_ms()
   local t = redis.call('TIME')
@@ -154,8 +162,9 @@ fn script_text(body: &str, prelude: bool, publish: &str) -> String {
 /// milliseconds, and with `ARGV[3]` = `1` in the same atomic step issue the next fencing token
 /// (`next_fence`: one above the key's last token, kept for the hold's TTL; when none is left,
 /// the server's clock in microseconds, which no earlier token of the key can exceed).
-/// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` `1` to
-/// fence, `ARGV[4]` ms a refused blocking writer keeps new readers out (0: a try).
+/// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` change channel (see `changed`); `ARGV[1]`
+/// token, `ARGV[2]` TTL ms, `ARGV[3]` `1` to fence, `ARGV[4]` ms a refused blocking writer keeps
+/// new readers out (0: a try).
 /// Returns `{1, fence or false}`, or `{0, ms}` when held (`ms`: the holder's TTL left).
 ///
 /// Redis does not roll back a script that fails halfway, so the counter is checked before the
@@ -173,6 +182,7 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if refused then return refused end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
+changed(KEYS[3], ARGV[1])
 if ARGV[3] == '1' then
   return {1, next_fence(KEYS[2], ARGV[2])}
 end
@@ -181,11 +191,14 @@ return {1, false}
 
 /// Release: delete the lock only if it still holds our token (a fair hold's value read as well,
 /// see `token_of`, so stores of either mode on one key release their own holds).
-/// `KEYS[1]` lock key; `ARGV[1]` token. Returns 1 if deleted, 0 otherwise.
+/// `KEYS[1]` lock key, `KEYS[2]` change channel (see `changed`); `ARGV[1]` token. Returns 1 if
+/// deleted, 0 otherwise.
 const RELEASE_LUA: &str = r"
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'string' and token_of(value) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  changed(KEYS[2], ARGV[1])
+  return 1
 end
 return 0
 ";
@@ -237,7 +250,8 @@ return out
 /// always 0); the script treats both alike.
 ///
 /// `KEYS[1]` lock, `KEYS[2]` fence counter, `KEYS[3]` waiter queue (a list of waiter ids, oldest
-/// first), `KEYS[4]` waiter deadlines (a hash: id → ms since the epoch, server time);
+/// first), `KEYS[4]` waiter deadlines (a hash: id → ms since the epoch, server time), `KEYS[5]`
+/// change channel (see `changed`);
 /// `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` waiter id (empty: a try-lock, never queued),
 /// `ARGV[4]` waiter timeout ms, `ARGV[5]` `1` to fence, `ARGV[6]` `1` when other tasks of this
 /// process still wait on the key: taking the lock then puts the process back at the end of the
@@ -358,6 +372,7 @@ if (not head) or head == me then
     if joined or (requeue and ARGV[8] == '1') then
       keep_place()
     end
+    changed(KEYS[5], ARGV[1])
     local others = 0
     if next and next ~= me then others = 1 end
     return {1, fence, others}
@@ -393,12 +408,13 @@ return {0, left, 0}
 /// Fair release: delete the lock only if it holds our token, and tell the next entry in line:
 /// the one the hold's value names (see `token_of`), else (none named, or a bare token) the
 /// line's head.
-/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`); `ARGV[1]`
-/// token. Returns 1 if deleted, 0 otherwise.
+/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`), `KEYS[4]`
+/// change channel (see `changed`); `ARGV[1]` token. Returns 1 if deleted, 0 otherwise.
 const RELEASE_FAIR_LUA: &str = r"
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'string' and token_of(value) == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  changed(KEYS[4], ARGV[1])
   local next = next_of(value)
   if (not next) or next == '' then
     next = redis.call('LINDEX', KEYS[2], 0)
@@ -467,9 +483,10 @@ return result
     ))
 }
 
-/// Every script, for one kind of deployment: the same text, with release announcements sent by
-/// `PUBLISH` on one server (heard by `SUBSCRIBE`) and by `SPUBLISH` on a Redis Cluster (sharded
-/// pub/sub: the message stays on the slot's shard, and the channel shares the lock's hash tag).
+/// Every script, for one kind of deployment: the same text, with release and change
+/// announcements sent by `PUBLISH` on one server (heard by `SUBSCRIBE`) and by `SPUBLISH` on a
+/// Redis Cluster (sharded pub/sub: the message stays on the slot's shard, and the channel shares
+/// the lock's hash tag).
 pub(crate) struct Scripts {
     /// The `acquire` script (see the Lua text above).
     pub(crate) acquire: Script,

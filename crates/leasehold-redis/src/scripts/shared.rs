@@ -5,7 +5,7 @@
 /// (`ARGV[4]` = N), as a `h:<token>` field of the key's hash with its own expiry.
 ///
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` waiter deadlines, `KEYS[4]` channel base
-/// (see `announce`);
+/// (see `announce`), `KEYS[5]` change channel (see `changed`);
 /// `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` mode (`shared` or `semaphore:N`), `ARGV[4]`
 /// permits (0 for a reader), `ARGV[5]` waiter id (empty: a try, never queued; in strict FIFO
 /// mode the waiting call's own entry, as in `ACQUIRE_FAIR`), `ARGV[6]` waiter
@@ -76,6 +76,7 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 live = live + 1
+changed(KEYS[5], ARGV[1])
 if fair and me ~= '' then
   if head == me then
     redis.call('LPOP', KEYS[2])
@@ -100,8 +101,8 @@ return {1, 0}
 
 /// Shared release: remove our holder field if it is live; the record goes with its last entry
 /// (a waiting writer's marker keeps it until the writer comes). Tells the next process in line.
-/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`); `ARGV[1]`
-/// token.
+/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`), `KEYS[4]`
+/// change channel (see `changed`); `ARGV[1]` token.
 /// Returns 1 if our hold was live and is gone, 0 otherwise.
 pub(super) const RELEASE_SHARED_LUA: &str = r"
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
@@ -123,6 +124,7 @@ if live == 0 and marker == 0 then
 else
   redis.call('PEXPIRE', KEYS[1], math.max(longest, marker))
 end
+changed(KEYS[4], ARGV[1])
 local next = redis.call('LINDEX', KEYS[2], 0)
 if next then
   announce(KEYS[3], next)
