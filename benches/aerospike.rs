@@ -25,8 +25,8 @@ use aerospike::expressions::{eq, string_bin, string_val};
 use aerospike::policy::{Expiration, RecordExistsAction};
 use aerospike::{as_bin, Client, ClientPolicy, Key, Value, WritePolicy};
 use criterion::Criterion;
-use leasehold::core::TraceConfig;
-use leasehold::{Acquire, LockKey, LockStore, OwnerToken};
+use leasehold::core::{Acquire, TraceConfig};
+use leasehold::{LockKey, LockStore, OwnerToken};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::{AerospikeFixture, Fault, Target};
 

@@ -29,13 +29,12 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use dashmap::DashMap;
+use leasehold::core::{Acquire, Layer};
 use leasehold::layers::{
     CountingLayer, GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer,
     UnlockWindowLayer,
 };
-use leasehold::{
-    Acquire, Layer, LockKey, LockManager, LockManagerBuilder, LockStore, MemoryStore, OwnerToken,
-};
+use leasehold::{LockKey, LockManager, LockManagerBuilder, LockStore, MemoryStore, OwnerToken};
 
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -269,7 +268,7 @@ struct Remote<S> {
     rtt: Duration,
 }
 
-impl<S: LockStore> leasehold::LayeredStore for Remote<S> {
+impl<S: LockStore> leasehold::core::LayeredStore for Remote<S> {
     type Inner = S;
     fn inner(&self) -> &S {
         &self.inner

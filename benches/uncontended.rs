@@ -145,7 +145,7 @@ impl Cycle {
             }
             Cycle::Store(store, key) => {
                 let key = leasehold::LockKey::dc("f1", "bench", key.as_str()).expect("key");
-                let req = leasehold::Acquire::new(
+                let req = leasehold::core::Acquire::new(
                     key,
                     leasehold::OwnerToken::generate(),
                     Duration::from_secs(30),

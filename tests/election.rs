@@ -153,7 +153,7 @@ struct Cut {
     cut: AtomicBool,
 }
 
-impl leasehold::LayeredStore for Cut {
+impl leasehold::core::LayeredStore for Cut {
     type Inner = MemoryStore;
     fn inner(&self) -> &MemoryStore {
         &self.inner

@@ -5,10 +5,11 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leasehold::core::Acquire;
 use leasehold::layers::LocalCompetitionLayer;
 use leasehold::{
-    Acquire, Capabilities, Error, ErrorKind, Lease, LockEvent, LockInfo, LockKey, LockManager,
-    LockOptions, LockStore, MemoryStore, Result,
+    Capabilities, Error, ErrorKind, Lease, LockEvent, LockInfo, LockKey, LockManager, LockOptions,
+    LockStore, MemoryStore, Result,
 };
 use tokio::time::Instant;
 
@@ -633,7 +634,7 @@ struct SlowRelease {
     finished: AtomicU32,
 }
 
-impl leasehold::LayeredStore for SlowRelease {
+impl leasehold::core::LayeredStore for SlowRelease {
     type Inner = MemoryStore;
     fn inner(&self) -> &MemoryStore {
         &self.inner

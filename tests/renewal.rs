@@ -17,7 +17,7 @@ struct Flaky {
     unreachable: AtomicBool,
 }
 
-impl leasehold::LayeredStore for Flaky {
+impl leasehold::core::LayeredStore for Flaky {
     type Inner = MemoryStore;
     fn inner(&self) -> &MemoryStore {
         &self.inner
@@ -209,7 +209,7 @@ struct SlowExtend {
     applied_first: bool,
 }
 
-impl leasehold::LayeredStore for SlowExtend {
+impl leasehold::core::LayeredStore for SlowExtend {
     type Inner = MemoryStore;
     fn inner(&self) -> &MemoryStore {
         &self.inner
@@ -288,7 +288,7 @@ struct LoggedExtend {
     log: Mutex<Vec<&'static str>>,
 }
 
-impl leasehold::LayeredStore for LoggedExtend {
+impl leasehold::core::LayeredStore for LoggedExtend {
     type Inner = MemoryStore;
     fn inner(&self) -> &MemoryStore {
         &self.inner

@@ -9,8 +9,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+use leasehold::core::Acquire;
 use leasehold::layers::ReadbackLayer;
-use leasehold::{Acquire, ErrorKind, LockKey, LockManager, LockStore, OwnerToken};
+use leasehold::{ErrorKind, LockKey, LockManager, LockStore, OwnerToken};
 use leasehold_testkit::fault_proxy::{FaultProxy, ProxyMode};
 
 /// A private server of one store, and how a store connects to it or to a proxy in front of it.

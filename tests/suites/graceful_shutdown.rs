@@ -14,8 +14,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use leasehold::core::Acquire;
 use leasehold::layers::GracefulShutdownLayer;
-use leasehold::{Acquire, LockKey, LockManager, LockOptions, LockStore, OwnerToken};
+use leasehold::{LockKey, LockManager, LockOptions, LockStore, OwnerToken};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 

@@ -11,7 +11,8 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use leasehold::{Acquire, Error, ErrorKind, LockKey, LockStore, OwnerToken};
+use leasehold::core::Acquire;
+use leasehold::{Error, ErrorKind, LockKey, LockStore, OwnerToken};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::{AerospikeFixture, AerospikeTarget, Fault, Partitions, Target};
 use tokio::time::Instant;

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aerospike::{Key, Value};
+use leasehold::core::Acquire;
 use leasehold::layers::ReadbackLayer;
-use leasehold::{Acquire, ErrorKind, LockEvent, LockKey, LockManager, LockStore, OwnerToken};
+use leasehold::{ErrorKind, LockEvent, LockKey, LockManager, LockStore, OwnerToken};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::{AerospikeFixture, Fault, Target};
 

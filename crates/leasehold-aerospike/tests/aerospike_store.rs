@@ -16,7 +16,8 @@ use aerospike::policy::{Expiration, GenerationPolicy};
 use aerospike::{
     as_bin, Bins, Client, ClientPolicy, Key, ReadPolicy, Record, ResultCode, Value, WritePolicy,
 };
-use leasehold::{Acquire, ErrorKind, LockKey, LockStore, OwnerToken};
+use leasehold::core::Acquire;
+use leasehold::{ErrorKind, LockKey, LockStore, OwnerToken};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::AerospikeTarget;
 

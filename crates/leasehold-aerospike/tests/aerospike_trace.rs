@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 use aerospike::{Bins, ClientPolicy, ReadPolicy, ResultCode, WritePolicy};
-use leasehold::core::{HistoryEntry, HistoryEvent, TraceConfig};
+use leasehold::core::{Acquire, HistoryEntry, HistoryEvent, TraceConfig};
 use leasehold::scenario::{Scenario, ScenarioRegistry};
-use leasehold::{Acquire, ErrorKind, LockKey, LockManager, LockMode, LockStore, OwnerToken};
+use leasehold::{ErrorKind, LockKey, LockManager, LockMode, LockStore, OwnerToken};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::{result_code, AerospikeTarget, Fault, Target};
 

@@ -8,7 +8,8 @@
 use std::time::{Duration, Instant};
 
 use aerospike::{Bins, Client, ClientPolicy, Key, ReadPolicy, Value, WritePolicy};
-use leasehold::{Acquire, ErrorKind, LockKey, LockManager, LockStore, OwnerToken};
+use leasehold::core::Acquire;
+use leasehold::{ErrorKind, LockKey, LockManager, LockStore, OwnerToken};
 use leasehold_aerospike::layout::{queue_set, GRANTED_BIN, LINE_BIN};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 

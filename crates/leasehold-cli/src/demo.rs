@@ -5,12 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use leasehold::core::Acquire;
 use leasehold::layers::{
     CountingLayer, GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer,
 };
-use leasehold::{
-    Acquire, Error, Holder, Lease, LockManager, LockOptions, LockStore, MemoryStore, Result,
-};
+use leasehold::{Error, Holder, Lease, LockManager, LockOptions, LockStore, MemoryStore, Result};
 use tokio::time::Instant;
 
 use crate::cli::DemoArgs;
@@ -212,7 +211,7 @@ struct LostFirstReply {
     lost: AtomicBool,
 }
 
-impl leasehold::LayeredStore for LostFirstReply {
+impl leasehold::core::LayeredStore for LostFirstReply {
     type Inner = MemoryStore;
     fn inner(&self) -> &MemoryStore {
         &self.inner

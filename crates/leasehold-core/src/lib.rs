@@ -17,7 +17,8 @@
 //! - [`LockEvent`] and [`Observer`]: the one hook through which layers report what they did.
 //! - [`TraceConfig`] and [`HistoryEntry`]: the opt-in per-key lock history kept in the store.
 //!
-//! Users normally depend on the `leasehold` facade crate, which re-exports all of this.
+//! Users normally depend on the `leasehold` facade crate, which re-exports all of this as
+//! `leasehold::core` (for store and layer authors) and what applications use at its root.
 #![forbid(unsafe_code)]
 
 mod acquire;

@@ -11,8 +11,8 @@ use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
 use etcd_client::GetOptions;
-use leasehold::core::ChangeWatch;
-use leasehold::{Acquire, LockKey, LockMode, LockStore, OwnerToken};
+use leasehold::core::{Acquire, ChangeWatch};
+use leasehold::{LockKey, LockMode, LockStore, OwnerToken};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;
 use leasehold_testkit::etcd_cluster::EtcdCluster;

@@ -8,8 +8,9 @@
 
 use std::time::Duration;
 
+use leasehold::core::Acquire;
 use leasehold::layers::ReadbackLayer;
-use leasehold::{Acquire, ErrorKind, LockManager, LockOptions, LockStore, OwnerToken};
+use leasehold::{ErrorKind, LockManager, LockOptions, LockStore, OwnerToken};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;
 use leasehold_testkit::fault_proxy::{FaultProxy, ProxyMode};

@@ -8,9 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::{
-    Acquire, ErrorKind, LockKey, LockManager, LockMode, LockOptions, LockStore, OwnerToken,
-};
+use leasehold::core::Acquire;
+use leasehold::{ErrorKind, LockKey, LockManager, LockMode, LockOptions, LockStore, OwnerToken};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;
 use tokio::time::Instant;

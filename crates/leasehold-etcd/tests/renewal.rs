@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use leasehold::{Acquire, ErrorKind, LockKey, LockStore, OwnerToken};
+use leasehold::core::Acquire;
+use leasehold::{ErrorKind, LockKey, LockStore, OwnerToken};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;
 

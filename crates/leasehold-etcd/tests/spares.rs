@@ -13,9 +13,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use leasehold::{
-    Acquire, ErrorKind, Lease, LockKey, LockManager, LockMode, LockOptions, LockStore,
-};
+use leasehold::core::Acquire;
+use leasehold::{ErrorKind, Lease, LockKey, LockManager, LockMode, LockOptions, LockStore};
 use leasehold::{OwnerToken, Result};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use leasehold::{Acquire, LockKey, LockStore, OwnerToken};
+use leasehold::core::Acquire;
+use leasehold::{LockKey, LockStore, OwnerToken};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::redis::RedisServer;
 

@@ -4,11 +4,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::core::{HistoryEvent, TraceConfig};
+use leasehold::core::{Acquire, HistoryEvent, TraceConfig};
 use leasehold::scenario::{AcquireMode, Scenario, ScenarioRegistry, StoreDownPolicy};
-use leasehold::{
-    Acquire, ErrorKind, LockEvent, LockKey, LockManager, LockOptions, LockStore, OwnerToken,
-};
+use leasehold::{ErrorKind, LockEvent, LockKey, LockManager, LockOptions, LockStore, OwnerToken};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::redis::RedisServer;
 

@@ -34,6 +34,28 @@
 //!
 //! See `docs/DESIGN.md` for how a request flows through the layers.
 //!
+//! ## What lives where
+//! The rule: an item is at the crate root when an application names it: to build and configure
+//! a manager, pick its store, take, hold and release locks, read who holds one, watch what the
+//! layers did or handle an error. An item only a store or layer author names (to implement
+//! [`LockStore`] or write a layer) lives in [`core`] instead.
+//!
+//! - The root: [`LockManager`] and its builder, [`LockOptions`], the guards, [`Holder`],
+//!   [`Error`], keys and modes, [`LockInfo`] and [`Lease`], [`LockStore`] (to pass a store to the
+//!   builder and call [`inspect`](LockStore::inspect)), [`BoxStore`] (a store chosen at run time),
+//!   [`MemoryStore`], [`LockEvent`] and [`Observer`], [`TraceConfig`] and the history.
+//! - [`core`]: for store and layer authors: the request a store receives ([`core::Acquire`],
+//!   [`core::WaiterId`], [`core::HolderId`]), its waiting and change signals
+//!   ([`core::ReleaseWatch`], [`core::ChangeWatch`]), the shared [`core::Lifecycle`], and layer
+//!   building ([`core::Layer`], [`core::LayeredStore`], [`core::Stack`], [`core::Identity`],
+//!   [`core::Either`], [`core::option_layer`], [`core::Observers`]).
+//! - [`layers`]: the scenario layers the builder assembles, to configure one or use one alone.
+//! - [`scenario`]: named bundles of lock options, in code or from a TOML file.
+//! - [`observe`]: the observers leasehold ships: the in-memory lock trace, OpenTelemetry
+//!   metrics.
+//! - [`election`]: leader election over a lock ([`Leadership`]); watching who leads ([`Leader`]).
+//! - [`blocking`]: the same manager for synchronous code, without an async runtime.
+//!
 //! ## Feature flags
 //! Every feature is off by default; [`blocking`] and the embedded store need none.
 //!
@@ -62,14 +84,22 @@ mod schedule;
 mod sweep;
 mod waiters;
 
-/// The lock model shared by every store and layer (re-export of `leasehold-core`).
+/// For store and layer authors: the whole lock model (a re-export of `leasehold-core`).
+///
+/// Everything an application uses is also at the crate root; what only a store or layer author
+/// needs is here alone: the request a store receives ([`Acquire`](core::Acquire),
+/// [`WaiterId`](core::WaiterId), [`HolderId`](core::HolderId)), its waiting and change signals
+/// ([`ReleaseWatch`](core::ReleaseWatch), [`ChangeWatch`](core::ChangeWatch)), the
+/// [`Lifecycle`](core::Lifecycle) a manager shares with its layers, and the pieces a layer is
+/// built from ([`Layer`](core::Layer), [`LayeredStore`](core::LayeredStore),
+/// [`Stack`](core::Stack), [`Identity`](core::Identity), [`Either`](core::Either),
+/// [`option_layer`](core::option_layer), [`Observers`](core::Observers)).
 pub use leasehold_core as core;
 
 pub use leasehold_core::{
-    option_layer, Acquire, BoxStore, Capabilities, Either, Error, ErrorKind, HolderId, HolderInfo,
-    Identity, Layer, LayeredStore, Lease, Lifecycle, LockEvent, LockInfo, LockKey, LockLevel,
-    LockMode, LockStore, Observer, Observers, OwnerToken, ReleaseWatch, Result, SkipReason, Stack,
-    WaiterId, MAX_PERMITS,
+    BoxStore, Capabilities, Error, ErrorKind, HistoryEntry, HistoryEvent, HolderInfo, Lease,
+    LockEvent, LockInfo, LockKey, LockLevel, LockMode, LockStore, Observer, OwnerToken, Result,
+    SkipReason, TraceConfig, MAX_PERMITS,
 };
 
 pub use election::{Leader, Leadership};

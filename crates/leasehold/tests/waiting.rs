@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::core::Layer;
 use leasehold::layers::CountingLayer;
-use leasehold::{Layer, LockManager, LockOptions, MemoryStore};
+use leasehold::{LockManager, LockOptions, MemoryStore};
 
 /// How long every blocking call here may wait: far longer than any of them needs.
 const WAIT: Duration = Duration::from_secs(60);

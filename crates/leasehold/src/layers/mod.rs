@@ -2,9 +2,9 @@
 //!
 //! Each layer is one folder, `layers/<name>/`: `mod.rs` holds the module docs (what it guarantees,
 //! where it belongs, what it costs), one type that is both its configuration and its
-//! [`Layer`](crate::Layer) (`<Name>Layer`, as tower's `TimeoutLayer`), and the store it wraps
+//! [`Layer`](crate::core::Layer) (`<Name>Layer`, as tower's `TimeoutLayer`), and the store it wraps
 //! around another (`<Name><S>`); its tests sit beside it in `tests.rs`. The wrapper implements
-//! [`LayeredStore`](crate::LayeredStore), so it writes only the operations its scenario changes
+//! [`LayeredStore`](crate::core::LayeredStore), so it writes only the operations its scenario changes
 //! and forwards the rest. One word names a layer everywhere: module, types, builder method, docs
 //! and events. Each reports what it did through the manager's one observer hook
 //! ([`LockEvent`](crate::LockEvent)), so metrics and tracing attach without touching the layers.
@@ -43,9 +43,9 @@
 //!   wrap the store directly, inside readback (a timeout or fault-injection layer belongs there:
 //!   its in-doubt errors are then read back).
 //!
-//! A disabled layer is left out with [`option_layer`](crate::option_layer): no pass-through is
+//! A disabled layer is left out with [`option_layer`](crate::core::option_layer): no pass-through is
 //! written by hand. The layers that act at shutdown (local competition, graceful shutdown) share
-//! the manager's [`Lifecycle`](crate::Lifecycle): one closing signal and one tracker of
+//! the manager's [`Lifecycle`](crate::core::Lifecycle): one closing signal and one tracker of
 //! background releases.
 //!
 //! ## What another order would do
@@ -57,12 +57,13 @@
 //!   but readback above graceful shutdown would leave an in-doubt acquire untracked.
 //!
 //! # Writing a layer
-//! A layer is its configuration, a [`Layer`](crate::Layer) impl, and a wrapper that overrides
+//! A layer is its configuration, a [`Layer`](crate::core::Layer) impl, and a wrapper that overrides
 //! only what its scenario changes. This one refuses releases of leases older than a limit:
 //!
 //! ```
 //! use std::time::Duration;
-//! use leasehold::{Error, Layer, LayeredStore, Lease, LockStore, Result};
+//! use leasehold::core::{Layer, LayeredStore};
+//! use leasehold::{Error, Lease, LockStore, Result};
 //!
 //! /// Refuses to release leases held longer than `max`.
 //! #[derive(Debug, Clone)]
@@ -102,7 +103,8 @@
 //! ```
 //! use std::time::Duration;
 //! use leasehold::layers::ReadbackLayer;
-//! use leasehold::{Acquire, Layer, LockKey, LockStore, MemoryStore, OwnerToken};
+//! use leasehold::core::{Acquire, Layer};
+//! use leasehold::{LockKey, LockStore, MemoryStore, OwnerToken};
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
 //! let store = ReadbackLayer::new().layer(MemoryStore::new());

@@ -42,7 +42,8 @@ const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(1);
 ///
 /// ```
 /// use std::time::Duration;
-/// use leasehold::{Acquire, LockKey, LockStore, MemoryStore, OwnerToken};
+/// use leasehold::core::Acquire;
+/// use leasehold::{LockKey, LockStore, MemoryStore, OwnerToken};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
 /// let store = MemoryStore::new();

@@ -144,7 +144,8 @@ const RECLAIM_GAP: Duration = Duration::from_millis(100);
 /// ```
 /// use std::time::Duration;
 /// use leasehold::layers::LocalCompetitionLayer;
-/// use leasehold::{Layer, MemoryStore};
+/// use leasehold::core::Layer;
+/// use leasehold::MemoryStore;
 /// let layer = LocalCompetitionLayer::new()
 ///     .hand_off(true)
 ///     .max_hand_offs(16)
