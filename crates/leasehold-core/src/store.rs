@@ -130,7 +130,10 @@ pub trait LockStore: Send + Sync + 'static {
     /// # Behavior
     /// - Absent or expired: creates it and returns the lease (with a fencing token if
     ///   [`Capabilities::fencing`]). The lease's `acquired_at` is taken before the request is sent.
-    /// - Held by anyone (including the same token): [`ErrorKind::LockUnavailable`].
+    /// - Held by anyone: [`ErrorKind::LockUnavailable`]. Never success for the same token either:
+    ///   tokens are new for every attempt, so a record held by the asking token means this
+    ///   request ran before (a retry whose first reply was lost). A store that recognises that
+    ///   case answers [`ErrorKind::InDoubt`] instead, since its first run took the lock.
     /// - Reply lost after the request was sent: [`ErrorKind::InDoubt`].
     ///
     /// [`ErrorKind::LockUnavailable`]: crate::ErrorKind::LockUnavailable

@@ -20,12 +20,11 @@
 //!
 //! A command whose connection failed after it was handed over may have run. On the direct route a
 //! read is sent again through the cluster client; a write's error goes back to the caller, which
-//! reports the operation in doubt so the readback decides: running a lock's script a second time
-//! could turn its own grant into a refusal (the key would be held by the token that asks). A
-//! write that goes through the cluster client is in the crate's hands: it retries a request
-//! whose connection broke, so such a script can run twice. A grant turned into a refusal that
-//! way leaves the lock to its TTL (never two holders: the second run refuses); this path is taken
-//! only after a redirection or while a master's direct connection is down.
+//! reports the operation in doubt so the readback decides. A write that goes through the cluster
+//! client is in the crate's hands: it retries a request whose connection broke, so a lock script
+//! can run twice. A second acquire run finds the lock held by its own token and says so, and the
+//! store reports it in doubt (see "A second run" in the scripts' docs): the readback finds the
+//! record ours and the caller gets the lock, never a refusal that would leave it to its TTL.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

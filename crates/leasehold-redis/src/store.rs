@@ -208,6 +208,19 @@ impl RedisStore {
         map(op, key.as_str(), &site, e)
     }
 
+    /// The error for an acquire refused because this very token holds the lock: the request ran
+    /// a second time after its first run took the lock (see "A second run" in the scripts'
+    /// docs), so the outcome is in doubt, never a refusal that would leave the hold unknown.
+    fn ran_twice(&self, req: &Acquire) -> Error {
+        Error::in_doubt(format!(
+            "the acquire ran twice on {} (a retry after its first reply was lost) and the lock is \
+             held by this very request's token: its first run took it; read the record to learn \
+             the outcome (the readback layer does)",
+            self.address()
+        ))
+        .with_key(req.key.as_str())
+    }
+
     /// One acquisition (see `try_acquire` for cancel safety): the acquire round trip, then, with
     /// replica acknowledgement on, `WAIT`. A grant too few replicas confirmed is undone (an
     /// owner-checked release of its own token) and reported as a temporary error; if the undo
@@ -283,7 +296,7 @@ impl RedisStore {
             .arg(if self.inner.config.fencing { "1" } else { "0" })
             .arg(writer_wait_millis(req, sent_at));
         self.trace_acquire(&mut invocation, req);
-        let (acquired, value): (i64, Option<u64>) = invocation
+        let (acquired, value, mine): (i64, Option<u64>, u64) = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
@@ -293,6 +306,9 @@ impl RedisStore {
                     .with_fencing_token(value)
                     .with_trace(req.trace),
             );
+        }
+        if mine == 1 {
+            return Err(self.ran_twice(req));
         }
         let left = Duration::from_millis(value.unwrap_or(1));
         Err(Error::unavailable(&req.key).with_retry_after(left))

@@ -2,6 +2,16 @@
 //!
 //! `redis::Script` calls them by SHA1 (`EVALSHA`) and, when the server answers `NOSCRIPT` (after a
 //! restart or `SCRIPT FLUSH`), loads them again and retries, transparently.
+//!
+//! # A second run
+//! The acquire scripts tell a refusal by the asking token itself (`mine` in their reply). Owner
+//! tokens are new for every attempt, so a lock held by the token that asks means this request
+//! ran before: a retry of a script whose first reply was lost (the cluster client retries a
+//! request whose connection broke after it was sent). Its first run took the lock, so the store
+//! reports the attempt in doubt, never refused: a refusal would leave that hold to its TTL with
+//! nobody knowing of it, while in doubt the readback layer reads the record, finds the token, and
+//! the caller gets the lock. A first run never finds its own token, so this costs one read inside
+//! the script (no round trip) and changes nothing else.
 
 use std::sync::LazyLock;
 
@@ -38,6 +48,8 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 /// channel `<prefix>changed:<Redis lock key>` with the token granted or released as the payload
 /// (a hint only; readers read the key again).
 ///
+/// `held_by` says whether an exclusive hold's token is the given one (a second run).
+///
 /// `sweep` drops expired entries and returns the mode, live holders, longest and soonest ms left
 /// and the marker's ms left. `writer_on_shared` decides an exclusive request that `SET NX`
 /// refused: `nil` when the key was a shared record with no live holder (deleted, so the caller
@@ -60,6 +72,10 @@ local function token_of(value)
   local sep = string.find(value, '\n', 1, true)
   if sep then return string.sub(value, 1, sep - 1) end
   return value
+end
+local function held_by(lock, token)
+  local value = redis.pcall('GET', lock)
+  return type(value) == 'string' and token_of(value) == token
 end
 local function next_of(value)
   local sep = string.find(value, '\n', 1, true)
@@ -165,7 +181,8 @@ fn script_text(body: &str, prelude: bool, publish: &str) -> String {
 /// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` change channel (see `changed`); `ARGV[1]`
 /// token, `ARGV[2]` TTL ms, `ARGV[3]` `1` to fence, `ARGV[4]` ms a refused blocking writer keeps
 /// new readers out (0: a try).
-/// Returns `{1, fence or false}`, or `{0, ms}` when held (`ms`: the holder's TTL left).
+/// Returns `{1, fence or false, 0}`, or `{0, ms, mine}` when held (`ms`: the holder's TTL left;
+/// `mine`: 1 when the holder is this very token, see "A second run" in the module docs).
 ///
 /// Redis does not roll back a script that fails halfway, so the counter is checked before the
 /// lock is set: a fence key that is not an integer (written by someone else) is an error with
@@ -179,14 +196,19 @@ if ARGV[3] == '1' then
 end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local refused = writer_on_shared(KEYS[1], tonumber(ARGV[4]))
-  if refused then return refused end
+  if refused then
+    if refused.err then return refused end
+    local mine = 0
+    if held_by(KEYS[1], ARGV[1]) then mine = 1 end
+    return {0, refused[2], mine}
+  end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 changed(KEYS[3], ARGV[1])
 if ARGV[3] == '1' then
-  return {1, next_fence(KEYS[2], ARGV[2])}
+  return {1, next_fence(KEYS[2], ARGV[2]), 0}
 end
-return {1, false}
+return {1, false, 0}
 ";
 
 /// Release: delete the lock only if it still holds our token (a fair hold's value read as well,
@@ -271,13 +293,20 @@ return out
 /// The hold's value names the next entry in line (see `token_of`), read after the move.
 ///
 /// Returns `{1, fence or false, others}` when acquired (`others`: 1 when another entry is next
-/// in line, else 0), else `{0, ms, 0}`: `ms` is how long until the lock can be free without a
-/// release (the holder's TTL left, or the head waiter's deadline), at least 1.
+/// in line, else 0), else `{0, ms, mine}`: `ms` is how long until the lock can be free without a
+/// release (the holder's TTL left, or the head waiter's deadline), at least 1; `mine` is 1 when
+/// the lock is held by this very token (see "A second run" in the module docs), checked first so that such a run leaves the
+/// line untouched.
 ///
 /// The fencing token is issued right after the lock is set (`next_fence`): a last token that is
 /// not an integer (written by someone else) is an error with the lock deleted again and the line
 /// as it was, never a lock taken without a token.
 const ACQUIRE_FAIR_LUA: &str = r"
+if held_by(KEYS[1], ARGV[1]) then
+  local left = redis.call('PTTL', KEYS[1])
+  if left < 1 then left = 1 end
+  return {0, left, 1}
+end
 local me = ARGV[3]
 local requeue = ARGV[6] == '1' and me ~= ''
 local now = nil

@@ -16,9 +16,10 @@
 /// entry that leaves room (a permit left, or readers still admitted) the next process in line is
 /// told at once, so N permits fill in N hand-offs without waiting for releases.
 ///
-/// Returns `{1, 0}` when granted, `{0, ms}` when refused (`ms`: until room can appear without a
-/// release, at least 1), or the error reply `MODECONFLICT <mode>` when the key is held as another
-/// kind of lock.
+/// Returns `{1, 0, 0}` when granted, `{0, ms, mine}` when refused (`ms`: until room can appear
+/// without a release, at least 1; `mine`: 1 when this very token holds already, a second run of
+/// the request: see "A second run" in the parent module), or the error reply `MODECONFLICT <mode>` when
+/// the key is held as another kind of lock.
 pub(super) const ACQUIRE_SHARED_LUA: &str = r"
 local me = ARGV[5]
 local fair = ARGV[8] == '1'
@@ -44,7 +45,7 @@ local function refuse(ms)
     set_next(KEYS[1], redis.call('LINDEX', KEYS[2], 0))
   end
   if ms < 1 then ms = 1 end
-  return {0, ms}
+  return {0, ms, 0}
 end
 local t = redis.call('TYPE', KEYS[1]).ok
 local live = 0
@@ -55,6 +56,9 @@ if t == 'string' then
   return refuse(redis.call('PTTL', KEYS[1]))
 elseif t == 'hash' then
   local mode, n, longest, soonest, marker = sweep(KEYS[1], now)
+  if redis.call('HEXISTS', KEYS[1], 'h:' .. ARGV[1]) == 1 then
+    return {0, soonest, 1}
+  end
   live = n
   if n == 0 and marker == 0 then
     redis.call('DEL', KEYS[1])
@@ -96,7 +100,7 @@ if fair and (permits == 0 or live < permits) then
     announce(KEYS[4], next)
   end
 end
-return {1, 0}
+return {1, 0, 0}
 ";
 
 /// Shared release: remove our holder field if it is live; the record goes with its last entry

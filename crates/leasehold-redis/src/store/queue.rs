@@ -80,10 +80,13 @@ impl RedisStore {
             .arg(if requeue { "1" } else { "0" })
             .arg(if fair { "1" } else { "0" });
         self.trace_acquire(&mut invocation, req);
-        let (acquired, left): (i64, u64) = invocation
+        let (acquired, left, mine): (i64, u64, u64) = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
+        if mine == 1 {
+            return Err(self.ran_twice(req));
+        }
         let queued = acquired != 1 || requeue;
         // The shared script renews the deadline of every place it leaves queued.
         self.queued(&req.key, &lock_key, &place, queued, Some(sent_at));
@@ -134,6 +137,11 @@ impl RedisStore {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
+        // Refused, `others` says whether this very token holds: a second run, which left the
+        // line untouched.
+        if acquired != 1 && others == Some(1) {
+            return Err(self.ran_twice(req));
+        }
         // A refused blocking attempt always renews its place; a granted one when asked to.
         let renewed = (acquired != 1 || renew).then_some(sent_at);
         self.queued(
