@@ -2,7 +2,9 @@
 //! (included by each store's `tests/election_processes.rs` with `#[path]`): of N candidate
 //! processes exactly one leads at a time and terms grow; after SIGKILL of the leader another
 //! candidate leads once the dead leader's lease ran out, with a greater term; after SIGTERM the
-//! leader resigns and another candidate leads long before its TTL would have run out.
+//! leader resigns and another candidate leads long before its TTL would have run out; a leader
+//! paused (SIGSTOP) past its lease finds its leadership lost when it wakes, before it acts as
+//! leader again, and a write it sends with its old term is refused by a fenced resource.
 //!
 //! The test binary is its own candidate: spawned with `LEASEHOLD_ELECTION_ADDRESS` set (what
 //! [`Store::connect`] needs), it runs the candidate the other `LEASEHOLD_ELECTION_*` variables
@@ -57,6 +59,7 @@ macro_rules! election_processes_suite {
             of_n_candidate_processes_exactly_one_leads_at_a_time_and_terms_grow,
             after_sigkill_of_the_leader_another_process_leads_within_its_ttl,
             after_sigterm_the_leader_resigns_and_another_process_leads_before_its_ttl,
+            a_leader_paused_past_its_lease_finds_it_lost_and_its_term_is_fenced_off,
         );
     };
     (@tests $store:ty, $setup:expr; $($name:ident,)*) => {
@@ -113,6 +116,7 @@ pub(crate) fn run_candidate<S: Store>() -> bool {
             match role.as_str() {
                 "cycle" => cycle(&locks, &name, ttl).await,
                 "hold" => hold(&locks, &name, ttl, &mut sigterm).await,
+                "write" => write(&locks, &name, ttl).await,
                 other => panic!("unknown role {other}"),
             }
         };
@@ -162,6 +166,39 @@ async fn hold(
         println!("resigned {}", leadership.resign().await.expect("resign"));
     } else {
         println!("lost");
+    }
+}
+
+/// Campaigns once; when it leads, prints `write <term>` every 20 ms while
+/// [`is_leader`](leasehold::Leadership::is_leader) says it leads (each line stands for a write
+/// to a fenced resource), and `lost` once it does not.
+async fn write(locks: &LockManager, name: &str, ttl: Duration) {
+    let opts = LockOptions::new().ttl(ttl).wait(LIFETIME);
+    let leadership = locks.campaign_with(name, opts).await.expect("lead");
+    let term = leadership.term().expect("a store with fencing tokens");
+    loop {
+        if !leadership.is_leader() {
+            println!("lost");
+            return;
+        }
+        println!("write {term}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A resource that accepts a write only with a term at least the highest it has seen.
+#[derive(Default)]
+struct Fenced {
+    highest: u64,
+}
+
+impl Fenced {
+    fn write(&mut self, term: u64) -> bool {
+        if term < self.highest {
+            return false;
+        }
+        self.highest = term;
+        true
     }
 }
 
@@ -337,5 +374,62 @@ pub(crate) fn after_sigterm_the_leader_resigns_and_another_process_leads_before_
         }
     }
     // The terminated candidate shuts its manager down and exits cleanly.
+    candidates.wait_success(leader);
+}
+
+pub(crate) fn a_leader_paused_past_its_lease_finds_it_lost_and_its_term_is_fenced_off(
+    store: &impl Store,
+    test: &str,
+) {
+    let ttl = Duration::from_secs(2);
+    let mut candidates = Candidates::spawn(test, &store.address(), "write", ttl);
+    let mut resource = Fenced::default();
+    let (leader, words) = candidates.next("write ", LIFETIME);
+    let old_term: u64 = words[0].parse().unwrap();
+    assert!(resource.write(old_term));
+
+    // Paused well past its lease: another candidate leads meanwhile, with a greater term, and
+    // writes. Whatever the paused leader printed before it stopped carries its old term.
+    leasehold_testkit::process::pause(leader).expect("SIGSTOP the leader");
+    let new_term = loop {
+        let (pid, words) = candidates.next("write ", ttl + Duration::from_secs(20));
+        let term: u64 = words[0].parse().unwrap();
+        if pid == leader {
+            assert_eq!(term, old_term, "written before the pause");
+            continue;
+        }
+        assert!(term > old_term, "term {term} after {old_term}");
+        assert!(resource.write(term));
+        break term;
+    };
+    leasehold_testkit::process::resume(leader).expect("SIGCONT the leader");
+
+    // On waking it finds its leadership lost before acting as leader again. Only a write it had
+    // already decided on when it was stopped (checked `is_leader`, then paused before writing)
+    // can still arrive, and the fenced resource refuses its stale term.
+    let mut late_writes = 0;
+    loop {
+        let (pid, line) = candidates
+            .lines
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the woken leader says it lost");
+        if pid != leader {
+            if let Some(term) = line.strip_prefix("write ") {
+                assert_eq!(term, new_term.to_string(), "one new leader");
+            }
+            continue;
+        }
+        if line == "lost" {
+            break;
+        }
+        assert_eq!(line, format!("write {old_term}"), "only the old term");
+        assert!(!resource.write(old_term), "a stale term is fenced off");
+        late_writes += 1;
+    }
+    assert!(
+        late_writes <= 1,
+        "the woken leader acted as leader {late_writes} times"
+    );
+    assert!(!resource.write(old_term), "a stale term is fenced off");
     candidates.wait_success(leader);
 }
