@@ -1,36 +1,24 @@
-//! Executing data messages against the store: single-record reads, writes, deletes, touches and
-//! operates, and set scans.
+//! Executing single-record data messages against the store: which kind a data message is, and
+//! the reads, writes, deletes, touches and operates on one record (the operations themselves are
+//! applied by [`operation`](super::operation), scans run in [`scan`](super::scan)).
 //!
 //! Semantics follow a real server where the lock store depends on them; where the fixture had
 //! to guess, the guess is written next to the code and in the module docs of
 //! [`aerospike`](super).
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::exp::{ExpOp, Filter, Val};
+use super::exp::Filter;
+use super::operation::{apply_op, exp_read, OpResult, OP_CDT_READ, OP_EXP_READ, OP_READ, OP_TOUCH};
 use super::result_code as rc;
 use super::store::{
     clepoch_now_ms, next_generation, Expiry, Record, Store, TTL_DONT_UPDATE, TTL_NAMESPACE_DEFAULT,
     TTL_NEVER,
 };
-use super::wire::{self, Message, Op, Particle, Reply};
+use super::wire::{self, Message, Particle, Reply};
 use super::{cdt_list, cdt_map};
-
-// Operation types.
-const OP_READ: u8 = 1;
-const OP_WRITE: u8 = 2;
-const OP_CDT_READ: u8 = 3;
-const OP_CDT_MODIFY: u8 = 4;
-const OP_INCR: u8 = 5;
-const OP_EXP_READ: u8 = 7;
-const OP_EXP_WRITE: u8 = 8;
-const OP_APPEND: u8 = 9;
-const OP_PREPEND: u8 = 10;
-const OP_TOUCH: u8 = 11;
-const OP_DELETE: u8 = 14;
 
 /// Namespace settings a command needs.
 #[derive(Debug, Clone)]
@@ -93,7 +81,7 @@ pub(crate) fn digest_of(msg: &Message) -> Option<[u8; 20]> {
         .and_then(|d| <[u8; 20]>::try_from(d).ok())
 }
 
-fn check_namespace(msg: &Message, ns: &NsConfig) -> Result<(), u8> {
+pub(super) fn check_namespace(msg: &Message, ns: &NsConfig) -> Result<(), u8> {
     match msg.field(wire::FIELD_NAMESPACE) {
         None => Err(rc::PARAMETER_ERROR),
         Some(n) if n == ns.namespace.as_bytes() => Ok(()),
@@ -101,7 +89,7 @@ fn check_namespace(msg: &Message, ns: &NsConfig) -> Result<(), u8> {
     }
 }
 
-fn filter_of(msg: &Message) -> Result<Option<Filter>, u8> {
+pub(super) fn filter_of(msg: &Message) -> Result<Option<Filter>, u8> {
     msg.field(wire::FIELD_FILTER_EXP)
         .map(|bytes| {
             Filter::parse(bytes).map_err(|e| {
@@ -112,7 +100,7 @@ fn filter_of(msg: &Message) -> Result<Option<Filter>, u8> {
         .transpose()
 }
 
-fn passes(filter: Option<&Filter>, record: &Record, now: Instant) -> Result<bool, u8> {
+pub(super) fn passes(filter: Option<&Filter>, record: &Record, now: Instant) -> Result<bool, u8> {
     match filter {
         None => Ok(true),
         Some(f) => f.matches(record, now).map_err(|e| {
@@ -122,7 +110,7 @@ fn passes(filter: Option<&Filter>, record: &Record, now: Instant) -> Result<bool
     }
 }
 
-fn reply_for(record: &Record, bins: Vec<(String, Option<Particle>)>) -> Reply {
+pub(super) fn reply_for(record: &Record, bins: Vec<(String, Option<Particle>)>) -> Reply {
     Reply {
         generation: u32::from(record.generation),
         void_time: record.expiry.void_time(),
@@ -131,7 +119,7 @@ fn reply_for(record: &Record, bins: Vec<(String, Option<Particle>)>) -> Reply {
     }
 }
 
-fn all_bins(record: &Record) -> Vec<(String, Option<Particle>)> {
+pub(super) fn all_bins(record: &Record) -> Vec<(String, Option<Particle>)> {
     record
         .bins
         .iter()
@@ -313,316 +301,4 @@ fn write(
     let reply = reply_for(&record, bins);
     store.insert(digest, record);
     Ok(reply)
-}
-
-enum OpResult {
-    /// A read: the value (or nil) goes in the reply.
-    Value(Option<Particle>),
-    /// A write: nothing, or a nil when every op is answered.
-    Written,
-}
-
-fn apply_op(
-    record: &mut Record,
-    op: &Op,
-    deleted: &mut bool,
-    now: Instant,
-) -> Result<OpResult, u8> {
-    match op.op_type {
-        OP_READ => Ok(OpResult::Value(if op.name.is_empty() {
-            None
-        } else {
-            record.bin(&op.name).cloned()
-        })),
-        OP_WRITE => {
-            check_bin_name(op)?;
-            if op.particle == wire::PARTICLE_NULL {
-                record.remove_bin(&op.name);
-            } else {
-                record.set_bin(&op.name, particle(op));
-            }
-            Ok(OpResult::Written)
-        }
-        OP_INCR => {
-            check_bin_name(op)?;
-            let delta = particle(op).as_i64().ok_or(rc::PARAMETER_ERROR)?;
-            let sum = match record.bin(&op.name) {
-                None => delta,
-                Some(p) => p.as_i64().ok_or(rc::BIN_TYPE_ERROR)?.wrapping_add(delta),
-            };
-            record.set_bin(&op.name, Particle::int(sum));
-            Ok(OpResult::Written)
-        }
-        OP_APPEND | OP_PREPEND => {
-            check_bin_name(op)?;
-            if op.particle != wire::PARTICLE_STRING && op.particle != wire::PARTICLE_BLOB {
-                return Err(rc::PARAMETER_ERROR);
-            }
-            let value = match record.bin(&op.name) {
-                None => particle(op),
-                Some(p) if p.ptype == op.particle => {
-                    let mut data = p.data.clone();
-                    if op.op_type == OP_APPEND {
-                        data.extend_from_slice(&op.value);
-                    } else {
-                        data.splice(0..0, op.value.iter().copied());
-                    }
-                    Particle {
-                        ptype: p.ptype,
-                        data,
-                    }
-                }
-                Some(_) => return Err(rc::BIN_TYPE_ERROR),
-            };
-            record.set_bin(&op.name, value);
-            Ok(OpResult::Written)
-        }
-        OP_TOUCH => Ok(OpResult::Written),
-        OP_EXP_READ => Ok(OpResult::Value(exp_read(record, op, now)?)),
-        OP_EXP_WRITE => {
-            exp_write(record, op, now)?;
-            Ok(OpResult::Written)
-        }
-        OP_CDT_READ | OP_CDT_MODIFY if cdt_map::is_map_op(op) => {
-            Ok(OpResult::Value(cdt_map::apply(record, op)?))
-        }
-        OP_CDT_READ | OP_CDT_MODIFY if cdt_list::is_list_op(op) => {
-            Ok(OpResult::Value(cdt_list::apply(record, op)?))
-        }
-        OP_DELETE => {
-            record.bins.clear();
-            *deleted = true;
-            Ok(OpResult::Written)
-        }
-        other => {
-            tracing::warn!("aerospike fixture: unsupported operation type {other}");
-            Err(rc::PARAMETER_ERROR)
-        }
-    }
-}
-
-// Expression operation flags (`ExpWriteFlags`, `ExpReadFlags`).
-const EXP_CREATE_ONLY: i64 = 1;
-const EXP_UPDATE_ONLY: i64 = 1 << 1;
-const EXP_ALLOW_DELETE: i64 = 1 << 2;
-const EXP_POLICY_NO_FAIL: i64 = 1 << 3;
-const EXP_EVAL_NO_FAIL: i64 = 1 << 4;
-
-fn parse_exp_op(op: &Op) -> Result<ExpOp, u8> {
-    ExpOp::parse(&op.value).map_err(|e| {
-        tracing::warn!("aerospike fixture: rejecting expression operation: {e}");
-        rc::PARAMETER_ERROR
-    })
-}
-
-fn evaluate(exp: &ExpOp, record: &Record, now: Instant) -> Result<Val, u8> {
-    exp.value(record, now).map_err(|e| {
-        tracing::warn!("aerospike fixture: cannot evaluate expression operation: {e}");
-        rc::PARAMETER_ERROR
-    })
-}
-
-/// The particle a value is stored (or answered) as; `None` for nil and unknown.
-fn particle_of(value: &Val) -> Option<Particle> {
-    let (ptype, data) = match value {
-        Val::Int(i) => (wire::PARTICLE_INTEGER, i.to_be_bytes().to_vec()),
-        Val::Float(f) => (wire::PARTICLE_FLOAT, f.to_be_bytes().to_vec()),
-        Val::Str(s) => (wire::PARTICLE_STRING, s.clone()),
-        Val::Blob(b) => (wire::PARTICLE_BLOB, b.clone()),
-        Val::Bool(b) => (wire::PARTICLE_BOOL, vec![u8::from(*b)]),
-        Val::Nil | Val::Unknown => return None,
-    };
-    Some(Particle { ptype, data })
-}
-
-/// `read_exp`: the expression's value under the op's name. Unknown fails the command with
-/// `OP_NOT_APPLICABLE` unless the op says `EVAL_NO_FAIL` (then nil).
-fn exp_read(record: &Record, op: &Op, now: Instant) -> Result<Option<Particle>, u8> {
-    let exp = parse_exp_op(op)?;
-    match evaluate(&exp, record, now)? {
-        Val::Unknown if exp.flags & EXP_EVAL_NO_FAIL == 0 => Err(rc::OP_NOT_APPLICABLE),
-        value => Ok(particle_of(&value)),
-    }
-}
-
-/// `write_exp`: the expression's value, computed on the record as the earlier ops left it,
-/// written to the op's bin. Unknown fails with `OP_NOT_APPLICABLE` (or writes nothing with
-/// `EVAL_NO_FAIL`); nil deletes the bin with `ALLOW_DELETE`, else fails the same way; the bin
-/// rules `CREATE_ONLY` (`BIN_EXISTS_ERROR`) and `UPDATE_ONLY` (`BIN_NOT_FOUND`) are skipped
-/// silently with `POLICY_NO_FAIL`.
-fn exp_write(record: &mut Record, op: &Op, now: Instant) -> Result<(), u8> {
-    check_bin_name(op)?;
-    let exp = parse_exp_op(op)?;
-    let no_fail = exp.flags & EXP_POLICY_NO_FAIL != 0;
-    let exists = record.bin(&op.name).is_some();
-    if exp.flags & EXP_CREATE_ONLY != 0 && exists {
-        return if no_fail {
-            Ok(())
-        } else {
-            Err(rc::BIN_EXISTS_ERROR)
-        };
-    }
-    if exp.flags & EXP_UPDATE_ONLY != 0 && !exists {
-        return if no_fail {
-            Ok(())
-        } else {
-            Err(rc::BIN_NOT_FOUND)
-        };
-    }
-    match evaluate(&exp, record, now)? {
-        Val::Unknown if exp.flags & EXP_EVAL_NO_FAIL != 0 => Ok(()),
-        Val::Unknown => Err(rc::OP_NOT_APPLICABLE),
-        Val::Nil if exp.flags & EXP_ALLOW_DELETE != 0 => {
-            record.remove_bin(&op.name);
-            Ok(())
-        }
-        Val::Nil if no_fail => Ok(()),
-        Val::Nil => Err(rc::OP_NOT_APPLICABLE),
-        value => {
-            if let Some(p) = particle_of(&value) {
-                record.set_bin(&op.name, p);
-            }
-            Ok(())
-        }
-    }
-}
-
-fn check_bin_name(op: &Op) -> Result<(), u8> {
-    if op.name.is_empty() || op.name.len() > 15 {
-        return Err(rc::PARAMETER_ERROR);
-    }
-    Ok(())
-}
-
-fn particle(op: &Op) -> Particle {
-    Particle {
-        ptype: op.particle,
-        data: op.value.clone(),
-    }
-}
-
-/// Executes a scan: every live record of the set (all sets when none is named) in the requested
-/// partitions, as a stream of messages ending with one flagged `INFO3_LAST`. Returns the frames
-/// to send.
-pub(crate) fn scan(store: &Store, ns: &NsConfig, msg: &Message) -> Vec<Vec<u8>> {
-    match scan_inner(store, ns, msg) {
-        Ok(frames) => frames,
-        Err(code) => vec![Reply {
-            info3: wire::INFO3_LAST,
-            result_code: code,
-            ..Reply::default()
-        }
-        .to_frame()],
-    }
-}
-
-/// Bytes of messages gathered before a frame is cut.
-const FRAME_TARGET: usize = 64 * 1024;
-
-fn scan_inner(store: &Store, ns: &NsConfig, msg: &Message) -> Result<Vec<Vec<u8>>, u8> {
-    check_namespace(msg, ns)?;
-    if msg.info2 & wire::INFO2_WRITE != 0 {
-        // Background scans (query_operate / UDF) are not served.
-        return Err(rc::PARAMETER_ERROR);
-    }
-    let filter = filter_of(msg)?;
-    let set = msg
-        .field(wire::FIELD_SET)
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .filter(|s| !s.is_empty());
-    let partitions = requested_partitions(msg);
-    let max_records = msg
-        .field(wire::FIELD_MAX_RECORDS)
-        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-        .map(u64::from_be_bytes)
-        .filter(|m| *m > 0)
-        .unwrap_or(u64::MAX);
-    let no_bins = msg.info1 & wire::INFO1_NOBINDATA != 0;
-    let names: Vec<&str> = msg
-        .ops
-        .iter()
-        .filter(|op| op.op_type == OP_READ && !op.name.is_empty())
-        .map(|op| op.name.as_str())
-        .collect();
-    let now = Instant::now();
-    let mut frames = Vec::new();
-    let mut body = Vec::new();
-    let mut sent = 0u64;
-    for (digest, record) in store.live(set.as_deref(), now) {
-        if sent >= max_records {
-            break;
-        }
-        if let Some(parts) = &partitions {
-            if !parts.contains(&partition_id(digest)) {
-                continue;
-            }
-        }
-        if !passes(filter.as_ref(), record, now)? {
-            continue;
-        }
-        let bins = if no_bins {
-            Vec::new()
-        } else if names.is_empty() {
-            all_bins(record)
-        } else {
-            names
-                .iter()
-                .filter_map(|n| record.bin(n).map(|p| ((*n).to_owned(), Some(p.clone()))))
-                .collect()
-        };
-        let mut fields = vec![
-            (wire::FIELD_NAMESPACE, ns.namespace.as_bytes().to_vec()),
-            (wire::FIELD_DIGEST, digest.to_vec()),
-        ];
-        if !record.set.is_empty() {
-            fields.push((wire::FIELD_SET, record.set.as_bytes().to_vec()));
-        }
-        if let Some(key) = &record.user_key {
-            let mut data = vec![key.ptype];
-            data.extend_from_slice(&key.data);
-            fields.push((wire::FIELD_KEY, data));
-        }
-        let mut reply = reply_for(record, bins);
-        reply.fields = fields;
-        reply.encode_into(&mut body);
-        sent += 1;
-        if body.len() >= FRAME_TARGET {
-            frames.push(wire::frame(wire::TYPE_MESSAGE, &body));
-            body.clear();
-        }
-    }
-    Reply {
-        info3: wire::INFO3_LAST,
-        ..Reply::default()
-    }
-    .encode_into(&mut body);
-    frames.push(wire::frame(wire::TYPE_MESSAGE, &body));
-    Ok(frames)
-}
-
-/// The partition of a digest, as the client computes it.
-pub(crate) fn partition_id(digest: &[u8; 20]) -> u16 {
-    (u32::from_le_bytes([digest[0], digest[1], digest[2], digest[3]]) & 0x0fff) as u16
-}
-
-/// The partitions a scan asks for (full partitions and the partitions of resume digests);
-/// `None` when it names none, meaning all.
-fn requested_partitions(msg: &Message) -> Option<HashSet<u16>> {
-    let pids = msg.field(wire::FIELD_PID_ARRAY);
-    let digests = msg.field(wire::FIELD_DIGEST_ARRAY);
-    if pids.is_none() && digests.is_none() {
-        return None;
-    }
-    let mut out = HashSet::new();
-    for chunk in pids.unwrap_or_default().chunks_exact(2) {
-        out.insert(u16::from_le_bytes([chunk[0], chunk[1]]));
-    }
-    // Guess: a partially scanned partition (resume digest) is scanned again in full; the
-    // client tolerates the repeats.
-    for chunk in digests.unwrap_or_default().chunks_exact(20) {
-        if let Ok(d) = <[u8; 20]>::try_from(chunk) {
-            out.insert(partition_id(&d));
-        }
-    }
-    Some(out)
 }

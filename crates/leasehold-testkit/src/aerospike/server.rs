@@ -21,6 +21,7 @@ use super::command::{self, Kind, NsConfig};
 use super::faults::{Fault, Faults, RequestKey};
 use super::info::NodeInfo;
 use super::result_code as rc;
+use super::scan;
 use super::store::Store;
 use super::wire::{self, Message, Reply, WireError};
 
@@ -220,7 +221,7 @@ where
             let reply = command::execute(&mut shared.store(), &shared.ns, msg);
             vec![reply.to_frame()]
         }
-        Kind::Scan => command::scan(&shared.store(), &shared.ns, msg),
+        Kind::Scan => scan::scan(&shared.store(), &shared.ns, msg),
         Kind::Batch | Kind::Unsupported => {
             tracing::warn!("aerospike fixture: unsupported data message (UDF or index query)");
             vec![Reply {
