@@ -13,9 +13,10 @@ use crate::config::RedisConfig;
 use crate::connection::Connection;
 use crate::error::{map, Op};
 use crate::sentinel::{SentinelAccess, SentinelLink};
-use crate::slots::{NodeConnector, Router};
+use crate::slots::nodes::NodeConnector;
+use crate::slots::Router;
 use crate::topology::{SentinelSpec, Topology};
-use crate::waiting::Subscriber;
+use crate::waiting::subscriber::Subscriber;
 
 /// How often the connection manager retries a broken connection before a command fails (each
 /// command's caller retries on its own terms after that).

@@ -105,7 +105,7 @@ impl ConnectionLike for Connection {
 }
 
 /// A cluster node, by address.
-pub(crate) type NodeAddress = crate::slots::NodeAddress;
+pub(crate) type NodeAddress = crate::slots::nodes::NodeAddress;
 
 /// Every master of the cluster (`CLUSTER SLOTS`, read afresh), for commands that each node
 /// answers for its own keys (`SCAN`).

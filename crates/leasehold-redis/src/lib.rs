@@ -74,7 +74,6 @@
 //! ```
 #![forbid(unsafe_code)]
 
-mod changes;
 mod config;
 mod connect;
 mod connection;

@@ -16,8 +16,10 @@ use crate::connection::Connection;
 use crate::error::{map, Op};
 use crate::reply::{describe_mode, glob_escape, parse_inspect, ttl_millis, writer_wait_millis};
 use crate::scripts::{scripts, Scripts};
-use crate::waiting::{Subscriber, Waiting};
+use crate::waiting::subscriber::Subscriber;
+use crate::waiting::Waiting;
 
+mod keys;
 mod queue;
 
 /// Keys returned by one `SCAN` step.
@@ -59,7 +61,7 @@ impl RedisStore {
             config.connect_timeout,
         ));
         if let Some(pushes) = connected.pushes {
-            crate::waiting::deliver_pushes(&waiting, pushes);
+            crate::waiting::subscriber::deliver_pushes(&waiting, pushes);
         }
         Ok(RedisStore {
             inner: Arc::new(Inner {
@@ -102,44 +104,6 @@ impl RedisStore {
         &self.inner.config
     }
 
-    /// `<prefix><kind><lock key>`; on a cluster `<prefix><kind>{<lock key>}`, so that every key
-    /// of one lock hashes to one slot and each operation stays one script on one node.
-    fn key_of(&self, kind: &str, key: &LockKey) -> String {
-        let prefix = &self.inner.config.prefix;
-        if self.inner.cluster {
-            format!("{prefix}{kind}{{{}}}", key.as_str())
-        } else {
-            format!("{prefix}{kind}{}", key.as_str())
-        }
-    }
-
-    /// The lock key of a Redis key [`lock_key`](Self::lock_key) made, if it is one.
-    fn lock_key_of<'a>(&self, redis_key: &'a str) -> Option<&'a str> {
-        let rest = redis_key.strip_prefix(&self.inner.config.prefix)?;
-        if self.inner.cluster {
-            rest.strip_prefix('{')?.strip_suffix('}')
-        } else {
-            Some(rest)
-        }
-    }
-
-    /// The Redis key of a lock: `<prefix><lock key>` (on a cluster `<prefix>{<lock key>}`).
-    pub fn lock_key(&self, key: &LockKey) -> String {
-        self.key_of("", key)
-    }
-
-    /// The Redis key of a lock's fence counter: `<prefix>fence:<lock key>` (on a cluster
-    /// `<prefix>fence:{<lock key>}`).
-    pub fn fence_key(&self, key: &LockKey) -> String {
-        self.key_of("fence:", key)
-    }
-
-    /// The Redis key of a lock's history (the lock trace): `<prefix>trace:<lock key>` (on a
-    /// cluster `<prefix>trace:{<lock key>}`), a list, newest entry first.
-    pub fn trace_key(&self, key: &LockKey) -> String {
-        self.key_of("trace:", key)
-    }
-
     /// Appends the lock-trace key and arguments a traced script expects (see `scripts::traced`).
     fn trace_args(
         &self,
@@ -155,27 +119,6 @@ impl RedisStore {
             .arg(otherwise.map(|e| e.encode()).unwrap_or_default())
             .arg(trace.max_entries())
             .arg(trace.ttl().as_millis() as u64);
-    }
-
-    /// The Redis key of a lock's waiter queue: `<prefix>queue:<lock key>` (a list of waiter ids;
-    /// on a cluster `<prefix>queue:{<lock key>}`).
-    pub fn queue_key(&self, key: &LockKey) -> String {
-        self.key_of("queue:", key)
-    }
-
-    /// The Redis key of a lock's waiter deadlines: `<prefix>queue-deadline:<lock key>` (a hash;
-    /// on a cluster `<prefix>queue-deadline:{<lock key>}`).
-    pub fn queue_deadline_key(&self, key: &LockKey) -> String {
-        self.key_of("queue-deadline:", key)
-    }
-
-    /// The pub/sub channel on which every grant and release of a lock is announced:
-    /// `<prefix>changed:<Redis lock key>`, e.g. `leasehold:changed:leasehold:DC#f1#orders#o-42`
-    /// (on a cluster a sharded channel sharing the lock's hash
-    /// tag), with the token granted or released as the message. [`LockStore::watch_changes`]
-    /// subscribes to it.
-    pub fn change_channel(&self, key: &LockKey) -> String {
-        self.inner.waiting.changes().channel(&self.lock_key(key))
     }
 
     /// This store's id in waiter queues (one per store instance).
@@ -471,7 +414,7 @@ impl LockStore for RedisStore {
         }
         let store = self.clone();
         let owned_key = key.clone();
-        let leave: crate::waiting::Leave =
+        let leave: crate::waiting::places::Leave =
             Arc::new(move |entry| store.leave_queue(owned_key.clone(), entry));
         self.inner.waiting.watch(self.lock_key(key), leave).await
     }

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::RedisStore;
 use crate::reply::{mode_field, ttl_millis, writer_wait_millis};
 
-use crate::waiting::Place;
+use crate::waiting::places::Place;
 
 impl RedisStore {
     /// The queue entry `req` asks under, and whether taking the lock puts it back at the end of

@@ -8,10 +8,11 @@
 //! tag, so it stays on the lock's shard). An extend changes no holder and announces nothing.
 //!
 //! This process subscribes to a key's channel once, on the store's subscriber connection (see
-//! [`crate::waiting`]), while any [`ChangeWatch`] on the key lives: the watches share one wake-up,
-//! and the last one dropped unsubscribes at once (an observer watches for as long as it observes,
-//! so there is no churn a lingering subscription would save). The connection's machinery remakes
-//! the subscriptions after a reconnect or a failover, as it does for release announcements.
+//! [`super::subscriber`]), while any [`ChangeWatch`] on the key lives: the watches share one
+//! wake-up, and the last one dropped unsubscribes at once (an observer watches for as long as it
+//! observes, so there is no churn a lingering subscription would save). The connection's
+//! machinery remakes the subscriptions after a reconnect or a failover, as it does for release
+//! announcements.
 //!
 //! A message is a hint: a lost one (a dropped connection, a publish during a failover) only
 //! delays a reader until its next timed read, and every dropped connection fires the watches, so
@@ -23,7 +24,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use leasehold_core::ChangeWatch;
 use tokio::sync::Notify;
 
-use crate::waiting::{Waiting, RECONNECT_PAUSES};
+use super::subscriber::RECONNECT_PAUSES;
+use super::Waiting;
 
 /// One key some reader of this process observes.
 #[derive(Debug)]

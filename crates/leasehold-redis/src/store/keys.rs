@@ -1,0 +1,68 @@
+//! The names of a lock's Redis keys and channels: `<prefix><kind><lock key>`, with the lock key
+//! in a hash tag on a cluster, so that every key of one lock lives in one slot.
+
+use leasehold_core::LockKey;
+
+use super::RedisStore;
+
+impl RedisStore {
+    /// `<prefix><kind><lock key>`; on a cluster `<prefix><kind>{<lock key>}`, so that every key
+    /// of one lock hashes to one slot and each operation stays one script on one node.
+    fn key_of(&self, kind: &str, key: &LockKey) -> String {
+        let prefix = &self.inner.config.prefix;
+        if self.inner.cluster {
+            format!("{prefix}{kind}{{{}}}", key.as_str())
+        } else {
+            format!("{prefix}{kind}{}", key.as_str())
+        }
+    }
+
+    /// The lock key of a Redis key [`lock_key`](Self::lock_key) made, if it is one.
+    pub(super) fn lock_key_of<'a>(&self, redis_key: &'a str) -> Option<&'a str> {
+        let rest = redis_key.strip_prefix(&self.inner.config.prefix)?;
+        if self.inner.cluster {
+            rest.strip_prefix('{')?.strip_suffix('}')
+        } else {
+            Some(rest)
+        }
+    }
+
+    /// The Redis key of a lock: `<prefix><lock key>` (on a cluster `<prefix>{<lock key>}`).
+    pub fn lock_key(&self, key: &LockKey) -> String {
+        self.key_of("", key)
+    }
+
+    /// The Redis key of a lock's fence counter: `<prefix>fence:<lock key>` (on a cluster
+    /// `<prefix>fence:{<lock key>}`).
+    pub fn fence_key(&self, key: &LockKey) -> String {
+        self.key_of("fence:", key)
+    }
+
+    /// The Redis key of a lock's history (the lock trace): `<prefix>trace:<lock key>` (on a
+    /// cluster `<prefix>trace:{<lock key>}`), a list, newest entry first.
+    pub fn trace_key(&self, key: &LockKey) -> String {
+        self.key_of("trace:", key)
+    }
+
+    /// The Redis key of a lock's waiter queue: `<prefix>queue:<lock key>` (a list of waiter ids;
+    /// on a cluster `<prefix>queue:{<lock key>}`).
+    pub fn queue_key(&self, key: &LockKey) -> String {
+        self.key_of("queue:", key)
+    }
+
+    /// The Redis key of a lock's waiter deadlines: `<prefix>queue-deadline:<lock key>` (a hash;
+    /// on a cluster `<prefix>queue-deadline:{<lock key>}`).
+    pub fn queue_deadline_key(&self, key: &LockKey) -> String {
+        self.key_of("queue-deadline:", key)
+    }
+
+    /// The pub/sub channel on which every grant and release of a lock is announced:
+    /// `<prefix>changed:<Redis lock key>`, e.g. `leasehold:changed:leasehold:DC#f1#orders#o-42`
+    /// (on a cluster a sharded channel sharing the lock's hash
+    /// tag), with the token granted or released as the message.
+    /// [`LockStore::watch_changes`](leasehold_core::LockStore::watch_changes)
+    /// subscribes to it.
+    pub fn change_channel(&self, key: &LockKey) -> String {
+        self.inner.waiting.changes().channel(&self.lock_key(key))
+    }
+}

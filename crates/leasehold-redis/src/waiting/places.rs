@@ -1,0 +1,563 @@
+//! This store's places in the waiter queues of the keys its tasks wait on: the places
+//! themselves (the process's, or in strict FIFO mode each waiting call's), the watches that
+//! hold them, and the subscriptions that linger after the last wait on a key.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+
+use leasehold_core::{Acquire, ReleaseWatch, WaiterId};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::Waiting;
+
+/// One blocking `lock()` call of this process on a key: its own wake-up, and (strict FIFO) its
+/// own entry in the key's queue.
+#[derive(Debug)]
+pub(super) struct Watcher {
+    /// Woken with `notify_waiters`, never `notify_one`: a wake-up is never stored for a task
+    /// that is not listening (it would fire, stale, on the waiter's next round).
+    pub(super) notify: Arc<Notify>,
+    /// `<store id>#<n>`: the call's entry in strict FIFO mode.
+    pub(super) entry: String,
+    /// Whether the call's last attempt left its own entry in the store's queue.
+    queued: bool,
+}
+
+/// One key some task of this process waits on.
+#[derive(Debug, Default)]
+pub(super) struct Watched {
+    /// The live watches on the key (blocking `lock()` calls in this process).
+    pub(super) watchers: HashMap<WaiterId, Watcher>,
+    /// Whether the last attempt under the process's entry (the store's id) left it queued.
+    queued: bool,
+    /// When the attempt that last renewed the process's place (its deadline in the queue) was
+    /// sent; `None` while the process has no place.
+    renewed: Option<Instant>,
+    /// Whether this process's channel for the key is subscribed on the current connection.
+    pub(super) subscribed: bool,
+    /// Since when nobody here waits on the key. Its subscription lingers (see [`LINGER`]): a
+    /// key contended once is likely contended again, and the next wait then starts without a
+    /// round trip.
+    idle_since: Option<Instant>,
+}
+
+impl Watched {
+    pub(super) fn wake_all(&self) {
+        for watcher in self.watchers.values() {
+            watcher.notify.notify_waiters();
+        }
+    }
+}
+
+/// How long a key's subscription outlives its last waiter.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// At most this many idle subscriptions are kept; beyond it the longest idle go first.
+const MAX_IDLE: usize = 1024;
+
+/// How often, at most, the idle subscriptions are looked over.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How this process gives up an entry (its own id, or a waiting call's) in a key's queue.
+pub(crate) type Leave = Arc<dyn Fn(String) + Send + Sync>;
+
+/// The entry a blocking attempt holds in a key's queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// A try: never queued (the empty id in the scripts).
+    None,
+    /// The process's entry (the store's id): the default, and in strict mode the fallback for an
+    /// attempt whose wait this store does not know.
+    Process,
+    /// A waiting call's own entry (strict FIFO).
+    Waiter(WaiterId, String),
+}
+
+impl Waiting {
+    /// Whether more than one task of this process waits on `lock_key` (the one asking, and others).
+    pub(crate) fn others_wait(&self, lock_key: &str) -> bool {
+        self.lock()
+            .get(lock_key)
+            .is_some_and(|w| w.watchers.len() > 1)
+    }
+
+    /// The entry `req` asks under: none for a try; in strict mode the waiting call's own entry
+    /// when this store minted its wait ([`Acquire::waiter`]), else the process's.
+    pub(crate) fn place(&self, lock_key: &str, req: &Acquire, strict: bool) -> Place {
+        if req.deadline.is_none() {
+            return Place::None;
+        }
+        if strict {
+            if let Some(waiter) = req.waiter {
+                if let Some(watcher) = self
+                    .lock()
+                    .get(lock_key)
+                    .and_then(|w| w.watchers.get(&waiter))
+                {
+                    return Place::Waiter(waiter, watcher.entry.clone());
+                }
+            }
+        }
+        Place::Process
+    }
+
+    /// The id a place is queued under in the scripts (empty: never queued).
+    pub(crate) fn entry<'a>(&'a self, place: &'a Place) -> &'a str {
+        match place {
+            Place::None => "",
+            Place::Process => &self.id,
+            Place::Waiter(_, entry) => entry,
+        }
+    }
+
+    /// Whether the process's place in `lock_key`'s queue is due to be renewed: it has none on
+    /// record, or the attempt that last renewed it was sent `every` ago or longer.
+    pub(crate) fn place_due(&self, lock_key: &str, every: std::time::Duration) -> bool {
+        self.lock()
+            .get(lock_key)
+            .and_then(|w| w.renewed)
+            .is_none_or(|at| at.elapsed() >= every)
+    }
+
+    /// Records whether the last attempt under `place` left it in the key's queue, and for the
+    /// process's place when that attempt (sent at `renewed`) renewed its deadline. Returns the
+    /// entry to leave at once when a waiting call's attempt queued it after the call stopped
+    /// waiting (its watch is gone, so nobody else would take it out).
+    pub(crate) fn set_queued(
+        &self,
+        lock_key: &str,
+        place: &Place,
+        queued: bool,
+        renewed: Option<Instant>,
+    ) -> Option<String> {
+        let mut watched = self.lock();
+        let found = watched.get_mut(lock_key);
+        match place {
+            Place::None => None,
+            Place::Process => {
+                if let Some(watched) = found {
+                    watched.queued = queued;
+                    if !queued {
+                        watched.renewed = None;
+                    } else if renewed.is_some() {
+                        watched.renewed = renewed;
+                    }
+                }
+                None
+            }
+            Place::Waiter(waiter, entry) => match found.and_then(|w| w.watchers.get_mut(waiter)) {
+                Some(watcher) => {
+                    watcher.queued = queued;
+                    None
+                }
+                None => queued.then(|| entry.clone()),
+            },
+        }
+    }
+
+    /// Registers a waiting call on `lock_key`; unless the key's subscription is still in place
+    /// (others wait, or it lingers from an earlier wait), subscribes to this process's channel
+    /// for the key, confirmed before this returns, so no release after it is missed.
+    pub(crate) async fn watch(self: &Arc<Self>, lock_key: String, leave: Leave) -> ReleaseWatch {
+        let notify = Arc::new(Notify::new());
+        // The watch mints the wait's id; the registration follows under that id, before any
+        // attempt of the wait can queue or be named.
+        let watch = ReleaseWatch::new(notify.clone(), || {});
+        let waiter = watch.waiter();
+        let entry = format!(
+            "{}#{}",
+            self.id,
+            self.next_watch.fetch_add(1, Ordering::Relaxed)
+        );
+        let subscribed = {
+            let mut watched = self.lock();
+            let watched = watched.entry(lock_key.clone()).or_default();
+            watched.idle_since = None;
+            watched.watchers.insert(
+                waiter,
+                Watcher {
+                    notify,
+                    entry,
+                    queued: false,
+                },
+            );
+            watched.subscribed
+        };
+        if !subscribed {
+            let dropped = self.dropped.load(Ordering::SeqCst);
+            match self.subscribe(self.own_channel(&lock_key)).await {
+                // Marked under the map's lock, where a drop clears every mark: either the drop
+                // came first and is seen here, or it clears this mark after.
+                Ok(()) => {
+                    let mut watched = self.lock();
+                    if self.dropped.load(Ordering::SeqCst) == dropped {
+                        if let Some(watched) = watched.get_mut(&lock_key) {
+                            watched.subscribed = true;
+                        }
+                    }
+                }
+                Err(error) => tracing::debug!(key = %lock_key, %error,
+                    "could not subscribe to release notifications; waiting by polling"),
+            }
+        }
+        let waiting = self.clone();
+        watch.also_on_drop(move || waiting.unwatch(lock_key, waiter, leave))
+    }
+
+    fn unwatch(self: &Arc<Self>, lock_key: String, waiter: WaiterId, leave: Leave) {
+        let (own, process, last) = {
+            let mut watched = self.lock();
+            let Some(entry) = watched.get_mut(&lock_key) else {
+                return;
+            };
+            let own = entry
+                .watchers
+                .remove(&waiter)
+                .filter(|w| w.queued)
+                .map(|w| w.entry);
+            if entry.watchers.is_empty() {
+                // The last waiter here: the process's place goes, its subscription lingers.
+                let process = std::mem::take(&mut entry.queued);
+                entry.renewed = None;
+                entry.idle_since = Some(Instant::now());
+                (own, process, true)
+            } else {
+                (own, false, false)
+            }
+        };
+        // A waiting call that gave up leaves its own place at once (strict FIFO); the last
+        // waiter of this process gives up the process's place (if the last attempt left one), so
+        // the next in line need not wait out its timeout.
+        if let Some(own) = own {
+            leave(own);
+        }
+        if process {
+            leave(self.id.clone());
+        }
+        if last {
+            self.sweep();
+            self.sweep_later();
+        }
+    }
+
+    /// Sweeps again once the idle subscriptions have lingered, while any are left: a process
+    /// that stops waiting altogether must not keep them subscribed for good. One timer at a time,
+    /// holding the store weakly (a dropped store's timer ends).
+    fn sweep_later(self: &Arc<Self>) {
+        if self.sweep_scheduled.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.sweep_scheduled.store(false, Ordering::SeqCst);
+            return;
+        };
+        let waiting = Arc::downgrade(self);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(LINGER + SWEEP_EVERY).await;
+                let Some(waiting) = waiting.upgrade() else {
+                    return;
+                };
+                waiting.sweep();
+                let idle_left = waiting.lock().values().any(|w| w.idle_since.is_some());
+                if !idle_left {
+                    waiting.sweep_scheduled.store(false, Ordering::SeqCst);
+                    // A wait that ended meanwhile found the flag set and scheduled nothing.
+                    if waiting.lock().values().any(|w| w.idle_since.is_some()) {
+                        waiting.sweep_later();
+                    }
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Ends the subscriptions idle for [`LINGER`] or beyond the [`MAX_IDLE`] newest, at most
+    /// once per [`SWEEP_EVERY`].
+    fn sweep(self: &Arc<Self>) {
+        let now = Instant::now();
+        {
+            let mut swept = self.swept.lock().unwrap_or_else(PoisonError::into_inner);
+            if now.duration_since(*swept) < SWEEP_EVERY {
+                return;
+            }
+            *swept = now;
+        }
+        let ended = {
+            let mut watched = self.lock();
+            let mut idle: Vec<(Instant, String)> = watched
+                .iter()
+                .filter_map(|(key, w)| w.idle_since.map(|at| (at, key.clone())))
+                .collect();
+            idle.sort_unstable();
+            let over = idle.len().saturating_sub(MAX_IDLE);
+            let ended: Vec<String> = idle
+                .into_iter()
+                .enumerate()
+                .filter(|(i, (at, _))| *i < over || now.duration_since(*at) >= LINGER)
+                .map(|(_, (_, key))| key)
+                .collect();
+            for key in &ended {
+                watched.remove(key);
+            }
+            ended
+        };
+        if ended.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let waiting = self.clone();
+        runtime.spawn(async move {
+            // Only those still unwatched once the connection is this task's: a wait that started
+            // on one of them since has subscribed it again, and keeps it.
+            waiting
+                .unsubscribe(|| {
+                    let watched = waiting.lock();
+                    ended
+                        .iter()
+                        .filter(|key| !watched.contains_key(*key))
+                        .map(|key| waiting.own_channel(key))
+                        .collect()
+                })
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use futures::FutureExt;
+    use leasehold_core::{LockKey, OwnerToken};
+
+    use super::super::subscriber::Subscriber;
+    use super::*;
+
+    const LOCK: &str = "p:DC#f#k";
+
+    fn waiting() -> Arc<Waiting> {
+        Arc::new(Waiting::new("p:", Subscriber::None, Duration::from_secs(1)))
+    }
+
+    fn recorder() -> (Leave, Arc<Mutex<Vec<String>>>) {
+        let left = Arc::new(Mutex::new(Vec::new()));
+        let record = left.clone();
+        (
+            Arc::new(move |entry| record.lock().unwrap().push(entry)),
+            left,
+        )
+    }
+
+    fn blocking(waiter: Option<WaiterId>) -> Acquire {
+        Acquire::new(
+            LockKey::dc("f", "c", "k").unwrap(),
+            OwnerToken::generate(),
+            Duration::from_secs(1),
+        )
+        .with_deadline(Some(tokio::time::Instant::now() + Duration::from_secs(60)))
+        .with_waiter(waiter)
+    }
+
+    fn entry_of(waiting: &Waiting, watch: &ReleaseWatch) -> String {
+        match waiting.place(LOCK, &blocking(Some(watch.waiter())), true) {
+            Place::Waiter(_, entry) => entry,
+            other => panic!("a watched wait has its own entry, not {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_place_is_due_for_renewal_only_once_its_period_passed_or_it_was_left() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let _watch = waiting.watch(LOCK.to_owned(), leave).await;
+        let every = Duration::from_millis(1250);
+        assert!(waiting.place_due(LOCK, every), "no place on record");
+
+        waiting.set_queued(LOCK, &Place::Process, true, Some(Instant::now()));
+        assert!(!waiting.place_due(LOCK, every), "just renewed");
+        tokio::time::advance(Duration::from_millis(1000)).await;
+        waiting.set_queued(LOCK, &Place::Process, true, None);
+        assert!(
+            !waiting.place_due(LOCK, every),
+            "an attempt that kept the place without renewing it moves nothing"
+        );
+        tokio::time::advance(Duration::from_millis(250)).await;
+        assert!(waiting.place_due(LOCK, every), "a quarter of the timeout");
+
+        waiting.set_queued(LOCK, &Place::Process, true, Some(Instant::now()));
+        waiting.set_queued(LOCK, &Place::Process, false, None);
+        assert!(
+            waiting.place_due(LOCK, every),
+            "a place given up is renewed when the process goes in line again"
+        );
+        assert!(
+            waiting.place_due("p:DC#f#other", every),
+            "a key nobody here waits on"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_subscriptions_end_after_lingering_even_when_nobody_waits_again() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let watch = waiting.watch(LOCK.to_owned(), leave).await;
+        drop(watch);
+        assert!(waiting.lock().contains_key(LOCK), "lingers while idle");
+        // No wait starts or ends again: only the timer can end it.
+        tokio::time::sleep(LINGER + SWEEP_EVERY * 3).await;
+        assert!(!waiting.lock().contains_key(LOCK), "ended after lingering");
+        assert!(
+            !waiting.sweep_scheduled.load(Ordering::SeqCst),
+            "and its timer with it"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_the_named_waiter_wakes_and_the_process_id_wakes_every_waiter() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave.clone()).await;
+        let b = waiting.watch(LOCK.to_owned(), leave).await;
+        let (entry_a, entry_b) = (entry_of(&waiting, &a), entry_of(&waiting, &b));
+        assert_ne!(entry_a, entry_b);
+        assert!(entry_a.starts_with(&format!("{}#", waiting.id())));
+        let channel = waiting.own_channel(LOCK);
+
+        let (mut woken_a, mut woken_b) = (
+            Box::pin(a.notify().notified()),
+            Box::pin(b.notify().notified()),
+        );
+        woken_a.as_mut().enable();
+        woken_b.as_mut().enable();
+        waiting.deliver(&channel, Some(entry_b.clone()));
+        assert!(woken_b.as_mut().now_or_never().is_some(), "b was named");
+        assert!(woken_a.as_mut().now_or_never().is_none(), "a was not");
+
+        waiting.deliver(&channel, Some(format!("other-process#{entry_a}")));
+        waiting.deliver(&channel, Some("other-process".to_owned()));
+        assert!(woken_a.as_mut().now_or_never().is_none(), "not ours");
+
+        let mut woken_b = Box::pin(b.notify().notified());
+        woken_b.as_mut().enable();
+        waiting.deliver(&channel, Some(waiting.id().to_owned()));
+        assert!(
+            woken_a.now_or_never().is_some(),
+            "the process's turn wakes a"
+        );
+        assert!(woken_b.now_or_never().is_some(), "and b");
+    }
+
+    #[tokio::test]
+    async fn a_turn_is_heard_only_on_this_processs_own_channel() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave).await;
+        let mut woken = Box::pin(a.notify().notified());
+        woken.as_mut().enable();
+        // The key's bare channel and another process's channel of the key are not ours.
+        waiting.deliver(&waiting.channel(LOCK), Some(waiting.id().to_owned()));
+        waiting.deliver(
+            &format!("{}:other-process", waiting.channel(LOCK)),
+            Some(waiting.id().to_owned()),
+        );
+        assert!(woken.as_mut().now_or_never().is_none());
+        waiting.deliver(&waiting.own_channel(LOCK), Some(waiting.id().to_owned()));
+        assert!(woken.now_or_never().is_some(), "our own channel wakes us");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscription_outlives_its_last_waiter_until_it_was_idle_for_the_linger() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        drop(waiting.watch(LOCK.to_owned(), leave.clone()).await);
+        let kept = |key: &str| waiting.lock().get(key).is_some_and(|w| w.subscribed);
+        assert!(kept(LOCK), "idle, still subscribed");
+
+        // Waited on again within the linger: the same subscription, idle no more.
+        tokio::time::advance(LINGER / 2).await;
+        drop(waiting.watch(LOCK.to_owned(), leave.clone()).await);
+        tokio::time::advance(LINGER / 2 + SWEEP_EVERY).await;
+        drop(
+            waiting
+                .watch("p:DC#f#other".to_owned(), leave.clone())
+                .await,
+        );
+        assert!(kept(LOCK), "idle for half the linger only");
+
+        tokio::time::advance(LINGER).await;
+        drop(waiting.watch("p:DC#f#third".to_owned(), leave).await);
+        assert!(!kept(LOCK), "idle past the linger: swept");
+        assert!(!kept("p:DC#f#other"), "so was this one");
+        assert!(kept("p:DC#f#third"), "just left");
+    }
+
+    #[tokio::test]
+    async fn a_wake_up_is_never_stored_for_a_waiter_not_listening() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave).await;
+        waiting.deliver(&waiting.own_channel(LOCK), Some(entry_of(&waiting, &a)));
+        assert!(
+            a.notify().notified().now_or_never().is_none(),
+            "a turn given while nobody listened is not kept for a later round"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_gives_up_leaves_its_own_place_and_the_last_leaves_the_process() {
+        let waiting = waiting();
+        let (leave, left) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave.clone()).await;
+        let b = waiting.watch(LOCK.to_owned(), leave).await;
+        let entry_a = entry_of(&waiting, &a);
+        let place_a = Place::Waiter(a.waiter(), entry_a.clone());
+        assert_eq!(waiting.set_queued(LOCK, &place_a, true, None), None);
+        assert_eq!(waiting.set_queued(LOCK, &Place::Process, true, None), None);
+        drop(a);
+        assert_eq!(
+            *left.lock().unwrap(),
+            std::slice::from_ref(&entry_a),
+            "a's place, at once"
+        );
+        drop(b);
+        assert_eq!(
+            *left.lock().unwrap(),
+            [entry_a.clone(), waiting.id().to_owned()],
+            "the process's place with its last waiter (b was never queued on its own)"
+        );
+        assert_eq!(
+            waiting.set_queued(LOCK, &place_a, true, None),
+            Some(entry_a),
+            "an attempt that queued after its wait ended is taken out by the caller"
+        );
+        assert_eq!(waiting.set_queued(LOCK, &place_a, false, None), None);
+    }
+
+    #[tokio::test]
+    async fn tries_never_queue_and_unknown_waits_fall_back_to_the_process_place() {
+        let waiting = waiting();
+        let (leave, _) = recorder();
+        let a = waiting.watch(LOCK.to_owned(), leave).await;
+        let try_lock = blocking(Some(a.waiter())).with_deadline(None);
+        assert_eq!(waiting.place(LOCK, &try_lock, true), Place::None);
+        assert_eq!(waiting.place(LOCK, &blocking(None), true), Place::Process);
+        assert_eq!(
+            waiting.place(LOCK, &blocking(Some(WaiterId::new())), true),
+            Place::Process,
+            "a wait this store did not mint"
+        );
+        assert_eq!(
+            waiting.place(LOCK, &blocking(Some(a.waiter())), false),
+            Place::Process,
+            "default mode: one place per process"
+        );
+        assert_eq!(waiting.entry(&Place::None), "");
+        assert_eq!(waiting.entry(&Place::Process), waiting.id());
+    }
+}
