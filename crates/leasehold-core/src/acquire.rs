@@ -117,6 +117,12 @@ pub struct Acquire {
     /// `Some`: the blocking acquisition this attempt belongs to (the same id on every attempt of
     /// one wait, see [`WaiterId`]); `None`: an attempt on its own. Stores ignore it.
     pub waiter: Option<WaiterId>,
+    /// Announce this lock's grant and (through the lease) its release to the readers watching
+    /// the key ([`LockStore::watch_changes`](crate::LockStore::watch_changes)): an election's
+    /// lock sets it. Stores whose announcements cost a command per operation (Redis) announce
+    /// only such locks, so a hot lock nobody observes never pays for them; stores that notify
+    /// anyway (etcd's watch, the embedded store) ignore it.
+    pub announce: bool,
 }
 
 impl Acquire {
@@ -131,6 +137,7 @@ impl Acquire {
             mode: crate::LockMode::Exclusive,
             trace: None,
             waiter: None,
+            announce: false,
         }
     }
 
@@ -161,6 +168,13 @@ impl Acquire {
     /// Sets the wait deadline.
     pub fn with_deadline(mut self, deadline: Option<Instant>) -> Self {
         self.deadline = deadline;
+        self
+    }
+
+    /// Sets whether the grant and release are announced to observers (see
+    /// [`announce`](Self::announce)).
+    pub fn with_announce(mut self, announce: bool) -> Self {
+        self.announce = announce;
         self
     }
 }

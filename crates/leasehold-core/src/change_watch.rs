@@ -16,7 +16,8 @@ use tokio::sync::Notify;
 /// may fire when nothing changed, and a lost notification (a dropped subscription) is only
 /// noticed at the reader's next timed read, so readers keep reading now and then even with a live
 /// watch. A lock that lapses at its TTL is announced only by stores whose records expire with an
-/// event (etcd, the embedded store); readers read again when the lease they saw runs out.
+/// event (etcd); readers read again when the lease they saw runs out. Redis announces only the
+/// locks taken with [`Acquire::announce`](crate::Acquire::announce) (an election's).
 ///
 /// Dropping the watch ends the registration (the store may then unsubscribe).
 ///

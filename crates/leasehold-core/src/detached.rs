@@ -125,7 +125,7 @@ where
 
 /// What an in-doubt acquisition may hold: the request's lock under its token, from now.
 fn maybe_held(req: &Acquire) -> Lease {
-    Lease::new(req.key.clone(), req.token.clone(), req.ttl, Instant::now()).with_mode(req.mode)
+    Lease::granted(req, Instant::now())
 }
 
 /// The caller's end of a detached acquisition. Dropped unread, it closes the channel (an answer

@@ -39,6 +39,8 @@ pub struct Lease {
     mode: LockMode,
     /// The lock-history setting of the acquisition, carried to its release and renewals.
     trace: Option<TraceConfig>,
+    /// Whether the acquisition was announced to observers, so its release is too.
+    announce: bool,
 }
 
 impl Lease {
@@ -53,7 +55,30 @@ impl Lease {
             contended: false,
             mode: LockMode::Exclusive,
             trace: None,
+            announce: false,
         }
+    }
+
+    /// The lease a store grants for `req`, sent at `sent_at`: the request's key, token, TTL,
+    /// mode, trace and announcement carried over (add the fencing token the store issued). One
+    /// place that knows what a lease keeps of its request, for stores and layers alike.
+    pub fn granted(req: &crate::Acquire, sent_at: Instant) -> Self {
+        Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
+            .with_mode(req.mode)
+            .with_trace(req.trace)
+            .with_announce(req.announce)
+    }
+
+    /// Sets whether this lease's release is announced to observers (stores copy it from
+    /// [`Acquire::announce`](crate::Acquire::announce)).
+    pub fn with_announce(mut self, announce: bool) -> Self {
+        self.announce = announce;
+        self
+    }
+
+    /// Whether this lease's release is announced to observers.
+    pub fn announces(&self) -> bool {
+        self.announce
     }
 
     /// Sets the lock-history setting stores apply to this lease's release and renewals (stores

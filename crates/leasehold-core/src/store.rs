@@ -191,7 +191,9 @@ pub trait LockStore: Send + Sync + 'static {
     /// Subscribes this process to changes of who holds `key` (grants and releases), until the
     /// returned watch is dropped (see [`ChangeWatch`]): for readers of who holds a lock, such as
     /// an election's observers. Unlike [`watch`](Self::watch) it never waits for the lock: it
-    /// takes no place in any waiter line, and it is fired on grants too.
+    /// takes no place in any waiter line, and it is fired on grants too. A store may announce
+    /// only the locks taken with [`Acquire::announce`] (Redis does: an announcement is a command
+    /// per grant and release there); stores that notify anyway announce every lock.
     ///
     /// Never fails: a store without change notifications (or that cannot subscribe now) returns
     /// [`ChangeWatch::none`] and the reader polls. The default returns [`ChangeWatch::none`].

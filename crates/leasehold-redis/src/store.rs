@@ -237,18 +237,15 @@ impl RedisStore {
             .arg(req.token.as_str())
             .arg(ttl_millis(req.ttl))
             .arg(if self.inner.config.fencing { "1" } else { "0" })
-            .arg(writer_wait_millis(req, sent_at));
+            .arg(writer_wait_millis(req, sent_at))
+            .arg(if req.announce { "1" } else { "0" });
         self.trace_acquire(&mut invocation, req);
         let (acquired, value, mine): (i64, Option<u64>, u64) = invocation
             .invoke_async(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
         if acquired == 1 {
-            return Ok(
-                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                    .with_fencing_token(value)
-                    .with_trace(req.trace),
-            );
+            return Ok(Lease::granted(req, sent_at).with_fencing_token(value));
         }
         if mine == 1 {
             return Err(self.ran_twice(req));
@@ -291,7 +288,8 @@ impl RedisStore {
         }
         invocation
             .key(self.change_channel(lease.key()))
-            .arg(lease.token().as_str());
+            .arg(lease.token().as_str())
+            .arg(if lease.announces() { "1" } else { "0" });
         if let Some(trace) = lease.trace() {
             let entry = |event| HistoryEntry::new(event, lease.token(), "");
             let (released, not_held) =

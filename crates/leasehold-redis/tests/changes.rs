@@ -1,5 +1,6 @@
 //! Change announcements against real servers: a [`ChangeWatch`] fires on every grant and release
-//! of its key (exclusive, fair or first-come, readers, semaphore permits) and not on an extend;
+//! of its key (exclusive, fair or first-come, readers, semaphore permits) taken with
+//! `Acquire::announce`, and not on an extend nor for a lock taken without it;
 //! it takes no place in the waiter line; on a Redis Cluster it hears keys of every shard; and the
 //! last watch dropped ends the key's subscription on the server.
 
@@ -20,8 +21,11 @@ fn key(name: &str) -> LockKey {
     format!("DC#f1#t#{name}").parse().unwrap()
 }
 
+/// An announced request (an election's lock).
 fn request(key: &LockKey, mode: LockMode) -> Acquire {
-    Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(30)).with_mode(mode)
+    Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(30))
+        .with_mode(mode)
+        .with_announce(true)
 }
 
 /// The watch's next notification, registered now (before the change it is to hear).
@@ -147,6 +151,48 @@ async fn a_watch_fires_on_grants_and_releases_of_every_kind_and_not_on_an_extend
             next.as_mut().now_or_never().is_none(),
             "{name}: a release that released nothing announced a change"
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_without_announce_is_never_published() {
+    let server = RedisServer::start().expect("start redis-server");
+    for fair in [true, false] {
+        let observer = connect(RedisConfig::new(server.url()).fair(fair)).await;
+        let holder = connect(RedisConfig::new(server.url()).fair(fair)).await;
+        let name = if fair {
+            "quiet-fair"
+        } else {
+            "quiet-first-come"
+        };
+        let (k, barrier) = (key(name), key(&format!("{name}-barrier")));
+        let watch = observer.watch_changes(&k).await;
+        let other = observer.watch_changes(&barrier).await;
+        let quiet = |mode| request(&k, mode).with_announce(false);
+        let next = armed(&watch);
+        for mode in [
+            LockMode::Exclusive,
+            LockMode::Shared,
+            LockMode::Semaphore { permits: 2 },
+        ] {
+            let lease = holder.try_acquire(&quiet(mode)).await.unwrap();
+            assert!(!lease.announces());
+            assert!(holder.release(&lease).await.unwrap());
+        }
+        // Announced after everything above on the same subscriber connection: had any of it
+        // been published, the key's watch would have fired first.
+        let barrier_heard = armed(&other);
+        let barrier_lease = holder
+            .try_acquire(&request(&barrier, LockMode::Exclusive))
+            .await
+            .unwrap();
+        heard(barrier_heard, &format!("{name}: the barrier's grant")).await;
+        let mut next = next;
+        assert!(
+            next.as_mut().now_or_never().is_none(),
+            "{name}: a lock taken without announce was published"
+        );
+        assert!(holder.release(&barrier_lease).await.unwrap());
     }
 }
 

@@ -17,8 +17,10 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+mod fair;
 mod shared;
 
+use fair::{ACQUIRE_FAIR_LUA, LEAVE_QUEUE_LUA, RELEASE_FAIR_LUA};
 use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 
 /// Functions the scripts share, for the lock modes: a key is a string (an exclusive hold: the
@@ -46,7 +48,9 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 /// `changed` tells every process observing the key (an election's observers, through
 /// `watch_changes`) that its holder changed: a grant or a release, published on the key's change
 /// channel `<prefix>changed:<Redis lock key>` with the token granted or released as the payload
-/// (a hint only; readers read the key again).
+/// (a hint only; readers read the key again), for locks taken with `Acquire::announce` (an
+/// election's) only: a `PUBLISH` is a command, and a hot lock nobody observes should not pay one
+/// per grant and release.
 ///
 /// `held_by` says whether an exclusive hold's token is the given one (a second run).
 ///
@@ -93,8 +97,10 @@ local function announce(base, next)
   local process = string.match(next, '^(.*)#%d+$') or next
   redis.call('PUBLISH', base .. ':' .. process, next)
 end
-local function changed(channel, token)
-  redis.call('PUBLISH', channel, token)
+local function changed(channel, token, announce)
+  if announce == '1' then
+    redis.call('PUBLISH', channel, token)
+  end
 end
 local function now_ms()
   local t = redis.call('TIME')
@@ -180,7 +186,7 @@ fn script_text(body: &str, prelude: bool, publish: &str) -> String {
 /// the server's clock in microseconds, which no earlier token of the key can exceed).
 /// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` change channel (see `changed`); `ARGV[1]`
 /// token, `ARGV[2]` TTL ms, `ARGV[3]` `1` to fence, `ARGV[4]` ms a refused blocking writer keeps
-/// new readers out (0: a try).
+/// new readers out (0: a try), `ARGV[5]` `1` to announce the grant (see `changed`).
 /// Returns `{1, fence or false, 0}`, or `{0, ms, mine}` when held (`ms`: the holder's TTL left;
 /// `mine`: 1 when the holder is this very token, see "A second run" in the module docs).
 ///
@@ -204,7 +210,7 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
-changed(KEYS[3], ARGV[1])
+changed(KEYS[3], ARGV[1], ARGV[5])
 if ARGV[3] == '1' then
   return {1, next_fence(KEYS[2], ARGV[2]), 0}
 end
@@ -213,13 +219,14 @@ return {1, false, 0}
 
 /// Release: delete the lock only if it still holds our token (a fair hold's value read as well,
 /// see `token_of`, so stores of either mode on one key release their own holds).
-/// `KEYS[1]` lock key, `KEYS[2]` change channel (see `changed`); `ARGV[1]` token. Returns 1 if
+/// `KEYS[1]` lock key, `KEYS[2]` change channel (see `changed`); `ARGV[1]` token, `ARGV[2]` `1`
+/// to announce the release. Returns 1 if
 /// deleted, 0 otherwise.
 const RELEASE_LUA: &str = r"
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'string' and token_of(value) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  changed(KEYS[2], ARGV[1])
+  changed(KEYS[2], ARGV[1], ARGV[2])
   return 1
 end
 return 0
@@ -263,218 +270,6 @@ for i = 1, #fields, 2 do
   end
 end
 return out
-";
-
-/// Fair acquire: the lock goes to the first entry in the key's waiter queue.
-///
-/// An entry is a process (the store's id: the default, one place per process, round-robin) or,
-/// in strict FIFO mode, one waiting call (`<store id>#<n>`, never re-queued: `ARGV[6]` is then
-/// always 0); the script treats both alike.
-///
-/// `KEYS[1]` lock, `KEYS[2]` fence counter, `KEYS[3]` waiter queue (a list of waiter ids, oldest
-/// first), `KEYS[4]` waiter deadlines (a hash: id → ms since the epoch, server time), `KEYS[5]`
-/// change channel (see `changed`);
-/// `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` waiter id (empty: a try-lock, never queued),
-/// `ARGV[4]` waiter timeout ms, `ARGV[5]` `1` to fence, `ARGV[6]` `1` when other tasks of this
-/// process still wait on the key: taking the lock then puts the process back at the end of the
-/// line, so its next turn comes after every other process's; `ARGV[7]` ms a refused blocking
-/// writer keeps new readers out of a read-held key (0: a try); `ARGV[8]` `1` to renew the
-/// deadline of a place that goes back to the end of the line (the caller sends it once a
-/// quarter of the waiter timeout has passed since it last renewed it: a place a process is
-/// served from again and again need not be renewed at every turn).
-///
-/// A waiter that stopped asking (crashed) is dropped once its deadline passes, when it reaches the
-/// head. The caller may take the lock if the queue is empty or it is at the head. Its own entry
-/// at the head is moved by the command that reads it (popped, or rotated to the end for a
-/// process going back in line): that is the steady state of a hot key, the entry the last
-/// release told, so the turn costs no separate read. Any other head is put back where it was.
-/// Otherwise a blocking caller joins the back of the queue (or renews its deadline).
-///
-/// The hold's value names the next entry in line (see `token_of`), read after the move.
-///
-/// Returns `{1, fence or false, others}` when acquired (`others`: 1 when another entry is next
-/// in line, else 0), else `{0, ms, mine}`: `ms` is how long until the lock can be free without a
-/// release (the holder's TTL left, or the head waiter's deadline), at least 1; `mine` is 1 when
-/// the lock is held by this very token (see "A second run" in the module docs), checked first so that such a run leaves the
-/// line untouched.
-///
-/// The fencing token is issued right after the lock is set (`next_fence`): a last token that is
-/// not an integer (written by someone else) is an error with the lock deleted again and the line
-/// as it was, never a lock taken without a token.
-const ACQUIRE_FAIR_LUA: &str = r"
-if held_by(KEYS[1], ARGV[1]) then
-  local left = redis.call('PTTL', KEYS[1])
-  if left < 1 then left = 1 end
-  return {0, left, 1}
-end
-local me = ARGV[3]
-local requeue = ARGV[6] == '1' and me ~= ''
-local now = nil
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return now
-end
-local function keep_place()
-  local keep = tonumber(ARGV[4])
-  redis.call('HSET', KEYS[4], me, clock() + keep)
-  redis.call('PEXPIRE', KEYS[3], keep * 2)
-  redis.call('PEXPIRE', KEYS[4], keep * 2)
-end
-local moved = false
-local function move_head()
-  if requeue then
-    return redis.call('LMOVE', KEYS[3], KEYS[3], 'LEFT', 'RIGHT')
-  end
-  return redis.call('LPOP', KEYS[3])
-end
-local function put_back(entry)
-  if requeue then
-    redis.call('LMOVE', KEYS[3], KEYS[3], 'RIGHT', 'LEFT')
-  else
-    redis.call('LPUSH', KEYS[3], entry)
-  end
-end
-local head
-if me == '' then
-  head = redis.call('LINDEX', KEYS[3], 0)
-else
-  head = move_head()
-  if head == me then
-    moved = true
-  elseif head then
-    put_back(head)
-  end
-end
-local head_deadline, dropped
-head, head_deadline, dropped = drop_lapsed(KEYS[3], KEYS[4], head, me, clock)
-local joined = false
-local in_line = false
-local left = nil
-if (not head) or head == me then
-  if head and not moved then
-    move_head()
-    moved = true
-  end
-  local next = false
-  if moved then
-    next = redis.call('LINDEX', KEYS[3], 0)
-  elseif requeue then
-    -- The line was empty: the process goes in line for its tasks still waiting.
-    redis.call('RPUSH', KEYS[3], me)
-    joined = true
-    next = me
-  end
-  local value = ARGV[1] .. '\n' .. (next or '')
-  local taken = redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
-  if not taken then
-    local refused = writer_on_shared(KEYS[1], tonumber(ARGV[7]))
-    if type(refused) == 'table' and refused.err then
-      if moved then put_back(me) end
-      return refused
-    end
-    if refused then
-      left = refused[2]
-    else
-      taken = redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-    end
-  end
-  if taken then
-    local fence = false
-    if ARGV[5] == '1' then
-      fence = next_fence(KEYS[2], ARGV[2])
-      if not fence then
-        -- Never a lock without its token: undo the hold (the key was free or a dead record).
-        redis.call('DEL', KEYS[1])
-        if moved then put_back(me) end
-        return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
-      end
-    end
-    -- A served waiting call's deadline goes with it (strict FIFO entries, `<id>#<n>`, are new
-    -- for every wait); a process's is overwritten when it joins again, and expires with the
-    -- line, so its removal is not worth a command per hand-over.
-    if moved and not requeue and string.find(me, '#', 1, true) then
-      redis.call('HDEL', KEYS[4], me)
-    end
-    if joined or (requeue and ARGV[8] == '1') then
-      keep_place()
-    end
-    changed(KEYS[5], ARGV[1])
-    local others = 0
-    if next and next ~= me then others = 1 end
-    return {1, fence, others}
-  end
-  if moved then
-    put_back(me)
-    moved = false
-    in_line = true
-  end
-end
-if me ~= '' then
-  if not (joined or in_line or redis.call('LPOS', KEYS[3], me)) then
-    redis.call('RPUSH', KEYS[3], me)
-  end
-  keep_place()
-end
-if dropped then
-  -- The head changed under a hold: its release must tell the new one.
-  set_next(KEYS[1], redis.call('LINDEX', KEYS[3], 0))
-end
--- How long until the lock can be free without a release: the refusal's own answer (the
--- holder's TTL left), else the key's, else the head waiter's deadline.
-if not left then
-  left = redis.call('PTTL', KEYS[1])
-  if left < 0 then
-    left = head_deadline and (head_deadline - clock()) or 1
-  end
-end
-if left < 1 then left = 1 end
-return {0, left, 0}
-";
-
-/// Fair release: delete the lock only if it holds our token, and tell the next entry in line:
-/// the one the hold's value names (see `token_of`), else (none named, or a bare token) the
-/// line's head.
-/// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`), `KEYS[4]`
-/// change channel (see `changed`); `ARGV[1]` token. Returns 1 if deleted, 0 otherwise.
-const RELEASE_FAIR_LUA: &str = r"
-local value = redis.pcall('GET', KEYS[1])
-if type(value) == 'string' and token_of(value) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  changed(KEYS[4], ARGV[1])
-  local next = next_of(value)
-  if (not next) or next == '' then
-    next = redis.call('LINDEX', KEYS[2], 0)
-  end
-  if next then
-    announce(KEYS[3], next)
-  end
-  return 1
-end
-return 0
-";
-
-/// Leave a key's waiter queue (the process, or in strict mode the waiting call, stopped waiting
-/// without the lock); if it was first in line, tell the next one now when the lock is free, or
-/// point the hold's release at it (`set_next`).
-/// `KEYS[1]` waiter queue, `KEYS[2]` lock, `KEYS[3]` channel base (see `announce`), `KEYS[4]`
-/// waiter deadlines; `ARGV[1]` waiter id.
-const LEAVE_QUEUE_LUA: &str = r"
-local head = redis.call('LINDEX', KEYS[1], 0)
-redis.call('HDEL', KEYS[4], ARGV[1])
-if redis.call('LREM', KEYS[1], 0, ARGV[1]) > 0 and head == ARGV[1] then
-  local next = redis.call('LINDEX', KEYS[1], 0)
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    if next then
-      announce(KEYS[3], next)
-    end
-  else
-    set_next(KEYS[2], next)
-  end
-end
-return 0
 ";
 
 /// A script that also writes the key's lock history (leasehold's lock trace) in the same atomic

@@ -10,7 +10,8 @@
 /// permits (0 for a reader), `ARGV[5]` waiter id (empty: a try, never queued; in strict FIFO
 /// mode the waiting call's own entry, as in `ACQUIRE_FAIR`), `ARGV[6]` waiter
 /// timeout ms, `ARGV[7]` `1` to re-queue (other tasks of this process still wait), `ARGV[8]` `1`
-/// for fair waiting (the queue of `ACQUIRE_FAIR`, shared with writers).
+/// for fair waiting (the queue of `ACQUIRE_FAIR`, shared with writers), `ARGV[9]` `1` to announce
+/// the grant (see `changed`).
 ///
 /// With fair waiting, only the head of the line (or anyone, if nobody waits) may enter; after an
 /// entry that leaves room (a permit left, or readers still admitted) the next process in line is
@@ -80,7 +81,7 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 live = live + 1
-changed(KEYS[5], ARGV[1])
+changed(KEYS[5], ARGV[1], ARGV[9])
 if fair and me ~= '' then
   if head == me then
     redis.call('LPOP', KEYS[2])
@@ -106,7 +107,7 @@ return {1, 0, 0}
 /// Shared release: remove our holder field if it is live; the record goes with its last entry
 /// (a waiting writer's marker keeps it until the writer comes). Tells the next process in line.
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`), `KEYS[4]`
-/// change channel (see `changed`); `ARGV[1]` token.
+/// change channel (see `changed`); `ARGV[1]` token, `ARGV[2]` `1` to announce the release.
 /// Returns 1 if our hold was live and is gone, 0 otherwise.
 pub(super) const RELEASE_SHARED_LUA: &str = r"
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
@@ -128,7 +129,7 @@ if live == 0 and marker == 0 then
 else
   redis.call('PEXPIRE', KEYS[1], math.max(longest, marker))
 end
-changed(KEYS[4], ARGV[1])
+changed(KEYS[4], ARGV[1], ARGV[2])
 local next = redis.call('LINDEX', KEYS[2], 0)
 if next then
   announce(KEYS[3], next)

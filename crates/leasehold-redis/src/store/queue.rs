@@ -78,7 +78,8 @@ impl RedisStore {
             .arg(self.inner.waiting.entry(&place))
             .arg(self.inner.config.waiter_timeout.as_millis() as u64)
             .arg(if requeue { "1" } else { "0" })
-            .arg(if fair { "1" } else { "0" });
+            .arg(if fair { "1" } else { "0" })
+            .arg(if req.announce { "1" } else { "0" });
         self.trace_acquire(&mut invocation, req);
         let (acquired, left, mine): (i64, u64, u64) = invocation
             .invoke_async(&mut conn)
@@ -91,11 +92,7 @@ impl RedisStore {
         // The shared script renews the deadline of every place it leaves queued.
         self.queued(&req.key, &lock_key, &place, queued, Some(sent_at));
         if acquired == 1 {
-            return Ok(
-                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                    .with_mode(req.mode)
-                    .with_trace(req.trace),
-            );
+            return Ok(Lease::granted(req, sent_at));
         }
         Err(Error::unavailable(&req.key).with_retry_after(Duration::from_millis(left.max(1))))
     }
@@ -131,7 +128,8 @@ impl RedisStore {
             .arg(if self.inner.config.fencing { "1" } else { "0" })
             .arg(if requeue { "1" } else { "0" })
             .arg(writer_wait_millis(req, sent_at))
-            .arg(if renew { "1" } else { "0" });
+            .arg(if renew { "1" } else { "0" })
+            .arg(if req.announce { "1" } else { "0" });
         self.trace_acquire(&mut invocation, req);
         let (acquired, value, others): (i64, Option<u64>, Option<u64>) = invocation
             .invoke_async(&mut conn)
@@ -152,12 +150,9 @@ impl RedisStore {
             renewed,
         );
         if acquired == 1 {
-            return Ok(
-                Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
-                    .with_fencing_token(value)
-                    .with_contended(others.unwrap_or(0) > 0)
-                    .with_trace(req.trace),
-            );
+            return Ok(Lease::granted(req, sent_at)
+                .with_fencing_token(value)
+                .with_contended(others.unwrap_or(0) > 0));
         }
         let left = Duration::from_millis(value.unwrap_or(1));
         Err(Error::unavailable(&req.key).with_retry_after(left))

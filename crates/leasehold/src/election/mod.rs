@@ -220,7 +220,8 @@ impl LockManager {
             .renew(true)
             .mode(crate::core::LockMode::Exclusive)
             .holder(Holder::new())
-            .without_hold_at_least();
+            .without_hold_at_least()
+            .announced();
         let guard = self.lock_with(key, opts).await?;
         Ok(Leadership {
             guard,

@@ -132,6 +132,7 @@ impl LockManager {
                 .with_holder(plan.holder)
                 .with_mode(plan.mode)
                 .with_trace(plan.trace)
+                .with_announce(plan.announce)
         };
         *attempts = 1;
         let Some(wait) = wait else {
@@ -250,6 +251,7 @@ impl LockManager {
                 .with_deadline(Some(deadline))
                 .with_mode(plan.mode)
                 .with_trace(plan.trace)
+                .with_announce(plan.announce)
                 .with_waiter(Some(store.waiter()));
             *attempts += 1;
             let (retry_after, behind_others) = match self.attempt(handle, &req).await {

@@ -82,6 +82,7 @@ pub struct LockOptions {
     trace: Option<Option<TraceConfig>>,
     hold_at_least: Option<Duration>,
     label: Option<Arc<str>>,
+    announce: bool,
 }
 
 impl LockOptions {
@@ -208,6 +209,13 @@ impl LockOptions {
         self
     }
 
+    /// The same options, announcing the lock's grants and releases to observers (an election's
+    /// lock: see [`Acquire::announce`](crate::core::Acquire::announce)).
+    pub(crate) fn announced(mut self) -> Self {
+        self.announce = true;
+        self
+    }
+
     /// The same options without a hold period (an election's lock is given up at once).
     pub(crate) fn without_hold_at_least(mut self) -> Self {
         self.hold_at_least = None;
@@ -270,6 +278,8 @@ pub(super) struct Plan {
     pub(super) hold_at_least: Option<Duration>,
     /// [`LockOptions::label`], checked: carried by every owner token of this acquisition.
     pub(super) label: Option<TokenLabel>,
+    /// Whether the store announces this lock's grant and release to observers.
+    pub(super) announce: bool,
 }
 
 impl Plan {
@@ -379,6 +389,7 @@ impl LockManager {
             trace: opts.trace.unwrap_or(scenario.and_then(|s| s.trace)),
             hold_at_least: opts.hold_period()?,
             label,
+            announce: opts.announce,
             scenario: name,
             handle,
         })

@@ -346,10 +346,7 @@ impl LockStore for MemoryStore {
             let entry = HistoryEntry::new(HistoryEvent::Acquired, &req.token, detail);
             self.inner.record(&req.key, trace, entry);
         }
-        Ok(Lease::new(req.key.clone(), req.token.clone(), req.ttl, now)
-            .with_mode(req.mode)
-            .with_fencing_token(exclusive.then_some(fence))
-            .with_trace(req.trace))
+        Ok(Lease::granted(req, now).with_fencing_token(exclusive.then_some(fence)))
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {

@@ -177,13 +177,11 @@ impl<S: LockStore> Readback<S> {
     }
 
     fn recovered(req: &Acquire, info: &LockInfo, first_sent: Instant) -> Lease {
-        Lease::new(req.key.clone(), req.token.clone(), req.ttl, first_sent)
-            .with_mode(req.mode)
-            .with_fencing_token(if req.mode.is_shared_record() {
-                None
-            } else {
-                info.fencing_token
-            })
+        Lease::granted(req, first_sent).with_fencing_token(if req.mode.is_shared_record() {
+            None
+        } else {
+            info.fencing_token
+        })
     }
 }
 
