@@ -149,6 +149,18 @@ impl SentinelAccess {
     }
 }
 
+/// Held by the search task: if it ends without finding a master, the link no longer counts it
+/// as running.
+struct SearchRuns(Option<Weak<SentinelLink>>);
+
+impl Drop for SearchRuns {
+    fn drop(&mut self) {
+        if let Some(link) = self.0.take().and_then(|me| me.upgrade()) {
+            link.state().searching = false;
+        }
+    }
+}
+
 /// A master as one sentinel names it.
 #[derive(Debug, Clone)]
 struct Named {
@@ -203,7 +215,14 @@ impl SentinelLink {
     /// connect timeout (the first round may meet a failover in progress).
     pub(crate) async fn connect(access: SentinelAccess) -> RedisResult<Arc<SentinelLink>> {
         let wait = access.connect_timeout.saturating_mul(2);
-        let link = Arc::new_cyclic(|me| SentinelLink {
+        let link = Self::unconnected(access);
+        link.master_within(wait).await?;
+        Ok(link)
+    }
+
+    /// A link with no master yet (the search has not started).
+    fn unconnected(access: SentinelAccess) -> Arc<SentinelLink> {
+        Arc::new_cyclic(|me| SentinelLink {
             access,
             state: RwLock::new(State {
                 master: None,
@@ -215,9 +234,15 @@ impl SentinelLink {
             }),
             found: tokio::sync::watch::channel(0).0,
             me: me.clone(),
-        });
-        link.master_within(wait).await?;
-        Ok(link)
+        })
+    }
+
+    /// The master in use, if its connection has not dropped. The state's lock is released
+    /// before this returns: nothing that takes it again (giving up a broken master, the search)
+    /// may run while it is held, or the thread waits on itself and a runtime worker is gone.
+    fn usable_master(&self) -> Option<Master> {
+        let master = self.read().master.clone();
+        master.filter(|m| !m.broken.load(Ordering::Acquire))
     }
 
     fn state(&self) -> std::sync::RwLockWriteGuard<'_, State> {
@@ -278,22 +303,23 @@ impl SentinelLink {
     /// up to `wait`.
     async fn master_within(&self, wait: Duration) -> RedisResult<Master> {
         let mut found = self.found.subscribe();
-        if let Some(master) = self.read().master.clone() {
-            if !master.broken.load(Ordering::Acquire) {
-                return Ok(master);
-            }
-            self.connection_dropped();
+        if let Some(master) = self.usable_master() {
+            return Ok(master);
         }
+        // A master whose connection dropped (its disconnection push may not have given it up
+        // yet) is given up here. Not in an `if let` on the state's guard: that guard would live
+        // through the block, and giving the master up takes the lock for writing — the thread
+        // would wait on itself for good (a std lock), and every task after it on the link too,
+        // until no runtime worker was left to fire a timeout.
+        self.connection_dropped();
         self.search();
         let waited = tokio::time::timeout(wait, async {
             loop {
                 if found.changed().await.is_err() {
                     return None;
                 }
-                if let Some(master) = self.read().master.clone() {
-                    if !master.broken.load(Ordering::Acquire) {
-                        return Some(master);
-                    }
+                if let Some(master) = self.usable_master() {
+                    return Some(master);
                 }
             }
         })
@@ -323,8 +349,16 @@ impl SentinelLink {
             }
             state.searching = true;
         }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to search from: the next command, on one, starts the search.
+            self.state().searching = false;
+            return;
+        };
         let me = self.me.clone();
-        tokio::spawn(async move {
+        runtime.spawn(async move {
+            // A search that ends without a master (it panicked) lets the next command start
+            // one again, rather than every command waiting its connect timeout on none.
+            let mut runs = SearchRuns(Some(me.clone()));
             let mut pauses = SEARCH_PAUSES
                 .iter()
                 .chain(std::iter::repeat(&SEARCH_PAUSES[SEARCH_PAUSES.len() - 1]));
@@ -349,6 +383,7 @@ impl SentinelLink {
                             state.problem = None;
                             state.generation
                         };
+                        runs.0 = None;
                         link.found.send_replace(generation);
                         return;
                     }
@@ -454,12 +489,14 @@ impl SentinelLink {
 
     /// The connection to the master in use dropped: it is given up and the search starts.
     fn connection_dropped(&self) {
+        // The master given up is dropped after the lock is released: nothing of its connection
+        // runs under the state's lock.
         let dropped = {
             let mut state = self.state();
             match state.master.take() {
                 Some(master) if master.broken.load(Ordering::Acquire) => {
                     state.failed = Some((master.address.clone(), Instant::now()));
-                    Some(master.address)
+                    Some(master)
                 }
                 other => {
                     state.master = other;
@@ -467,7 +504,8 @@ impl SentinelLink {
                 }
             }
         };
-        if let Some(address) = dropped {
+        if let Some(master) = dropped {
+            let address = &master.address;
             tracing::warn!(master = %address,
                 "the connection to the Redis Sentinel master dropped; asking the sentinels");
             self.search();
@@ -572,4 +610,93 @@ fn no_master(message: String) -> RedisError {
         std::io::ErrorKind::ConnectionRefused,
         message,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use leasehold_testkit::redis::{free_port, RedisServer};
+
+    use super::*;
+
+    /// A link whose only sentinel does not run: a search finds no master.
+    fn link_without_sentinels() -> Arc<SentinelLink> {
+        SentinelLink::unconnected(SentinelAccess {
+            spec: SentinelSpec {
+                sentinels: vec![("127.0.0.1".to_owned(), free_port().unwrap())],
+                master: "mymaster".to_owned(),
+                db: 0,
+                tls: false,
+                username: None,
+                password: None,
+                sentinel_username: None,
+                sentinel_password: None,
+            },
+            #[cfg(feature = "tls")]
+            certificates: None,
+            connect_timeout: Duration::from_millis(200),
+            response_timeout: Duration::from_millis(200),
+        })
+    }
+
+    /// The window this closes: the master's disconnection push marks its connection broken, and
+    /// before the push gives the master up a command asks for the master. The command used to
+    /// give it up itself while still holding the state's read guard (an `if let` on it), so its
+    /// thread waited on itself for good — and with it every later user of the link and, once the
+    /// runtime's workers were all caught, every timeout: the Sentinel waiting test hung at 0 %
+    /// CPU with no client on the new master.
+    #[test]
+    fn a_command_that_finds_the_master_broken_gives_it_up_and_fails_within_its_wait() {
+        let server = RedisServer::start().expect("start redis-server");
+        let port = server.port();
+        let (done, finished) = std::sync::mpsc::channel();
+        // Its own thread and runtime: a thread caught on the lock is left behind, not the test.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let outcome = runtime.block_on(async {
+                let link = link_without_sentinels();
+                let client = link
+                    .access
+                    .node_client("127.0.0.1", port, ProtocolVersion::RESP2)
+                    .unwrap();
+                let connection = client.get_multiplexed_async_connection().await.unwrap();
+                let address = format!("127.0.0.1:{port}");
+                link.state().master = Some(Master {
+                    connection,
+                    broken: Arc::new(AtomicBool::new(true)),
+                    client,
+                    address: address.clone(),
+                    generation: 1,
+                });
+                let wait = Duration::from_millis(300);
+                let started = Instant::now();
+                let outcome = link.master_within(wait).await.map(|m| m.address);
+                let state = link.read();
+                (
+                    outcome.map_err(|e| e.to_string()),
+                    started.elapsed(),
+                    state.master.is_none(),
+                    state.failed.as_ref().map(|(node, _)| node.clone()),
+                    address,
+                )
+            });
+            let _ = done.send(outcome);
+        });
+        let (outcome, took, given_up, failed, address) = finished
+            .recv_timeout(Duration::from_secs(30))
+            .expect("asking for a broken master returned within its wait (no self-deadlock)");
+        let error = outcome.expect_err("no sentinel runs: no master to give");
+        assert!(error.contains("no master"), "{error}");
+        assert!(
+            took < Duration::from_secs(5),
+            "bounded by its wait: {took:?}"
+        );
+        assert!(given_up, "the broken master was given up");
+        assert_eq!(failed, Some(address), "and named as the node that failed");
+        drop(server);
+    }
 }
