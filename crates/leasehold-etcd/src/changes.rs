@@ -30,18 +30,19 @@
 //! timeouts gives [`ChangeWatch::none`]: the observer polls instead.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use etcd_client::{EventType, WatchOptions};
+use etcd_client::{EventType, WatchOptions, WatchResponse};
 use leasehold_core::ChangeWatch;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::config::EtcdConfig;
 use crate::layout::{holder_prefix, prefix_end};
-use crate::members::{Members, Retry};
-use crate::waiting::REWATCH_DELAY;
+use crate::members::Members;
+use crate::resumable_watch::{self, Follower};
 
 /// The change watches of one store: one etcd watch per observed lock.
 pub(crate) struct Changes {
@@ -184,11 +185,8 @@ fn is_holder_change(lock_key: &str, key: &[u8], kind: EventType, version: i64) -
 
 /// Reads one lock's watch stream (the record and its holder keys), waking the observers on every
 /// change of holder (see [`is_holder_change`]); tells the first registrations once etcd confirmed
-/// the watch. Runs until aborted (the last registration gone).
-///
-/// After the stream breaks it watches again, on a live member, from the revision after the last
-/// one it saw, so etcd replays the changes of the gap; when it cannot (the gap was compacted, or
-/// no watch ever came up) the observers are woken once the new watch is confirmed, to read again.
+/// the watch. Runs until aborted (the last registration gone). A watch opened again after a gap
+/// etcd could not replay wakes the observers once, to read again (see [`resumable_watch`]).
 async fn follow(
     members: Arc<Members>,
     lock_key: String,
@@ -196,97 +194,41 @@ async fn follow(
     confirm: watch::Sender<bool>,
 ) {
     let end = prefix_end(&holder_prefix(&lock_key));
-    // The revision to watch from after a break: one past the last this watch has seen.
-    let mut resume: Option<i64> = None;
-    // Changes may have been missed: wake the observers once a watch is confirmed again.
-    let mut missed = false;
-    loop {
-        let mut options = WatchOptions::new().with_range(end.clone());
-        if let Some(from) = resume {
-            options = options.with_start_revision(from);
+    let options = WatchOptions::new().with_range(end);
+    let mut observers = Observers {
+        lock_key: lock_key.clone(),
+        notify,
+        confirm,
+    };
+    resumable_watch::follow(&members, &lock_key, options, "change watch", &mut observers).await;
+}
+
+/// The observers of one lock, as its watch loop sees them.
+struct Observers {
+    lock_key: String,
+    notify: Arc<Notify>,
+    confirm: watch::Sender<bool>,
+}
+
+impl Follower for Observers {
+    fn confirmed(&mut self, missed: bool) -> ControlFlow<()> {
+        self.confirm.send_replace(true);
+        if missed {
+            self.notify.notify_waiters();
         }
-        let opened = members
-            .run_at(Retry::Safe, |mut client| {
-                let (key, options) = (lock_key.clone(), options.clone());
-                async move { client.watch(key, Some(options)).await }
+        ControlFlow::Continue(())
+    }
+
+    fn events(&mut self, response: &WatchResponse, _at: i64) -> ControlFlow<()> {
+        let changed = response.events().iter().any(|event| {
+            event.kv().is_some_and(|kv| {
+                is_holder_change(&self.lock_key, kv.key(), event.event_type(), kv.version())
             })
-            .await;
-        match opened {
-            Ok((mut stream, member)) => {
-                let mut failures = members.failures();
-                loop {
-                    // A member found failing by any request of this store takes the watch down
-                    // with it: the watch resumes on another member.
-                    let next = tokio::select! {
-                        next = stream.message() => next,
-                        changed = failures.changed() => {
-                            if changed.is_ok() && !members.is_suspect(member) {
-                                continue;
-                            }
-                            tracing::debug!(key = %lock_key, member = members.name(member),
-                                "the member under this change watch failed; watching on another");
-                            break;
-                        }
-                    };
-                    let response = match next {
-                        Ok(Some(response)) => response,
-                        Ok(None) => break,
-                        Err(error) => {
-                            // The stream broke under us: its member goes last for a while, so
-                            // the watch is not opened on it again at once.
-                            members.failed_by(member, &error);
-                            tracing::debug!(key = %lock_key, member = members.name(member),
-                                %error, "the change watch broke; watching again");
-                            break;
-                        }
-                    };
-                    if response.canceled() {
-                        if response.compact_revision() > 0 {
-                            // The replay's start was compacted: what happened since is gone.
-                            resume = None;
-                            missed = true;
-                        }
-                        break;
-                    }
-                    if response.created() {
-                        confirm.send_replace(true);
-                        if resume.is_none() {
-                            // A fresh watch sees what happens after the revision it was made at.
-                            resume = response.header().map(|h| h.revision() + 1);
-                        }
-                        if std::mem::take(&mut missed) {
-                            notify.notify_waiters();
-                        }
-                    }
-                    let at = response.header().map_or(0, |h| h.revision());
-                    let mut changed = false;
-                    for event in response.events() {
-                        let Some(kv) = event.kv() else { continue };
-                        let revision = if kv.mod_revision() > 0 {
-                            kv.mod_revision()
-                        } else {
-                            at
-                        };
-                        // From events, not the header: a catching-up response's header may be
-                        // ahead of the events it carries.
-                        resume = Some(resume.map_or(revision + 1, |r| r.max(revision + 1)));
-                        changed |=
-                            is_holder_change(&lock_key, kv.key(), event.event_type(), kv.version());
-                    }
-                    if changed {
-                        notify.notify_waiters();
-                    }
-                }
-            }
-            Err(failed) => {
-                tracing::debug!(key = %lock_key, at = %failed.at, error = %failed.error,
-                    "could not watch for changes of holder; retrying");
-            }
+        });
+        if changed {
+            self.notify.notify_waiters();
         }
-        if resume.is_none() {
-            missed = true;
-        }
-        tokio::time::sleep(REWATCH_DELAY).await;
+        ControlFlow::Continue(())
     }
 }
 

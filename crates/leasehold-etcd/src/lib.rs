@@ -84,6 +84,7 @@ mod info;
 mod layout;
 mod members;
 mod renew;
+mod resumable_watch;
 mod shared;
 mod spares;
 mod store;

@@ -19,11 +19,12 @@
 //! counts its TTL from the grant, so it never claims longer than etcd keeps it.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use etcd_client::{EventType, WatchFilterType, WatchOptions};
+use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse};
 use leasehold_core::{OwnerToken, ReleaseWatch};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -33,10 +34,8 @@ use crate::ahead::{Ahead, Learned};
 use crate::config::{lease_seconds, EtcdConfig};
 use crate::layout::waiter_prefix;
 use crate::members::{Members, Retry};
+use crate::resumable_watch::{self, revision_of, Follower};
 use crate::waiter_lease::{revoke, WaiterLease};
-
-/// How long to wait before watching again after a watch stream broke (the change watches too).
-pub(crate) const REWATCH_DELAY: Duration = Duration::from_millis(200);
 
 /// This process's place in one lock's line: its waiter key and that key's create revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -428,13 +427,11 @@ impl Drop for Waiting {
 }
 
 /// Reads one lock's watch stream (deletes under the lock's key prefix), waking the waiters of the
-/// process on a deletion that concerns it (see [`Waiting::deleted`]).
-///
-/// After the stream breaks it watches again from the revision after the last one it saw, so
-/// etcd replays the deletions of the gap and none is lost: waking everyone at the break would
-/// only send them to ask while the connection is down. Only when etcd cannot replay (the gap
-/// was compacted away, or the first watch never came up) is what the process knows of its line
-/// reset, and its waiters woken once the new watch is confirmed, to read the line again.
+/// process on a deletion that concerns it (see [`Waiting::deleted`]). Waking everyone when the
+/// stream breaks would only send them to ask while the connection is down: the watch resumes
+/// where it was (see [`resumable_watch`]), and only when etcd cannot replay the gap is what the
+/// process knows of its line reset, and its waiters woken once the new watch is confirmed, to
+/// read the line again.
 async fn watch_loop(
     waiting: Weak<Waiting>,
     members: Arc<Members>,
@@ -442,101 +439,63 @@ async fn watch_loop(
     notify: Arc<Notify>,
     created: tokio::sync::oneshot::Sender<()>,
 ) {
-    let mut created = Some(created);
-    // The revision to watch from after a break: one past the last this watch has seen.
-    let mut resume: Option<i64> = None;
-    // Deletions may have been missed: reset and wake once a watch is confirmed again.
-    let mut missed = false;
-    loop {
-        let mut options = WatchOptions::new()
-            .with_prefix()
-            .with_filters([WatchFilterType::NoPut]);
-        if let Some(from) = resume {
-            options = options.with_start_revision(from);
+    let options = WatchOptions::new()
+        .with_prefix()
+        .with_filters([WatchFilterType::NoPut]);
+    let mut waiters = Waiters {
+        waiting,
+        lock_key: lock_key.clone(),
+        notify,
+        created: Some(created),
+    };
+    resumable_watch::follow(&members, &lock_key, options, "watch", &mut waiters).await;
+}
+
+/// The waiters of this process on one lock, as its watch loop sees them.
+struct Waiters {
+    waiting: Weak<Waiting>,
+    lock_key: String,
+    notify: Arc<Notify>,
+    /// Told once, when etcd first confirms the watch.
+    created: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Follower for Waiters {
+    fn confirmed(&mut self, missed: bool) -> ControlFlow<()> {
+        let Some(waiting) = self.waiting.upgrade() else {
+            return ControlFlow::Break(());
+        };
+        if let Some(created) = self.created.take() {
+            let _ = created.send(());
         }
-        let opened = members
-            .run_at(Retry::Safe, |mut client| {
-                let (key, options) = (lock_key.clone(), options.clone());
-                async move { client.watch(key, Some(options)).await }
-            })
-            .await;
-        match opened {
-            Ok((mut stream, member)) => {
-                let mut failures = members.failures();
-                loop {
-                    // A member found failing (by any request of this store) takes its watches
-                    // down with it: they resume on another member from the revision they reached.
-                    let next = tokio::select! {
-                        next = stream.message() => next,
-                        changed = failures.changed() => {
-                            if changed.is_ok() && !members.is_suspect(member) {
-                                continue;
-                            }
-                            tracing::debug!(key = %lock_key, member = members.name(member),
-                                "the member under this watch failed; watching on another");
-                            break;
-                        }
-                    };
-                    let Ok(Some(response)) = next else { break };
-                    let Some(waiting) = waiting.upgrade() else {
-                        return;
-                    };
-                    if response.canceled() {
-                        if response.compact_revision() > 0 {
-                            // The replay's start was compacted: what happened since is gone.
-                            resume = None;
-                            missed = true;
-                        }
-                        break;
-                    }
-                    if response.created() {
-                        if let Some(created) = created.take() {
-                            let _ = created.send(());
-                        }
-                        if resume.is_none() {
-                            // A fresh watch sees what happens after the revision it was made at.
-                            resume = response.header().map(|h| h.revision() + 1);
-                        }
-                        if std::mem::take(&mut missed) {
-                            waiting.line_unknown(&lock_key);
-                            notify.notify_waiters();
-                        }
-                    }
-                    let at = response.header().map_or(0, |h| h.revision());
-                    // Every event updates what the process knows of its line, so no `any`.
-                    let mut wake = false;
-                    for event in response.events() {
-                        let Some(kv) = event.kv() else { continue };
-                        let revision = if kv.mod_revision() > 0 {
-                            kv.mod_revision()
-                        } else {
-                            at
-                        };
-                        // From events, not the header: a catching-up response's header may be
-                        // ahead of the events it carries.
-                        resume = Some(resume.map_or(revision + 1, |r| r.max(revision + 1)));
-                        if event.event_type() == EventType::Delete {
-                            wake |= waiting.deleted(&lock_key, kv.key(), revision);
-                        }
-                    }
-                    if wake {
-                        // Every waiter of this process: local competition decides which one asks
-                        // (the head of its line); one picked here might not be listening.
-                        notify.notify_waiters();
-                    }
-                }
-            }
-            Err(failed) => {
-                tracing::debug!(key = %lock_key, at = %failed.at, error = %failed.error,
-                    "could not watch; retrying");
+        if missed {
+            waiting.line_unknown(&self.lock_key);
+            self.notify.notify_waiters();
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn events(&mut self, response: &WatchResponse, at: i64) -> ControlFlow<()> {
+        let Some(waiting) = self.waiting.upgrade() else {
+            return ControlFlow::Break(());
+        };
+        // Every event updates what the process knows of its line, so no `any`.
+        let mut wake = false;
+        for event in response.events() {
+            let Some(kv) = event.kv() else { continue };
+            if event.event_type() == EventType::Delete {
+                wake |= waiting.deleted(&self.lock_key, kv.key(), revision_of(kv, at));
             }
         }
-        if waiting.strong_count() == 0 {
-            return;
+        if wake {
+            // Every waiter of this process: local competition decides which one asks (the head
+            // of its line); one picked here might not be listening.
+            self.notify.notify_waiters();
         }
-        if resume.is_none() {
-            missed = true;
-        }
-        tokio::time::sleep(REWATCH_DELAY).await;
+        ControlFlow::Continue(())
+    }
+
+    fn goes_on(&self) -> bool {
+        self.waiting.strong_count() > 0
     }
 }
