@@ -8,7 +8,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use leasehold::layers::{CountingLayer, LocalCompetitionLayer};
-use leasehold::{LockManager, LockOptions, Toggle};
+use leasehold::scenario::LayerSetting;
+use leasehold::{LockManager, LockOptions};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -60,9 +61,9 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> Result<u8, CliErr
         .observer(events.clone())
         .default_layers()
         .local_competition(if args.no_local_competition {
-            Toggle::from(false)
+            LayerSetting::from(false)
         } else {
-            Toggle::from(LocalCompetitionLayer::new().hand_off(args.hand_off))
+            LayerSetting::from(LocalCompetitionLayer::new().hand_off(args.hand_off))
         })
         .lock_ttl(Duration::from_secs(10))
         .build()

@@ -108,9 +108,8 @@ pub use holder::Holder;
 #[cfg(feature = "signal")]
 pub use manager::SignalShutdown;
 pub use manager::{
-    LockManager, LockManagerBuilder, LockOptions, ToLockKey, Toggle, DEFAULT_LOCK_TTL,
-    DEFAULT_MIN_BACKOFF, DEFAULT_RELEASE_RETRY, DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT,
-    DEFAULT_WAIT_FOR_LOCK,
+    LockManager, LockManagerBuilder, LockOptions, ToLockKey, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF,
+    DEFAULT_RELEASE_RETRY, DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
 };
 pub use memory::MemoryStore;
 pub use multi_guard::MultiGuard;

@@ -53,44 +53,6 @@ pub struct LockManagerBuilder {
     layers: ScenarioLayers,
 }
 
-/// A scenario layer turned on (with its configuration) or off: what the builder's layer methods
-/// accept, so both `.readback(false)` and `.readback(ReadbackLayer::new().retries(2))` read well.
-///
-/// ```
-/// use leasehold::layers::ReadbackLayer;
-/// use leasehold::LockManager;
-/// let builder = LockManager::builder()
-///     .readback(ReadbackLayer::new().retries(2)) // on, configured
-///     .unlock_window(false)                      // off
-///     .reentrancy(true);                         // on, default configuration
-/// # let _ = builder;
-/// ```
-#[derive(Debug, Clone)]
-pub struct Toggle<L>(Option<L>);
-
-macro_rules! toggles {
-    ($($layer:ty),*) => {$(
-        impl From<bool> for Toggle<$layer> {
-            fn from(on: bool) -> Self {
-                Toggle(on.then(<$layer>::default))
-            }
-        }
-        impl From<$layer> for Toggle<$layer> {
-            fn from(layer: $layer) -> Self {
-                Toggle(Some(layer))
-            }
-        }
-    )*};
-}
-
-toggles!(
-    ReadbackLayer,
-    UnlockWindowLayer,
-    LocalCompetitionLayer,
-    ReentrancyLayer,
-    GracefulShutdownLayer
-);
-
 /// Which scenario layers the builder assembles, and how (see [`crate::layers`]).
 #[derive(Debug, Clone)]
 struct ScenarioLayers {
@@ -346,37 +308,59 @@ impl LockManagerBuilder {
 
     /// The [readback layer](crate::layers::readback) (Bond 3.1): an in-doubt acquire or release
     /// is resolved by reading the record back. On by default.
-    pub fn readback(mut self, layer: impl Into<Toggle<ReadbackLayer>>) -> Self {
-        self.layers.readback = layer.into().0;
+    ///
+    /// Every layer method takes a [`LayerSetting`], the same type a scenario uses: `false` (off),
+    /// `true` (on, with the configuration the layer has here, else its default) or a
+    /// configuration (on, with that one).
+    ///
+    /// ```
+    /// use leasehold::layers::ReadbackLayer;
+    /// use leasehold::LockManager;
+    /// let builder = LockManager::builder()
+    ///     .readback(ReadbackLayer::new().retries(2)) // on, configured
+    ///     .unlock_window(false)                      // off
+    ///     .reentrancy(true);                         // on
+    /// # let _ = builder;
+    /// ```
+    pub fn readback(mut self, layer: impl Into<LayerSetting<ReadbackLayer>>) -> Self {
+        self.layers.readback = layer.into().resolve(self.layers.readback.as_ref());
         self
     }
 
     /// The [unlock window](crate::layers::unlock_window) (Bond 3.2): a release is sent only while
     /// the lease can still be ours. On by default.
-    pub fn unlock_window(mut self, layer: impl Into<Toggle<UnlockWindowLayer>>) -> Self {
-        self.layers.unlock_window = layer.into().0;
+    pub fn unlock_window(mut self, layer: impl Into<LayerSetting<UnlockWindowLayer>>) -> Self {
+        self.layers.unlock_window = layer.into().resolve(self.layers.unlock_window.as_ref());
         self
     }
 
     /// [Local competition](crate::layers::local_competition) (Bond 3.4): contenders of this
     /// process meet in memory first (fast-fail, local wake-up, optional hand-off). On by default.
-    pub fn local_competition(mut self, layer: impl Into<Toggle<LocalCompetitionLayer>>) -> Self {
-        self.layers.local_competition = layer.into().0;
+    pub fn local_competition(
+        mut self,
+        layer: impl Into<LayerSetting<LocalCompetitionLayer>>,
+    ) -> Self {
+        self.layers.local_competition =
+            layer.into().resolve(self.layers.local_competition.as_ref());
         self
     }
 
     /// The [reentrancy layer](crate::layers::reentrancy) (Bond 3.6): a holder re-taking a key it
     /// holds counts up. Holders are explicit [`Holder`](crate::Holder)s, or tasks (see
     /// [`task_holders`](Self::task_holders)). On by default.
-    pub fn reentrancy(mut self, layer: impl Into<Toggle<ReentrancyLayer>>) -> Self {
-        self.layers.reentrancy = layer.into().0;
+    pub fn reentrancy(mut self, layer: impl Into<LayerSetting<ReentrancyLayer>>) -> Self {
+        self.layers.reentrancy = layer.into().resolve(self.layers.reentrancy.as_ref());
         self
     }
 
     /// [Graceful shutdown](crate::layers::graceful_shutdown) (Bond 3.5): live locks are tracked
     /// and [`LockManager::shutdown`] releases them all. On by default.
-    pub fn graceful_shutdown(mut self, layer: impl Into<Toggle<GracefulShutdownLayer>>) -> Self {
-        self.layers.graceful_shutdown = layer.into().0;
+    pub fn graceful_shutdown(
+        mut self,
+        layer: impl Into<LayerSetting<GracefulShutdownLayer>>,
+    ) -> Self {
+        self.layers.graceful_shutdown =
+            layer.into().resolve(self.layers.graceful_shutdown.as_ref());
         self
     }
 

@@ -25,7 +25,7 @@ mod kinds;
 mod options;
 mod shutdown;
 
-pub use builder::{LockManagerBuilder, Toggle};
+pub use builder::LockManagerBuilder;
 pub use options::{
     LockOptions, ToLockKey, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF, DEFAULT_RELEASE_RETRY,
     DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,

@@ -10,9 +10,10 @@ use crate::layers::readback::ReadbackLayer;
 use crate::layers::reentrancy::ReentrancyLayer;
 use crate::layers::unlock_window::UnlockWindowLayer;
 
-/// What a scenario does with one layer: what [`LayerSettings`]' methods accept, in the style of the
-/// builder's [`Toggle`](crate::Toggle), so `.readback(false)`, `.readback(true)` and
-/// `.readback(ReadbackLayer::new().retries(2))` all read well.
+/// What a scenario, or the manager's builder, does with one layer: what [`LayerSettings`]' and
+/// [`LockManagerBuilder`](crate::LockManagerBuilder)'s layer methods accept, so
+/// `.readback(false)`, `.readback(true)` and `.readback(ReadbackLayer::new().retries(2))` all
+/// read well.
 ///
 /// Observers and the lifecycle are always the manager's: a configuration given here keeps only
 /// its settings.
@@ -29,7 +30,8 @@ pub enum LayerSetting<L> {
     /// Off for this scenario.
     Off,
     /// On, with the configuration the manager's builder has for the layer (its default if the
-    /// manager has the layer off).
+    /// manager has the layer off); on the builder, the configuration given before (or the
+    /// default).
     On,
     /// On, with this configuration instead of the manager's.
     With(L),
