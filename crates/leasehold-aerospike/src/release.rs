@@ -120,11 +120,7 @@ impl AerospikeStore {
         last: aerospike::Error,
     ) -> Error {
         let ttl = ttl_seconds(lease.ttl());
-        let spent = format!(
-            "{} attempt(s) in {} ms",
-            backoff.made(),
-            backoff.elapsed().as_millis()
-        );
+        let spent = backoff.spent();
         match lost {
             true => Error::in_doubt(format!(
                 "release was sent to {} but its reply was lost, and reading the lock back failed \
@@ -170,16 +166,7 @@ impl AerospikeStore {
                     .with_key(lease.key().as_str()))
                 }
                 Class::NotSent | Class::InDoubt if backoff.made() > 1 => {
-                    let after = format!(
-                        "({} attempt(s) in {} ms)",
-                        backoff.made(),
-                        backoff.elapsed().as_millis()
-                    );
-                    Err(if classify(&e) == Class::InDoubt {
-                        map("extend", lease.key().as_str(), self.address(), e)
-                    } else {
-                        self.exhausted("extend", lease.key(), e, &after)
-                    })
+                    Err(self.retries_ended("extend", lease.key(), e, &backoff))
                 }
                 _ => Err(map("extend", lease.key().as_str(), self.address(), e)),
             },

@@ -77,6 +77,15 @@ impl Backoff {
         self.made
     }
 
+    /// What was spent, for messages: `3 attempt(s) in 420 ms`.
+    pub(crate) fn spent(&self) -> String {
+        format!(
+            "{} attempt(s) in {} ms",
+            self.made(),
+            self.elapsed().as_millis()
+        )
+    }
+
     /// Time since the first attempt.
     pub(crate) fn elapsed(&self) -> Duration {
         self.started.elapsed()

@@ -331,6 +331,23 @@ impl AerospikeStore {
         }
     }
 
+    /// The error of a write retried within `backoff` until its budget ran out: a last attempt in
+    /// doubt stays in doubt (the readback decides), anything else is `RetriesExhausted`, saying
+    /// how many attempts in how long.
+    pub(crate) fn retries_ended(
+        &self,
+        what: &str,
+        key: &LockKey,
+        e: aerospike::Error,
+        backoff: &Backoff,
+    ) -> Error {
+        if classify(&e) == Class::InDoubt {
+            map(what, key.as_str(), self.address(), e)
+        } else {
+            self.exhausted(what, key, e, &format!("({})", backoff.spent()))
+        }
+    }
+
     /// `RetriesExhausted`: `what` kept failing at the node the client last tried (`after` says
     /// how long or how often).
     pub(crate) fn exhausted(

@@ -61,16 +61,7 @@ impl AerospikeStore {
                         Ok(doubted)
                     }
                     Class::NotSent | Class::InDoubt if backoff.made() > 1 => {
-                        let after = format!(
-                            "({} attempt(s) in {} ms)",
-                            backoff.made(),
-                            backoff.elapsed().as_millis()
-                        );
-                        Err(if classify(&e) == Class::InDoubt {
-                            crate::error::map("release", lease.key().as_str(), self.address(), e)
-                        } else {
-                            self.exhausted("release", lease.key(), e, &after)
-                        })
+                        Err(self.retries_ended("release", lease.key(), e, &backoff))
                     }
                     _ => Err(crate::error::map(
                         "release",
@@ -147,12 +138,7 @@ impl AerospikeStore {
                         break
                     }
                     Class::NotSent if backoff.made() > 1 => {
-                        let after = format!(
-                            "({} attempt(s) in {} ms)",
-                            backoff.made(),
-                            backoff.elapsed().as_millis()
-                        );
-                        return Err(self.exhausted("extend", lease.key(), e, &after));
+                        return Err(self.retries_ended("extend", lease.key(), e, &backoff));
                     }
                     _ => {
                         return Err(crate::error::map(
