@@ -53,8 +53,10 @@ impl HolderId {
 }
 
 /// One blocking acquisition across all its attempts: the manager's wait loop asks the store many
-/// times for one `lock()` call, and every attempt carries the same waiter id, so a layer that
-/// orders waiters (local competition) keeps the caller's place in line between attempts.
+/// times for one `lock()` call, and every attempt carries the same waiter id, so a store that
+/// keeps one place per waiting call (strict FIFO) recognises it between attempts, and a layer
+/// can tell a waiter's attempt from a try (local competition hands a released lease only to a
+/// waiter).
 ///
 /// A [`ReleaseWatch`](crate::ReleaseWatch) mints one ([`ReleaseWatch::waiter`](crate::ReleaseWatch::waiter)): the watch
 /// is the waiter's registration for its whole wait, and dropping it is how the waiter leaves.
@@ -77,8 +79,8 @@ impl WaiterId {
 
 /// A request to acquire one lock.
 ///
-/// Stores use `key`, `token` and `ttl`; `holder` and `deadline` are for layers (reentrancy, local
-/// competition).
+/// Stores use `key`, `token`, `ttl`, `mode` and, for their waiter lines, `deadline` and `waiter`;
+/// `holder` is for reentrancy.
 ///
 /// ```
 /// use std::time::Duration;
@@ -101,9 +103,10 @@ pub struct Acquire {
     pub ttl: Duration,
     /// Who asks, for reentrancy. `None`: every acquisition is a new holder.
     pub holder: Option<HolderId>,
-    /// `None`: a single attempt that fails fast. `Some(t)`: layers that can wait without store I/O
-    /// (local competition) may wait until `t` for a local holder to let go. Stores ignore it: they
-    /// always make one attempt, and the manager's retry loop does the rest.
+    /// `None`: a try, which never takes a place in a store's waiter line. `Some(t)`: an attempt of
+    /// a blocking acquisition that gives up at `t`; a store that keeps a line of waiters may keep
+    /// this one's place until then. Every call is one attempt: the manager's wait loop does the
+    /// waiting.
     pub deadline: Option<Instant>,
     /// The kind of hold: exclusive (the default, also a read-write lock's write side), shared
     /// (a reader) or a semaphore permit. A blocking exclusive request (`deadline` set) on a key
@@ -115,7 +118,7 @@ pub struct Acquire {
     /// [`Capabilities::history`](crate::Capabilities::history) ignore it.
     pub trace: Option<TraceConfig>,
     /// `Some`: the blocking acquisition this attempt belongs to (the same id on every attempt of
-    /// one wait, see [`WaiterId`]); `None`: an attempt on its own. Stores ignore it.
+    /// one wait, see [`WaiterId`]); `None`: an attempt on its own.
     pub waiter: Option<WaiterId>,
     /// Announce this lock's grant and (through the lease) its release to the readers watching
     /// the key ([`LockStore::watch_changes`](crate::LockStore::watch_changes)): an election's

@@ -113,8 +113,8 @@ impl Lease {
     }
 
     /// Whether other processes were waiting in the store's line when this lease was granted: its
-    /// release is their turn, so local competition neither hands it to a local waiter nor sends
-    /// its own waiters to the store ahead of them.
+    /// release is their turn, so local competition does not hand it to a local waiter, and the
+    /// manager's next waiter in this process waits for the store's word instead of asking.
     pub fn is_contended(&self) -> bool {
         self.contended
     }

@@ -19,12 +19,12 @@ use crate::WaiterId;
 /// the waiter always tries the store again, and a lost notification only costs a poll interval.
 ///
 /// Dropping the watch ends the registration (the store may then unsubscribe, or take this
-/// process out of its waiter queue; local competition gives up the waiter's place in the
-/// process's own line).
+/// process out of its waiter queue; local competition stops offering released leases to it).
 ///
 /// A store wakes *every* waiter of this process on the key (`notify_waiters`), never picks one:
-/// which task of the process asks the store next is local competition's decision (the head of
-/// its line, in arrival order), and a wake-up given to a task that is not listening would be lost.
+/// which task of the process asks the store next is the manager's decision (the head of the
+/// process's line for the key, in arrival order), and a wake-up given to a task that is not
+/// listening would be lost.
 ///
 /// Each watch carries a fresh [`WaiterId`]: the blocking acquisition it belongs to, which the
 /// manager puts on every attempt ([`Acquire::waiter`](crate::Acquire::waiter)).
@@ -67,7 +67,8 @@ impl ReleaseWatch {
             notify,
             live: true,
             waiter: WaiterId::new(),
-            // Room for a layer's hook too (local competition adds one), without a regrowth.
+            // Room for a layer's hook too (local competition's hand-off adds one), without a
+            // regrowth.
             on_drop: {
                 let mut hooks: Vec<Box<dyn FnOnce() + Send + Sync>> = Vec::with_capacity(2);
                 hooks.push(Box::new(on_drop));

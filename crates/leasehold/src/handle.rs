@@ -51,7 +51,12 @@ impl Handle {
                 Err(e) => e.kind().as_str(),
             },
         );
-        self.waiters.wake(lease.key());
+        // The head of this process's line may take the key now (or the lease, handed off),
+        // unless the store granted it while other processes queued: the store names the next
+        // one, and this process's turn comes after theirs.
+        if !lease.is_contended() {
+            self.waiters.wake(lease.key());
+        }
         if let Ok(was_held) = result {
             self.observers.emit(|| LockEvent::Released {
                 key: lease.key().clone(),

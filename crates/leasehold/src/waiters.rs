@@ -3,12 +3,16 @@
 //! memory for their turn, so the process is one contender in the store per key however many of
 //! its tasks wait, and a task that asks later is served later.
 //!
-//! A stack with local competition keeps this line in that layer (where a released lease can be
-//! handed straight to the head): two lines in a row would cost a second wake-up per hand-over,
-//! so the manager then keeps none ([`Waiters::keeps_lines`]).
+//! Every waiter of the line holds the store's watch on the key (so the store knows how many of
+//! this process's tasks wait: a fair store puts the process back in its line when one is
+//! served while others remain), but only the head listens to it and asks.
+//!
+//! When the head is granted a lease the store marks contended (other processes were queued)
+//! while others remain in this line, the process went to the back of the store's line: the next
+//! head waits for the store's word instead of asking only to be refused ([`Place::after_others`]).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
@@ -22,9 +26,6 @@ pub(crate) struct Waiters {
     map: KeyMap<Arc<Line>>,
     /// Entries in `map`, so that a call when nobody waits anywhere skips the map.
     lines: AtomicUsize,
-    /// Whether waiters queue here (see the module docs); the map still serves a head's wake-up
-    /// by local releases either way.
-    keeps_lines: bool,
 }
 
 /// One key's line.
@@ -33,9 +34,11 @@ pub(crate) struct Line {
     places: Mutex<Places>,
     /// The head changed: the new head is woken to ask the store.
     turn: Notify,
-    /// A task of this process released the key (the head's wake-up on stores that cannot
-    /// notify).
+    /// A task of this process released the key.
     released: Notify,
+    /// The last head was served behind other processes in the store's line (see the module
+    /// docs): the next head waits for the store before asking.
+    after_others: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -45,20 +48,6 @@ struct Places {
 }
 
 impl Waiters {
-    /// The waiters of a stack; `keeps_lines`: whether blocking calls queue here (false when a
-    /// layer of the stack keeps the line).
-    pub(crate) fn new(keeps_lines: bool) -> Self {
-        Waiters {
-            keeps_lines,
-            ..Waiters::default()
-        }
-    }
-
-    /// Whether blocking calls queue in this process's lines (see the module docs).
-    pub(crate) fn keeps_lines(&self) -> bool {
-        self.keeps_lines
-    }
-
     /// Whether tasks of this process wait for `key`. Costs one atomic read when nobody waits.
     pub(crate) fn anyone_waits(&self, key: &LockKey) -> bool {
         self.lines.load(Ordering::Acquire) > 0 && self.map.contains_key(key)
@@ -140,6 +129,21 @@ impl Place<'_> {
     /// Notified when a task of this process releases the key.
     pub(crate) fn released(&self) -> &Notify {
         &self.line().released
+    }
+
+    /// This place's head was just granted a lease the store marked contended: if others wait
+    /// behind it, the next head waits for the store's word first (see the module docs).
+    pub(crate) fn served_behind_others(&self) {
+        let line = self.line();
+        if line.lock().queue.len() > 1 {
+            line.after_others.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether this new head should wait for the store before asking (and forgets it: it is
+    /// said to one head only).
+    pub(crate) fn after_others(&self) -> bool {
+        self.line().after_others.swap(false, Ordering::AcqRel)
     }
 }
 

@@ -231,3 +231,77 @@ async fn tasks_looping_on_a_hot_key_take_turns() {
         );
     }
 }
+
+/// The ring: 64 tasks walk a ring of keys (task `t` starts at key `t`; each step a blocking
+/// acquire, then a release), on the embedded store, with the default layers, with local
+/// competition off, and with local competition's cache far smaller than the ring (so most keys
+/// have no entry in it). For every acquisition it counts the grants of the same key to others
+/// while it waited: in a line served in turn that is at most the tasks ahead of it (and the few
+/// served between its first try and its joining the line), whatever the number of keys. A waiter that loses to newcomers again and again (no line, or a line that
+/// forgets it) shows as hundreds of grants: the others lap the ring and pass it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_waiter_on_a_ring_of_keys_is_passed_more_than_once_by_each_other_task() {
+    use leasehold::layers::LocalCompetitionLayer;
+    use std::sync::atomic::AtomicU64;
+
+    const TASKS: usize = 64;
+    const KEYS: usize = 256;
+    /// Six laps of the ring: a waiter left behind meets every other task again and again.
+    const STEPS: usize = 6 * KEYS;
+    let base = || {
+        LockManager::builder()
+            .client_id("test")
+            .farm_id("f1")
+            .lock_ttl(Duration::from_secs(10))
+    };
+    let settings = [
+        ("default layers", base().build().unwrap()),
+        (
+            "local competition off",
+            base().local_competition(false).build().unwrap(),
+        ),
+        (
+            "a ring larger than local competition's cache",
+            base()
+                .local_competition(LocalCompetitionLayer::new().capacity(KEYS as u64 / 16))
+                .build()
+                .unwrap(),
+        ),
+    ];
+    for (setting, locks) in settings {
+        let grants: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let (locks, grants) = (locks.clone(), grants.clone());
+                tokio::spawn(async move {
+                    let mut worst = 0;
+                    for step in 0..STEPS {
+                        let k = (t + step) % KEYS;
+                        let key = format!("ring-{k}");
+                        let before = grants[k].load(Ordering::SeqCst);
+                        let guard = locks
+                            .lock_with(key.as_str(), LockOptions::new().wait(WAIT))
+                            .await
+                            .unwrap();
+                        let passed = grants[k].fetch_add(1, Ordering::SeqCst) - before;
+                        worst = worst.max(passed);
+                        tokio::task::yield_now().await; // the critical section
+                        guard.release().await.unwrap();
+                    }
+                    worst
+                })
+            })
+            .collect();
+        let mut worst = 0;
+        for task in tasks {
+            worst = worst.max(task.await.unwrap());
+        }
+        assert!(
+            worst < 2 * TASKS as u64,
+            "{setting}: an acquisition waited while others were granted its key {worst} times \
+             (in a line: at most the {} other tasks ahead of it, and those served between its \
+             first try and its joining the line)",
+            TASKS - 1
+        );
+    }
+}

@@ -136,7 +136,7 @@ impl LockManager {
         };
         *attempts = 1;
         let Some(wait) = wait else {
-            return self.attempt(handle, &try_once()).await;
+            return self.try_once(plan, try_once()).await;
         };
         let started = started.unwrap_or_else(Instant::now);
         let deadline = started + wait;
@@ -150,8 +150,8 @@ impl LockManager {
         let mut in_doubt: Vec<OwnerToken> = Vec::new();
         // Most locks meet nobody: a first plain try costs what `try_lock` costs, and only a
         // refusal pays for a place in the line and the watch (a subscription, on stores that
-        // notify). A try never takes a place in the store's line (nor in local competition's), so
-        // it cannot pass anyone waiting there. When other tasks of this process already wait for
+        // notify). A try never takes a place in the store's line, so it cannot pass anyone
+        // waiting there. When other tasks of this process already wait for
         // the key, the key is theirs first: a call without a holder queues behind them at once. A
         // call with a holder asks all the same, since only asking tells whether the key is its
         // own already (a reentrant take; queueing behind its own waiters would never end), and
@@ -179,11 +179,31 @@ impl LockManager {
         Box::pin(self.wait(plan, started, deadline, down, in_doubt, attempts)).await
     }
 
+    /// A try: one attempt, unless tasks of this process wait for the key. The key is theirs
+    /// first, so a try never passes them: refused at once, with no store I/O, when it has no
+    /// holder; with one it asks all the same (only asking tells whether the key is its own
+    /// already, a reentrant take) and gives back a fresh take.
+    async fn try_once(&self, plan: &Plan, req: Acquire) -> Result<Lease> {
+        let handle = &plan.handle;
+        if !handle.waiters.anyone_waits(&plan.key) || self.own_places(handle) {
+            return self.attempt(handle, &req).await;
+        }
+        if plan.holder.is_some() {
+            match self.attempt(handle, &req).await {
+                Ok(lease) if *lease.token() == req.token => self.give_back(handle, lease).await,
+                done => return done,
+            }
+        }
+        handle.observers.emit(|| LockEvent::FastFailed {
+            key: plan.key.clone(),
+        });
+        Err(Error::unavailable(&plan.key))
+    }
+
     /// A store that keeps a place per waiter (strict FIFO across the fleet) is asked by every
-    /// waiter: a line here would hold them back from taking their places there. A stack whose
-    /// local competition keeps the line has none here either (see `crate::waiters`).
+    /// waiter: a line here would hold them back from taking their places there.
     fn own_places(&self, handle: &Handle) -> bool {
-        !handle.waiters.keeps_lines() || handle.store.capabilities().waiter_line
+        handle.store.capabilities().waiter_line
     }
 
     /// The wait after a refused first try (or none, behind others): a place in the line, then the
@@ -213,26 +233,27 @@ impl LockManager {
         // their turn. The place is left when this call ends (served, timed out, failed or
         // cancelled), which makes the next in line the head.
         let mut place = (!self.own_places(handle)).then(|| handle.waiters.join(&plan.key));
+        // The store's notification that the lock may be free for this process (a release
+        // elsewhere, or this process's turn in the store's waiter queue), registered before the
+        // first attempt that waits, by every waiter of the line: the store counts them (a fair
+        // store keeps the process in its line while any of them waits).
+        let store = handle.store.watch(&plan.key).await;
         if let Some(place) = &place {
             self.await_turn(plan, place, deadline)
                 .await
                 .map_err(|timed_out| {
                     timed_out.unwrap_or_else(|| gave_up(plan, down.take(), started, *attempts))
                 })?;
-        }
-        // The store's notification that the lock may be free for this process (a release
-        // elsewhere, or this process's turn in the store's waiter queue), registered before the
-        // first attempt that waits. A store that cannot notify leaves local releases as the
-        // wake-up: a task of this process releasing the key.
-        let store = handle.store.watch(&plan.key).await;
-        if place.is_none() && !store.is_live() {
+        } else if !store.is_live() {
             // Not in this process's line, but woken by its releases all the same.
             place = Some(handle.waiters.join(&plan.key));
         }
-        let local = place
-            .as_ref()
-            .filter(|_| !store.is_live())
-            .map(Place::released);
+        // A release by a task of this process (see `Handle::release` for which ones) wakes the
+        // head: the key may be free, or its lease handed off to it.
+        let local = place.as_ref().map(Place::released);
+        // The last head was served behind other processes: the store names this process when
+        // its turn comes, and asking before would only be refused.
+        let mut after_others = place.as_ref().is_some_and(Place::after_others);
         loop {
             // Enabled before the attempt, so a release between a failed attempt and the sleep is
             // not missed.
@@ -244,47 +265,50 @@ impl LockManager {
             tokio::pin!(notified);
             notified.as_mut().enable();
 
-            // Every attempt of this wait is the same waiter (the watch's): local competition
-            // keeps its place in the process's line between attempts.
-            let req = Acquire::new(plan.key.clone(), plan.new_token(), plan.ttl)
-                .with_holder(plan.holder)
-                .with_deadline(Some(deadline))
-                .with_mode(plan.mode)
-                .with_trace(plan.trace)
-                .with_announce(plan.announce)
-                .with_waiter(Some(store.waiter()));
-            *attempts += 1;
-            let (retry_after, behind_others) = match self.attempt(handle, &req).await {
-                Err(e) if e.is_unavailable() => {
-                    down = None;
-                    if !in_doubt.is_empty() && self.undo_late(plan, &mut in_doubt).await {
-                        // The holder was one of our own attempts that landed late, now released:
-                        // ask again at once.
-                        continue;
-                    }
-                    (e.retry_after(), e.is_behind_others())
-                }
-                Err(e) if is_store_down(e.kind()) => {
-                    if may_have_applied(&e) {
-                        if in_doubt.len() == MAX_IN_DOUBT {
-                            in_doubt.remove(0);
+            let retry_after = if std::mem::take(&mut after_others) {
+                None
+            } else {
+                // Every attempt of this wait is the same waiter (the watch's).
+                let req = Acquire::new(plan.key.clone(), plan.new_token(), plan.ttl)
+                    .with_holder(plan.holder)
+                    .with_deadline(Some(deadline))
+                    .with_mode(plan.mode)
+                    .with_trace(plan.trace)
+                    .with_announce(plan.announce)
+                    .with_waiter(Some(store.waiter()));
+                *attempts += 1;
+                match self.attempt(handle, &req).await {
+                    Err(e) if e.is_unavailable() => {
+                        down = None;
+                        if !in_doubt.is_empty() && self.undo_late(plan, &mut in_doubt).await {
+                            // The holder was one of our own attempts that landed late, now
+                            // released: ask again at once.
+                            continue;
                         }
-                        in_doubt.push(req.token.clone());
+                        e.retry_after()
                     }
-                    let failures = down.as_ref().map_or(1, |(_, n)| n + 1);
-                    tracing::debug!(key = %plan.key, error = %e, attempt = *attempts,
-                        "the store is down; retrying within the wait");
-                    down = Some((e, failures));
-                    (None, false)
+                    Err(e) if is_store_down(e.kind()) => {
+                        if may_have_applied(&e) {
+                            if in_doubt.len() == MAX_IN_DOUBT {
+                                in_doubt.remove(0);
+                            }
+                            in_doubt.push(req.token.clone());
+                        }
+                        let failures = down.as_ref().map_or(1, |(_, n)| n + 1);
+                        tracing::debug!(key = %plan.key, error = %e, attempt = *attempts,
+                            "the store is down; retrying within the wait");
+                        down = Some((e, failures));
+                        None
+                    }
+                    Ok(lease) => {
+                        if let (true, Some(place)) = (lease.is_contended(), &place) {
+                            place.served_behind_others();
+                        }
+                        return Ok(lease);
+                    }
+                    done => return done,
                 }
-                done => return done,
             };
-            if behind_others {
-                // A notification seen while this task waited in local competition's line was
-                // another task's turn: wait for the store's next one.
-                notified.set(store.notify().notified());
-                notified.as_mut().enable();
-            }
             let now = Instant::now();
             if now >= deadline {
                 return Err(gave_up(plan, down, started, *attempts));
@@ -304,9 +328,6 @@ impl LockManager {
             if let Some(left) = retry_after {
                 pause = pause.min(left + EXPIRY_SLACK);
             }
-            // With store notifications a local release is not this task's turn (the store names
-            // the next process in line, and local competition lets the head of this process's
-            // line ask), so there is no local subscription to wait on.
             // While the store is down its notifications are not trusted to pace the retries (a
             // dropped connection wakes every waiter): the backoff does.
             let store_up = down.is_none();

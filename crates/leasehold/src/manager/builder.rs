@@ -335,7 +335,8 @@ impl LockManagerBuilder {
     }
 
     /// [Local competition](crate::layers::local_competition) (Bond 3.4): contenders of this
-    /// process meet in memory first (fast-fail, local wake-up, optional hand-off). On by default.
+    /// process are refused in memory while another of its tasks holds the key (fast-fail), with
+    /// optional hand-off of a released lease to the next waiter. On by default.
     pub fn local_competition(
         mut self,
         layer: impl Into<LayerSetting<LocalCompetitionLayer>>,
@@ -459,7 +460,7 @@ impl LockManagerBuilder {
                         Arc::new(Handle {
                             store,
                             observers: self.observers.clone(),
-                            waiters: Waiters::new(layers.local_competition.is_none()),
+                            waiters: Waiters::default(),
                             lifecycle: lifecycle.clone(),
                             renewals: Arc::default(),
                             retry,
@@ -475,7 +476,7 @@ impl LockManagerBuilder {
                 handle: Arc::new(Handle {
                     store,
                     observers: self.observers,
-                    waiters: Waiters::new(self.layers.local_competition.is_none()),
+                    waiters: Waiters::default(),
                     lifecycle,
                     renewals: Arc::default(),
                     retry,

@@ -102,8 +102,8 @@ impl State {
     }
 
     /// The key was released: wakes every waiter. Only the first in line will take it, but the
-    /// first may not be listening right now (a task waiting in local competition's line behind
-    /// another of its process), and a wake-up only it could use would then be lost until a poll.
+    /// first may not be listening right now (a task waiting in the manager's line behind another
+    /// of its process), and a wake-up only it could use would then be lost until a poll.
     pub(super) fn wake_released(&self) {
         for (notify, _) in self.waiters.values() {
             notify.notify_waiters();

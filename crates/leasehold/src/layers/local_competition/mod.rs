@@ -1,143 +1,93 @@
-//! Local competition (Bond 3.4, fast-fail): contenders for one key inside this process meet in
-//! memory first, so only one of them talks to the store at a time.
+//! Local competition (Bond 3.4, fast-fail): a cache of the keys this process holds, so a
+//! contender inside the process is refused in memory, with no store I/O, while another task of
+//! the process holds the key.
 //!
-//! # What it guarantees
-//! - **try-lock** ([`Acquire::deadline`] `None`): if another local holder has the key (or is
-//!   acquiring or releasing it), the call fails at once with `LockUnavailable` and no store I/O
-//!   ([`LockEvent::FastFailed`]).
-//! - **blocking lock** (deadline set): the caller joins the key's line, in arrival order, and
-//!   waits in memory until it is the head and the key is free locally (woken by the release, or
-//!   at the holder's lease expiry, or at its deadline) — no polling of the store. A task that
-//!   releases and asks again goes to the back; a try-lock never passes anyone in line.
-//! - **One store contender per key and process**: only the head of the line asks the store, and
-//!   marks the key as acquiring before sending. When the store refuses it (another process holds
-//!   the key), a head with a [`WaiterId`](crate::core::WaiterId) (the manager's wait) keeps its
-//!   place and waits for the store in the manager's loop, while everyone behind it waits in
-//!   memory: the process is one contender in the store, as a fair store's line expects. A grant
-//!   marked contended ([`Lease::is_contended`]: other processes queued) with local waiters left
-//!   means the process went to the back of the store's line: the next head then waits for the
-//!   store's word instead of asking only to be refused. The place is given up when the wait's
-//!   [`ReleaseWatch`] is dropped, and lapses at the waiter's deadline. Over a store that keeps
-//!   one place per waiter ([`Capabilities::waiter_line`](crate::core::Capabilities::waiter_line):
-//!   strict FIFO across the fleet), blocking requests skip the local line and take their own
-//!   place in the store's.
-//! - **No local state outlives its lease**: a holder's expiry (the lease's, in `tokio::time`) is
-//!   checked on every access, so a crashed, cancelled or leaked holder never blocks the process
-//!   beyond its lease; drop guards free the entry on error and cancellation.
-//! - **No handed lease left behind**: a store lease received by hand-off is released in the
-//!   background whenever the layer stops knowing it (the taker cancelled or failed during the
-//!   extend, its release cancelled, the waiters gone). Background releases run through the
-//!   layer's [`Lifecycle`], so a shutdown can wait for them.
+//! # What it does
+//! - **try-lock**: a key held (or being asked for) by another task of this process fails at once
+//!   with `LockUnavailable`, telling how long the holder's lease has left, and emits
+//!   [`LockEvent::FastFailed`]; nothing is sent to the store.
+//! - **One asker per key and process**: the task that finds the key free locally marks it as
+//!   being asked for before it sends its request, so two tasks of the process never ask the
+//!   store for one key at once.
+//! - **Waiting is not here.** A blocking `lock()` waits in the manager's line for the key (see
+//!   `LockManager`): only the head of that line asks, and this layer answers each of its attempts
+//!   like any other, one call at a time.
+//! - **Nothing outlives its lease**: every entry says when its lease ends, moka drops it then
+//!   (through an [`Expiry`](moka::Expiry) that reads the entry), and every access checks it
+//!   against the clock, so a crashed, cancelled or leaked holder never blocks the process beyond
+//!   its lease. Drop guards free the entry on error and cancellation.
+//! - **Bounded**: at most [`capacity`](LocalCompetitionLayer::capacity) keys (moka's size bound).
+//!   A key moka drops to make room loses only its fast path: its contenders ask the store, which
+//!   refuses them; a holder's release and extend go to the store as they are; a lease offered
+//!   for hand-off is released. Correctness never rests on the cache: the store decides.
 //! - **Shutdown**: once the lifecycle is closing ([`LocalCompetitionLayer::with_lifecycle`]; used
 //!   alone, the layer's own [`LockStore::shutdown`] closes it), acquisitions fail with
-//!   [`ErrorKind::ShutDown`] and local waiters wake and end with it.
-//!
-//! # The entries: a moka cache
-//! Each key's state (`slot.rs`: a small synchronous state machine) lives in a
-//! [`moka::sync::Cache`] entry whose expiry (moka's per-entry [`moka::Expiry`]) follows the
-//! state: while anyone holds, is offered or waits for the key, the entry expires no earlier than
-//! the end of the longest of those (lease, offer, waiter wake-up), plus a slack of an eighth of
-//! the lease, at most one second, so that on a hot key the next holders need no cache write; once
-//! nobody does, no later than the end of the last lease, and at most one second after it emptied
-//! (so a hot key reuses its entry instead of inserting one per acquisition). A leaked holder's
-//! entry is dropped by moka at its lease's end plus that slack, with no sweep task; its local
-//! state is void at the lease's end exactly (checked on every access).
-//!
-//! **Never evicted while in use.** moka's size bound cannot be used for that: its eviction (and
-//! TinyLFU admission, which may refuse a new entry outright) picks victims regardless of weight —
-//! a zero-weight entry is evicted like any other (moka 0.12 `evict_lru_entries` / `admit`). So the
-//! cache has no moka size bound and no other eviction than the expiry above, and:
-//! - the expiry is only ever written under the entry's lock, by the task that changed the state
-//!   (a read that only looks the key up leaves it as it is), so a stale, shorter expiry can never
-//!   overwrite a longer one;
-//! - after taking or waiting on an entry, the task checks the entry it changed is still the
-//!   cache's (it could have expired between the look-up and the lock); if not, it backs out and
-//!   looks again. From then on the expiry covers its use.
-//!
-//! **Fewer cache reads on a hot key.** A moka read costs about as much as the rest of the layer's
-//! work, so three reads are skipped where nothing can have changed: a waiter woken in its place
-//! looks at the same entry again (it is pinned in the cache while the waiter is in its line); a
-//! thread remembers, weakly, the entry it looked up last, which serves its next acquire or release
-//! of that key; and a wait that ends after being served leaves nothing to clean up. An entry that
-//! left the cache is marked so (the eviction listener, a reclaim, a failed check) and is never used
-//! again from memory; one that moka expired without saying yet was idle, so whoever takes it moves
-//! its expiry, and that write finds it gone and sends the taker back to look again.
-//!
-//! **Capacity.** The layer bounds the number of entries itself
-//! ([`capacity`](LocalCompetitionLayer::capacity), default [`DEFAULT_CAPACITY`]): a new key is
-//! admitted only below capacity; at capacity, expired entries are dropped and idle ones reclaimed
-//! (at most every 100 ms), and if every entry is in use the acquisition goes to the store
-//! directly, without local competition for that key (still correct: the store decides; only the
-//! in-memory fast path is skipped). A flood of unique keys therefore never grows memory past
-//! `capacity` entries (≈ 600 bytes each: the 344-byte entry, the key and moka's bookkeeping), and
-//! never pushes out a key in use.
+//!   [`ErrorKind::ShutDown`].
 //!
 //! # Local hand-off (opt-in: [`LocalCompetitionLayer::hand_off`])
-//! When a local holder releases while other local contenders wait, the store lease is handed
-//! straight to the head of the line: no store release, no store acquire. The waiter extends the
-//! lease in the store first if less than half of its requested TTL is left. This turns a hot key
-//! from network-bound into memory-bound. To stay fair to other processes, hand-offs are bounded:
+//! When a local holder releases while another task of this process waits for the key (its wait
+//! holds a [`watch`](LockStore::watch) on the key), the store lease is kept for it instead of
+//! released: the head of the manager's line takes it on its next attempt, with no store release
+//! and no store acquire, extending it first if less than half of its requested TTL is left. A
+//! hot key then turns from network-bound into memory-bound. A try-lock never takes an offered
+//! lease (it would pass the waiters). To stay fair to other processes, hand-offs are bounded:
 //! after [`max_hand_offs`](LocalCompetitionLayer::max_hand_offs) consecutive hand-offs of one
 //! store lease, or once it has been held (across hand-offs) for
 //! [`max_hand_off_hold`](LocalCompetitionLayer::max_hand_off_hold), the next release is a real
-//! one and every contender, local or remote, competes in the store again. A lease the store
-//! granted while other processes queued for it ([`Lease::is_contended`]) is never handed off:
-//! those processes asked first.
+//! one. A lease the store granted while other processes queued for it ([`Lease::is_contended`])
+//! is never handed off: those processes asked first. An offer nobody is left to take (the last
+//! waiter gave up) is released in the background, through the layer's [`Lifecycle`].
 //!
-//! **Tokens across a hand-off.** The store record keeps the first holder's owner token and its
-//! fencing token. Each local holder's lease carries its own owner token (the layer maps it to the
-//! store lease for release and extend), but the *fencing token is the same for every local holder
-//! of one store lease*. Local holders never overlap in time (a hand-off happens after the previous
-//! holder released), and fencing still orders this process against every other process; it does
-//! not tell two consecutive local holders apart. If a downstream system must distinguish them
-//! (for example because a released holder may still have writes in flight), leave hand-off off.
+//! **Tokens across a hand-off.** The taker gets the store's lease as it is: the record's owner
+//! token and its fencing token, which the store, `inspect` and a forced release see. Local
+//! holders never overlap in time (a hand-off happens after the previous holder released), and
+//! fencing still orders this process against every other process; it does not tell two
+//! consecutive local holders apart. If a downstream system must distinguish them (because a
+//! released holder may still have writes in flight), leave hand-off off.
 //!
 //! # Where it belongs
 //! Below reentrancy (a holder re-taking its own key must count up, not fail fast on itself) and
-//! above everything that does I/O (shutdown tracking, unlock window, readback), so a local
-//! fast-fail costs no I/O and a hand-off is invisible below: they see one store lease.
+//! above everything that does I/O (shutdown tracking, unlock window, readback), so a fast-fail
+//! costs no I/O and a hand-off is invisible below: they see one store lease.
 //!
 //! # Cost
-//! Uncontended: a cache read on acquire and on release unless the thread's last look-up serves
-//! it, plus one when the entry's expiry has to move (taking with a new lease, emptying), a clock
-//! read and a few short mutex sections (docs/PERFORMANCE.md has the numbers; moka records every
-//! read for its policies). Contended: at most one cache read per acquisition, and no store I/O at
-//! all for fast-fails and local waits. Serving the line in arrival order wakes a different task
-//! at every hand-over: on the embedded store that task switch, not the layer, bounds a hot key's
-//! throughput (docs/PERFORMANCE.md).
+//! Uncontended: two cache writes per acquire (asking, then held) and one per release, each under
+//! moka's per-key lock (docs/PERFORMANCE.md has the numbers). Contended: one cache read per
+//! refused try, no store I/O.
 
-mod acquire;
-mod entries;
+mod entry;
 mod permits;
-mod slot;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use moka::ops::compute::Op;
+use moka::sync::Cache;
 use tokio::time::Instant;
 
 use crate::core::{
     validate_ttl, Acquire, Error, ErrorKind, Layer, LayeredStore, Lease, Lifecycle, LockEvent,
     LockKey, LockStore, Observers, OwnerToken, ReleaseWatch, Result,
 };
-use acquire::Vacate;
-use entries::Shared;
+use crate::KeyMap;
+use entry::{Local, Run};
 use permits::LocalPermits;
-use slot::{HandOff, Release, Slot};
 
 /// Default bound of consecutive local hand-offs of one store lease.
 pub const DEFAULT_MAX_HAND_OFFS: u32 = 8;
 /// Default bound of how long one store lease may be passed around by local hand-offs.
 pub const DEFAULT_MAX_HAND_OFF_HOLD: Duration = Duration::from_millis(500);
-/// Default bound of keys with a local entry: 100 000 entries are ≈ 60 MB, more than the keys
-/// one process holds or waits for at once in any deployment we know of, and small enough to
-/// stay bounded under a flood of unique keys.
+/// Default bound of keys with a local entry: more than the keys one process holds at once in any
+/// deployment we know of, and small enough to stay bounded under a flood of unique keys.
 pub const DEFAULT_CAPACITY: u64 = 100_000;
-/// At capacity with every entry in use, how long before idle entries are looked for again (a
-/// look is a pass over the whole cache).
-const RECLAIM_GAP: Duration = Duration::from_millis(100);
+
+/// The hand-off policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HandOff {
+    enabled: bool,
+    max_hand_offs: u32,
+    max_hold: Duration,
+}
 
 /// Local competition: the configuration and the [`Layer`] (like tower's `TimeoutLayer`).
 ///
@@ -178,8 +128,8 @@ impl Default for LocalCompetitionLayer {
 }
 
 impl LocalCompetitionLayer {
-    /// The default: fast-fail and local waiting, no hand-off, [`DEFAULT_CAPACITY`] keys, no
-    /// observers, a lifecycle of its own.
+    /// The default: fast-fail, no hand-off, [`DEFAULT_CAPACITY`] keys, no observers, a lifecycle
+    /// of its own.
     pub fn new() -> Self {
         LocalCompetitionLayer::default()
     }
@@ -205,7 +155,7 @@ impl LocalCompetitionLayer {
     }
 
     /// Sets how many keys may have a local entry at once (default [`DEFAULT_CAPACITY`]; at
-    /// least 1). Beyond it, new keys go to the store without local competition.
+    /// least 1). Beyond it the cache drops keys to make room (see the module docs).
     pub fn capacity(mut self, keys: u64) -> Self {
         self.capacity = keys.max(1);
         self
@@ -230,9 +180,9 @@ impl LocalCompetitionLayer {
         self
     }
 
-    /// Shuts down with `lifecycle` (a manager passes its own): closing it refuses acquisitions
-    /// and wakes local waiters, and its [`wait`](Lifecycle::wait) covers the background
-    /// releases. Every store this layer wraps shares it.
+    /// Shuts down with `lifecycle` (a manager passes its own): closing it refuses acquisitions,
+    /// and its [`wait`](Lifecycle::wait) covers the background releases of unclaimed offers.
+    /// Every store this layer wraps shares it.
     pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
         self.lifecycle = lifecycle;
         self
@@ -243,9 +193,15 @@ impl<S: LockStore> Layer<S> for LocalCompetitionLayer {
     type Store = LocalCompetition<S>;
 
     fn layer(&self, inner: S) -> LocalCompetition<S> {
+        let inner = Arc::new(inner);
+        let give_back = {
+            let (inner, lifecycle) = (inner.clone(), self.lifecycle.clone());
+            move |lease| release_in_background(&inner, &lifecycle, lease)
+        };
         LocalCompetition {
-            inner: Arc::new(inner),
-            shared: Arc::new(Shared::new(self.capacity)),
+            cache: entry::cache(self.capacity, give_back),
+            inner,
+            waited: Arc::default(),
             hand_off: self.hand_off,
             observers: self.observers.clone(),
             lifecycle: self.lifecycle.clone(),
@@ -254,10 +210,14 @@ impl<S: LockStore> Layer<S> for LocalCompetitionLayer {
     }
 }
 
-/// A store where local contenders meet in memory first (see the [module docs](self)).
+/// A store where this process's contenders for a key are refused in memory while another of its
+/// tasks holds it (see the [module docs](self)).
 pub struct LocalCompetition<S> {
     inner: Arc<S>,
-    shared: Arc<Shared>,
+    cache: Cache<LockKey, Local>,
+    /// Keys tasks of this process wait for, with how many (their watches): where a release may
+    /// hand its lease off. Counted only with hand-off on.
+    waited: Arc<KeyMap<usize>>,
     hand_off: HandOff,
     observers: Observers,
     lifecycle: Lifecycle,
@@ -268,11 +228,30 @@ impl<S: LockStore> std::fmt::Debug for LocalCompetition<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalCompetition")
             .field("store", &self.inner.name())
-            .field("keys", &self.shared.entries.load(Ordering::Relaxed))
-            .field("capacity", &self.shared.capacity)
+            .field("keys", &self.cache.entry_count())
             .field("hand_off", &self.hand_off)
             .finish()
     }
+}
+
+/// What a try found in the cache.
+enum Found {
+    /// Free locally: this call is now the key's asker.
+    Free,
+    /// Held, being asked for, or offered to a waiter, until then.
+    Busy(Instant),
+    /// A lease offered to this waiter.
+    Offer(Lease),
+}
+
+/// What a release decided.
+enum Released {
+    /// Not this layer's holder: the store decides.
+    NotHolder,
+    /// Kept for the waiting head: the `n`th consecutive hand-off.
+    HandedOff(u32),
+    /// A real release.
+    ToStore,
 }
 
 impl<S: LockStore> LocalCompetition<S> {
@@ -281,19 +260,11 @@ impl<S: LockStore> LocalCompetition<S> {
         LocalCompetitionLayer::new().layer(inner)
     }
 
-    /// Keys with a local entry, including emptied ones not reclaimed yet (expired ones are
-    /// dropped first).
+    /// Keys with a local entry (held, being asked for, or offered), once the cache has applied
+    /// its pending work.
     pub fn local_keys(&self) -> usize {
-        self.shared.cache.run_pending_tasks();
-        usize::try_from(self.shared.entries.load(Ordering::Acquire)).unwrap_or(0)
-    }
-
-    /// Reclaims now the entries nobody holds, is offered or waits for (the cache drops them by
-    /// itself at their expiry, and at capacity); returns how many were removed.
-    pub fn reclaim_idle(&self) -> usize {
-        let removed = self.shared.reclaim(Instant::now());
-        self.shared.cache.run_pending_tasks();
-        removed
+        self.cache.run_pending_tasks();
+        usize::try_from(self.cache.entry_count()).unwrap_or(usize::MAX)
     }
 
     /// The lifecycle this store shuts down with.
@@ -306,42 +277,181 @@ impl<S: LockStore> LocalCompetition<S> {
         &self.inner
     }
 
-    /// A holder's release decided in `slot`, and the head's wake-up if the key is free now.
-    fn release_in(&self, slot: &Arc<Slot>, lease: &Lease) -> (Release, Option<Arc<Notify>>) {
-        let mut st = slot.lock();
+    /// An exclusive acquire: refused in memory while the key is another local task's, a lease
+    /// offered to a waiter taken, else asked of the store as the key's one asker.
+    async fn acquire_exclusive(&self, req: &Acquire) -> Result<Lease> {
+        if req.waiter.is_some() && self.inner.capabilities().waiter_line {
+            // Strict FIFO: every waiter keeps its own place in the store's line; being refused
+            // here would keep it from taking it.
+            return self.inner.try_acquire(req).await;
+        }
         let now = Instant::now();
-        let decision = st.release(lease, self.hand_off, now);
-        if matches!(decision, Release::HandedOff { .. }) {
-            self.shared.settle(lease.key(), slot, &mut st, now);
+        let mut found = Found::Free;
+        self.cache.entry_by_ref(&req.key).and_compute_with(|entry| {
+            match entry.map(|e| e.into_value()) {
+                Some(Local::Offered { lease, run })
+                    if req.waiter.is_some() && lease.expires_at() > now =>
+                {
+                    found = Found::Offer(lease.clone());
+                    Op::Put(Local::Held { lease, run })
+                }
+                Some(local) if local.is_live(now) => {
+                    found = Found::Busy(local.until());
+                    Op::Nop
+                }
+                _ => Op::Put(Local::Taken {
+                    token: req.token.clone(),
+                    until: now + req.ttl,
+                }),
+            }
+        });
+        match found {
+            Found::Free => self.ask_store(req).await,
+            Found::Offer(lease) => self.take_offer(req, lease).await,
+            Found::Busy(until) => {
+                self.observers.emit(|| LockEvent::FastFailed {
+                    key: req.key.clone(),
+                });
+                Err(Error::unavailable(&req.key)
+                    .with_retry_after(until.saturating_duration_since(now)))
+            }
         }
-        let head = st.head_wake();
-        (decision, head)
     }
 
-    /// Frees the slot if `token` still holds it, gives the entry its new expiry, and wakes the
-    /// head of the line.
-    fn vacate(&self, key: &LockKey, slot: &Arc<Slot>, token: &OwnerToken) {
-        let wake = {
-            let mut st = slot.lock();
-            let wake = st.vacate(token);
-            self.shared.settle(key, slot, &mut st, Instant::now());
-            wake
-        };
-        if let Some(wake) = wake {
-            wake.notify_waiters();
+    /// Asks the store as the key's asker; the entry records the grant, or goes on error and
+    /// cancellation.
+    async fn ask_store(&self, req: &Acquire) -> Result<Lease> {
+        let mut undo = Undo::new(self, &req.key, req.token.clone());
+        let lease = self.inner.try_acquire(req).await?;
+        undo.armed = false;
+        if self.hand_off.enabled {
+            // The entry keeps the lease only where a hand-off may need it: without, the asker's
+            // entry (its token, until the end of the TTL it asked for) serves as the holder's,
+            // one cache write less per acquisition.
+            self.hold(&req.token, &lease, Run::start(Instant::now()));
+        }
+        Ok(lease)
+    }
+
+    /// Records `lease` as held where the entry is still `asker`'s (or was dropped meanwhile).
+    fn hold(&self, asker: &OwnerToken, lease: &Lease, run: Run) {
+        self.cache
+            .entry_by_ref(lease.key())
+            .and_compute_with(|entry| match entry.map(|e| e.into_value()) {
+                Some(local) if !local.is_of(asker) && local.is_live(Instant::now()) => Op::Nop,
+                _ => Op::Put(Local::Held {
+                    lease: lease.clone(),
+                    run,
+                }),
+            });
+    }
+
+    /// Takes a lease a local holder left for this waiter, extending it first if less than half
+    /// of the requested TTL is left. On error or cancellation the entry goes and the lease is
+    /// released.
+    async fn take_offer(&self, req: &Acquire, lease: Lease) -> Result<Lease> {
+        if lease.remaining() >= req.ttl / 2 {
+            return Ok(lease);
+        }
+        let mut undo = Undo::new(self, &req.key, lease.token().clone());
+        undo.give_back = Some(lease.clone());
+        match self.inner.extend(&lease, req.ttl).await {
+            Ok(renewed) => {
+                let mut kept = false;
+                self.cache.entry_by_ref(&req.key).and_compute_with(|entry| {
+                    match entry.map(|e| e.into_value()) {
+                        // Still this lease's (the extend may have outlasted it, and another task
+                        // be asking now).
+                        Some(Local::Held { lease: held, run })
+                            if held.token() == renewed.token() =>
+                        {
+                            kept = true;
+                            Op::Put(Local::Held {
+                                lease: renewed.clone(),
+                                run,
+                            })
+                        }
+                        _ => Op::Nop,
+                    }
+                });
+                if !kept {
+                    undo.give_back = Some(renewed);
+                    return Err(Error::unavailable(&req.key));
+                }
+                undo.armed = false;
+                Ok(renewed)
+            }
+            Err(error) if error.kind() == ErrorKind::NotHeld => {
+                // Lost under us: ask the store afresh, still as the key's asker.
+                undo.give_back = None;
+                drop(undo);
+                let mut asking = false;
+                let now = Instant::now();
+                self.cache.entry_by_ref(&req.key).and_compute_with(|entry| {
+                    match entry.map(|e| e.into_value()) {
+                        Some(local) if local.is_live(now) => Op::Nop,
+                        _ => {
+                            asking = true;
+                            Op::Put(Local::Taken {
+                                token: req.token.clone(),
+                                until: now + req.ttl,
+                            })
+                        }
+                    }
+                });
+                if !asking {
+                    return Err(Error::unavailable(&req.key));
+                }
+                self.ask_store(req).await
+            }
+            // Unknown whether it still holds, and too short to hand out as asked for.
+            Err(error) => Err(error),
         }
     }
 
-    fn release_in_background(&self, lease: Lease) {
-        release_in_background(&self.inner, &self.lifecycle, lease);
+    /// A holder's release decided in the cache: hand the lease to a waiting task of this
+    /// process, or let the store release it.
+    fn release_locally(&self, lease: &Lease) -> Released {
+        let now = Instant::now();
+        let policy = self.hand_off;
+        let mut decision = Released::NotHolder;
+        self.cache
+            .entry_by_ref(lease.key())
+            .and_compute_with(|entry| match entry.map(|e| e.into_value()) {
+                Some(Local::Held { lease: held, run }) if held.token() == lease.token() => {
+                    // Under the key's lock, as the last waiter's leaving is: an offer is made
+                    // only while someone is there to take it.
+                    let waited =
+                        policy.enabled && self.waited.get(lease.key()).is_some_and(|n| *n > 0);
+                    if waited
+                        && !held.is_contended()
+                        && run.hand_offs < policy.max_hand_offs
+                        && now.saturating_duration_since(run.since) < policy.max_hold
+                        && now < held.expires_at()
+                    {
+                        let run = Run {
+                            hand_offs: run.hand_offs + 1,
+                            ..run
+                        };
+                        decision = Released::HandedOff(run.hand_offs);
+                        Op::Put(Local::Offered { lease: held, run })
+                    } else {
+                        decision = Released::ToStore;
+                        Op::Remove
+                    }
+                }
+                Some(Local::Taken { token, .. }) if token == *lease.token() => {
+                    decision = Released::ToStore;
+                    Op::Remove
+                }
+                _ => Op::Nop,
+            });
+        decision
     }
 
-    /// Readers and semaphore permits: no one-at-a-time slot (many hold at once), but a permit
+    /// Readers and semaphore permits: many hold at once, so no one-at-a-time entry, but a permit
     /// request fails fast, with no store I/O, when this process already holds every permit.
     async fn acquire_shared(&self, req: &Acquire) -> Result<Lease> {
-        if self.lifecycle.is_closing() {
-            return Err(Error::shut_down().with_key(req.key.as_str()));
-        }
         let Some(permits) = req.mode.permits() else {
             return self.inner.try_acquire(req).await;
         };
@@ -365,8 +475,11 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
     }
 
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
-        // Before `now + ttl` below: used alone, this layer may be the first to see the request.
+        // Before `now + ttl`: used alone, this layer may be the first to see the request.
         validate_ttl(req.ttl)?;
+        if self.lifecycle.is_closing() {
+            return Err(Error::shut_down().with_key(req.key.as_str()));
+        }
         if req.mode.is_shared_record() {
             self.acquire_shared(req).await
         } else {
@@ -375,34 +488,36 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
     }
 
     async fn watch(&self, key: &LockKey) -> ReleaseWatch {
-        // The watch is the wait's registration: when it ends, so does the waiter's place in line.
         let watch = self.inner.watch(key).await;
-        let (waiter, key) = (watch.waiter(), key.clone());
-        let (shared, inner, lifecycle) = (
-            self.shared.clone(),
-            self.inner.clone(),
-            self.lifecycle.clone(),
-        );
+        if !self.hand_off.enabled || self.inner.capabilities().waiter_line {
+            // No hand-off, or none to waiters the store lines up itself (they take their places
+            // there, never an offer here).
+            return watch;
+        }
+        // A waiter of this process: releases of the key may hand their lease off to it. The
+        // last one leaving takes an offer nobody is left to claim back to the store.
+        *self.waited.entry(key.clone()).or_default() += 1;
+        let (cache, waited, key) = (self.cache.clone(), self.waited.clone(), key.clone());
+        let (inner, lifecycle) = (self.inner.clone(), self.lifecycle.clone());
         watch.also_on_drop(move || {
-            // Only a place kept between attempts is still in line here: every other attempt
-            // left the line when it ended (served, or its `InLine` guard dropped).
-            if shared.kept.remove(&waiter).is_none() {
-                return;
-            }
-            let Some(slot) = shared.read(&key) else {
-                return;
-            };
-            let left = {
-                let mut st = slot.lock();
-                let left = st.leave(waiter);
-                shared.settle(&key, &slot, &mut st, Instant::now());
-                left
-            };
-            if let Some(wake) = left.wake {
-                wake.notify_waiters();
-            }
-            if let Some(orphan) = left.orphan {
-                release_in_background(&inner, &lifecycle, orphan);
+            let mut orphan = None;
+            cache.entry_by_ref(&key).and_compute_with(|entry| {
+                let last = waited
+                    .remove_if_mut(&key, |_, n| {
+                        *n -= 1;
+                        *n == 0
+                    })
+                    .is_some();
+                match entry.map(|e| e.into_value()) {
+                    Some(Local::Offered { lease, .. }) if last => {
+                        orphan = Some(lease);
+                        Op::Remove
+                    }
+                    _ => Op::Nop,
+                }
+            });
+            if let Some(lease) = orphan {
+                release_in_background(&inner, &lifecycle, lease);
             }
         })
     }
@@ -412,51 +527,21 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
             self.permits.forget(lease);
             return self.inner.release(lease).await;
         }
-        let Some(mut slot) = self.shared.lookup(lease.key()) else {
-            return self.inner.release(lease).await;
-        };
-        let (mut decision, mut head) = self.release_in(&slot, lease);
-        if decision == Release::NotHolder {
-            // The thread's last look-up may be an entry that left the cache: ask the cache.
-            match self.shared.read(lease.key()) {
-                Some(read) if !Arc::ptr_eq(&read, &slot) => {
-                    slot = read;
-                    (decision, head) = self.release_in(&slot, lease);
-                }
-                _ => {}
-            }
-        }
-        let store = match decision {
-            // Not the local holder's lease (stale or foreign): the store decides.
-            Release::NotHolder => return self.inner.release(lease).await,
-            Release::HandedOff { consecutive } => {
-                if let Some(head) = head {
-                    head.notify_waiters();
-                }
+        match self.release_locally(lease) {
+            Released::HandedOff(consecutive) => {
                 self.observers.emit(|| LockEvent::HandedOff {
                     key: lease.key().clone(),
                     consecutive,
                 });
-                return Ok(true);
+                Ok(true)
             }
-            Release::ToStore { store } => store,
-        };
-        // A real release: the holder stays in place (the key is still held in the store) until
-        // the store answered, or this call is cancelled; then a handed store lease is still
-        // released (in the background), as its mapping goes away.
-        let mut vacate = Vacate::new(self, lease.key(), &slot, lease.token());
-        if store.token() != lease.token() {
-            vacate.give_back = Some(store.clone());
+            Released::ToStore | Released::NotHolder => self.inner.release(lease).await,
         }
-        let released = self.inner.release(&store).await;
-        vacate.give_back = None;
-        released
     }
 
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        // Rare next to acquire and release: a cache read, not the thread's last look-up.
+        let renewed = self.inner.extend(lease, ttl).await;
         if lease.mode().is_shared_record() {
-            let renewed = self.inner.extend(lease, ttl).await;
             match &renewed {
                 Ok(renewed) => self.permits.extended(renewed),
                 Err(e) if e.kind() == ErrorKind::NotHeld => self.permits.forget(lease),
@@ -464,22 +549,31 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
             }
             return renewed;
         }
-        let slot = self.shared.cache.get(lease.key());
-        let store = slot
-            .as_ref()
-            .and_then(|slot| slot.lock().store_lease(lease));
-        let (Some(slot), Some(store)) = (slot, store) else {
-            return self.inner.extend(lease, ttl).await;
-        };
-        let renewed = self.inner.extend(&store, ttl).await?;
-        {
-            let mut st = slot.lock();
-            if st.renewed(lease.token(), &renewed) {
-                self.shared
-                    .settle(lease.key(), &slot, &mut st, Instant::now());
-            }
+        let lost = matches!(&renewed, Err(e) if e.kind() == ErrorKind::NotHeld);
+        if renewed.is_ok() || lost {
+            self.cache
+                .entry_by_ref(lease.key())
+                .and_compute_with(|entry| match entry.map(|e| e.into_value()) {
+                    Some(Local::Held { lease: held, run }) if held.token() == lease.token() => {
+                        match &renewed {
+                            Ok(renewed) => Op::Put(Local::Held {
+                                lease: renewed.clone(),
+                                run,
+                            }),
+                            Err(_) => Op::Remove,
+                        }
+                    }
+                    Some(Local::Taken { token, .. }) if token == *lease.token() => match &renewed {
+                        Ok(renewed) => Op::Put(Local::Taken {
+                            token,
+                            until: renewed.expires_at(),
+                        }),
+                        Err(_) => Op::Remove,
+                    },
+                    _ => Op::Nop,
+                });
         }
-        Ok(renewed.with_token(lease.token().clone()))
+        renewed
     }
 
     async fn shutdown(&self) -> Result<usize> {
@@ -489,8 +583,49 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
     }
 }
 
-/// Releases a handed-off store lease nobody will use (owner-checked, so harmless if it is gone
-/// already), tracked by the lifecycle so a shutdown can wait for it.
+/// Frees the entry of `token` when dropped while armed (on error and cancellation), and releases
+/// `give_back` then: once the entry is gone nobody here knows that lease, and it would block the
+/// key, here and elsewhere, for its whole TTL.
+struct Undo<'a, S: LockStore> {
+    layer: &'a LocalCompetition<S>,
+    key: &'a LockKey,
+    token: OwnerToken,
+    give_back: Option<Lease>,
+    armed: bool,
+}
+
+impl<'a, S: LockStore> Undo<'a, S> {
+    fn new(layer: &'a LocalCompetition<S>, key: &'a LockKey, token: OwnerToken) -> Self {
+        Undo {
+            layer,
+            key,
+            token,
+            give_back: None,
+            armed: true,
+        }
+    }
+}
+
+impl<S: LockStore> Drop for Undo<'_, S> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.layer
+            .cache
+            .entry_by_ref(self.key)
+            .and_compute_with(|entry| match entry.map(|e| e.into_value()) {
+                Some(local) if local.is_of(&self.token) => Op::Remove,
+                _ => Op::Nop,
+            });
+        if let Some(lease) = self.give_back.take() {
+            release_in_background(&self.layer.inner, &self.layer.lifecycle, lease);
+        }
+    }
+}
+
+/// Releases a store lease nobody will use (owner-checked, so harmless if it is gone already),
+/// tracked by the lifecycle so a shutdown can wait for it.
 fn release_in_background<S: LockStore>(inner: &Arc<S>, lifecycle: &Lifecycle, lease: Lease) {
     let inner = inner.clone();
     let key = lease.key().clone();

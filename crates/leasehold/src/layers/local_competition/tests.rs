@@ -12,25 +12,44 @@ fn local(scripted: &ScriptedStore, layer: LocalCompetitionLayer) -> (Local, even
     (Arc::new(store), seen)
 }
 
-fn blocking(entity: &str, ttl_ms: u64, wait: Duration) -> Acquire {
-    req(entity, ttl_ms).with_deadline(Some(Instant::now() + wait))
-}
-
-/// A task waiting (blocking acquire, deadline `wait` from now) for `entity`.
-fn spawn_waiter<S: LockStore>(
-    store: &Arc<LocalCompetition<S>>,
-    entity: &'static str,
-    ttl_ms: u64,
-    wait: Duration,
-) -> tokio::task::JoinHandle<Result<Lease>> {
-    let store = store.clone();
-    tokio::spawn(async move { store.try_acquire(&blocking(entity, ttl_ms, wait)).await })
-}
-
 /// Lets spawned tasks run until they park.
 async fn settle() {
     for _ in 0..20 {
         tokio::task::yield_now().await;
+    }
+}
+
+/// A gate for the scripted store's delayed answers: open it (or drop the sender) to let the
+/// answer through.
+fn gate() -> (
+    tokio::sync::oneshot::Sender<()>,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (open, rx) = tokio::sync::oneshot::channel::<()>();
+    (open, async move {
+        let _ = rx.await;
+    })
+}
+
+/// A waiter as the manager's head of line is one: a watch for the whole wait, and attempts that
+/// carry its waiter id.
+struct Wait {
+    watch: crate::core::ReleaseWatch,
+    deadline: Instant,
+}
+
+impl Wait {
+    async fn new(store: &Local, entity: &str) -> Wait {
+        Wait {
+            watch: store.watch(&key(entity)).await,
+            deadline: Instant::now() + Duration::from_secs(60),
+        }
+    }
+
+    fn attempt(&self, entity: &str, ttl_ms: u64) -> Acquire {
+        req(entity, ttl_ms)
+            .with_deadline(Some(self.deadline))
+            .with_waiter(Some(self.watch.waiter()))
     }
 }
 
@@ -40,9 +59,15 @@ async fn try_lock_fast_fails_without_store_io() {
     scripted.grant_acquire().expect_release(Ok(true));
     let (store, seen) = local(&scripted, LocalCompetitionLayer::default());
     let lease = store.try_acquire(&req("a", 10_000)).await.unwrap();
+    tokio::time::advance(Duration::from_secs(4)).await;
     for _ in 0..3 {
         let err = store.try_acquire(&req("a", 10_000)).await.unwrap_err();
         assert!(err.is_unavailable());
+        assert_eq!(
+            err.retry_after(),
+            Some(Duration::from_secs(6)),
+            "how long the holder's lease has left"
+        );
     }
     assert_eq!(
         scripted.count(Op::TryAcquire),
@@ -51,6 +76,7 @@ async fn try_lock_fast_fails_without_store_io() {
     );
     assert_eq!(seen.names(), ["fast_failed"; 3]);
     assert!(store.release(&lease).await.unwrap());
+    assert_eq!(store.local_keys(), 0, "a released key has no entry");
     scripted.grant_acquire();
     store.try_acquire(&req("a", 10_000)).await.unwrap();
     assert_eq!(store.local_keys(), 1, "one entry per key");
@@ -58,83 +84,34 @@ async fn try_lock_fast_fails_without_store_io() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn blocking_lock_is_woken_by_the_local_release() {
-    let scripted = ScriptedStore::new();
-    scripted
-        .grant_acquire()
-        .expect_release(Ok(true))
-        .grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
-    let first = store.try_acquire(&req("a", 10_000)).await.unwrap();
-    let waiter = spawn_waiter(&store, "a", 10_000, Duration::from_secs(60));
-    settle().await;
-    assert_eq!(
-        scripted.count(Op::TryAcquire),
-        1,
-        "the waiter waits in memory"
-    );
-    let started = Instant::now();
-    store.release(&first).await.unwrap();
-    let second = waiter.await.unwrap().unwrap();
-    assert_eq!(
-        started.elapsed(),
-        Duration::ZERO,
-        "woken at once, not by polling"
-    );
-    assert_ne!(second.token(), first.token());
-    assert_eq!(
-        scripted.ops(),
-        [Op::TryAcquire, Op::Release, Op::TryAcquire]
-    );
-    scripted.verify();
-}
-
-#[tokio::test(start_paused = true)]
-async fn blocking_lock_times_out_locally() {
-    let scripted = ScriptedStore::new();
-    scripted.grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
-    let _held = store.try_acquire(&req("a", 60_000)).await.unwrap();
-    let err = store
-        .try_acquire(&blocking("a", 1000, Duration::from_secs(2)))
-        .await
-        .unwrap_err();
-    assert!(err.is_unavailable());
-    assert_eq!(scripted.count(Op::TryAcquire), 1);
-    scripted.verify();
-}
-
-#[tokio::test(start_paused = true)]
 async fn one_store_talker_per_key() {
     let scripted = ScriptedStore::new();
-    let (gate, open) = tokio::sync::oneshot::channel::<()>();
+    let (open, answer) = gate();
     // The first acquire is slow and finds the key held by another process.
-    scripted.expect_acquire_after(
-        async move {
-            let _ = open.await;
-        },
-        |r| Err(Error::unavailable(&r.key)),
-    );
+    scripted.expect_acquire_after(answer, |r| Err(Error::unavailable(&r.key)));
     scripted.grant_acquire();
     let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let s = store.clone();
     let slow = tokio::spawn(async move { s.try_acquire(&req("a", 10_000)).await });
     settle().await;
-    assert!(store
-        .try_acquire(&req("a", 10_000))
-        .await
-        .unwrap_err()
-        .is_unavailable());
-    let waiter = spawn_waiter(&store, "a", 10_000, Duration::from_secs(60));
-    settle().await;
+    for _ in 0..3 {
+        assert!(store
+            .try_acquire(&req("a", 10_000))
+            .await
+            .unwrap_err()
+            .is_unavailable());
+    }
     assert_eq!(
         scripted.count(Op::TryAcquire),
         1,
         "only the first talks to the store"
     );
-    gate.send(()).unwrap();
+    open.send(()).unwrap();
     assert!(slow.await.unwrap().unwrap_err().is_unavailable());
-    assert!(waiter.await.unwrap().is_ok(), "then the waiter, in turn");
+    assert!(
+        store.try_acquire(&req("a", 10_000)).await.is_ok(),
+        "a refusal frees the key locally"
+    );
     assert_eq!(scripted.count(Op::TryAcquire), 2);
     scripted.verify();
 }
@@ -189,25 +166,6 @@ async fn entry_never_outlives_its_lease() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn waiter_is_woken_when_a_leaked_lease_expires() {
-    let scripted = ScriptedStore::new();
-    scripted.grant_acquire().grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
-    let _leaked = store.try_acquire(&req("a", 1000)).await.unwrap();
-    let started = Instant::now();
-    store
-        .try_acquire(&blocking("a", 1000, Duration::from_secs(60)))
-        .await
-        .unwrap();
-    assert_eq!(
-        started.elapsed(),
-        Duration::from_secs(1),
-        "at the lease's expiry"
-    );
-    scripted.verify();
-}
-
-#[tokio::test(start_paused = true)]
 async fn foreign_release_and_extend_go_to_the_store() {
     let scripted = ScriptedStore::new();
     scripted
@@ -226,7 +184,48 @@ async fn foreign_release_and_extend_go_to_the_store() {
     let renewed = store.extend(&lease, Duration::from_secs(20)).await.unwrap();
     assert_eq!(renewed.token(), lease.token());
     assert_eq!(renewed.ttl(), Duration::from_secs(20));
+    tokio::time::advance(Duration::from_secs(15)).await;
+    assert!(
+        store.try_acquire(&req("a", 10_000)).await.is_err(),
+        "held locally until the extended lease's end"
+    );
     assert!(store.release(&renewed).await.unwrap());
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_frees_the_key_locally() {
+    let scripted = ScriptedStore::new();
+    scripted
+        .grant_acquire()
+        .expect_extend(Err(Error::not_held("gone")))
+        .grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
+    let lease = store.try_acquire(&req("a", 10_000)).await.unwrap();
+    let err = store.extend(&lease, Duration::from_secs(10)).await;
+    assert_eq!(err.unwrap_err().kind(), ErrorKind::NotHeld);
+    store.try_acquire(&req("a", 10_000)).await.unwrap();
+    scripted.verify();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_try_never_takes_a_lease_offered_to_a_waiter() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire();
+    let (store, _) = local(&scripted, LocalCompetitionLayer::new().hand_off(true));
+    let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let waiter = Wait::new(&store, "a").await;
+    assert!(store.release(&lease).await.unwrap(), "handed off");
+    assert!(
+        store.try_acquire(&req("a", 60_000)).await.is_err(),
+        "offered to the waiter"
+    );
+    let taken = store
+        .try_acquire(&waiter.attempt("a", 60_000))
+        .await
+        .unwrap();
+    assert_eq!(taken.token(), lease.token(), "the store's lease as it is");
+    assert_eq!(scripted.ops(), [Op::TryAcquire]);
     scripted.verify();
 }
 
@@ -239,15 +238,12 @@ async fn hand_off_skips_the_store_and_is_bounded() {
     let mut lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
     let first = lease.clone();
     for round in 1..=2 {
-        let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
-        settle().await;
+        let waiter = Wait::new(&store, "a").await;
         assert!(store.release(&lease).await.unwrap());
-        let next = waiter.await.unwrap().unwrap();
-        assert_ne!(
-            next.token(),
-            lease.token(),
-            "each local holder has its own token"
-        );
+        let next = store
+            .try_acquire(&waiter.attempt("a", 60_000))
+            .await
+            .unwrap();
         assert_eq!(
             next.fencing_token(),
             first.fencing_token(),
@@ -274,15 +270,13 @@ async fn hand_off_skips_the_store_and_is_bounded() {
         ]
     );
     // The bound is reached: the next release is a real one, under the store's token.
-    let s = store.clone();
     scripted.expect_release(Ok(true)).grant_acquire();
-    let waiter = tokio::spawn(async move {
-        s.try_acquire(&blocking("a", 60_000, Duration::from_secs(60)))
-            .await
-    });
-    settle().await;
+    let waiter = Wait::new(&store, "a").await;
     assert!(store.release(&lease).await.unwrap());
-    let fresh = waiter.await.unwrap().unwrap();
+    let fresh = store
+        .try_acquire(&waiter.attempt("a", 60_000))
+        .await
+        .unwrap();
     let calls = scripted.calls();
     assert_eq!(
         scripted.ops(),
@@ -309,11 +303,13 @@ async fn hand_off_hold_time_is_bounded() {
         .max_hand_off_hold(Duration::from_millis(100));
     let (store, seen) = local(&scripted, config);
     let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
-    let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
-    settle().await;
+    let waiter = Wait::new(&store, "a").await;
     tokio::time::advance(Duration::from_millis(100)).await;
     store.release(&lease).await.unwrap();
-    waiter.await.unwrap().unwrap();
+    store
+        .try_acquire(&waiter.attempt("a", 60_000))
+        .await
+        .unwrap();
     assert_eq!(
         scripted.ops(),
         [Op::TryAcquire, Op::Release, Op::TryAcquire]
@@ -322,19 +318,32 @@ async fn hand_off_hold_time_is_bounded() {
     scripted.verify();
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_contended_lease_is_never_handed_off() {
+    let scripted = ScriptedStore::new();
+    let this = scripted.clone();
+    scripted
+        .expect_acquire_with(move |req| Ok(this.lease_for(req).with_contended(true)))
+        .expect_release(Ok(true));
+    let (store, seen) = local(&scripted, LocalCompetitionLayer::new().hand_off(true));
+    let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let _waiter = Wait::new(&store, "a").await;
+    assert!(store.release(&lease).await.unwrap());
+    assert!(seen.names().is_empty(), "yields to the processes queued");
+    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Release]);
+    scripted.verify();
+}
+
 /// Local competition with hand-off over `scripted` (which must grant the first acquire): a lease
-/// of 1 s taken, a waiter (TTL 1 s) registered, and the lease handed to it 600 ms in — with less
-/// than half its TTL left, so the waiter extends it first.
-async fn hand_off_with_little_time_left(
-    scripted: &ScriptedStore,
-) -> (Local, Lease, tokio::task::JoinHandle<Result<Lease>>) {
+/// of 1 s taken, a waiter registered, and the lease handed to it 600 ms in — with less than half
+/// its TTL left, so the waiter extends it when it takes it.
+async fn hand_off_with_little_time_left(scripted: &ScriptedStore) -> (Local, Lease, Wait) {
     let config = LocalCompetitionLayer::new()
         .hand_off(true)
         .max_hand_off_hold(Duration::from_secs(60));
     let (store, _) = local(scripted, config);
     let lease = store.try_acquire(&req("a", 1000)).await.unwrap();
-    let waiter = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
-    settle().await;
+    let waiter = Wait::new(&store, "a").await;
     tokio::time::advance(Duration::from_millis(600)).await;
     assert!(store.release(&lease).await.unwrap(), "handed off");
     (store, lease, waiter)
@@ -344,8 +353,8 @@ async fn hand_off_with_little_time_left(
 async fn hand_off_extends_a_short_lease() {
     let scripted = ScriptedStore::new();
     scripted.grant_acquire().grant_extend();
-    let (_store, lease, waiter) = hand_off_with_little_time_left(&scripted).await;
-    let next = waiter.await.unwrap().unwrap();
+    let (store, lease, waiter) = hand_off_with_little_time_left(&scripted).await;
+    let next = store.try_acquire(&waiter.attempt("a", 1000)).await.unwrap();
     assert_eq!(
         next.remaining(),
         Duration::from_millis(1000),
@@ -358,6 +367,11 @@ async fn hand_off_extends_a_short_lease() {
         Some(lease.token()),
         "extended under the store token"
     );
+    tokio::time::advance(Duration::from_millis(900)).await;
+    assert!(
+        store.try_acquire(&req("a", 1000)).await.is_err(),
+        "held locally until the extended lease's end"
+    );
     scripted.verify();
 }
 
@@ -367,135 +381,30 @@ async fn unclaimed_hand_off_is_released_in_the_store() {
     scripted.grant_acquire().expect_release(Ok(true));
     let (store, _) = local(&scripted, LocalCompetitionLayer::new().hand_off(true));
     let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
-    let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
-    settle().await;
+    let waiter = Wait::new(&store, "a").await;
     assert!(store.release(&lease).await.unwrap(), "handed off");
-    waiter.abort(); // the waiter goes away before taking it
-    assert!(waiter.await.unwrap_err().is_cancelled());
+    drop(waiter); // the waiter goes away before taking it
     settle().await;
     assert_eq!(
         scripted.ops(),
         [Op::TryAcquire, Op::Release],
         "given back to the store"
     );
-    scripted.verify();
-}
-
-#[tokio::test(start_paused = true)]
-async fn shutdown_wakes_local_waiters() {
-    let scripted = ScriptedStore::new();
-    scripted.grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
-    let _held = store.try_acquire(&req("a", 60_000)).await.unwrap();
-    let waiter = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
-    settle().await;
-    store.shutdown().await.unwrap();
-    let err = waiter.await.unwrap().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::ShutDown);
-    scripted.verify();
-}
-
-#[tokio::test(start_paused = true)]
-async fn idle_entries_are_reclaimed_and_held_ones_kept() {
-    let scripted = ScriptedStore::new();
-    scripted
-        .grant_acquire()
-        .grant_acquire()
-        .expect_release(Ok(true));
-    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
-    let _held = store.try_acquire(&req("held", 10_000)).await.unwrap();
-    let done = store.try_acquire(&req("done", 10_000)).await.unwrap();
-    assert!(store.release(&done).await.unwrap());
-    assert_eq!(
-        store.local_keys(),
-        2,
-        "the emptied entry is reused until a sweep"
-    );
-    assert_eq!(store.reclaim_idle(), 1, "only the emptied entry goes");
-    assert_eq!(store.local_keys(), 1);
-    // A holder whose lease ran out (a leaked guard) no longer keeps its entry.
-    tokio::time::advance(Duration::from_secs(10)).await;
-    assert_eq!(store.reclaim_idle(), 1);
     assert_eq!(store.local_keys(), 0);
     scripted.verify();
 }
 
-/// On the real clock: moka expires entries on its own clock, which tokio's paused test clock
-/// does not move.
-#[tokio::test]
-async fn the_cache_reclaims_emptied_entries_by_itself_and_spares_waited_ones() {
-    let scripted = ScriptedStore::new();
-    scripted
-        .grant_acquire()
-        .expect_release(Ok(true))
-        .grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
-    let held = store.try_acquire(&req("a", 60_000)).await.unwrap();
-    let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
-    settle().await;
-    // Longer than an emptied entry lingers, while a task waits: its entry (and the holder's)
-    // stays.
-    tokio::time::sleep(Duration::from_millis(3500)).await;
-    assert_eq!(store.local_keys(), 1);
-    assert!(store.release(&held).await.unwrap());
-    let next = waiter.await.unwrap().unwrap();
-    assert_ne!(next.token(), held.token());
-    // Emptied by a release through a plain store path: expired by the cache about a second
-    // later (its idle linger).
-    scripted.expect_release(Ok(true));
-    assert!(store.release(&next).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert_eq!(store.local_keys(), 0, "reclaimed without being asked");
-    scripted.verify();
-}
-
-/// A gate for the scripted store's delayed answers: open it (or drop the sender) to let the
-/// answer through.
-fn gate() -> (
-    tokio::sync::oneshot::Sender<()>,
-    impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let (open, rx) = tokio::sync::oneshot::channel::<()>();
-    (open, async move {
-        let _ = rx.await;
-    })
-}
-
 #[tokio::test(start_paused = true)]
-async fn a_wake_up_arriving_as_the_deadline_passes_is_acted_on_not_lost() {
+async fn without_a_waiter_a_release_is_a_real_one() {
     let scripted = ScriptedStore::new();
-    scripted
-        .grant_acquire()
-        .expect_release(Ok(true))
-        .grant_acquire()
-        .expect_release(Ok(true))
-        .grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
-    let held = store.try_acquire(&req("a", 30_000)).await.unwrap();
-    let short = spawn_waiter(&store, "a", 30_000, Duration::from_secs(5));
-    settle().await;
-    let long = spawn_waiter(&store, "a", 30_000, Duration::from_secs(60));
-    settle().await;
-    tokio::time::advance(Duration::from_millis(4999)).await;
-    // The release wakes the first waiter; its deadline passes before it runs.
-    assert!(store.release(&held).await.unwrap());
-    tokio::time::advance(Duration::from_millis(2)).await;
-    let first = short
-        .await
-        .unwrap()
-        .expect("the woken waiter finds the key free and takes it");
-    let released_at = Instant::now();
-    assert!(store.release(&first).await.unwrap());
-    let second = long
-        .await
-        .unwrap()
-        .expect("the next waiter is woken in turn");
-    assert_eq!(
-        released_at.elapsed(),
-        Duration::ZERO,
-        "at the release, not at the old lease's expiry"
-    );
-    assert_ne!(second.token(), first.token());
+    scripted.grant_acquire().expect_release(Ok(true));
+    let (store, seen) = local(&scripted, LocalCompetitionLayer::new().hand_off(true));
+    let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let waiter = Wait::new(&store, "a").await;
+    drop(waiter); // the wait ended before the release
+    assert!(store.release(&lease).await.unwrap());
+    assert!(seen.names().is_empty());
+    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Release]);
     scripted.verify();
 }
 
@@ -507,7 +416,10 @@ async fn a_hand_off_whose_extend_fails_is_given_back_and_the_error_reported() {
         .expect_extend(Err(leasehold_testkit::scripted::reply_lost()))
         .expect_release(Ok(true));
     let (store, lease, waiter) = hand_off_with_little_time_left(&scripted).await;
-    let err = waiter.await.unwrap().unwrap_err();
+    let err = store
+        .try_acquire(&waiter.attempt("a", 1000))
+        .await
+        .unwrap_err();
     assert!(
         err.is_in_doubt(),
         "not a lease with 0.4 s left of 1 s: {err}"
@@ -535,48 +447,18 @@ async fn a_hand_off_cancelled_during_its_extend_is_given_back() {
             Ok(lease.renewed(ttl, Instant::now()))
         })
         .expect_release(Ok(true));
-    let (_store, lease, waiter) = hand_off_with_little_time_left(&scripted).await;
+    let (store, lease, waiter) = hand_off_with_little_time_left(&scripted).await;
+    let taking = {
+        let (store, attempt) = (store.clone(), waiter.attempt("a", 1000));
+        tokio::spawn(async move { store.try_acquire(&attempt).await })
+    };
     settle().await;
     assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Extend], "extending");
-    waiter.abort();
-    assert!(waiter.await.unwrap_err().is_cancelled());
+    taking.abort();
+    assert!(taking.await.unwrap_err().is_cancelled());
     settle().await;
     assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Extend, Op::Release]);
     assert_eq!(scripted.calls()[2].token.as_ref(), Some(lease.token()));
-    scripted.verify();
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_handed_lease_whose_release_is_cancelled_is_still_released() {
-    let scripted = ScriptedStore::new();
-    let (_open, release_gate) = gate();
-    scripted
-        .grant_acquire()
-        .expect_release_after(release_gate, Ok(true))
-        .expect_release(Ok(true));
-    let (store, _) = local(&scripted, LocalCompetitionLayer::new().hand_off(true));
-    let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
-    let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
-    settle().await;
-    assert!(store.release(&lease).await.unwrap(), "handed off");
-    let next = waiter.await.unwrap().unwrap();
-    assert_ne!(next.token(), lease.token());
-    let releasing = {
-        let store = store.clone();
-        tokio::spawn(async move { store.release(&next).await })
-    };
-    settle().await;
-    releasing.abort();
-    assert!(releasing.await.unwrap_err().is_cancelled());
-    settle().await;
-    let calls = scripted.calls();
-    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Release, Op::Release]);
-    assert_eq!(calls[1].token.as_ref(), Some(lease.token()));
-    assert_eq!(
-        calls[2].token.as_ref(),
-        Some(lease.token()),
-        "the store lease is released again, not under the local holder's own token"
-    );
     scripted.verify();
 }
 
@@ -591,31 +473,22 @@ async fn an_extend_that_outlasts_the_handed_lease_gives_it_back() {
         })
         .expect_acquire(Err(Error::unavailable(&key("a"))))
         .expect_release(Ok(true));
-    let config = LocalCompetitionLayer::new()
-        .hand_off(true)
-        .max_hand_off_hold(Duration::from_secs(60));
-    let (store, _) = local(&scripted, config);
-    let lease = store.try_acquire(&req("a", 1000)).await.unwrap();
-    let first = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
+    let (store, lease, waiter) = hand_off_with_little_time_left(&scripted).await;
+    let taking = {
+        let (store, attempt) = (store.clone(), waiter.attempt("a", 1000));
+        tokio::spawn(async move { store.try_acquire(&attempt).await })
+    };
     settle().await;
-    let second = spawn_waiter(&store, "a", 1000, Duration::from_secs(60));
-    settle().await;
-    tokio::time::advance(Duration::from_millis(600)).await;
-    assert!(
-        store.release(&lease).await.unwrap(),
-        "handed off to the first"
-    );
-    settle().await;
-    // The extend hangs past the lease's expiry: the second waiter takes the slot and asks the
-    // store (which still has the lock: the extend is on its way).
+    // The extend hangs past the lease's expiry: another task finds the key free locally and
+    // asks the store (which still has the lock: the extend is on its way).
     tokio::time::advance(Duration::from_millis(500)).await;
-    let err = second.await.unwrap().unwrap_err();
+    let err = store.try_acquire(&req("a", 1000)).await.unwrap_err();
     assert!(err.is_unavailable());
     open.send(()).unwrap();
-    let err = first.await.unwrap().unwrap_err();
+    let err = taking.await.unwrap().unwrap_err();
     assert!(
         err.is_unavailable(),
-        "no lease the layer no longer maps: {err}"
+        "no lease the layer no longer knows: {err}"
     );
     settle().await;
     assert_eq!(
@@ -639,151 +512,8 @@ async fn an_absurd_ttl_is_rejected_before_any_store_io() {
     assert!(scripted.ops().is_empty());
 }
 
-/// Local competition over the embedded store, with room for `capacity` keys.
-fn bounded(capacity: u64) -> (Arc<LocalCompetition<crate::MemoryStore>>, events::Seen) {
-    let (observers, seen) = events::capture();
-    let store = LocalCompetitionLayer::new()
-        .capacity(capacity)
-        .with_observers(observers)
-        .layer(crate::MemoryStore::new());
-    (Arc::new(store), seen)
-}
-
 #[tokio::test(start_paused = true)]
-async fn a_flood_of_unique_keys_stays_within_capacity() {
-    let (store, _) = bounded(8);
-    for i in 0..1000 {
-        let lease = store
-            .try_acquire(&req(&format!("flood-{i}"), 10_000))
-            .await
-            .unwrap();
-        assert!(store.release(&lease).await.unwrap());
-        assert!(store.local_keys() <= 8, "at most 8 entries, at key {i}");
-    }
-    assert_eq!(
-        store.local_keys(),
-        8,
-        "emptied entries are reused up to capacity"
-    );
-    // Held keys count too, and keys beyond capacity still lock (through the store).
-    let mut held = Vec::new();
-    for i in 0..100 {
-        held.push(
-            store
-                .try_acquire(&req(&format!("held-{i}"), 10_000))
-                .await
-                .unwrap(),
-        );
-    }
-    assert_eq!(store.local_keys(), 8);
-    for (i, _) in held.iter().enumerate() {
-        let err = store
-            .try_acquire(&req(&format!("held-{i}"), 10_000))
-            .await
-            .unwrap_err();
-        assert!(
-            err.is_unavailable(),
-            "held-{i} is held, locally or in the store"
-        );
-    }
-    for lease in &held {
-        assert!(store.release(lease).await.unwrap());
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn an_entry_in_use_survives_a_flood_beyond_capacity() {
-    let (store, seen) = bounded(4);
-    let held = store.try_acquire(&req("held", 60_000)).await.unwrap();
-    let waited = store.try_acquire(&req("waited", 60_000)).await.unwrap();
-    let waiter = spawn_waiter(&store, "waited", 60_000, Duration::from_secs(60));
-    settle().await;
-    // Far more unique keys than there is room for: some held, most released at once.
-    let mut flood = Vec::new();
-    for i in 0..200 {
-        let lease = store
-            .try_acquire(&req(&format!("flood-{i}"), 60_000))
-            .await
-            .unwrap();
-        if i % 50 == 0 {
-            flood.push(lease);
-        } else {
-            assert!(store.release(&lease).await.unwrap());
-        }
-    }
-    assert!(store.local_keys() <= 4);
-    assert_eq!(store.reclaim_idle(), 0, "nothing idle left to reclaim");
-    // The holder still excludes others locally (fast-failed in memory, not by the store).
-    let err = store.try_acquire(&req("held", 60_000)).await.unwrap_err();
-    assert!(err.is_unavailable());
-    assert_eq!(seen.names(), ["fast_failed"]);
-    // The waiter is still woken by the release, at once.
-    let started = Instant::now();
-    assert!(store.release(&waited).await.unwrap());
-    let next = waiter.await.unwrap().unwrap();
-    assert_eq!(started.elapsed(), Duration::ZERO, "woken, not timed out");
-    assert_ne!(next.token(), waited.token());
-    for lease in [held, next].iter().chain(&flood) {
-        assert!(store.release(lease).await.unwrap());
-    }
-}
-
-/// On the real clock, which moka's expiry follows.
-#[tokio::test]
-async fn an_entrys_local_state_does_not_outlive_its_lease() {
-    let (store, _) = bounded(DEFAULT_CAPACITY);
-    // A holder that never releases (its guard was leaked).
-    let leaked = store.try_acquire(&req("leaked", 200)).await.unwrap();
-    let cached = |store: &LocalCompetition<crate::MemoryStore>| {
-        store.shared.cache.contains_key(&key("leaked"))
-    };
-    assert!(cached(&store));
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(cached(&store), "kept while the lease runs");
-    assert!(store.try_acquire(&req("leaked", 200)).await.is_err());
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    assert!(
-        !cached(&store),
-        "expired with the lease, without being asked"
-    );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while store.local_keys() > 0 {
-        assert!(Instant::now() < deadline, "the memory is reclaimed too");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let next = store.try_acquire(&req("leaked", 200)).await.unwrap();
-    assert_ne!(next.token(), leaked.token());
-}
-
-#[tokio::test]
-async fn a_last_look_up_that_expired_meanwhile_is_not_where_the_key_is_taken() {
-    // One thread: after the first, every look-up of the key is served from the thread's last.
-    let (store, _) = bounded(DEFAULT_CAPACITY);
-    let first = store.try_acquire(&req("a", 100)).await.unwrap();
-    assert!(store.release(&first).await.unwrap());
-    let emptied = store.shared.lookup(&key("a")).expect("remembered");
-    // Past the last lease's end: the cache expires the emptied entry (moka may report it only
-    // at its next housekeeping, so the thread may still remember it).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let next = store.try_acquire(&req("a", 30_000)).await.unwrap();
-    let live = store
-        .shared
-        .cache
-        .get(&key("a"))
-        .expect("the key has an entry");
-    assert!(!Arc::ptr_eq(&live, &emptied), "a new entry");
-    assert!(
-        live.lock().in_use(),
-        "the holder is in the entry the cache has"
-    );
-    let second = store.try_acquire(&req("a", 30_000)).await.unwrap_err();
-    assert!(second.is_unavailable(), "a second taker fails fast on it");
-    assert!(store.release(&next).await.unwrap());
-    assert!(!live.lock().in_use());
-}
-
-#[tokio::test(start_paused = true)]
-async fn closing_the_lifecycle_wakes_waiters_and_tracks_the_returned_hand_off() {
+async fn closing_the_lifecycle_refuses_and_tracks_the_returned_hand_off() {
     let scripted = ScriptedStore::new();
     let (open, release_gate) = gate();
     scripted
@@ -797,15 +527,17 @@ async fn closing_the_lifecycle_wakes_waiters_and_tracks_the_returned_hand_off() 
             .with_lifecycle(lifecycle.clone()),
     );
     let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
-    let waiter = spawn_waiter(&store, "a", 60_000, Duration::from_secs(60));
-    settle().await;
+    let waiter = Wait::new(&store, "a").await;
     assert!(store.release(&lease).await.unwrap(), "handed off");
-    // Closed before the woken waiter ran: it ends with ShutDown and the hand-off goes back.
+    // Closed before the waiter took it: its attempt is refused, its wait ends, and the offer
+    // goes back to the store.
     lifecycle.close();
-    let err = waiter.await.unwrap().unwrap_err();
+    let err = store
+        .try_acquire(&waiter.attempt("a", 60_000))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ShutDown);
-    let err = store.try_acquire(&req("b", 60_000)).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::ShutDown, "no new acquisition");
+    drop(waiter);
     settle().await;
     assert_eq!(
         scripted.ops(),
@@ -849,197 +581,6 @@ async fn a_layer_used_alone_shuts_down_through_its_own_lifecycle() {
     scripted.verify();
 }
 
-// The line: arrival order, one store talker per process, places kept between attempts.
-
-/// A waiter as the manager's wait loop is one: a watch for the whole wait, and attempts that
-/// carry its waiter id.
-struct Wait {
-    watch: crate::core::ReleaseWatch,
-    deadline: Instant,
-}
-
-impl Wait {
-    async fn new(store: &Local, entity: &str, wait: Duration) -> Wait {
-        Wait {
-            watch: store.watch(&key(entity)).await,
-            deadline: Instant::now() + wait,
-        }
-    }
-
-    fn attempt(&self, entity: &str) -> Acquire {
-        req(entity, 30_000)
-            .with_deadline(Some(self.deadline))
-            .with_waiter(Some(self.watch.waiter()))
-    }
-}
-
-/// The order in which `waiters` finish, releasing each lease at once (each release is a store
-/// release, scripted by the caller).
-async fn finishing_order(
-    store: &Local,
-    mut waiters: Vec<(usize, tokio::task::JoinHandle<Result<Lease>>)>,
-) -> Vec<usize> {
-    let mut order = Vec::new();
-    while !waiters.is_empty() {
-        settle().await;
-        let done = waiters
-            .iter()
-            .position(|(_, w)| w.is_finished())
-            .expect("one waiter has the key");
-        let (n, handle) = waiters.remove(done);
-        let lease = handle.await.unwrap().expect("granted");
-        assert!(
-            waiters.iter().all(|(_, w)| !w.is_finished()),
-            "one at a time"
-        );
-        order.push(n);
-        assert!(store.release(&lease).await.unwrap());
-    }
-    order
-}
-
-#[tokio::test(start_paused = true)]
-async fn local_waiters_are_served_in_arrival_order() {
-    let scripted = ScriptedStore::new();
-    for _ in 0..6 {
-        scripted.grant_acquire().expect_release(Ok(true));
-    }
-    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
-    let held = store.try_acquire(&req("a", 30_000)).await.unwrap();
-    let mut waiters = Vec::new();
-    for n in 0..4 {
-        waiters.push((
-            n,
-            spawn_waiter(&store, "a", 30_000, Duration::from_secs(60)),
-        ));
-        settle().await;
-    }
-    assert!(store.release(&held).await.unwrap());
-    // The releasing task asks again at once: it goes to the back of the line.
-    waiters.push((
-        4,
-        spawn_waiter(&store, "a", 30_000, Duration::from_secs(60)),
-    ));
-    assert_eq!(finishing_order(&store, waiters).await, [0, 1, 2, 3, 4]);
-    assert_eq!(
-        scripted.count(Op::TryAcquire),
-        6,
-        "one store acquire per grant: nobody asked out of turn"
-    );
-    scripted.verify();
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_refused_head_keeps_its_place_and_nobody_behind_it_asks_the_store() {
-    let scripted = ScriptedStore::new();
-    scripted
-        .expect_acquire_with(|req| Err(Error::unavailable(&req.key)))
-        .grant_acquire()
-        .expect_release(Ok(true))
-        .grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
-    let head = Wait::new(&store, "a", Duration::from_secs(60)).await;
-    let refused = store.try_acquire(&head.attempt("a")).await.unwrap_err();
-    assert!(refused.is_unavailable(), "another process holds it");
-    // Two more tasks of this process arrive while the head waits for the store.
-    let second = spawn_waiter(&store, "a", 30_000, Duration::from_secs(60));
-    settle().await;
-    let third = spawn_waiter(&store, "a", 30_000, Duration::from_secs(60));
-    settle().await;
-    assert_eq!(
-        scripted.count(Op::TryAcquire),
-        1,
-        "they wait in memory behind the head: the process has one contender in the store"
-    );
-    assert!(
-        store.try_acquire(&req("a", 30_000)).await.is_err(),
-        "a try-lock does not pass the line"
-    );
-    // The store names this process: the head asks again, still first.
-    let lease = store.try_acquire(&head.attempt("a")).await.unwrap();
-    assert!(!second.is_finished() && !third.is_finished());
-    assert!(store.release(&lease).await.unwrap());
-    drop(head.watch);
-    let second = second.await.unwrap().expect("next in line");
-    settle().await;
-    assert!(!third.is_finished(), "still behind the second");
-    drop(second);
-    third.abort();
-    scripted.verify();
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_head_that_stops_waiting_hands_its_place_to_the_next() {
-    let scripted = ScriptedStore::new();
-    scripted
-        .expect_acquire_with(|req| Err(Error::unavailable(&req.key)))
-        .grant_acquire();
-    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
-    let head = Wait::new(&store, "a", Duration::from_secs(60)).await;
-    assert!(store.try_acquire(&head.attempt("a")).await.is_err());
-    assert!(
-        store.shared.kept.contains(&head.watch.waiter()),
-        "the place outlives the attempt"
-    );
-    let next = spawn_waiter(&store, "a", 30_000, Duration::from_secs(60));
-    settle().await;
-    assert!(!next.is_finished(), "behind the head");
-    drop(head.watch); // the head's lock() call ended (timeout, cancellation)
-    assert!(
-        store.shared.kept.is_empty(),
-        "nothing kept for a wait that ended"
-    );
-    next.await
-        .unwrap()
-        .expect("the next in line is woken and asks the store");
-    assert_eq!(scripted.count(Op::TryAcquire), 2);
-    scripted.verify();
-}
-
-#[tokio::test(start_paused = true)]
-async fn behind_other_processes_the_next_head_waits_for_the_store_instead_of_asking() {
-    let scripted = ScriptedStore::new();
-    let this = scripted.clone();
-    let (open, answer) = gate();
-    scripted
-        .expect_acquire_after(answer, move |req| {
-            Ok(this.lease_for(req).with_contended(true))
-        })
-        .expect_release(Ok(true))
-        .grant_acquire();
-    // Hand-off on: a lease other processes queue for still goes back to the store.
-    let (store, seen) = local(&scripted, LocalCompetitionLayer::new().hand_off(true));
-    let first = Wait::new(&store, "a", Duration::from_secs(60)).await;
-    let taking = {
-        let (store, attempt) = (store.clone(), first.attempt("a"));
-        tokio::spawn(async move { store.try_acquire(&attempt).await })
-    };
-    settle().await;
-    // Another task of this process queues while the store grants the first.
-    let next = Wait::new(&store, "a", Duration::from_secs(60)).await;
-    let asked = {
-        let (store, attempt) = (store.clone(), next.attempt("a"));
-        tokio::spawn(async move { store.try_acquire(&attempt).await })
-    };
-    settle().await;
-    open.send(()).unwrap();
-    let lease = taking.await.unwrap().unwrap();
-    drop(first.watch);
-    assert!(store.release(&lease).await.unwrap());
-    assert!(!seen.names().contains(&"handed_off"), "yields to the queue");
-    let answer = asked.await.unwrap().unwrap_err();
-    assert!(answer.is_unavailable() && answer.is_behind_others());
-    assert_eq!(
-        scripted.count(Op::TryAcquire),
-        1,
-        "the process went to the back of the store's line: no request only to be refused"
-    );
-    // The store's word came (a notification): it asks, keeping its place.
-    store.try_acquire(&next.attempt("a")).await.unwrap();
-    assert_eq!(scripted.count(Op::TryAcquire), 2);
-    scripted.verify();
-}
-
 #[tokio::test(start_paused = true)]
 async fn over_a_store_with_a_place_per_waiter_blocking_requests_take_their_own_place() {
     let scripted = ScriptedStore::new()
@@ -1048,20 +589,139 @@ async fn over_a_store_with_a_place_per_waiter_blocking_requests_take_their_own_p
         .grant_acquire()
         .expect_acquire_with(|req| Err(Error::unavailable(&req.key)))
         .expect_acquire_with(|req| Err(Error::unavailable(&req.key)));
-    let (store, _) = local(&scripted, LocalCompetitionLayer::default());
+    let (store, _) = local(&scripted, LocalCompetitionLayer::new().hand_off(true));
     let held = store.try_acquire(&req("a", 30_000)).await.unwrap();
-    let first = Wait::new(&store, "a", Duration::from_secs(60)).await;
-    let second = Wait::new(&store, "a", Duration::from_secs(60)).await;
+    let first = Wait::new(&store, "a").await;
+    let second = Wait::new(&store, "a").await;
     // Both ask the store (each joins the store's line in its own arrival order) instead of
-    // waiting in memory behind the local holder.
-    assert!(store.try_acquire(&first.attempt("a")).await.is_err());
-    assert!(store.try_acquire(&second.attempt("a")).await.is_err());
+    // being refused by the local holder.
+    assert!(store
+        .try_acquire(&first.attempt("a", 30_000))
+        .await
+        .is_err());
+    assert!(store
+        .try_acquire(&second.attempt("a", 30_000))
+        .await
+        .is_err());
     assert_eq!(scripted.count(Op::TryAcquire), 3);
     assert!(
         store.try_acquire(&req("a", 30_000)).await.is_err(),
         "a try-lock still fails fast on the local holder"
     );
     assert_eq!(scripted.count(Op::TryAcquire), 3);
-    drop(held);
+    // No hand-off to waiters the store lines up itself: the release is a real one.
+    scripted.expect_release(Ok(true));
+    assert!(store.release(&held).await.unwrap());
+    assert_eq!(scripted.count(Op::Release), 1);
     scripted.verify();
+}
+
+/// Local competition over the embedded store, with room for `capacity` keys.
+fn bounded(capacity: u64) -> (Arc<LocalCompetition<crate::MemoryStore>>, events::Seen) {
+    let (observers, seen) = events::capture();
+    let store = LocalCompetitionLayer::new()
+        .capacity(capacity)
+        .with_observers(observers)
+        .layer(crate::MemoryStore::new());
+    (Arc::new(store), seen)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_unique_keys_stays_within_capacity() {
+    let (store, _) = bounded(8);
+    for i in 0..1000 {
+        let lease = store
+            .try_acquire(&req(&format!("flood-{i}"), 10_000))
+            .await
+            .unwrap();
+        assert!(store.release(&lease).await.unwrap());
+        assert!(store.local_keys() <= 8, "at most 8 entries, at key {i}");
+    }
+    assert_eq!(store.local_keys(), 0, "released keys leave no entry");
+    // Held keys count too, and keys beyond capacity still lock (through the store).
+    let mut held = Vec::new();
+    for i in 0..100 {
+        held.push(
+            store
+                .try_acquire(&req(&format!("held-{i}"), 10_000))
+                .await
+                .unwrap(),
+        );
+        assert!(store.local_keys() <= 8, "at most 8 entries, at key {i}");
+    }
+    for (i, _) in held.iter().enumerate() {
+        let err = store
+            .try_acquire(&req(&format!("held-{i}"), 10_000))
+            .await
+            .unwrap_err();
+        assert!(
+            err.is_unavailable(),
+            "held-{i} is held, locally or in the store"
+        );
+    }
+    for lease in &held {
+        assert!(
+            store.release(lease).await.unwrap(),
+            "released, with or without its entry"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_offer_the_cache_drops_for_room_goes_back_to_the_store() {
+    let scripted = ScriptedStore::new();
+    scripted.grant_acquire();
+    let (store, _) = local(
+        &scripted,
+        LocalCompetitionLayer::new().hand_off(true).capacity(1),
+    );
+    let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
+    let _waiter = Wait::new(&store, "a").await;
+    assert!(store.release(&lease).await.unwrap(), "handed off");
+    let given_back = || {
+        scripted
+            .calls()
+            .iter()
+            .any(|c| c.op == Op::Release && c.token.as_ref() == Some(lease.token()))
+    };
+    // Another key, used more and more often, until the cache's policy (TinyLFU) prefers it to
+    // the offer and drops the offer for room.
+    for _ in 0..200 {
+        scripted.grant_acquire().expect_release(Ok(true));
+        let other = store.try_acquire(&req("b", 60_000)).await.unwrap();
+        store.local_keys(); // the cache's housekeeping, with both keys in it
+        store.release(&other).await.unwrap();
+        settle().await;
+        if given_back() {
+            break;
+        }
+    }
+    assert!(given_back(), "the dropped offer is released in the store");
+    assert!(!store.cache.contains_key(&key("a")));
+}
+
+/// On the real clock, which moka's expiry follows.
+#[tokio::test]
+async fn an_entrys_local_state_does_not_outlive_its_lease() {
+    let (store, _) = bounded(DEFAULT_CAPACITY);
+    // A holder that never releases (its guard was leaked).
+    let leaked = store.try_acquire(&req("leaked", 200)).await.unwrap();
+    let cached =
+        |store: &LocalCompetition<crate::MemoryStore>| store.cache.contains_key(&key("leaked"));
+    assert!(cached(&store));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(cached(&store), "kept while the lease runs");
+    assert!(store.try_acquire(&req("leaked", 200)).await.is_err());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        !cached(&store),
+        "expired with the lease, without being asked"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while store.local_keys() > 0 {
+        assert!(Instant::now() < deadline, "the memory is reclaimed too");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let next = store.try_acquire(&req("leaked", 200)).await.unwrap();
+    assert_ne!(next.token(), leaked.token());
 }
