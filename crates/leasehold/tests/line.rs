@@ -37,7 +37,11 @@ fn wait(secs: u64) -> LockOptions {
 }
 
 /// A task waiting (`lock_with`, `wait_secs`) for `key`.
-fn spawn_waiter(locks: &LockManager, key: &'static str, wait_secs: u64) -> JoinHandle<Result<LockGuard>> {
+fn spawn_waiter(
+    locks: &LockManager,
+    key: &'static str,
+    wait_secs: u64,
+) -> JoinHandle<Result<LockGuard>> {
     let locks = locks.clone();
     tokio::spawn(async move { locks.lock_with(key, wait(wait_secs)).await })
 }
@@ -205,7 +209,11 @@ async fn a_refused_head_keeps_its_place_and_nobody_behind_it_asks_the_store() {
     assert!(!second.is_finished() && !third.is_finished(), "still first");
     head.release().await.unwrap();
     let order = finishing_order(vec![(2, second), (3, third)]).await;
-    assert_eq!(order, [2, 3], "then the others, woken by the releases, in turn");
+    assert_eq!(
+        order,
+        [2, 3],
+        "then the others, woken by the releases, in turn"
+    );
     assert_eq!(scripted.count(Op::TryAcquire), 5);
     scripted.verify();
 }
@@ -229,11 +237,17 @@ async fn a_head_that_stops_waiting_hands_its_place_to_the_next() {
         ErrorKind::Timeout,
         "the head's wait ended"
     );
-    assert!(!next.is_finished(), "the next is the head now, still waiting");
+    assert!(
+        !next.is_finished(),
+        "the next is the head now, still waiting"
+    );
     scripted.expect_release(Ok(true)).grant_acquire();
     let released_at = Instant::now();
     held.release().await.unwrap();
-    let next = next.await.unwrap().expect("woken by the release, as the head");
+    let next = next
+        .await
+        .unwrap()
+        .expect("woken by the release, as the head");
     assert_eq!(released_at.elapsed(), Duration::ZERO);
     std::mem::forget(next);
     scripted.verify();
@@ -291,7 +305,7 @@ async fn shutdown_wakes_local_waiters() {
     let _held = locks.try_lock("a").await.unwrap();
     let waiter = spawn_waiter(&locks, "a", 60);
     settle().await;
-    locks.shutdown().await;
+    locks.shutdown().await.unwrap();
     let err = waiter.await.unwrap().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ShutDown);
 }
