@@ -69,7 +69,7 @@ async fn round(locks: &LockManager, round: usize, fault: impl FnOnce()) -> Round
                         tokio::time::sleep(Duration::from_millis(1)).await;
                         let _ = guard.release().await;
                     }
-                    Err(error) => eprintln!("  lock failed: {error}"),
+                    Err(error) => eprintln!("  lock failed: {}", error.chain()),
                 }
             }
         })

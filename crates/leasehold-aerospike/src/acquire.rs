@@ -282,7 +282,7 @@ impl AerospikeStore {
         };
         // Given back at once: the line's head may be about to try.
         if let Err(e) = self.delete_owned(lease, record_key).await {
-            tracing::warn!(key = %req.key, error = %e,
+            tracing::warn!(key = %req.key, error = %e.chain(),
                 "could not give back a lock record taken past the waiter line; it expires at its TTL");
         }
         Err(refusal)

@@ -92,7 +92,7 @@ impl AerospikeStore {
                         Ok(_) => unanswered = None,
                         Err(error) if error.is_temporary() => unanswered = Some(error),
                         Err(error) => {
-                            tracing::warn!(key = %req.key, %error,
+                            tracing::warn!(key = %req.key, error = %error.chain(),
                                 "could not undo an acquisition nobody waited for; it expires at its TTL");
                             return;
                         }
@@ -102,7 +102,7 @@ impl AerospikeStore {
                 let next = Instant::now() + *looks.next().unwrap_or(&LOOKS[2]);
                 if next >= until {
                     if let Some(error) = unanswered {
-                        tracing::warn!(key = %req.key, %error,
+                        tracing::warn!(key = %req.key, error = %error.chain(),
                             "could not undo an acquisition nobody waited for within the retry \
                              budget; it expires at its TTL");
                     }

@@ -172,7 +172,7 @@ impl AerospikeStore {
                             if e.kind() == ErrorKind::Connection
                                 && attempt < self.inner.config.retries =>
                         {
-                            tracing::debug!(key = %req.key, attempt, error = %e, "create again");
+                            tracing::debug!(key = %req.key, attempt, error = %e.chain(), "create again");
                             attempt += 1;
                             tokio::time::sleep(self.inner.config.retry_delay).await;
                         }
@@ -371,12 +371,13 @@ impl AerospikeStore {
         let cleanup = match self.release_once(&lease).await {
             Ok(_) => "the lock record was deleted again: nothing is held".to_owned(),
             Err(e) => format!(
-                "deleting the lock record failed too ({e}): it blocks the key until its TTL \
+                "deleting the lock record failed too ({}): it blocks the key until its TTL \
                  ({} s) runs out, and is never used",
+                e.chain(),
                 ttl_seconds(req.ttl)
             ),
         };
-        tracing::warn!(key = %req.key, step, error = %error, "fenced acquisition abandoned");
+        tracing::warn!(key = %req.key, step, error = %error.chain(), "fenced acquisition abandoned");
         let kind = match error.kind() {
             ErrorKind::InDoubt => ErrorKind::RetriesExhausted,
             kind => kind,

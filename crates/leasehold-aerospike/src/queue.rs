@@ -189,7 +189,7 @@ impl AerospikeStore {
                 })
             }
             Err(error) => {
-                tracing::debug!(key = %req.key, %error,
+                tracing::debug!(key = %req.key, error = %error.chain(),
                     "could not update the waiter line after a grant; the place lapses by the waiter timeout");
                 None
             }

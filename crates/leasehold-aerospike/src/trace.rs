@@ -72,7 +72,7 @@ impl AerospikeStore {
     /// [`Self::write_trace`] for a traced operation: a failure is logged, never returned.
     async fn record(&self, key: &LockKey, trace: &TraceConfig, entry: HistoryEntry) {
         if let Err(error) = self.write_trace(key, trace, &entry).await {
-            tracing::warn!(%key, event = %entry.event, %error,
+            tracing::warn!(%key, event = %entry.event, error = %error.chain(),
                 "could not write the lock history entry; the lock operation itself is unaffected");
         }
     }

@@ -68,7 +68,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                             }
                         }
                         Err(error) => {
-                            eprintln!("  acquire failed: {error}");
+                            eprintln!("  acquire failed: {}", error.chain());
                             failures += 1;
                         }
                     }

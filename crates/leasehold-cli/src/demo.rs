@@ -33,7 +33,7 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<u8, CliError> {
     bar.set_prefix("demo");
     let say = |line: String| bar.suspend(|| println!("{line}"));
     let mut rows = Vec::new();
-    let fail = |e: Error| CliError::new(exit::FAILURE, format!("demo failed: {e}"));
+    let fail = |e: Error| CliError::new(exit::FAILURE, format!("demo failed: {}", e.chain()));
 
     bar.set_message("hot key");
     rows.push(

@@ -39,7 +39,10 @@ pub(crate) async fn elect(global: &Global, args: ElectArgs) -> Result<u8, CliErr
         };
         let led = lead(&args, &leadership, &mut forwarded).await?;
         if let Err(e) = leadership.resign().await {
-            eprintln!("leasehold: resigning failed: {e}; leadership expires at its TTL");
+            eprintln!(
+                "leasehold: resigning failed: {}; leadership expires at its TTL",
+                e.chain()
+            );
         }
         if led.lost {
             eprintln!(

@@ -43,15 +43,17 @@ impl CliError {
     }
 
     /// Maps a library error: bad input → 2, unreachable store → 69 naming the address, others → 70.
+    /// The message is the error with its causes: the user sees why, not only what.
     pub(crate) fn from_lock(error: leasehold::Error, address: &str) -> Self {
         use leasehold::ErrorKind::*;
+        let chain = error.chain();
         match error.kind() {
-            InvalidArgument => CliError::usage(error.to_string()),
+            InvalidArgument => CliError::usage(chain.to_string()),
             Connection | RetriesExhausted | InDoubt => CliError::new(
                 UNREACHABLE,
-                format!("cannot reach the store at {address}: {error}"),
+                format!("cannot reach the store at {address}: {chain}"),
             ),
-            _ => CliError::new(FAILURE, error.to_string()),
+            _ => CliError::new(FAILURE, chain.to_string()),
         }
     }
 

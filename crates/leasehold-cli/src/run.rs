@@ -43,7 +43,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
     let mode = match (args.shared, args.permits) {
         (true, _) => LockMode::Shared,
         (false, Some(permits)) => {
-            LockMode::semaphore(permits).map_err(|e| CliError::usage(e.to_string()))?
+            LockMode::semaphore(permits).map_err(|e| CliError::usage(e.chain().to_string()))?
         }
         (false, None) => LockMode::Exclusive,
     };
@@ -178,7 +178,10 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
     }
     let released = guard.release().await;
     if let Err(e) = &released {
-        eprintln!("leasehold: releasing {key} failed: {e}; it expires at its TTL");
+        eprintln!(
+            "leasehold: releasing {key} failed: {}; it expires at its TTL",
+            e.chain()
+        );
     }
     let status = status.map_err(|e| {
         CliError::new(

@@ -37,7 +37,10 @@ impl Target {
         };
         // Check the ids before connecting.
         LockKey::dc(&farm_id, &global.client_id, "probe").map_err(|e| {
-            CliError::usage(format!("{e} (e.g. --client-id billing --farm-id eu1)"))
+            CliError::usage(format!(
+                "{} (e.g. --client-id billing --farm-id eu1)",
+                e.chain()
+            ))
         })?;
         let store = connect(&url, &farm_id).await?;
         Ok(Target {
@@ -58,7 +61,8 @@ impl Target {
         };
         key.map_err(|e| {
             CliError::usage(format!(
-                "{e} (e.g. `nightly-report` or `DC#farm1#cli#nightly-report`)"
+                "{} (e.g. `nightly-report` or `DC#farm1#cli#nightly-report`)",
+                e.chain()
             ))
         })
     }

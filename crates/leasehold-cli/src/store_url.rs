@@ -124,7 +124,7 @@ impl StoreUrl {
             // its own.
             let config = leasehold_etcd::EtcdConfig::from_url(raw).map_err(|e| StoreUrlError {
                 shown: format!("{:?}", redact_etcd(raw)),
-                problem: e.to_string(),
+                problem: e.chain().to_string(),
             })?;
             let hosts = config
                 .endpoints()
@@ -151,7 +151,7 @@ impl StoreUrl {
             let config = leasehold_redis::RedisConfig::new(raw);
             config.validate().map_err(|e| StoreUrlError {
                 shown: format!("{:?}", config.redacted_url()),
-                problem: e.to_string(),
+                problem: e.chain().to_string(),
             })?;
             let authority = rest.split(['/', '?']).next().unwrap_or_default();
             let hosts = authority.rsplit('@').next().unwrap_or_default().to_owned();

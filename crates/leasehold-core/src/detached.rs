@@ -38,7 +38,7 @@ where
         };
         let key = maybe_held.key().clone();
         if let Err(error) = release(maybe_held).await {
-            tracing::warn!(key = %key, %error,
+            tracing::warn!(key = %key, error = %error.chain(),
                 "could not undo an acquisition nobody waited for; it expires at its TTL");
         }
     });
@@ -111,7 +111,7 @@ where
             Ok(runtime) => {
                 runtime.spawn(async move {
                     if let Err(error) = undo.await {
-                        tracing::warn!(key = %key, %error,
+                        tracing::warn!(key = %key, error = %error.chain(),
                             "could not undo an acquisition nobody waited for; it expires at its TTL");
                     }
                 });

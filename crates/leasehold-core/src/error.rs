@@ -103,6 +103,11 @@ impl fmt::Display for ErrorKind {
 
 /// A leasehold error: what failed, on which key, what to do, and why (the source).
 ///
+/// Like the standard library's errors, its `Display` says what failed and what to do, without
+/// the cause: the cause is [`source()`](std::error::Error::source), so an error reporter walking
+/// the chain (`anyhow`, [`Error::chain`]) shows it once. Print `error.chain()` where a user or a
+/// log needs the whole story on one line.
+///
 /// ```
 /// use leasehold_core::{Error, ErrorKind};
 ///
@@ -111,9 +116,10 @@ impl fmt::Display for ErrorKind {
 /// assert_eq!(err.kind(), ErrorKind::Connection);
 /// assert!(err.is_temporary());
 /// assert!(std::error::Error::source(&err).is_some());
+/// assert_eq!(err.to_string(), "store connection error: cannot reach 127.0.0.1:6379");
 /// ```
 #[derive(thiserror::Error)]
-#[error("{kind}{}: {message}{}", fmt_key(.key), fmt_cause(.source))]
+#[error("{kind}{}: {message}", fmt_key(.key))]
 pub struct Error {
     kind: ErrorKind,
     message: String,
@@ -132,13 +138,43 @@ fn fmt_key(key: &Option<String>) -> String {
     key.as_ref().map(|k| format!(" on {k}")).unwrap_or_default()
 }
 
-/// The cause is part of the message so a plain `{}` never loses it; `source()` still exposes it
-/// for error reporters that walk the chain.
-fn fmt_cause(source: &Option<Source>) -> String {
-    source
-        .as_ref()
-        .map(|s| format!(" (caused by: {s})"))
-        .unwrap_or_default()
+/// An error followed by its causes (its [`source()`](std::error::Error::source) chain) on one
+/// line, joined by `": "`: what [`Error::chain`] returns. Line breaks and runs of spaces within
+/// an error's text become single spaces, and a cause whose text is already shown (a client that
+/// repeats its own cause in its message) is not repeated.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl<'a> ErrorChain<'a> {
+    /// The chain of any error, for code in this crate that reads a foreign error's causes.
+    pub(crate) fn of(error: &'a (dyn std::error::Error + 'static)) -> Self {
+        ErrorChain(error)
+    }
+}
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut shown = one_line(self.0);
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            let text = one_line(cause);
+            if !shown.contains(&text) {
+                shown.push_str(": ");
+                shown.push_str(&text);
+            }
+            source = cause.source();
+        }
+        f.write_str(&shown)
+    }
+}
+
+/// An error's text with its whitespace collapsed: some clients spread theirs over several lines.
+fn one_line(error: &dyn std::error::Error) -> String {
+    error
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl Error {
@@ -271,6 +307,24 @@ impl Error {
         self.behind_others
     }
 
+    /// This error and its causes on one line, joined by `": "`, for a user or a log that needs
+    /// the whole story (`Display` alone leaves the cause to [`source()`](std::error::Error::source)).
+    ///
+    /// ```
+    /// use leasehold_core::Error;
+    ///
+    /// let io = std::io::Error::other("connection refused");
+    /// let err = Error::connection("cannot reach 127.0.0.1:6379").with_source(io);
+    /// assert_eq!(err.to_string(), "store connection error: cannot reach 127.0.0.1:6379");
+    /// assert_eq!(
+    ///     err.chain().to_string(),
+    ///     "store connection error: cannot reach 127.0.0.1:6379: connection refused"
+    /// );
+    /// ```
+    pub fn chain(&self) -> ErrorChain<'_> {
+        ErrorChain(self)
+    }
+
     /// The message, without kind or key.
     pub fn message(&self) -> &str {
         &self.message
@@ -318,15 +372,74 @@ mod tests {
             err.to_string(),
             "lock unavailable on XDC#c#e: held by another owner; retry later or wait with lock()"
         );
-        let err = Error::connection("cannot reach 127.0.0.1:1")
-            .with_source(std::io::Error::other("refused"));
-        assert_eq!(
-            err.to_string(),
-            "store connection error: cannot reach 127.0.0.1:1 (caused by: refused)"
-        );
         // Kinds read as words in messages; `as_str` is the stable name for logs and metrics.
         assert_eq!(ErrorKind::ModeConflict.to_string(), "lock mode conflict");
         assert_eq!(ErrorKind::ModeConflict.as_str(), "mode_conflict");
+    }
+
+    #[test]
+    fn display_leaves_the_cause_to_source_and_the_chain_shows_it_once() {
+        let err = Error::connection("cannot reach 127.0.0.1:1")
+            .with_key("DC#f#app#k")
+            .with_source(std::io::Error::other("refused"));
+        assert_eq!(
+            err.to_string(),
+            "store connection error on DC#f#app#k: cannot reach 127.0.0.1:1"
+        );
+        let cause = std::error::Error::source(&err).expect("the cause is the source");
+        assert_eq!(cause.to_string(), "refused");
+        assert!(cause.downcast_ref::<std::io::Error>().is_some());
+        assert_eq!(
+            err.chain().to_string(),
+            "store connection error on DC#f#app#k: cannot reach 127.0.0.1:1: refused"
+        );
+
+        // A leasehold error under another: every link once, in order.
+        let outer =
+            Error::new(ErrorKind::RetriesExhausted, "gave up after 3 attempts").with_source(err);
+        assert_eq!(
+            outer.to_string(),
+            "store retries exhausted: gave up after 3 attempts"
+        );
+        let chain = outer.chain().to_string();
+        assert_eq!(
+            chain,
+            "store retries exhausted: gave up after 3 attempts: store connection error on \
+             DC#f#app#k: cannot reach 127.0.0.1:1: refused"
+        );
+        assert_eq!(chain.matches("refused").count(), 1, "{chain}");
+
+        // A cause whose text its error already repeats is not shown twice.
+        let err = Error::connection("cannot reach 127.0.0.1:1 (refused)")
+            .with_source(std::io::Error::other("refused"));
+        assert_eq!(
+            err.chain().to_string(),
+            "store connection error: cannot reach 127.0.0.1:1 (refused)"
+        );
+        // A client that spreads its text, cause included, over several lines: one line, once.
+        #[derive(Debug)]
+        struct Client(std::io::Error);
+        impl fmt::Display for Client {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "Error 9: timeout\ncaused by:  {}", self.0)
+            }
+        }
+        impl std::error::Error for Client {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let err = Error::in_doubt("no reply to the write")
+            .with_source(Client(std::io::Error::other("connection reset")));
+        assert_eq!(
+            err.chain().to_string(),
+            "outcome in doubt: no reply to the write: Error 9: timeout caused by: connection reset"
+        );
+        // Without a cause the chain is the display.
+        assert_eq!(
+            Error::shut_down().chain().to_string(),
+            Error::shut_down().to_string()
+        );
     }
 
     #[test]

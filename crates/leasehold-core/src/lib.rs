@@ -13,7 +13,8 @@
 //!   operation they do not change; [`option_layer`] for optional ones.
 //! - [`Lifecycle`]: the one closing signal and background-task tracker a manager shares with its
 //!   layers.
-//! - [`Error`] and [`ErrorKind`]: one error type for every store and layer.
+//! - [`Error`] and [`ErrorKind`]: one error type for every store and layer; [`ErrorChain`] shows
+//!   an error with its causes on one line.
 //! - [`LockEvent`] and [`Observer`]: the one hook through which layers report what they did.
 //! - [`TraceConfig`] and [`HistoryEntry`]: the opt-in per-key lock history kept in the store.
 //!
@@ -43,7 +44,7 @@ pub use acquire::{Acquire, HolderId, WaiterId};
 pub use change_watch::ChangeWatch;
 pub use detached::{acquire_detached, acquire_undone_on_drop};
 pub use dyn_store::BoxStore;
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorChain, ErrorKind, Result};
 pub use event::{LockEvent, Observer, Observers, SkipReason};
 pub use history::{HistoryEntry, HistoryEvent, TraceConfig};
 pub use key::{LockKey, LockLevel, MAX_KEY_LEN, MAX_PART_LEN};

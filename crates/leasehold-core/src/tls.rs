@@ -25,16 +25,7 @@ impl TlsFailure {
     /// Classifies `error` (its whole `source()` chain), returning the failure and the chain as
     /// one line of text; `None` when the error is not about TLS.
     pub fn classify(error: &(dyn std::error::Error + 'static)) -> Option<(TlsFailure, String)> {
-        let mut text = error.to_string();
-        let mut source = error.source();
-        while let Some(cause) = source {
-            let cause_text = cause.to_string();
-            if !text.contains(&cause_text) {
-                text.push_str(": ");
-                text.push_str(&cause_text);
-            }
-            source = cause.source();
-        }
+        let text = crate::ErrorChain::of(error).to_string();
         let lower = text.to_lowercase();
         let failure = if ["unknownissuer", "unknown issuer", "badsignature"]
             .iter()

@@ -16,7 +16,8 @@ pub(crate) fn tls_error(address: &str, error: &etcd_client::Error) -> Option<Err
 
 /// A failed connect whose cause says the credentials are wrong is a setup problem.
 pub(crate) fn setup_or(error: Error) -> Error {
-    let text = format!("{error}");
+    // The cause says it: read the whole chain, not the display alone.
+    let text = error.chain().to_string();
     if text.contains("authentication failed")
         || text.contains("invalid user ID or password")
         || text.contains("permission denied")

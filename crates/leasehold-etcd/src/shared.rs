@@ -268,7 +268,7 @@ pub(crate) async fn mark_writer(
         match store.grant(&req.key, left).await {
             Ok(id) => id,
             Err(error) => {
-                tracing::debug!(key = %req.key, %error, "could not grant a writer marker's lease");
+                tracing::debug!(key = %req.key, error = %error.chain(), "could not grant a writer marker's lease");
                 return false;
             }
         }

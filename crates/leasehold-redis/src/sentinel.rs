@@ -14,19 +14,19 @@
 //! the master found; one whose connection broke is not (its outcome is in doubt, and the caller's
 //! readback decides).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline,
-    ProtocolVersion, PushInfo, PushKind, RedisConnectionInfo, RedisError, RedisResult, Role, Value,
-};
+use redis::aio::ConnectionLike;
+use redis::{Cmd, Pipeline, RedisError, RedisResult, Value};
 use tokio::time::Instant;
 
-use crate::topology::SentinelSpec;
+pub(crate) use access::SentinelAccess;
+use master::Master;
+
+mod access;
+mod master;
 
 /// The pauses between searches for the master while none answers as one (the last repeats).
 const SEARCH_PAUSES: [Duration; 5] = [
@@ -36,118 +36,6 @@ const SEARCH_PAUSES: [Duration; 5] = [
     Duration::from_millis(200),
     Duration::from_millis(250),
 ];
-
-/// How to reach the sentinels and the data nodes: addresses, credentials, TLS.
-#[derive(Clone)]
-pub(crate) struct SentinelAccess {
-    pub(crate) spec: SentinelSpec,
-    #[cfg(feature = "tls")]
-    pub(crate) certificates: Option<redis::TlsCertificates>,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-}
-
-impl SentinelAccess {
-    fn info(
-        &self,
-        host: &str,
-        port: u16,
-        settings: RedisConnectionInfo,
-    ) -> RedisResult<ConnectionInfo> {
-        let addr = if self.spec.tls {
-            ConnectionAddr::TcpTls {
-                host: host.to_owned(),
-                port,
-                insecure: false,
-                tls_params: None,
-            }
-        } else {
-            ConnectionAddr::Tcp(host.to_owned(), port)
-        };
-        Ok(addr.into_connection_info()?.set_redis_settings(settings))
-    }
-
-    fn client(&self, info: ConnectionInfo) -> RedisResult<redis::Client> {
-        #[cfg(feature = "tls")]
-        if let Some(certificates) = &self.certificates {
-            return redis::Client::build_with_tls(info, certificates.clone());
-        }
-        redis::Client::open(info)
-    }
-
-    /// A client for the data node at `host:port` (the URL's credentials and database).
-    fn node_client(
-        &self,
-        host: &str,
-        port: u16,
-        protocol: ProtocolVersion,
-    ) -> RedisResult<redis::Client> {
-        let mut settings = RedisConnectionInfo::default()
-            .set_db(self.spec.db)
-            .set_protocol(protocol);
-        if let Some(user) = &self.spec.username {
-            settings = settings.set_username(user);
-        }
-        if let Some(password) = &self.spec.password {
-            settings = settings.set_password(password);
-        }
-        self.client(self.info(host, port, settings)?)
-    }
-
-    fn sentinel_client(&self, host: &str, port: u16) -> RedisResult<redis::Client> {
-        let mut settings = RedisConnectionInfo::default();
-        if let Some(user) = &self.spec.sentinel_username {
-            settings = settings.set_username(user);
-        }
-        if let Some(password) = &self.spec.sentinel_password {
-            settings = settings.set_password(password);
-        }
-        self.client(self.info(host, port, settings)?)
-    }
-
-    fn connection_config(&self) -> AsyncConnectionConfig {
-        AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
-    }
-
-    /// What one sentinel says of the master: its address and the configuration epoch.
-    async fn ask(&self, host: &str, port: u16) -> Result<Named, String> {
-        let shown = format!("{host}:{port}");
-        let asked = async {
-            let client = self.sentinel_client(host, port)?;
-            let mut connection = client
-                .get_multiplexed_async_connection_with_config(&self.connection_config())
-                .await?;
-            redis::cmd("SENTINEL")
-                .arg("MASTER")
-                .arg(&self.spec.master)
-                .query_async::<HashMap<String, String>>(&mut connection)
-                .await
-        };
-        let answer = tokio::time::timeout(self.connect_timeout + self.response_timeout, asked)
-            .await
-            .map_err(|_| format!("sentinel {shown} did not answer"))?
-            .map_err(|e| format!("sentinel {shown}: {e}"))?;
-        let host = answer.get("ip").cloned();
-        let port = answer.get("port").and_then(|p| p.parse::<u16>().ok());
-        let (Some(host), Some(port)) = (host, port) else {
-            return Err(format!(
-                "sentinel {shown} named no address for master {:?}",
-                self.spec.master
-            ));
-        };
-        Ok(Named {
-            host,
-            port,
-            epoch: answer
-                .get("config-epoch")
-                .and_then(|e| e.parse().ok())
-                .unwrap_or(0),
-            sentinel: shown,
-        })
-    }
-}
 
 /// Held by the search task: if it ends without finding a master, the link no longer counts it
 /// as running.
@@ -159,30 +47,6 @@ impl Drop for SearchRuns {
             link.state().searching = false;
         }
     }
-}
-
-/// A master as one sentinel names it.
-#[derive(Debug, Clone)]
-struct Named {
-    host: String,
-    port: u16,
-    epoch: u64,
-    /// The sentinel that named it, for messages.
-    sentinel: String,
-}
-
-/// A master the store talks to: a node the sentinels named that answered as a master.
-#[derive(Clone)]
-pub(crate) struct Master {
-    connection: MultiplexedConnection,
-    /// Set when the connection dropped: nothing more is sent on it.
-    broken: Arc<AtomicBool>,
-    /// A client for the node (RESP2, for the subscriber connection).
-    client: redis::Client,
-    /// `host:port`, for messages.
-    address: String,
-    /// Which master of this link's life it is (each one found gets the next number).
-    generation: u64,
 }
 
 /// What the link knows now.
@@ -366,7 +230,7 @@ impl SentinelLink {
                 let Some(link) = me.upgrade() else {
                     return; // the store is gone
                 };
-                match link.find().await {
+                match master::find(&link.access, link.on_disconnect()).await {
                     Ok(master) => {
                         let generation = {
                             let mut state = link.state();
@@ -400,90 +264,14 @@ impl SentinelLink {
         });
     }
 
-    /// One round of the search: asks every sentinel, takes the master named under the highest
-    /// configuration epoch, connects to it and checks it answers as a master.
-    async fn find(&self) -> Result<Master, String> {
-        let asked = futures::future::join_all(
-            self.access
-                .spec
-                .sentinels
-                .iter()
-                .map(|(host, port)| self.access.ask(host, *port)),
-        )
-        .await;
-        let mut problems = Vec::new();
-        let mut best: Option<Named> = None;
-        for answer in asked {
-            match answer {
-                Ok(named) if best.as_ref().is_none_or(|b| named.epoch > b.epoch) => {
-                    best = Some(named);
-                }
-                Ok(_) => {}
-                Err(problem) => problems.push(problem),
+    /// What a master's connection runs when it drops: the link, if still there, gives the master
+    /// up and the search starts.
+    fn on_disconnect(&self) -> impl Fn() + Send + Sync + 'static {
+        let me = self.me.clone();
+        move || {
+            if let Some(link) = me.upgrade() {
+                link.connection_dropped();
             }
-        }
-        let Some(named) = best else {
-            return Err(format!("no sentinel answered ({})", problems.join("; ")));
-        };
-        let address = format!("{}:{}", named.host, named.port);
-        let broken = Arc::new(AtomicBool::new(false));
-        let checked = async {
-            // RESP3, for the disconnection push: a dropped connection is known before a command
-            // is sent on it (and fails in doubt), so the command waits for the new master instead.
-            let flag = broken.clone();
-            let me = self.me.clone();
-            let config = self
-                .access
-                .connection_config()
-                .set_push_sender(move |push: PushInfo| {
-                    if push.kind == PushKind::Disconnection {
-                        flag.store(true, Ordering::Release);
-                        if let Some(link) = me.upgrade() {
-                            link.connection_dropped();
-                        }
-                    }
-                    Ok::<(), std::convert::Infallible>(())
-                });
-            let mut connection = self
-                .access
-                .node_client(&named.host, named.port, ProtocolVersion::RESP3)?
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            let role: Role = redis::cmd("ROLE").query_async(&mut connection).await?;
-            let client =
-                self.access
-                    .node_client(&named.host, named.port, ProtocolVersion::RESP2)?;
-            Ok::<_, RedisError>((client, connection, role))
-        };
-        let named_by = format!(
-            "{address} (named by sentinel {}, configuration epoch {})",
-            named.sentinel, named.epoch
-        );
-        let (client, connection, role) = tokio::time::timeout(
-            self.access.connect_timeout + self.access.response_timeout,
-            checked,
-        )
-        .await
-        .map_err(|_| format!("{named_by} did not answer"))?
-        .map_err(|e| format!("{named_by} could not be used: {e}"))?;
-        match role {
-            Role::Primary { .. } => Ok(Master {
-                connection,
-                broken,
-                client,
-                address,
-                generation: 0,
-            }),
-            Role::Replica {
-                primary_ip,
-                primary_port,
-                ..
-            } => Err(format!(
-                "{named_by} answers role=slave (a replica of {primary_ip}:{primary_port}): the \
-                 sentinels have not named the new master yet"
-            )),
-            Role::Sentinel { .. } => Err(format!("{named_by} is a sentinel, not a data node")),
-            other => Err(format!("{named_by} answers an unknown role ({other:?})")),
         }
     }
 
@@ -616,9 +404,13 @@ fn no_master(message: String) -> RedisError {
 mod tests {
     use std::time::Duration;
 
+    use std::sync::atomic::AtomicBool;
+
     use leasehold_testkit::redis::{free_port, RedisServer};
+    use redis::ProtocolVersion;
 
     use super::*;
+    use crate::topology::SentinelSpec;
 
     /// A link whose only sentinel does not run: a search finds no master.
     fn link_without_sentinels() -> Arc<SentinelLink> {

@@ -201,7 +201,11 @@ async fn a_foreign_value_at_the_fence_key_fails_the_acquire_with_nothing_applied
     let fence_key = format!("leasehold:fence:{}", key("clash").as_str());
     assert_eq!(server.command(&["SET", &fence_key, "x"]).unwrap(), "+OK");
     let err = store.try_acquire(&acquire("clash")).await.unwrap_err();
-    assert!(err.to_string().contains("non-integer"), "{err}");
+    assert!(
+        err.chain().to_string().contains("non-integer"),
+        "{}",
+        err.chain()
+    );
     assert!(!err.is_in_doubt(), "a definite failure: {err}");
     assert_eq!(
         server.command(&["EXISTS", &lock_key]).unwrap(),

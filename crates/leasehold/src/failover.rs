@@ -147,13 +147,13 @@ impl<S: LockStore> crate::core::LayeredStore for Failover<S> {
             };
             was_in_doubt |= error.kind() != ErrorKind::Connection;
             if let Some(pause) = self.retry.pause(attempts, give_up_at) {
-                tracing::debug!(key = %lease.key(), %error, attempts, ?pause,
+                tracing::debug!(key = %lease.key(), error = %error.chain(), attempts, ?pause,
                     "release met a down store; retrying");
                 tokio::time::sleep(pause).await;
                 continue;
             }
             let expires_in = lease.remaining();
-            tracing::warn!(key = %lease.key(), %error, attempts, ?expires_in,
+            tracing::warn!(key = %lease.key(), error = %error.chain(), attempts, ?expires_in,
                 "could not release: the store stayed down; the lock is left to expire at its TTL");
             self.observers.emit(|| LockEvent::LeftToExpire {
                 key: lease.key().clone(),
@@ -191,7 +191,7 @@ pub(crate) async fn extend<S: LockStore>(
         match store.extend(lease, ttl).await {
             Err(error) if is_store_down(error.kind()) => match retry.pause(attempts, give_up_at) {
                 Some(pause) => {
-                    tracing::debug!(key = %lease.key(), %error, attempts, ?pause,
+                    tracing::debug!(key = %lease.key(), error = %error.chain(), attempts, ?pause,
                         "extend met a down store; retrying");
                     tokio::time::sleep(pause).await;
                 }

@@ -236,7 +236,7 @@ impl LockGuard {
             }
             Err(error) => {
                 if error.kind() == crate::ErrorKind::NotHeld {
-                    self.state.mark_lost(error.to_string());
+                    self.state.mark_lost(error.chain().to_string());
                 }
                 Err(error)
             }
@@ -349,7 +349,7 @@ async fn finish(
         }
         Err(error) if error.kind() == crate::ErrorKind::NotHeld => {
             span.record("outcome", "not_held");
-            state.mark_lost(error.to_string());
+            state.mark_lost(error.chain().to_string());
             Ok(ReleaseOutcome::NotHeld)
         }
         Err(error) => {
@@ -380,7 +380,7 @@ impl Drop for LockGuard {
             let lease = state.lease();
             if let Err(error) = finish(&handle, &state, &scenario, granted_at, hold_at_least).await
             {
-                tracing::warn!(key = %lease.key(), %error,
+                tracing::warn!(key = %lease.key(), error = %error.chain(),
                     "releasing a dropped guard failed; the lock expires at its TTL");
             }
         });

@@ -77,7 +77,7 @@ impl Handle {
             match store.release(&lease).await {
                 Ok(true) => tracing::debug!(key = %lease.key(), why, "released in the background"),
                 Ok(false) => {}
-                Err(error) => tracing::warn!(key = %lease.key(), %error, why,
+                Err(error) => tracing::warn!(key = %lease.key(), error = %error.chain(), why,
                     "a background release failed; if the lock was taken, it expires at its TTL"),
             }
         });

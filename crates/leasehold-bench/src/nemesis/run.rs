@@ -245,7 +245,7 @@ async fn left_behind(store: &StoreConfig) -> Option<String> {
             "held, token {:?}, {:?} left",
             info.fencing_token, info.ttl_remaining
         )),
-        Ok(Err(error)) => Some(format!("could not look: {error}")),
+        Ok(Err(error)) => Some(format!("could not look: {}", error.chain())),
         Err(_) => Some("could not look: no answer within 20 s".to_owned()),
     }
 }

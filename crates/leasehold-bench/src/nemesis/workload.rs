@@ -172,7 +172,7 @@ async fn run(config: WorkerConfig) -> io::Result<()> {
                 asked_ns,
                 failed_ns: now_ns(),
                 kind: error.kind().as_str().to_owned(),
-                message: error.to_string(),
+                message: error.chain().to_string(),
             }),
             Ok(guard) => {
                 let acquired_ns = now_ns();
@@ -192,27 +192,27 @@ async fn run(config: WorkerConfig) -> io::Result<()> {
                         tokio::select! {
                             writes = &mut section => break writes,
                             error = &mut lost_signal, if lost.is_none() => {
-                                lost = Some((now_ns(), error.to_string()));
+                                lost = Some((now_ns(), error.chain().to_string()));
                             }
                         }
                     }
                 };
                 if lost.is_none() && !guard.is_held() {
-                    lost = Some((now_ns(), guard.lost().await.to_string()));
+                    lost = Some((now_ns(), guard.lost().await.chain().to_string()));
                 }
                 if lost.is_none() && writes.contains(&WriteOutcome::Rejected) {
                     // The fence saw a newer holder: the guard should learn it at its next
                     // renewal, within a third of the TTL (plus retries while the store is down).
                     let wait = config.store.ttl * 2;
                     if let Ok(error) = tokio::time::timeout(wait, guard.lost()).await {
-                        lost = Some((now_ns(), error.to_string()));
+                        lost = Some((now_ns(), error.chain().to_string()));
                     }
                 }
                 let release_ns = now_ns();
                 let release = match guard.release().await {
                     Ok(true) => ReleaseOutcome::Released,
                     Ok(false) => ReleaseOutcome::NotOurs,
-                    Err(error) => ReleaseOutcome::Failed(error.to_string()),
+                    Err(error) => ReleaseOutcome::Failed(error.chain().to_string()),
                 };
                 let (lost_ns, lost_reason) = match lost {
                     Some((at, reason)) => (Some(at), Some(reason)),

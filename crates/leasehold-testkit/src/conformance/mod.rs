@@ -67,7 +67,11 @@ const LONG: Duration = Duration::from_secs(30);
 async fn acquire<S: LockStore>(store: &S, key: &LockKey, ttl: Duration) -> Lease {
     match store.try_acquire(&req(key, ttl)).await {
         Ok(lease) => lease,
-        Err(e) => panic!("[{}] acquire of free key {key} failed: {e}", store.name()),
+        Err(e) => panic!(
+            "[{}] acquire of free key {key} failed: {}",
+            store.name(),
+            e.chain()
+        ),
     }
 }
 
@@ -84,7 +88,7 @@ async fn await_expiry<S: LockStore>(store: &S, key: &LockKey) {
                 "[{}] {key} still held 10 s after its TTL: {info:?}",
                 store.name()
             ),
-            Err(e) => panic!("[{}] inspect failed: {e}", store.name()),
+            Err(e) => panic!("[{}] inspect failed: {}", store.name(), e.chain()),
         }
     }
 }

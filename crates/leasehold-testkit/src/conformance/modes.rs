@@ -25,7 +25,11 @@ async fn take<S: LockStore>(store: &S, key: &LockKey, mode: LockMode, ttl: Durat
             assert_eq!(lease.mode(), mode, "[{}] lease mode", store.name());
             lease
         }
-        Err(e) => panic!("[{}] {mode} acquire of {key} failed: {e}", store.name()),
+        Err(e) => panic!(
+            "[{}] {mode} acquire of {key} failed: {}",
+            store.name(),
+            e.chain()
+        ),
     }
 }
 
@@ -270,7 +274,7 @@ pub async fn permit_expires_alone<S: LockStore>(store: &S) {
             Err(e) if e.is_unavailable() && Instant::now() < give_up => {
                 tokio::time::sleep(Duration::from_millis(100)).await
             }
-            Err(e) => panic!("[{name}] the expired permit never came back: {e}"),
+            Err(e) => panic!("[{name}] the expired permit never came back: {}", e.chain()),
         }
     };
     assert!(

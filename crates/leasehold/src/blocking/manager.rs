@@ -205,7 +205,7 @@ pub(super) fn run_and_release<G: Release, T>(guard: G, work: impl FnOnce(&G) -> 
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| work(&guard)));
     let keys = guard.describe();
     if let Err(error) = guard.release_now() {
-        tracing::warn!(keys = %keys, %error,
+        tracing::warn!(keys = %keys, error = %error.chain(),
             "could not release after the work; the lock expires at its TTL");
     }
     match outcome {

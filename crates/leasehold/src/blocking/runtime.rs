@@ -93,7 +93,7 @@ impl Drop for Shared {
 /// The manager's shutdown on the runtime, from a thread that may block.
 fn shut_down(handle: &tokio::runtime::Handle, manager: &crate::LockManager) {
     if let Err(error) = handle.block_on(manager.shutdown()) {
-        tracing::warn!(%error, "shutting the blocking lock manager down failed");
+        tracing::warn!(error = %error.chain(), "shutting the blocking lock manager down failed");
     }
 }
 

@@ -33,7 +33,7 @@ where
         };
         if finished {
             if let Err(error) = leadership.resign().await {
-                tracing::warn!(election = name, ?term, %error,
+                tracing::warn!(election = name, ?term, error = %error.chain(),
                     "could not resign after the work ended; leadership expires at its TTL");
             }
         } else {

@@ -187,7 +187,7 @@ impl LockManager {
                 Ok(leadership) => return Ok(leadership),
                 Err(error) if error.kind() == ErrorKind::Timeout => {}
                 Err(error) if error.is_temporary() && !self.is_shut_down() => {
-                    tracing::warn!(election = name, %error,
+                    tracing::warn!(election = name, error = %error.chain(),
                         "campaign: the store is unreachable; trying again");
                     tokio::time::sleep(CAMPAIGN_RETRY).await;
                 }

@@ -95,7 +95,7 @@ impl LockManager {
                 // nothing. A blocking call gets here only once its whole wait was spent retrying
                 // the store (a failover is ridden out first); a try-lock at once.
                 span.record("outcome", "proceeded_without_lock");
-                tracing::warn!(key = %plan.key, scenario = &*plan.scenario, %error,
+                tracing::warn!(key = %plan.key, scenario = &*plan.scenario, error = %error.chain(),
                     "store down: proceeding WITHOUT the lock (on_store_down = proceed)");
                 handle.observers.emit(|| LockEvent::ProceededWithoutLock {
                     key: plan.key.clone(),
@@ -295,7 +295,7 @@ impl LockManager {
                             in_doubt.push(req.token.clone());
                         }
                         let failures = down.as_ref().map_or(1, |(_, n)| n + 1);
-                        tracing::debug!(key = %plan.key, error = %e, attempt = *attempts,
+                        tracing::debug!(key = %plan.key, error = %e.chain(), attempt = *attempts,
                             "the store is down; retrying within the wait");
                         down = Some((e, failures));
                         None
@@ -403,7 +403,7 @@ impl LockManager {
                 true
             }
             Err(error) => {
-                tracing::debug!(key = %plan.key, %error,
+                tracing::debug!(key = %plan.key, error = %error.chain(),
                     "could not release an attempt that landed late; its undo is still retrying");
                 false
             }
@@ -435,7 +435,7 @@ impl LockManager {
 fn gave_up(plan: &Plan, down: Option<(Error, u32)>, started: Instant, attempts: u32) -> Error {
     let waited = started.elapsed();
     if let Some((last, failures)) = down {
-        tracing::warn!(key = %plan.key, error = %last, attempts,
+        tracing::warn!(key = %plan.key, error = %last.chain(), attempts,
             "the store stayed down for the whole wait");
         return Error::new(
             last.kind(),

@@ -182,7 +182,7 @@ impl LockManager {
         let leases = all.guards().iter().map(LockGuard::lease).collect();
         let outcome = AssertUnwindSafe(work(leases)).catch_unwind().await;
         if let Err(error) = all.release().await {
-            tracing::warn!(%error, "could not release a multi-lock after the work; its keys expire at their TTL");
+            tracing::warn!(error = %error.chain(), "could not release a multi-lock after the work; its keys expire at their TTL");
         }
         match outcome {
             Ok(value) => Ok(value),
@@ -309,7 +309,7 @@ where
     let outcome = AssertUnwindSafe(work(guard.lease())).catch_unwind().await;
     let key = guard.key().clone();
     if let Err(error) = guard.release().await {
-        tracing::warn!(key = %key, %error, "could not release after the work; the lock expires at its TTL");
+        tracing::warn!(key = %key, error = %error.chain(), "could not release after the work; the lock expires at its TTL");
     }
     match outcome {
         Ok(value) => Ok(value),

@@ -151,7 +151,7 @@ impl LockManager {
             tracing::info!("signal received: releasing live locks");
             match tokio::time::timeout(budget, manager.shutdown()).await {
                 Ok(Ok(released)) => tracing::info!(released, "locks released"),
-                Ok(Err(error)) => tracing::warn!(%error, "shutdown failed"),
+                Ok(Err(error)) => tracing::warn!(error = %error.chain(), "shutdown failed"),
                 Err(_) => tracing::warn!("shutdown took too long"),
             }
             let _ = done.send(());

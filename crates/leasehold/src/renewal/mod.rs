@@ -336,7 +336,7 @@ async fn renew(
                     handle.lifecycle.spawn(async move {
                         if let Ok(renewed) = extend.await {
                             if let Err(error) = store.release(&renewed).await {
-                                tracing::warn!(key = %renewed.key(), %error,
+                                tracing::warn!(key = %renewed.key(), error = %error.chain(),
                                     "a renewal answered after its lease was given up and could \
                                      not be released; the lock expires at its TTL");
                             }
@@ -361,7 +361,7 @@ async fn renew(
                         &handle,
                         &state,
                         &lease,
-                        format!("renewal found it no longer ours ({error})"),
+                        format!("renewal found it no longer ours ({})", error.chain()),
                     );
                     return;
                 }
@@ -371,11 +371,14 @@ async fn renew(
                             &handle,
                             &state,
                             &lease,
-                            format!("could not renew before the lease expired ({error})"),
+                            format!(
+                                "could not renew before the lease expired ({})",
+                                error.chain()
+                            ),
                         );
                         return;
                     }
-                    tracing::debug!(key = %lease.key(), %error, "renewal failed; retrying");
+                    tracing::debug!(key = %lease.key(), error = %error.chain(), "renewal failed; retrying");
                     let pause = (interval / 4)
                         .max(MIN_RETRY)
                         .min(lease.remaining().max(MIN_RETRY));

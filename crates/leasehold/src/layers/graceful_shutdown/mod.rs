@@ -220,7 +220,7 @@ impl<S: LockStore> GracefulShutdown<S> {
                     tracing::debug!(key = %lease.key(), "at shutdown the lock was no longer ours")
                 }
                 Ok(Some((lease, Err(error)))) => {
-                    tracing::warn!(key = %lease.key(), %error,
+                    tracing::warn!(key = %lease.key(), error = %error.chain(),
                         "releasing at shutdown failed; the lock expires at its TTL")
                 }
                 Ok(None) => break,
@@ -259,7 +259,7 @@ impl<S: LockStore> crate::core::LayeredStore for GracefulShutdown<S> {
             // owner-checked, so the second is a no-op).
             self.untrack(&lease);
             if let Err(error) = self.inner.release(&lease).await {
-                tracing::warn!(key = %lease.key(), %error,
+                tracing::warn!(key = %lease.key(), error = %error.chain(),
                     "releasing a lock acquired during shutdown failed; it expires at its TTL");
             }
             return Err(Error::shut_down().with_key(req.key.as_str()));

@@ -499,7 +499,7 @@ fn release_in_background<S: LockStore>(inner: &Arc<S>, lifecycle: &Lifecycle, le
     let key = lease.key().clone();
     let spawned = lifecycle.spawn(async move {
         if let Err(error) = inner.release(&lease).await {
-            tracing::warn!(key = %lease.key(), %error,
+            tracing::warn!(key = %lease.key(), error = %error.chain(),
                 "releasing an unused hand-off failed; the lock expires at its TTL");
         }
     });

@@ -143,7 +143,7 @@ impl<S: LockStore> crate::core::LayeredStore for UnlockWindow<S> {
                 let entry =
                     HistoryEntry::new(HistoryEvent::Skipped, lease.token(), reason.to_string());
                 if let Err(error) = self.inner.append_history(lease.key(), trace, &entry).await {
-                    tracing::debug!(key = %lease.key(), %error, "could not record the skipped release in the lock history");
+                    tracing::debug!(key = %lease.key(), error = %error.chain(), "could not record the skipped release in the lock history");
                 }
             }
             return Ok(false);
