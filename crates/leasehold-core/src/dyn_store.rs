@@ -7,8 +7,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::{
-    Acquire, Capabilities, ChangeWatch, HistoryEntry, Lease, LockInfo, LockKey, LockStore,
-    ReleaseWatch, Result, TraceConfig,
+    Acquire, Capabilities, ChangeWatch, HistoryEntry, HolderId, Lease, LockInfo, LockKey,
+    LockStore, ReleaseWatch, Result, TraceConfig,
 };
 
 /// Object-safe form of [`LockStore`], implemented for every store.
@@ -22,6 +22,7 @@ trait DynLockStore: Send + Sync + 'static {
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LockInfo>>>;
     fn watch<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, ReleaseWatch>;
     fn watch_changes<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, ChangeWatch>;
+    fn is_held_by(&self, key: &LockKey, holder: HolderId) -> bool;
     fn shutdown(&self) -> BoxFuture<'_, Result<usize>>;
     fn history<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<HistoryEntry>>>;
     fn append_history<'a>(
@@ -59,6 +60,9 @@ impl<S: LockStore> DynLockStore for S {
     }
     fn watch_changes<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, ChangeWatch> {
         Box::pin(LockStore::watch_changes(self, key))
+    }
+    fn is_held_by(&self, key: &LockKey, holder: HolderId) -> bool {
+        LockStore::is_held_by(self, key, holder)
     }
     fn shutdown(&self) -> BoxFuture<'_, Result<usize>> {
         Box::pin(LockStore::shutdown(self))
@@ -148,6 +152,9 @@ impl LockStore for BoxStore {
     }
     async fn watch_changes(&self, key: &LockKey) -> ChangeWatch {
         self.inner.watch_changes(key).await
+    }
+    fn is_held_by(&self, key: &LockKey, holder: HolderId) -> bool {
+        self.inner.is_held_by(key, holder)
     }
     async fn shutdown(&self) -> Result<usize> {
         self.inner.shutdown().await

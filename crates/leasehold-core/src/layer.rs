@@ -4,7 +4,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::{
-    Acquire, Capabilities, ChangeWatch, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result,
+    Acquire, Capabilities, ChangeWatch, HolderId, Lease, LockInfo, LockKey, LockStore,
+    ReleaseWatch, Result,
 };
 
 /// Wraps a store in another store, adding one behaviour.
@@ -166,6 +167,12 @@ impl<A: LockStore, B: LockStore> LockStore for Either<A, B> {
         match self {
             Either::Left(a) => a.watch_changes(key).await,
             Either::Right(b) => b.watch_changes(key).await,
+        }
+    }
+    fn is_held_by(&self, key: &LockKey, holder: HolderId) -> bool {
+        match self {
+            Either::Left(a) => a.is_held_by(key, holder),
+            Either::Right(b) => b.is_held_by(key, holder),
         }
     }
     async fn shutdown(&self) -> Result<usize> {

@@ -5,8 +5,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::{
-    Acquire, Capabilities, ChangeWatch, HistoryEntry, Lease, LockInfo, LockKey, LockStore,
-    ReleaseWatch, Result, TraceConfig,
+    Acquire, Capabilities, ChangeWatch, HistoryEntry, HolderId, Lease, LockInfo, LockKey,
+    LockStore, ReleaseWatch, Result, TraceConfig,
 };
 
 /// A store that wraps another and forwards every operation to it unless it overrides that
@@ -86,6 +86,11 @@ pub trait LayeredStore: Send + Sync + 'static {
         self.inner().watch(key)
     }
 
+    /// See [`LockStore::is_held_by`]. Forwards.
+    fn is_held_by(&self, key: &LockKey, holder: HolderId) -> bool {
+        self.inner().is_held_by(key, holder)
+    }
+
     /// See [`LockStore::watch_changes`]. Forwards.
     fn watch_changes(&self, key: &LockKey) -> impl Future<Output = ChangeWatch> + Send {
         self.inner().watch_changes(key)
@@ -139,6 +144,9 @@ impl<L: LayeredStore> LockStore for L {
     }
     fn watch_changes(&self, key: &LockKey) -> impl Future<Output = ChangeWatch> + Send {
         LayeredStore::watch_changes(self, key)
+    }
+    fn is_held_by(&self, key: &LockKey, holder: HolderId) -> bool {
+        LayeredStore::is_held_by(self, key, holder)
     }
     fn shutdown(&self) -> impl Future<Output = Result<usize>> + Send {
         LayeredStore::shutdown(self)

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::{
-    Acquire, ChangeWatch, Error, HistoryEntry, Lease, LockInfo, LockKey, ReleaseWatch, Result,
-    TraceConfig,
+    Acquire, ChangeWatch, Error, HistoryEntry, HolderId, Lease, LockInfo, LockKey, ReleaseWatch,
+    Result, TraceConfig,
 };
 
 /// What a store can do beyond the required operations, so layers and tests can ask instead of
@@ -188,6 +188,16 @@ pub trait LockStore: Send + Sync + 'static {
         async { ReleaseWatch::none() }
     }
 
+    /// Whether `holder` already holds `key` through this store, so that an acquisition by it
+    /// would be a reentrant take. Answered from memory, without I/O: the manager asks before it
+    /// queues a holder's call behind this process's waiters for the key, since only a reentrant
+    /// take may pass them. The default is `false`; the reentrancy layer answers from what it
+    /// holds.
+    fn is_held_by(&self, key: &LockKey, holder: HolderId) -> bool {
+        let _ = (key, holder);
+        false
+    }
+
     /// Subscribes this process to changes of who holds `key` (grants and releases), until the
     /// returned watch is dropped (see [`ChangeWatch`]): for readers of who holds a lock, such as
     /// an election's observers. Unlike [`watch`](Self::watch) it never waits for the lock: it
@@ -267,6 +277,9 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     }
     async fn watch_changes(&self, key: &LockKey) -> ChangeWatch {
         (**self).watch_changes(key).await
+    }
+    fn is_held_by(&self, key: &LockKey, holder: HolderId) -> bool {
+        (**self).is_held_by(key, holder)
     }
     async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
         (**self).history(key).await

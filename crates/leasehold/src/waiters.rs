@@ -7,12 +7,14 @@
 //! this process's tasks wait: a fair store puts the process back in its line when one is
 //! served while others remain), but only the head listens to it and asks.
 //!
-//! When the head is granted a lease the store marks contended (other processes were queued)
-//! while others remain in this line, the process went to the back of the store's line: the next
-//! head waits for the store's word instead of asking only to be refused ([`Place::after_others`]).
+//! When the head is served while others remain in this line, the next head does not ask at once
+//! only to be refused ([`Place::first_wait`]): if the store marked the grant contended (other
+//! processes were queued), the process went to the back of the store's line, and the next head
+//! waits for the store's word; otherwise this process holds the key, and it waits for that
+//! holder's release (or asks at once if the release came already).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
@@ -32,19 +34,31 @@ pub(crate) struct Waiters {
 #[derive(Debug, Default)]
 pub(crate) struct Line {
     places: Mutex<Places>,
-    /// The head changed: the new head is woken to ask the store.
-    turn: Notify,
     /// A task of this process released the key.
     released: Notify,
-    /// The last head was served behind other processes in the store's line (see the module
-    /// docs): the next head waits for the store before asking.
-    after_others: AtomicBool,
+    /// How many times (for a head to tell whether a release came since it last looked).
+    releases: AtomicU64,
+}
+
+/// What a new head waits for before it asks, after the head before it was served (see the
+/// module docs): asking at once would only be refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FirstWait {
+    /// The store's word: the process was served behind other processes in the store's line.
+    Store,
+    /// A release by the head that was served (this process holds the key): unless the line's
+    /// release count has moved past this one already.
+    Release(u64),
 }
 
 #[derive(Debug, Default)]
 struct Places {
-    queue: VecDeque<u64>,
+    /// Tickets in arrival order, each with its holder's wake-up: only the new head is woken when
+    /// the head leaves, not the whole line.
+    queue: VecDeque<(u64, Arc<Notify>)>,
     next: u64,
+    /// Set by a head that was served while others waited, taken by the next head.
+    first_wait: Option<FirstWait>,
 }
 
 impl Waiters {
@@ -63,11 +77,12 @@ impl Waiters {
                 Arc::default()
             })
             .clone();
+        let turn = Arc::new(Notify::new());
         let ticket = {
             let mut places = line.lock();
             let ticket = places.next;
             places.next += 1;
-            places.queue.push_back(ticket);
+            places.queue.push_back((ticket, turn.clone()));
             ticket
         };
         Place {
@@ -75,6 +90,7 @@ impl Waiters {
             key: key.clone(),
             line: Some(line),
             ticket,
+            turn,
         }
     }
 
@@ -84,6 +100,7 @@ impl Waiters {
             return;
         }
         if let Some(line) = self.map.get(key) {
+            line.releases.fetch_add(1, Ordering::AcqRel);
             line.released.notify_waiters();
         }
     }
@@ -108,6 +125,9 @@ pub(crate) struct Place<'a> {
     key: LockKey,
     line: Option<Arc<Line>>,
     ticket: u64,
+    /// Notified (once, with a permit kept if it is not listening yet) when this place becomes the
+    /// head.
+    turn: Arc<Notify>,
 }
 
 impl Place<'_> {
@@ -117,13 +137,16 @@ impl Place<'_> {
 
     /// Whether this place is first in line.
     pub(crate) fn is_head(&self) -> bool {
-        self.line().lock().queue.front() == Some(&self.ticket)
+        self.line()
+            .lock()
+            .queue
+            .front()
+            .is_some_and(|(ticket, _)| *ticket == self.ticket)
     }
 
-    /// Notified when the head changes (make and enable a `Notified` before looking at
-    /// [`is_head`](Self::is_head), so a change in between is not missed).
+    /// Notified when this place becomes the head (the wake-up is kept until it is awaited).
     pub(crate) fn turn(&self) -> &Notify {
-        &self.line().turn
+        &self.turn
     }
 
     /// Notified when a task of this process releases the key.
@@ -131,19 +154,29 @@ impl Place<'_> {
         &self.line().released
     }
 
-    /// This place's head was just granted a lease the store marked contended: if others wait
-    /// behind it, the next head waits for the store's word first (see the module docs).
-    pub(crate) fn served_behind_others(&self) {
+    /// This place (the head) was just served, with a lease the store marked `contended` or
+    /// not: if others wait behind it, the next head waits before it asks (see [`FirstWait`]).
+    pub(crate) fn served(&self, contended: bool) {
         let line = self.line();
-        if line.lock().queue.len() > 1 {
-            line.after_others.store(true, Ordering::Release);
+        let mut places = line.lock();
+        if places.queue.len() > 1 {
+            places.first_wait = Some(if contended {
+                FirstWait::Store
+            } else {
+                FirstWait::Release(line.releases.load(Ordering::Acquire))
+            });
         }
     }
 
-    /// Whether this new head should wait for the store before asking (and forgets it: it is
-    /// said to one head only).
-    pub(crate) fn after_others(&self) -> bool {
-        self.line().after_others.swap(false, Ordering::AcqRel)
+    /// What this new head waits for before asking, if the head before it was served (said to
+    /// one head only).
+    pub(crate) fn first_wait(&self) -> Option<FirstWait> {
+        self.line().lock().first_wait.take()
+    }
+
+    /// Whether a task of this process released the key since the release count `seen`.
+    pub(crate) fn released_since(&self, seen: u64) -> bool {
+        self.line().releases.load(Ordering::Acquire) != seen
     }
 }
 
@@ -154,12 +187,17 @@ impl Drop for Place<'_> {
         };
         let next_head = {
             let mut places = line.lock();
-            let was_head = places.queue.front() == Some(&self.ticket);
-            places.queue.retain(|t| *t != self.ticket);
-            was_head && !places.queue.is_empty()
+            let was_head = places
+                .queue
+                .front()
+                .is_some_and(|(ticket, _)| *ticket == self.ticket);
+            places.queue.retain(|(ticket, _)| *ticket != self.ticket);
+            was_head
+                .then(|| places.queue.front().map(|(_, turn)| turn.clone()))
+                .flatten()
         };
-        if next_head {
-            line.turn.notify_waiters();
+        if let Some(turn) = next_head {
+            turn.notify_one();
         }
         drop(line);
         // The map's own reference is the last one: nobody waits any more (a new place takes

@@ -16,7 +16,7 @@ use crate::guard::LockGuard;
 
 use crate::handle::Handle;
 use crate::scenario::StoreDownPolicy;
-use crate::waiters::Place;
+use crate::waiters::{FirstWait, Place};
 
 use super::options::Plan;
 use super::LockManager;
@@ -151,13 +151,13 @@ impl LockManager {
         // Most locks meet nobody: a first plain try costs what `try_lock` costs, and only a
         // refusal pays for a place in the line and the watch (a subscription, on stores that
         // notify). A try never takes a place in the store's line, so it cannot pass anyone
-        // waiting there. When other tasks of this process already wait for
-        // the key, the key is theirs first: a call without a holder queues behind them at once. A
-        // call with a holder asks all the same, since only asking tells whether the key is its
-        // own already (a reentrant take; queueing behind its own waiters would never end), and
-        // gives back a fresh take: the next in line may not have asked the store yet.
+        // waiting there. When other tasks of this process already wait for the key, the key is
+        // theirs first: the call queues behind them at once, unless its holder holds the key
+        // already (a reentrant take: queueing behind its own waiters would never end). Should
+        // that take turn out fresh after all (the hold ran out meanwhile), it is given back: the
+        // next in line may not have asked the store yet.
         let behind_others = handle.waiters.anyone_waits(&plan.key) && !self.own_places(handle);
-        if behind_others && plan.holder.is_none() {
+        if behind_others && !self.is_reentrant(plan) {
             *attempts = 0;
         } else {
             let first = try_once();
@@ -180,15 +180,14 @@ impl LockManager {
     }
 
     /// A try: one attempt, unless tasks of this process wait for the key. The key is theirs
-    /// first, so a try never passes them: refused at once, with no store I/O, when it has no
-    /// holder; with one it asks all the same (only asking tells whether the key is its own
-    /// already, a reentrant take) and gives back a fresh take.
+    /// first, so a try never passes them: refused at once, with no store I/O, unless its holder
+    /// holds the key already (a reentrant take; one that turns out fresh is given back).
     async fn try_once(&self, plan: &Plan, req: Acquire) -> Result<Lease> {
         let handle = &plan.handle;
         if !handle.waiters.anyone_waits(&plan.key) || self.own_places(handle) {
             return self.attempt(handle, &req).await;
         }
-        if plan.holder.is_some() {
+        if self.is_reentrant(plan) {
             match self.attempt(handle, &req).await {
                 Ok(lease) if *lease.token() == req.token => self.give_back(handle, lease).await,
                 done => return done,
@@ -198,6 +197,13 @@ impl LockManager {
             key: plan.key.clone(),
         });
         Err(Error::unavailable(&plan.key))
+    }
+
+    /// Whether the call's holder holds the key already (a reentrant take, answered by the
+    /// stack from memory): such a call may pass this process's waiters, since they wait for it.
+    fn is_reentrant(&self, plan: &Plan) -> bool {
+        plan.holder
+            .is_some_and(|holder| plan.handle.store.is_held_by(&plan.key, holder))
     }
 
     /// A store that keeps a place per waiter (strict FIFO across the fleet) is asked by every
@@ -251,9 +257,8 @@ impl LockManager {
         // A release by a task of this process (see `Handle::release` for which ones) wakes the
         // head: the key may be free, or its lease handed off to it.
         let local = place.as_ref().map(Place::released);
-        // The last head was served behind other processes: the store names this process when
-        // its turn comes, and asking before would only be refused.
-        let mut after_others = place.as_ref().is_some_and(Place::after_others);
+        // The last head was served: asking at once would only be refused (see `FirstWait`).
+        let mut first_wait = place.as_ref().and_then(Place::first_wait);
         loop {
             // Enabled before the attempt, so a release between a failed attempt and the sleep is
             // not missed.
@@ -265,7 +270,13 @@ impl LockManager {
             tokio::pin!(notified);
             notified.as_mut().enable();
 
-            let retry_after = if std::mem::take(&mut after_others) {
+            let wait_first = match (first_wait.take(), &place) {
+                (Some(FirstWait::Store), _) => true,
+                // Looked at after `woken` was enabled: a release from now on wakes this head.
+                (Some(FirstWait::Release(seen)), Some(place)) => !place.released_since(seen),
+                _ => false,
+            };
+            let retry_after = if wait_first {
                 None
             } else {
                 // Every attempt of this wait is the same waiter (the watch's).
@@ -301,8 +312,9 @@ impl LockManager {
                         None
                     }
                     Ok(lease) => {
-                        if let (true, Some(place)) = (lease.is_contended(), &place) {
-                            place.served_behind_others();
+                        // The next head need not wait for a shared hold's release: it may share.
+                        if let (Some(place), false) = (&place, lease.mode().is_shared_record()) {
+                            place.served(lease.is_contended());
                         }
                         return Ok(lease);
                     }

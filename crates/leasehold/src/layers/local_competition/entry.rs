@@ -1,6 +1,8 @@
-//! What the cache keeps for a key, and when moka drops it: the entry's value says when what it
-//! records ends, and moka's [`Expiry`] reads it from there.
+//! What the cache keeps for a key: a slot holding the key's local state, and when moka drops it.
+//! moka's [`Expiry`] reads the slot on every access: an entry lives while its state lasts, then
+//! a little longer so a key in use again soon reuses it without a cache write.
 
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use moka::notification::RemovalCause;
@@ -10,11 +12,18 @@ use tokio::time::Instant;
 
 use crate::core::{Lease, LockKey, OwnerToken};
 
-/// One key's local state. There is no entry for a key nobody of this process holds.
+/// How long an idle slot stays after its state ended (or after its last access): a hot key
+/// finds it again instead of inserting one per acquisition.
+const LINGER: Duration = Duration::from_secs(1);
+/// How long a slot some task of this process waits on stays after its last access (the head
+/// reads it at every attempt; hand-off counts the waiters in it).
+const WAITED_LINGER: Duration = Duration::from_secs(60);
+
+/// One key's local state.
 #[derive(Debug, Clone)]
 pub(super) enum Local {
     /// A task of this process asks the store for the key with `token`, or holds the lease it got
-    /// (kept in the entry only when a hand-off may need it: see `Held`): the others fail fast
+    /// (kept in the slot only when a hand-off may need it: see `Held`): the others fail fast
     /// meanwhile. `until` is the end of the TTL it asked for (or extended to).
     Taken { token: OwnerToken, until: Instant },
     /// The store's `lease` is held here (by whoever has a lease with its token), kept for a
@@ -43,7 +52,7 @@ impl Run {
 }
 
 impl Local {
-    /// When what the entry records ends: the lease's expiry (or the asked-for one).
+    /// When the state ends: the lease's expiry (or the asked-for one).
     pub(super) fn until(&self) -> Instant {
         match self {
             Local::Taken { until, .. } => *until,
@@ -51,13 +60,7 @@ impl Local {
         }
     }
 
-    /// Whether it still holds at `now`. Every access checks this against tokio's clock (moka's
-    /// own clock drops the entry, but a little later and not in paused-time tests).
-    pub(super) fn is_live(&self, now: Instant) -> bool {
-        now < self.until()
-    }
-
-    /// Whether `token` is this entry's: its asker or its holder.
+    /// Whether `token` is this state's: its asker or its holder.
     pub(super) fn is_of(&self, token: &OwnerToken) -> bool {
         match self {
             Local::Taken { token: own, .. } => own == token,
@@ -67,44 +70,136 @@ impl Local {
     }
 }
 
-/// An entry leaves the cache when what it records ends (its value's [`Local::until`]), whatever
-/// was written last.
-struct UntilItEnds;
+/// A key's entry in the cache.
+#[derive(Debug, Default)]
+pub(super) struct Slot(Mutex<State>);
 
-impl Expiry<LockKey, Local> for UntilItEnds {
+/// What a slot holds. Changed only under the slot's lock, and the cache is never called with the
+/// lock held (moka calls the expiry, which takes it).
+#[derive(Debug, Default)]
+pub(super) struct State {
+    local: Option<Local>,
+    /// Waiters of this process registered on the key (their watches; counted with hand-off on).
+    pub(super) waiters: usize,
+    /// The cache dropped this slot: a lease offered in it would be lost, so none is.
+    pub(super) gone: bool,
+    /// When the cache drops the slot, as the expiry last said.
+    kept_until: Option<Instant>,
+}
+
+impl Slot {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl State {
+    /// The state, once an ended one is forgotten (every access checks it against tokio's clock:
+    /// moka's own clock drops the slot a little later, and not at all in paused-time tests).
+    pub(super) fn current(&mut self, now: Instant) -> Option<&Local> {
+        if self.local.as_ref().is_some_and(|l| now >= l.until()) {
+            self.local = None;
+        }
+        self.local.as_ref()
+    }
+
+    /// Takes the state out (see [`current`](Self::current)).
+    pub(super) fn take(&mut self, now: Instant) -> Option<Local> {
+        self.current(now);
+        self.local.take()
+    }
+
+    /// Sets the state; `true` when the cache's expiry of the slot must be brought up to it (the
+    /// caller then reads the slot from the cache, once the lock is let go).
+    #[must_use]
+    pub(super) fn set(&mut self, local: Option<Local>) -> bool {
+        let until = local.as_ref().map(Local::until);
+        self.local = local;
+        until.is_some_and(|until| self.kept_until.is_none_or(|kept| kept < until))
+    }
+
+    /// How long the cache keeps the slot from `now` on: while its state lasts, then
+    /// [`LINGER`] (or [`WAITED_LINGER`] while tasks wait on the key).
+    fn keep_for(&mut self, now: Instant) -> Duration {
+        let end = self.current(now).map_or(now, Local::until);
+        let linger = if self.waiters > 0 {
+            WAITED_LINGER
+        } else {
+            LINGER
+        };
+        let keep = end.saturating_duration_since(now) + linger;
+        self.kept_until = Some(now + keep);
+        keep
+    }
+}
+
+/// The cache's expiry reads the slot's state at every access.
+struct WhileInUse;
+
+impl Expiry<LockKey, Arc<Slot>> for WhileInUse {
     fn expire_after_create(
         &self,
         _key: &LockKey,
-        value: &Local,
+        slot: &Arc<Slot>,
         _created_at: std::time::Instant,
     ) -> Option<Duration> {
-        Some(value.until().saturating_duration_since(Instant::now()))
+        Some(slot.lock().keep_for(Instant::now()))
+    }
+
+    fn expire_after_read(
+        &self,
+        _key: &LockKey,
+        slot: &Arc<Slot>,
+        _read_at: std::time::Instant,
+        _duration_until_expiry: Option<Duration>,
+        _last_modified_at: std::time::Instant,
+    ) -> Option<Duration> {
+        Some(slot.lock().keep_for(Instant::now()))
     }
 
     fn expire_after_update(
         &self,
         _key: &LockKey,
-        value: &Local,
+        slot: &Arc<Slot>,
         _updated_at: std::time::Instant,
         _duration_until_expiry: Option<Duration>,
     ) -> Option<Duration> {
-        Some(value.until().saturating_duration_since(Instant::now()))
+        Some(slot.lock().keep_for(Instant::now()))
     }
 }
 
-/// The cache: at most `capacity` keys, each entry dropped when its lease ends. An offered lease
-/// the cache drops to make room (nobody takes it any more) goes to `give_back`.
+/// The cache's hasher: the map's (`crate::KeyMap`), several times faster than the standard
+/// library's on keys of this size.
+pub(super) type Hasher = foldhash::fast::RandomState;
+
+/// The cache: at most `capacity` keys (moka's size bound), each slot kept while in use as its
+/// expiry says. A slot the cache drops is marked gone, and a lease offered in it goes to
+/// `give_back` (nobody takes it from there any more).
 pub(super) fn cache(
     capacity: u64,
     give_back: impl Fn(Lease) + Send + Sync + 'static,
-) -> Cache<LockKey, Local> {
+) -> Cache<LockKey, Arc<Slot>, Hasher> {
     Cache::builder()
         .max_capacity(capacity)
-        .expire_after(UntilItEnds)
-        .eviction_listener(move |_key, value: Local, cause| {
-            if let (Local::Offered { lease, .. }, RemovalCause::Size) = (value, cause) {
+        .expire_after(WhileInUse)
+        .eviction_listener(move |_key, slot: Arc<Slot>, cause| {
+            if cause == RemovalCause::Replaced {
+                return;
+            }
+            let offered = {
+                let mut st = slot.lock();
+                st.gone = true;
+                match st.local.take() {
+                    Some(Local::Offered { lease, .. }) => Some(lease),
+                    other => {
+                        st.local = other;
+                        None
+                    }
+                }
+            };
+            if let Some(lease) = offered {
                 give_back(lease);
             }
         })
-        .build()
+        .build_with_hasher(Hasher::default())
 }

@@ -2,7 +2,6 @@
 //! lease for the head of the manager's line instead of releasing it (see the module docs of the
 //! parent for the policy and its bounds).
 
-use moka::ops::compute::Op;
 use tokio::time::Instant;
 
 use crate::core::{Acquire, Error, ErrorKind, Lease, LockKey, LockStore, ReleaseWatch, Result};
@@ -12,33 +11,37 @@ use super::{release_in_background, LocalCompetition, Released, Undo};
 
 impl<S: LockStore> LocalCompetition<S> {
     /// Takes a lease a local holder left for this waiter, extending it first if less than half
-    /// of the requested TTL is left. On error or cancellation the entry goes and the lease is
+    /// of the requested TTL is left. On error or cancellation the slot is freed and the lease
     /// released.
     pub(super) async fn take_offer(&self, req: &Acquire, lease: Lease) -> Result<Lease> {
         if lease.remaining() >= req.ttl / 2 {
             return Ok(lease);
         }
-        let mut undo = Undo::new(self, &req.key, lease.token().clone());
+        let slot = self.slot(&req.key);
+        let mut undo = Undo::new(self, &slot, lease.token().clone());
         undo.give_back = Some(lease.clone());
         match self.inner.extend(&lease, req.ttl).await {
             Ok(renewed) => {
-                let mut kept = false;
-                self.cache.entry_by_ref(&req.key).and_compute_with(|entry| {
-                    match entry.map(|e| e.into_value()) {
+                let (kept, refresh) = {
+                    let mut st = slot.lock();
+                    match st.take(Instant::now()) {
                         // Still this lease's (the extend may have outlasted it, and another task
                         // be asking now).
                         Some(Local::Held { lease: held, run })
                             if held.token() == renewed.token() =>
                         {
-                            kept = true;
-                            Op::Put(Local::Held {
+                            let local = Local::Held {
                                 lease: renewed.clone(),
                                 run,
-                            })
+                            };
+                            (true, st.set(Some(local)))
                         }
-                        _ => Op::Nop,
+                        other => (false, st.set(other)),
                     }
-                });
+                };
+                if refresh {
+                    self.refresh(&req.key);
+                }
                 if !kept {
                     undo.give_back = Some(renewed);
                     return Err(Error::unavailable(&req.key));
@@ -50,101 +53,95 @@ impl<S: LockStore> LocalCompetition<S> {
                 // Lost under us: ask the store afresh, still as the key's asker.
                 undo.give_back = None;
                 drop(undo);
-                let mut asking = false;
                 let now = Instant::now();
-                self.cache.entry_by_ref(&req.key).and_compute_with(|entry| {
-                    match entry.map(|e| e.into_value()) {
-                        Some(local) if local.is_live(now) => Op::Nop,
-                        _ => {
-                            asking = true;
-                            Op::Put(Local::Taken {
-                                token: req.token.clone(),
-                                until: now + req.ttl,
-                            })
-                        }
+                let asking = {
+                    let mut st = slot.lock();
+                    match st.current(now) {
+                        Some(_) => None,
+                        None => Some(st.set(Some(Local::Taken {
+                            token: req.token.clone(),
+                            until: now + req.ttl,
+                        }))),
                     }
-                });
-                if !asking {
-                    return Err(Error::unavailable(&req.key));
+                };
+                match asking {
+                    None => Err(Error::unavailable(&req.key)),
+                    Some(refresh) => {
+                        if refresh {
+                            self.refresh(&req.key);
+                        }
+                        self.ask_store(req, &slot).await
+                    }
                 }
-                self.ask_store(req).await
             }
             // Unknown whether it still holds, and too short to hand out as asked for.
             Err(error) => Err(error),
         }
     }
 
-    /// A holder's release decided in the cache: hand the lease to a waiting task of this
-    /// process, or let the store release it.
+    /// A holder's release decided in its slot: hand the lease to a waiting task of this process,
+    /// or let the store release it.
     pub(super) fn release_locally(&self, lease: &Lease) -> Released {
+        let Some(slot) = self.cache.get(lease.key()) else {
+            return Released::NotHolder;
+        };
         let now = Instant::now();
         let policy = self.hand_off;
-        let mut decision = Released::NotHolder;
-        self.cache
-            .entry_by_ref(lease.key())
-            .and_compute_with(|entry| match entry.map(|e| e.into_value()) {
-                Some(Local::Held { lease: held, run }) if held.token() == lease.token() => {
-                    // Under the key's lock, as the last waiter's leaving is: an offer is made
-                    // only while someone is there to take it.
-                    let waited =
-                        policy.enabled && self.waited.get(lease.key()).is_some_and(|n| *n > 0);
-                    if waited
-                        && !held.is_contended()
-                        && run.hand_offs < policy.max_hand_offs
-                        && now.saturating_duration_since(run.since) < policy.max_hold
-                        && now < held.expires_at()
-                    {
-                        let run = Run {
-                            hand_offs: run.hand_offs + 1,
-                            ..run
-                        };
-                        decision = Released::HandedOff(run.hand_offs);
-                        Op::Put(Local::Offered { lease: held, run })
-                    } else {
-                        decision = Released::ToStore;
-                        Op::Remove
-                    }
+        let mut st = slot.lock();
+        match st.take(now) {
+            Some(Local::Held { lease: held, run }) if held.token() == lease.token() => {
+                // Under the slot's lock, as the last waiter's leaving is: an offer is made only
+                // while someone is there to take it, in a slot still in the cache.
+                if policy.enabled
+                    && st.waiters > 0
+                    && !st.gone
+                    && !held.is_contended()
+                    && run.hand_offs < policy.max_hand_offs
+                    && now.saturating_duration_since(run.since) < policy.max_hold
+                {
+                    let run = Run {
+                        hand_offs: run.hand_offs + 1,
+                        ..run
+                    };
+                    // Offered until the lease's end, which the slot's expiry already covers.
+                    let _ = st.set(Some(Local::Offered { lease: held, run }));
+                    Released::HandedOff(run.hand_offs)
+                } else {
+                    Released::ToStore
                 }
-                Some(Local::Taken { token, .. }) if token == *lease.token() => {
-                    decision = Released::ToStore;
-                    Op::Remove
-                }
-                _ => Op::Nop,
-            });
-        decision
+            }
+            Some(Local::Taken { token, .. }) if token == *lease.token() => Released::ToStore,
+            other => {
+                let _ = st.set(other);
+                Released::NotHolder
+            }
+        }
     }
 
     /// `watch` is a waiter's of this process: with hand-off on, releases of the key may hand
-    /// their lease to it. The last waiter leaving takes an offer nobody is left to claim back to
-    /// the store.
+    /// their lease to it (the slot counts its waiters). The last waiter leaving takes an offer
+    /// nobody is left to claim back to the store.
     pub(super) fn offer_to(&self, key: &LockKey, watch: ReleaseWatch) -> ReleaseWatch {
         if !self.hand_off.enabled || self.inner.capabilities().waiter_line {
             // No hand-off, or none to waiters the store lines up itself (they take their places
             // there, never an offer here).
             return watch;
         }
-        // A waiter of this process: releases of the key may hand their lease off to it. The
-        // last one leaving takes an offer nobody is left to claim back to the store.
-        *self.waited.entry(key.clone()).or_default() += 1;
-        let (cache, waited, key) = (self.cache.clone(), self.waited.clone(), key.clone());
+        let slot = self.slot(key);
+        slot.lock().waiters += 1;
         let (inner, lifecycle) = (self.inner.clone(), self.lifecycle.clone());
         watch.also_on_drop(move || {
-            let mut orphan = None;
-            cache.entry_by_ref(&key).and_compute_with(|entry| {
-                let last = waited
-                    .remove_if_mut(&key, |_, n| {
-                        *n -= 1;
-                        *n == 0
-                    })
-                    .is_some();
-                match entry.map(|e| e.into_value()) {
-                    Some(Local::Offered { lease, .. }) if last => {
-                        orphan = Some(lease);
-                        Op::Remove
+            let orphan = {
+                let mut st = slot.lock();
+                st.waiters = st.waiters.saturating_sub(1);
+                match st.take(Instant::now()) {
+                    Some(Local::Offered { lease, .. }) if st.waiters == 0 => Some(lease),
+                    other => {
+                        let _ = st.set(other);
+                        None
                     }
-                    _ => Op::Nop,
                 }
-            });
+            };
             if let Some(lease) = orphan {
                 release_in_background(&inner, &lifecycle, lease);
             }

@@ -62,7 +62,6 @@ mod permits;
 use std::sync::Arc;
 use std::time::Duration;
 
-use moka::ops::compute::Op;
 use moka::sync::Cache;
 use tokio::time::Instant;
 
@@ -70,8 +69,7 @@ use crate::core::{
     validate_ttl, Acquire, Error, ErrorKind, Layer, LayeredStore, Lease, Lifecycle, LockEvent,
     LockKey, LockStore, Observers, OwnerToken, ReleaseWatch, Result,
 };
-use crate::KeyMap;
-use entry::{Local, Run};
+use entry::{Hasher, Local, Run, Slot};
 use permits::LocalPermits;
 
 /// Default bound of consecutive local hand-offs of one store lease.
@@ -202,7 +200,6 @@ impl<S: LockStore> Layer<S> for LocalCompetitionLayer {
         LocalCompetition {
             cache: entry::cache(self.capacity, give_back),
             inner,
-            waited: Arc::default(),
             hand_off: self.hand_off,
             observers: self.observers.clone(),
             lifecycle: self.lifecycle.clone(),
@@ -215,10 +212,7 @@ impl<S: LockStore> Layer<S> for LocalCompetitionLayer {
 /// tasks holds it (see the [module docs](self)).
 pub struct LocalCompetition<S> {
     inner: Arc<S>,
-    cache: Cache<LockKey, Local>,
-    /// Keys tasks of this process wait for, with how many (their watches): where a release may
-    /// hand its lease off. Counted only with hand-off on.
-    waited: Arc<KeyMap<usize>>,
+    cache: Cache<LockKey, Arc<Slot>, Hasher>,
     hand_off: HandOff,
     observers: Observers,
     lifecycle: Lifecycle,
@@ -261,8 +255,8 @@ impl<S: LockStore> LocalCompetition<S> {
         LocalCompetitionLayer::new().layer(inner)
     }
 
-    /// Keys with a local entry (held, being asked for, or offered), once the cache has applied
-    /// its pending work.
+    /// Keys with a slot in the cache (in use, or idle and kept a little for their next use), once
+    /// the cache has applied its pending work.
     pub fn local_keys(&self) -> usize {
         self.cache.run_pending_tasks();
         usize::try_from(self.cache.entry_count()).unwrap_or(usize::MAX)
@@ -286,28 +280,37 @@ impl<S: LockStore> LocalCompetition<S> {
             // here would keep it from taking it.
             return self.inner.try_acquire(req).await;
         }
+        let slot = self.slot(&req.key);
         let now = Instant::now();
-        let mut found = Found::Free;
-        self.cache.entry_by_ref(&req.key).and_compute_with(|entry| {
-            match entry.map(|e| e.into_value()) {
-                Some(Local::Offered { lease, run })
-                    if req.waiter.is_some() && lease.expires_at() > now =>
-                {
-                    found = Found::Offer(lease.clone());
-                    Op::Put(Local::Held { lease, run })
+        let (found, refresh) = {
+            let mut st = slot.lock();
+            match st.take(now) {
+                Some(Local::Offered { lease, run }) if req.waiter.is_some() => {
+                    let refresh = st.set(Some(Local::Held {
+                        lease: lease.clone(),
+                        run,
+                    }));
+                    (Found::Offer(lease), refresh)
                 }
-                Some(local) if local.is_live(now) => {
-                    found = Found::Busy(local.until());
-                    Op::Nop
+                Some(local) => {
+                    let until = local.until();
+                    let _ = st.set(Some(local));
+                    (Found::Busy(until), false)
                 }
-                _ => Op::Put(Local::Taken {
-                    token: req.token.clone(),
-                    until: now + req.ttl,
-                }),
+                None => {
+                    let refresh = st.set(Some(Local::Taken {
+                        token: req.token.clone(),
+                        until: now + req.ttl,
+                    }));
+                    (Found::Free, refresh)
+                }
             }
-        });
+        };
+        if refresh {
+            self.refresh(&req.key);
+        }
         match found {
-            Found::Free => self.ask_store(req).await,
+            Found::Free => self.ask_store(req, &slot).await,
             Found::Offer(lease) => self.take_offer(req, lease).await,
             Found::Busy(until) => {
                 self.observers.emit(|| LockEvent::FastFailed {
@@ -321,30 +324,52 @@ impl<S: LockStore> LocalCompetition<S> {
 
     /// Asks the store as the key's asker; the entry records the grant, or goes on error and
     /// cancellation.
-    async fn ask_store(&self, req: &Acquire) -> Result<Lease> {
-        let mut undo = Undo::new(self, &req.key, req.token.clone());
+    async fn ask_store(&self, req: &Acquire, slot: &Slot) -> Result<Lease> {
+        let mut undo = Undo::new(self, slot, req.token.clone());
         let lease = self.inner.try_acquire(req).await?;
         undo.armed = false;
         if self.hand_off.enabled {
             // The entry keeps the lease only where a hand-off may need it: without, the asker's
             // entry (its token, until the end of the TTL it asked for) serves as the holder's,
             // one cache write less per acquisition.
-            self.hold(&req.token, &lease, Run::start(Instant::now()));
+            self.hold(slot, &req.token, &lease, Run::start(Instant::now()));
         }
         Ok(lease)
     }
 
-    /// Records `lease` as held where the entry is still `asker`'s (or was dropped meanwhile).
-    fn hold(&self, asker: &OwnerToken, lease: &Lease, run: Run) {
-        self.cache
-            .entry_by_ref(lease.key())
-            .and_compute_with(|entry| match entry.map(|e| e.into_value()) {
-                Some(local) if !local.is_of(asker) && local.is_live(Instant::now()) => Op::Nop,
-                _ => Op::Put(Local::Held {
+    /// Records `lease` as held in `slot` where it is still `asker`'s (or free).
+    fn hold(&self, slot: &Slot, asker: &OwnerToken, lease: &Lease, run: Run) {
+        let refresh = {
+            let mut st = slot.lock();
+            match st.current(Instant::now()) {
+                Some(local) if !local.is_of(asker) => false,
+                _ => st.set(Some(Local::Held {
                     lease: lease.clone(),
                     run,
-                }),
-            });
+                })),
+            }
+        };
+        if refresh {
+            self.refresh(lease.key());
+        }
+    }
+
+    /// The key's slot, added to the cache if it has none.
+    fn slot(&self, key: &LockKey) -> Arc<Slot> {
+        match self.cache.get(key) {
+            Some(slot) => slot,
+            None => self
+                .cache
+                .entry_by_ref(key)
+                .or_insert_with(|| Arc::new(Slot::default()))
+                .into_value(),
+        }
+    }
+
+    /// Brings the cache's expiry of the key's slot up to its state (a read: the expiry reads the
+    /// slot at every access).
+    fn refresh(&self, key: &LockKey) {
+        self.cache.get(key);
     }
 
     /// Readers and semaphore permits: many hold at once, so no one-at-a-time entry, but a permit
@@ -418,28 +443,35 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
             return renewed;
         }
         let lost = matches!(&renewed, Err(e) if e.kind() == ErrorKind::NotHeld);
-        if renewed.is_ok() || lost {
-            self.cache
-                .entry_by_ref(lease.key())
-                .and_compute_with(|entry| match entry.map(|e| e.into_value()) {
-                    Some(Local::Held { lease: held, run }) if held.token() == lease.token() => {
-                        match &renewed {
-                            Ok(renewed) => Op::Put(Local::Held {
-                                lease: renewed.clone(),
-                                run,
-                            }),
-                            Err(_) => Op::Remove,
-                        }
-                    }
-                    Some(Local::Taken { token, .. }) if token == *lease.token() => match &renewed {
-                        Ok(renewed) => Op::Put(Local::Taken {
-                            token,
-                            until: renewed.expires_at(),
-                        }),
-                        Err(_) => Op::Remove,
-                    },
-                    _ => Op::Nop,
-                });
+        let Some(slot) = self
+            .cache
+            .get(lease.key())
+            .filter(|_| renewed.is_ok() || lost)
+        else {
+            return renewed;
+        };
+        let refresh = {
+            let mut st = slot.lock();
+            match (st.take(Instant::now()), &renewed) {
+                (Some(Local::Held { lease: held, run }), Ok(renewed))
+                    if held.token() == lease.token() =>
+                {
+                    st.set(Some(Local::Held {
+                        lease: renewed.clone(),
+                        run,
+                    }))
+                }
+                (Some(Local::Taken { token, .. }), Ok(renewed)) if token == *lease.token() => st
+                    .set(Some(Local::Taken {
+                        token,
+                        until: renewed.expires_at(),
+                    })),
+                (Some(local), _) if local.is_of(lease.token()) => false,
+                (other, _) => st.set(other),
+            }
+        };
+        if refresh {
+            self.refresh(lease.key());
         }
         renewed
     }
@@ -451,22 +483,22 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
     }
 }
 
-/// Frees the entry of `token` when dropped while armed (on error and cancellation), and releases
-/// `give_back` then: once the entry is gone nobody here knows that lease, and it would block the
+/// Frees `slot` of `token` when dropped while armed (on error and cancellation), and releases
+/// `give_back` then: once the slot is free nobody here knows that lease, and it would block the
 /// key, here and elsewhere, for its whole TTL.
 struct Undo<'a, S: LockStore> {
     layer: &'a LocalCompetition<S>,
-    key: &'a LockKey,
+    slot: &'a Slot,
     token: OwnerToken,
     give_back: Option<Lease>,
     armed: bool,
 }
 
 impl<'a, S: LockStore> Undo<'a, S> {
-    fn new(layer: &'a LocalCompetition<S>, key: &'a LockKey, token: OwnerToken) -> Self {
+    fn new(layer: &'a LocalCompetition<S>, slot: &'a Slot, token: OwnerToken) -> Self {
         Undo {
             layer,
-            key,
+            slot,
             token,
             give_back: None,
             armed: true,
@@ -479,13 +511,15 @@ impl<S: LockStore> Drop for Undo<'_, S> {
         if !self.armed {
             return;
         }
-        self.layer
-            .cache
-            .entry_by_ref(self.key)
-            .and_compute_with(|entry| match entry.map(|e| e.into_value()) {
-                Some(local) if local.is_of(&self.token) => Op::Remove,
-                _ => Op::Nop,
-            });
+        {
+            let mut st = self.slot.lock();
+            let mine = st
+                .current(Instant::now())
+                .is_some_and(|l| l.is_of(&self.token));
+            if mine {
+                let _ = st.set(None);
+            }
+        }
         if let Some(lease) = self.give_back.take() {
             release_in_background(&self.layer.inner, &self.layer.lifecycle, lease);
         }

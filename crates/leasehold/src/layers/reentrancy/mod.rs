@@ -311,6 +311,10 @@ impl<S: LockStore> crate::core::LayeredStore for Reentrancy<S> {
         &self.inner
     }
 
+    fn is_held_by(&self, key: &LockKey, holder: HolderId) -> bool {
+        self.depth(key, holder) > 0 || self.inner.is_held_by(key, holder)
+    }
+
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         let Some(holder) = req.holder else {
             return self.inner.try_acquire(req).await;
