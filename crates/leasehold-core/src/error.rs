@@ -127,9 +127,6 @@ pub struct Error {
     /// For [`ErrorKind::LockUnavailable`]: how long the holder's lease has left, where the store
     /// can tell; a waiter need not ask again before then unless notified.
     retry_after: Option<std::time::Duration>,
-    /// For [`ErrorKind::LockUnavailable`]: refused without asking, because this process is queued
-    /// behind other processes in the store's line (see [`Error::behind_others`]).
-    behind_others: bool,
     #[source]
     source: Option<Source>,
 }
@@ -185,7 +182,6 @@ impl Error {
             message: message.into(),
             key: None,
             retry_after: None,
-            behind_others: false,
             source: None,
         }
     }
@@ -282,29 +278,6 @@ impl Error {
     /// ```
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         self.retry_after
-    }
-
-    /// Marks a [`ErrorKind::LockUnavailable`] given without asking the store, because this
-    /// process is queued behind other processes in the store's line (local competition knows it
-    /// from the last grant): the waiter's turn comes with the store's *next* notification, and a
-    /// notification it saw before (while another task of the process had the turn) is stale.
-    pub fn behind_others(mut self) -> Self {
-        self.behind_others = true;
-        self
-    }
-
-    /// Whether this refusal means "wait for the store's next notification" (see
-    /// [`Error::behind_others`]).
-    ///
-    /// ```
-    /// use leasehold_core::{Error, LockKey};
-    /// let key = LockKey::xdc("c", "e")?;
-    /// assert!(Error::unavailable(&key).behind_others().is_behind_others());
-    /// assert!(!Error::unavailable(&key).is_behind_others());
-    /// # Ok::<(), Error>(())
-    /// ```
-    pub fn is_behind_others(&self) -> bool {
-        self.behind_others
     }
 
     /// This error and its causes on one line, joined by `": "`, for a user or a log that needs

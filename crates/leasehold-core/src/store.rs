@@ -130,7 +130,10 @@ pub trait LockStore: Send + Sync + 'static {
     /// # Behavior
     /// - Absent or expired: creates it and returns the lease (with a fencing token if
     ///   [`Capabilities::fencing`]). The lease's `acquired_at` is taken before the request is sent.
-    /// - Held by anyone: [`ErrorKind::LockUnavailable`]. Never success for the same token either:
+    /// - Held by anyone: [`ErrorKind::LockUnavailable`], the refusal. It carries, where the store
+    ///   can tell, how long the holder's lease has left ([`Error::with_retry_after`]): that and
+    ///   the [`watch`](Self::watch)'s notifications are all a store tells a waiter, and the
+    ///   manager's wait needs nothing else. Never success for the same token either:
     ///   tokens are new for every attempt, so a record held by the asking token means this
     ///   request ran before (a retry whose first reply was lost). A store that recognises that
     ///   case answers [`ErrorKind::InDoubt`] instead, since its first run took the lock.
