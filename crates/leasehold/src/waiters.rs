@@ -102,11 +102,6 @@ impl Waiters {
         if let Some(line) = self.map.get(key) {
             line.releases.fetch_add(1, Ordering::AcqRel);
             line.released.notify_waiters();
-            // A head that took its place after a served head waits for this release in its
-            // turn, not listening yet (see `Place`'s drop).
-            if let Some((_, turn)) = line.lock().queue.front() {
-                turn.notify_one();
-            }
         }
     }
 
@@ -197,10 +192,7 @@ impl Drop for Place<'_> {
                 .front()
                 .is_some_and(|(ticket, _)| *ticket == self.ticket);
             places.queue.retain(|(ticket, _)| *ticket != self.ticket);
-            // A head served with the key held here: the next head's turn comes with that
-            // holder's release (`Waiters::wake`), one wake-up per hand-over, not two.
-            let served_here = matches!(places.first_wait, Some(FirstWait::Release(_)));
-            (was_head && !served_here)
+            was_head
                 .then(|| places.queue.front().map(|(_, turn)| turn.clone()))
                 .flatten()
         };

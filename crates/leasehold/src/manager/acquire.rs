@@ -379,19 +379,12 @@ impl LockManager {
             if place.is_head() {
                 return Ok(());
             }
-            // A head whose turn comes with a local holder's release is woken by it; should that
-            // holder never release (a leaked guard), the longest backoff step looks again.
-            let look_again = Instant::now() + self.inner.config.backoff.longest();
             tokio::select! {
                 _ = turn => {}
                 _ = plan.handle.lifecycle.closing() => {
                     return Err(Some(Error::shut_down().with_key(plan.key.as_str())))
                 }
-                _ = tokio::time::sleep_until(deadline.min(look_again)) => {
-                    if Instant::now() >= deadline {
-                        return Err(None);
-                    }
-                }
+                _ = tokio::time::sleep_until(deadline) => return Err(None),
             }
         }
     }
