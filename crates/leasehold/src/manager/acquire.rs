@@ -162,7 +162,7 @@ impl LockManager {
             *attempts = 0;
         } else {
             let first = try_once();
-            match self.attempt(handle, &first).await {
+            match self.attempt_outside_line(handle, &first).await {
                 Err(e) if e.is_unavailable() => {}
                 Err(e) if is_store_down(e.kind()) => {
                     if may_have_applied(&e) {
@@ -186,10 +186,10 @@ impl LockManager {
     async fn try_once(&self, plan: &Plan, req: Acquire) -> Result<Lease> {
         let handle = &plan.handle;
         if !handle.waiters.anyone_waits(&plan.key) || self.own_places(handle) {
-            return self.attempt(handle, &req).await;
+            return self.attempt_outside_line(handle, &req).await;
         }
         if self.is_reentrant(plan) {
-            match self.attempt(handle, &req).await {
+            match self.attempt_outside_line(handle, &req).await {
                 Ok(lease) if *lease.token() == req.token => self.give_back(handle, lease).await,
                 done => return done,
             }
@@ -427,6 +427,18 @@ impl LockManager {
                 false
             }
         }
+    }
+
+    /// An attempt by a call that is not the head of the line (a try, or a first try). While it
+    /// asked, local competition refused this process's waiters in memory; if it got nothing,
+    /// the line's head is woken to ask for itself (it would otherwise wait for a release or a
+    /// word from the store that may never come).
+    async fn attempt_outside_line(&self, handle: &Handle, req: &Acquire) -> Result<Lease> {
+        let result = self.attempt(handle, req).await;
+        if result.is_err() {
+            handle.waiters.wake(&req.key);
+        }
+        result
     }
 
     async fn attempt(&self, handle: &Handle, req: &Acquire) -> Result<Lease> {
