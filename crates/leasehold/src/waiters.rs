@@ -14,7 +14,7 @@
 //! holder's release (or asks at once if the release came already).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
@@ -38,8 +38,6 @@ pub(crate) struct Line {
     released: Notify,
     /// How many times (for a head to tell whether a release came since it last looked).
     releases: AtomicU64,
-    /// The store notified a waiter of the line since the last head was served behind others.
-    store_spoke: AtomicBool,
 }
 
 /// What a new head waits for before it asks, after the head before it was served (see the
@@ -163,7 +161,6 @@ impl Place<'_> {
         let mut places = line.lock();
         if places.queue.len() > 1 {
             places.first_wait = Some(if contended {
-                line.store_spoke.store(false, Ordering::Release);
                 FirstWait::Store
             } else {
                 FirstWait::Release(line.releases.load(Ordering::Acquire))
@@ -175,17 +172,6 @@ impl Place<'_> {
     /// one head only).
     pub(crate) fn first_wait(&self) -> Option<FirstWait> {
         self.line().lock().first_wait.take()
-    }
-
-    /// The store notified this waiter (not the head yet): the next head need not wait for it.
-    pub(crate) fn heard_store(&self) {
-        self.line().store_spoke.store(true, Ordering::Release);
-    }
-
-    /// Whether the store notified a waiter of the line since the last head was served behind
-    /// others (and forgets it).
-    pub(crate) fn store_spoke(&self) -> bool {
-        self.line().store_spoke.swap(false, Ordering::AcqRel)
     }
 
     /// Whether a task of this process released the key since the release count `seen`.

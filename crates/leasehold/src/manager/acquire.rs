@@ -9,8 +9,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::core::{
-    Acquire, Error, ErrorKind, Lease, LockEvent, LockMode, LockStore, OwnerToken, ReleaseWatch,
-    Result,
+    Acquire, Error, ErrorKind, Lease, LockEvent, LockMode, LockStore, OwnerToken, Result,
 };
 use crate::failover::{is_store_down, may_have_applied};
 use crate::guard::LockGuard;
@@ -246,7 +245,7 @@ impl LockManager {
         // store keeps the process in its line while any of them waits).
         let store = handle.store.watch(&plan.key).await;
         if let Some(place) = &place {
-            self.await_turn(plan, place, &store, deadline)
+            self.await_turn(plan, place, deadline)
                 .await
                 .map_err(|timed_out| {
                     timed_out.unwrap_or_else(|| gave_up(plan, down.take(), started, *attempts))
@@ -272,7 +271,7 @@ impl LockManager {
             notified.as_mut().enable();
 
             let wait_first = match (first_wait.take(), &place) {
-                (Some(FirstWait::Store), Some(place)) => !place.store_spoke(),
+                (Some(FirstWait::Store), _) => true,
                 // Looked at after `woken` was enabled: a release from now on wakes this head.
                 (Some(FirstWait::Release(seen)), Some(place)) => !place.released_since(seen),
                 _ => false,
@@ -370,7 +369,6 @@ impl LockManager {
         &self,
         plan: &Plan,
         place: &Place<'_>,
-        store: &ReleaseWatch,
         deadline: Instant,
     ) -> std::result::Result<(), Option<Error>> {
         loop {
@@ -381,13 +379,8 @@ impl LockManager {
             if place.is_head() {
                 return Ok(());
             }
-            // The store's word may come while the line changes heads: whoever hears it tells
-            // the line, so the new head does not wait for a word already said.
-            let word = store.notify().notified();
-            tokio::pin!(word);
             tokio::select! {
                 _ = turn => {}
-                _ = word => place.heard_store(),
                 _ = plan.handle.lifecycle.closing() => {
                     return Err(Some(Error::shut_down().with_key(plan.key.as_str())))
                 }
