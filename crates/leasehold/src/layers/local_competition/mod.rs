@@ -12,10 +12,12 @@
 //! - **Waiting is not here.** A blocking `lock()` waits in the manager's line for the key (see
 //!   `LockManager`): only the head of that line asks, and this layer answers each of its attempts
 //!   like any other, one call at a time.
-//! - **Nothing outlives its lease**: every entry says when its lease ends, moka drops it then
-//!   (through an [`Expiry`](moka::Expiry) that reads the entry), and every access checks it
-//!   against the clock, so a crashed, cancelled or leaked holder never blocks the process beyond
-//!   its lease. Drop guards free the entry on error and cancellation.
+//! - **Nothing outlives its lease**: each key has a slot in the cache holding its local state;
+//!   moka's [`Expiry`](moka::Expiry) reads the slot at every access and keeps it while its state
+//!   lasts (then a second more, so a key in use again soon finds it without a cache write), and
+//!   every access checks the state against the clock, so a crashed, cancelled or leaked holder
+//!   never blocks the process beyond its lease. Drop guards free the slot on error and
+//!   cancellation.
 //! - **Bounded**: at most [`capacity`](LocalCompetitionLayer::capacity) keys (moka's size bound).
 //!   A key moka drops to make room loses only its fast path: its contenders ask the store, which
 //!   refuses them; a holder's release and extend go to the store as they are; a lease offered
@@ -51,9 +53,9 @@
 //! costs no I/O and a hand-off is invisible below: they see one store lease.
 //!
 //! # Cost
-//! Uncontended: two cache writes per acquire (asking, then held) and one per release, each under
-//! moka's per-key lock (docs/PERFORMANCE.md has the numbers). Contended: one cache read per
-//! refused try, no store I/O.
+//! Uncontended: a cache read at acquire and one at release, a short lock of the key's slot each,
+//! and no cache write while the key stays in use (docs/PERFORMANCE.md has the numbers).
+//! Contended: one cache read per refused try, no store I/O.
 
 mod entry;
 mod hand_off;
@@ -322,16 +324,15 @@ impl<S: LockStore> LocalCompetition<S> {
         }
     }
 
-    /// Asks the store as the key's asker; the entry records the grant, or goes on error and
-    /// cancellation.
+    /// Asks the store as the key's asker; the slot keeps the mark as the holder's, or is freed
+    /// on error and cancellation.
     async fn ask_store(&self, req: &Acquire, slot: &Slot) -> Result<Lease> {
         let mut undo = Undo::new(self, slot, req.token.clone());
         let lease = self.inner.try_acquire(req).await?;
         undo.armed = false;
         if self.hand_off.enabled {
-            // The entry keeps the lease only where a hand-off may need it: without, the asker's
-            // entry (its token, until the end of the TTL it asked for) serves as the holder's,
-            // one cache write less per acquisition.
+            // The slot keeps the lease only where a hand-off may need it: without, the asker's
+            // mark (its token, until the end of the TTL it asked for) serves as the holder's.
             self.hold(slot, &req.token, &lease, Run::start(Instant::now()));
         }
         Ok(lease)
