@@ -133,7 +133,8 @@ impl State {
     }
 }
 
-/// The cache's expiry reads the slot's state at every access.
+/// The cache's expiry reads the slot's state at every access (slots are inserted once, never
+/// replaced, so creation and reads are all there is).
 struct WhileInUse;
 
 impl Expiry<LockKey, Arc<Slot>> for WhileInUse {
@@ -153,16 +154,6 @@ impl Expiry<LockKey, Arc<Slot>> for WhileInUse {
         _read_at: std::time::Instant,
         _duration_until_expiry: Option<Duration>,
         _last_modified_at: std::time::Instant,
-    ) -> Option<Duration> {
-        Some(slot.lock().keep_for(Instant::now()))
-    }
-
-    fn expire_after_update(
-        &self,
-        _key: &LockKey,
-        slot: &Arc<Slot>,
-        _updated_at: std::time::Instant,
-        _duration_until_expiry: Option<Duration>,
     ) -> Option<Duration> {
         Some(slot.lock().keep_for(Instant::now()))
     }

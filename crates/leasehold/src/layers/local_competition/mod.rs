@@ -27,25 +27,13 @@
 //!   [`ErrorKind::ShutDown`].
 //!
 //! # Local hand-off (opt-in: [`LocalCompetitionLayer::hand_off`])
-//! When a local holder releases while another task of this process waits for the key (its wait
-//! holds a [`watch`](LockStore::watch) on the key), the store lease is kept for it instead of
-//! released: the head of the manager's line takes it on its next attempt, with no store release
-//! and no store acquire, extending it first if less than half of its requested TTL is left. A
-//! hot key then turns from network-bound into memory-bound. A try-lock never takes an offered
-//! lease (it would pass the waiters). To stay fair to other processes, hand-offs are bounded:
-//! after [`max_hand_offs`](LocalCompetitionLayer::max_hand_offs) consecutive hand-offs of one
-//! store lease, or once it has been held (across hand-offs) for
-//! [`max_hand_off_hold`](LocalCompetitionLayer::max_hand_off_hold), the next release is a real
-//! one. A lease the store granted while other processes queued for it ([`Lease::is_contended`])
-//! is never handed off: those processes asked first. An offer nobody is left to take (the last
-//! waiter gave up) is released in the background, through the layer's [`Lifecycle`].
-//!
-//! **Tokens across a hand-off.** The taker gets the store's lease as it is: the record's owner
-//! token and its fencing token, which the store, `inspect` and a forced release see. Local
-//! holders never overlap in time (a hand-off happens after the previous holder released), and
-//! fencing still orders this process against every other process; it does not tell two
-//! consecutive local holders apart. If a downstream system must distinguish them (because a
-//! released holder may still have writes in flight), leave hand-off off.
+//! A release while another task of this process waits for the key keeps the store lease for the
+//! head of the manager's line, which takes it on its next attempt with no store I/O (see
+//! `hand_off.rs`). Bounded by [`max_hand_offs`](LocalCompetitionLayer::max_hand_offs) and
+//! [`max_hand_off_hold`](LocalCompetitionLayer::max_hand_off_hold); a lease granted while other
+//! processes queued ([`Lease::is_contended`]) is never handed off. The taker holds the store's
+//! lease as it is, owner and fencing token included, so fencing does not tell two consecutive
+//! local holders apart: leave hand-off off if a downstream system must (docs/LAYERS.md).
 //!
 //! # Where it belongs
 //! Below reentrancy (a holder re-taking its own key must count up, not fail fast on itself) and
