@@ -46,6 +46,12 @@ fn spawn_waiter(
     tokio::spawn(async move { locks.lock_with(key, wait(wait_secs)).await })
 }
 
+/// Takes `a` for `secs` seconds.
+async fn hold(locks: &LockManager, secs: u64) -> LockGuard {
+    let ttl = LockOptions::new().ttl(Duration::from_secs(secs));
+    locks.try_lock_with("a", ttl).await.unwrap()
+}
+
 /// Lets spawned tasks run until they park (no time passes).
 async fn settle() {
     for _ in 0..50 {
@@ -92,10 +98,7 @@ async fn a_blocking_lock_behind_a_local_holder_times_out_without_store_io() {
     let scripted = ScriptedStore::new();
     scripted.grant_acquire();
     let (locks, _) = manager(&scripted, LocalCompetitionLayer::new());
-    let held = locks
-        .try_lock_with("a", LockOptions::new().ttl(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let held = hold(&locks, 60).await;
     let err = locks.lock_with("a", wait(2)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
     assert_eq!(scripted.count(Op::TryAcquire), 1);
@@ -108,10 +111,7 @@ async fn a_waiter_is_woken_when_a_leaked_lease_expires() {
     let scripted = ScriptedStore::new();
     scripted.grant_acquire().grant_acquire();
     let (locks, _) = manager(&scripted, LocalCompetitionLayer::new());
-    let leaked = locks
-        .try_lock_with("a", LockOptions::new().ttl(Duration::from_secs(1)))
-        .await
-        .unwrap();
+    let leaked = hold(&locks, 1).await;
     std::mem::forget(leaked);
     let started = Instant::now();
     let next = locks.lock_with("a", wait(60)).await.unwrap();
@@ -223,10 +223,7 @@ async fn a_head_that_stops_waiting_hands_its_place_to_the_next() {
     let scripted = ScriptedStore::new();
     scripted.grant_acquire();
     let (locks, _) = manager(&scripted, LocalCompetitionLayer::new());
-    let held = locks
-        .try_lock_with("a", LockOptions::new().ttl(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let held = hold(&locks, 60).await;
     let head = spawn_waiter(&locks, "a", 5);
     settle().await;
     let next = spawn_waiter(&locks, "a", 60);
@@ -320,10 +317,7 @@ async fn a_wake_up_arriving_as_the_deadline_passes_is_acted_on_not_lost() {
         .expect_release(Ok(true))
         .grant_acquire();
     let (locks, _) = manager(&scripted, LocalCompetitionLayer::new());
-    let held = locks
-        .try_lock_with("a", LockOptions::new().ttl(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let held = hold(&locks, 30).await;
     let short = spawn_waiter(&locks, "a", 5);
     settle().await;
     let long = spawn_waiter(&locks, "a", 60);

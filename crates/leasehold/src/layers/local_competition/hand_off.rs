@@ -107,10 +107,17 @@ impl<S: LockStore> LocalCompetition<S> {
                     let _ = st.set(Some(Local::Offered { lease: held, run }));
                     Released::HandedOff(run.hand_offs)
                 } else {
-                    Released::ToStore
+                    let _ = st.set(Some(Local::Held { lease: held, run }));
+                    drop(st);
+                    Released::ToStore(slot)
                 }
             }
-            Some(Local::Taken { token, .. }) if token == *lease.token() => Released::ToStore,
+            Some(local) if local.is_of(lease.token()) => {
+                // Held here until the store has answered (see `Released::ToStore`).
+                let _ = st.set(Some(local));
+                drop(st);
+                Released::ToStore(slot)
+            }
             other => {
                 let _ = st.set(other);
                 Released::NotHolder

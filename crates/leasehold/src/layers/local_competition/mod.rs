@@ -235,8 +235,10 @@ enum Released {
     NotHolder,
     /// Kept for the waiting head: the `n`th consecutive hand-off.
     HandedOff(u32),
-    /// A real release.
-    ToStore,
+    /// A real release. The key stays the holder's here until the store has answered (or the
+    /// call is cancelled): a contender asking meanwhile would only be refused by the store, and
+    /// a waiter queued there for nothing.
+    ToStore(Arc<Slot>),
 }
 
 impl<S: LockStore> LocalCompetition<S> {
@@ -417,7 +419,11 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
                 });
                 Ok(true)
             }
-            Released::ToStore | Released::NotHolder => self.inner.release(lease).await,
+            Released::ToStore(slot) => {
+                let _free = Undo::new(self, &slot, lease.token().clone());
+                self.inner.release(lease).await
+            }
+            Released::NotHolder => self.inner.release(lease).await,
         }
     }
 
