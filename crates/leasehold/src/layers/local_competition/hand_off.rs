@@ -6,19 +6,23 @@ use tokio::time::Instant;
 
 use crate::core::{Acquire, Error, ErrorKind, Lease, LockKey, LockStore, ReleaseWatch, Result};
 
-use super::entry::{Local, Run};
+use super::entry::{Local, Run, Slot};
 use super::{release_in_background, LocalCompetition, Released, Undo};
 
 impl<S: LockStore> LocalCompetition<S> {
     /// Takes a lease a local holder left for this waiter, extending it first if less than half
     /// of the requested TTL is left. On error or cancellation the slot is freed and the lease
     /// released.
-    pub(super) async fn take_offer(&self, req: &Acquire, lease: Lease) -> Result<Lease> {
+    pub(super) async fn take_offer(
+        &self,
+        req: &Acquire,
+        lease: Lease,
+        slot: &Slot,
+    ) -> Result<Lease> {
         if lease.remaining() >= req.ttl / 2 {
             return Ok(lease);
         }
-        let slot = self.slot(&req.key);
-        let mut undo = Undo::new(self, &slot, lease.token().clone());
+        let mut undo = Undo::new(self, slot, lease.token().clone());
         undo.give_back = Some(lease.clone());
         match self.inner.extend(&lease, req.ttl).await {
             Ok(renewed) => {
@@ -70,7 +74,7 @@ impl<S: LockStore> LocalCompetition<S> {
                         if refresh {
                             self.refresh(&req.key);
                         }
-                        self.ask_store(req, &slot).await
+                        self.ask_store(req, slot).await
                     }
                 }
             }

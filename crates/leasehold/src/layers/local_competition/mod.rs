@@ -303,7 +303,7 @@ impl<S: LockStore> LocalCompetition<S> {
         }
         match found {
             Found::Free => self.ask_store(req, &slot).await,
-            Found::Offer(lease) => self.take_offer(req, lease).await,
+            Found::Offer(lease) => self.take_offer(req, lease, &slot).await,
             Found::Busy(until) => {
                 self.observers.emit(|| LockEvent::FastFailed {
                     key: req.key.clone(),
