@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{LockKey, OwnerToken, TraceConfig};
+use crate::history::TraceConfig;
+use crate::key::LockKey;
+use crate::token::OwnerToken;
 
 /// Who is asking for a lock, for reentrancy: the same holder taking a key it already holds counts
 /// up instead of deadlocking.
@@ -112,7 +114,7 @@ pub struct Acquire {
     /// (a reader) or a semaphore permit. A blocking exclusive request (`deadline` set) on a key
     /// held by readers also marks a writer as waiting, which keeps new readers out until it is
     /// served or its marker expires.
-    pub mode: crate::LockMode,
+    pub mode: crate::mode::LockMode,
     /// `Some`: record this acquisition (and, through the lease, its release and renewals) in the
     /// key's lock history in the store (see [`TraceConfig`]). Stores without
     /// [`Capabilities::history`](crate::Capabilities::history) ignore it.
@@ -137,7 +139,7 @@ impl Acquire {
             ttl,
             holder: None,
             deadline: None,
-            mode: crate::LockMode::Exclusive,
+            mode: crate::mode::LockMode::Exclusive,
             trace: None,
             waiter: None,
             announce: false,
@@ -145,7 +147,7 @@ impl Acquire {
     }
 
     /// Sets the lock mode.
-    pub fn with_mode(mut self, mode: crate::LockMode) -> Self {
+    pub fn with_mode(mut self, mode: crate::mode::LockMode) -> Self {
         self.mode = mode;
         self
     }

@@ -4,7 +4,9 @@ use std::future::Future;
 
 use tokio::time::Instant;
 
-use crate::{Acquire, Error, Lease, Result};
+use crate::acquire::Acquire;
+use crate::error::{Error, Result};
+use crate::lease::Lease;
 
 /// Runs a network store's acquire request on its own task, so that the store's `try_acquire` is
 /// cancel safe (see [`LockStore`](crate::LockStore)): if the caller stops waiting, the request
@@ -242,7 +244,7 @@ mod tests {
     async fn an_answered_acquisition_on_the_callers_task_is_never_undone() {
         let released = Arc::new(AtomicBool::new(false));
         let r = released.clone();
-        let req = req().with_mode(crate::LockMode::Shared);
+        let req = req().with_mode(crate::mode::LockMode::Shared);
         let lease = acquire_undone_on_drop(
             &req,
             async {
@@ -275,7 +277,7 @@ mod tests {
     #[tokio::test]
     async fn an_acquisition_abandoned_on_the_callers_task_is_released_in_its_mode() {
         let (released_tx, released_rx) = tokio::sync::oneshot::channel();
-        let req = req().with_mode(crate::LockMode::Shared);
+        let req = req().with_mode(crate::mode::LockMode::Shared);
         let fut = acquire_undone_on_drop(
             &req,
             async {
@@ -295,6 +297,6 @@ mod tests {
             .expect("the abandoned acquisition was undone")
             .unwrap();
         assert_eq!(token, req.token);
-        assert_eq!(mode, crate::LockMode::Shared);
+        assert_eq!(mode, crate::mode::LockMode::Shared);
     }
 }

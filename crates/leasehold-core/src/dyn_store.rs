@@ -6,10 +6,14 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::{
-    Acquire, Capabilities, ChangeWatch, HistoryEntry, HolderId, Lease, LockInfo, LockKey,
-    LockStore, ReleaseWatch, Result, TraceConfig,
-};
+use crate::acquire::{Acquire, HolderId};
+use crate::change_watch::ChangeWatch;
+use crate::error::Result;
+use crate::history::{HistoryEntry, TraceConfig};
+use crate::key::LockKey;
+use crate::lease::{Lease, LockInfo};
+use crate::store::{Capabilities, LockStore};
+use crate::watch::ReleaseWatch;
 
 /// Object-safe form of [`LockStore`], implemented for every store.
 trait DynLockStore: Send + Sync + 'static {

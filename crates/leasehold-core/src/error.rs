@@ -186,13 +186,13 @@ impl Error {
         }
     }
 
-    /// [`ErrorKind::LockUnavailable`] for `key`.
-    pub fn unavailable(key: &crate::LockKey) -> Self {
+    /// [`ErrorKind::LockUnavailable`] for `key` (a [`LockKey`](crate::LockKey), or its text).
+    pub fn unavailable(key: impl AsRef<str>) -> Self {
         Error::new(
             ErrorKind::LockUnavailable,
             "held by another owner; retry later or wait with lock()",
         )
-        .with_key(key.as_str())
+        .with_key(key.as_ref())
     }
 
     /// [`ErrorKind::InvalidArgument`].
@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn display_says_what_where_and_why() {
-        let key = crate::LockKey::xdc("c", "e").unwrap();
+        let key = crate::key::LockKey::xdc("c", "e").unwrap();
         let err = Error::unavailable(&key);
         assert_eq!(
             err.to_string(),

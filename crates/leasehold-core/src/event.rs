@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::LockKey;
+use crate::key::LockKey;
 
 /// Why a release was not sent to the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -39,7 +39,7 @@ pub enum LockEvent {
         /// The lock.
         key: LockKey,
         /// Who holds it now.
-        token: crate::OwnerToken,
+        token: crate::token::OwnerToken,
         /// The fencing token, where the store gives one.
         fencing_token: Option<u64>,
         /// How long the acquisition took, from the call to the guard (including any wait).
@@ -52,7 +52,7 @@ pub enum LockEvent {
         /// The lock.
         key: LockKey,
         /// Why: `LockUnavailable` (try-lock), `Timeout` (blocking wait), or any other error.
-        error: crate::ErrorKind,
+        error: crate::error::ErrorKind,
         /// How long the call took.
         waited: Duration,
         /// Attempts made.
@@ -127,7 +127,7 @@ pub enum LockEvent {
         /// The scenario whose `on_store_down = proceed` allowed it.
         scenario: std::sync::Arc<str>,
         /// Why the store was considered down.
-        error: crate::ErrorKind,
+        error: crate::error::ErrorKind,
     },
     /// A release met temporary store errors (connection refused or reset, a failover, an outcome
     /// in doubt) until its retry budget ran out: the lock may still be held in the store under
@@ -136,7 +136,7 @@ pub enum LockEvent {
         /// The lock.
         key: LockKey,
         /// The last store error's kind: `Connection`, `RetriesExhausted` or `InDoubt`.
-        error: crate::ErrorKind,
+        error: crate::error::ErrorKind,
         /// How long the lease had left when the release gave up (at most this long until the
         /// store lets it go).
         expires_in: Duration,

@@ -11,7 +11,8 @@ use std::fmt;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::{Error, OwnerToken, Result};
+use crate::error::{Error, Result};
+use crate::token::OwnerToken;
 
 /// How a traced key's history is kept: at most `max_entries` entries (the oldest go first), the
 /// whole log expiring `ttl` after its last write.
@@ -43,7 +44,7 @@ impl TraceConfig {
                 "trace length {max_entries} is out of range: keep 1 to 10000 entries per key"
             )));
         }
-        if ttl < Duration::from_secs(1) || ttl > crate::MAX_TTL {
+        if ttl < Duration::from_secs(1) || ttl > crate::ttl::MAX_TTL {
             return Err(Error::invalid_argument(format!(
                 "trace TTL {ttl:?} is out of range: keep a key's history from 1s to 30 days"
             )));
@@ -207,7 +208,7 @@ impl HistoryEntry {
     pub fn decode(stored: &str) -> Result<Self> {
         let bad = || {
             Error::new(
-                crate::ErrorKind::Internal,
+                crate::error::ErrorKind::Internal,
                 format!("not a lock history entry: {stored:?}; was the trace list written by another program?"),
             )
         };

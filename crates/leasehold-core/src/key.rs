@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Longest accepted part (farm id, client id, entity id), in bytes.
 pub const MAX_PART_LEN: usize = 128;
@@ -274,7 +274,7 @@ fn validate_part(what: &str, part: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorKind;
+    use crate::error::ErrorKind;
 
     #[test]
     fn builds_seed_formats() {

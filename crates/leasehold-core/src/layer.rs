@@ -3,10 +3,13 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::{
-    Acquire, Capabilities, ChangeWatch, HolderId, Lease, LockInfo, LockKey, LockStore,
-    ReleaseWatch, Result,
-};
+use crate::acquire::{Acquire, HolderId};
+use crate::change_watch::ChangeWatch;
+use crate::error::Result;
+use crate::key::LockKey;
+use crate::lease::{Lease, LockInfo};
+use crate::store::{Capabilities, LockStore};
+use crate::watch::ReleaseWatch;
 
 /// Wraps a store in another store, adding one behaviour.
 ///
@@ -181,7 +184,7 @@ impl<A: LockStore, B: LockStore> LockStore for Either<A, B> {
             Either::Right(b) => b.shutdown().await,
         }
     }
-    async fn history(&self, key: &LockKey) -> Result<Vec<crate::HistoryEntry>> {
+    async fn history(&self, key: &LockKey) -> Result<Vec<crate::history::HistoryEntry>> {
         match self {
             Either::Left(a) => a.history(key).await,
             Either::Right(b) => b.history(key).await,
@@ -190,8 +193,8 @@ impl<A: LockStore, B: LockStore> LockStore for Either<A, B> {
     async fn append_history(
         &self,
         key: &LockKey,
-        trace: &crate::TraceConfig,
-        entry: &crate::HistoryEntry,
+        trace: &crate::history::TraceConfig,
+        entry: &crate::history::HistoryEntry,
     ) -> Result<()> {
         match self {
             Either::Left(a) => a.append_history(key, trace, entry).await,

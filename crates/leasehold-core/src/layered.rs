@@ -4,10 +4,14 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{
-    Acquire, Capabilities, ChangeWatch, HistoryEntry, HolderId, Lease, LockInfo, LockKey,
-    LockStore, ReleaseWatch, Result, TraceConfig,
-};
+use crate::acquire::{Acquire, HolderId};
+use crate::change_watch::ChangeWatch;
+use crate::error::Result;
+use crate::history::{HistoryEntry, TraceConfig};
+use crate::key::LockKey;
+use crate::lease::{Lease, LockInfo};
+use crate::store::{Capabilities, LockStore};
+use crate::watch::ReleaseWatch;
 
 /// A store that wraps another and forwards every operation to it unless it overrides that
 /// operation.

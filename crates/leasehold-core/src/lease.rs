@@ -4,7 +4,10 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::{LockKey, LockMode, OwnerToken, TraceConfig};
+use crate::history::TraceConfig;
+use crate::key::LockKey;
+use crate::mode::LockMode;
+use crate::token::OwnerToken;
 
 /// A held lock: key, owner token, when it was taken, for how long, and its fencing token.
 ///
@@ -62,7 +65,7 @@ impl Lease {
     /// The lease a store grants for `req`, sent at `sent_at`: the request's key, token, TTL,
     /// mode, trace and announcement carried over (add the fencing token the store issued). One
     /// place that knows what a lease keeps of its request, for stores and layers alike.
-    pub fn granted(req: &crate::Acquire, sent_at: Instant) -> Self {
+    pub fn granted(req: &crate::acquire::Acquire, sent_at: Instant) -> Self {
         Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at)
             .with_mode(req.mode)
             .with_trace(req.trace)
@@ -179,7 +182,7 @@ impl Lease {
     /// The monotonic instant at which the lease surely expired in the store, if not extended.
     pub fn expires_at(&self) -> Instant {
         // Saturating: `Lease::new` is public and takes any TTL; stores reject absurd ones.
-        crate::instant_after(self.acquired_at, self.ttl)
+        crate::ttl::instant_after(self.acquired_at, self.ttl)
     }
 
     /// Time left until [`Lease::expires_at`], zero if past.
@@ -303,8 +306,8 @@ mod tests {
     #[test]
     fn an_absurd_ttl_saturates_instead_of_panicking() {
         let lease = Lease::new(
-            crate::LockKey::xdc("c", "e").unwrap(),
-            crate::OwnerToken::generate(),
+            crate::key::LockKey::xdc("c", "e").unwrap(),
+            crate::token::OwnerToken::generate(),
             Duration::MAX,
             Instant::now(),
         );

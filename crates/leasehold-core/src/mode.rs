@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Most permits a semaphore may have. More is almost always a unit mistake, and every store keeps
 /// one entry per permit holder in one record.
@@ -95,9 +95,9 @@ impl LockMode {
     }
 
     /// The error for a request whose mode disagrees with how the key is held now.
-    pub fn conflict(self, held: &str, key: &crate::LockKey) -> Error {
+    pub fn conflict(self, held: &str, key: &crate::key::LockKey) -> Error {
         Error::new(
-            crate::ErrorKind::ModeConflict,
+            crate::error::ErrorKind::ModeConflict,
             format!(
                 "asked for a {self} hold but the key is in use as {held}; every caller of a key \
                  must use the same kind of lock (and a semaphore the same number of permits)"
@@ -125,7 +125,7 @@ mod tests {
         assert!(LockMode::semaphore(1).is_ok());
         assert!(LockMode::semaphore(MAX_PERMITS).is_ok());
         let err = LockMode::semaphore(MAX_PERMITS + 1).unwrap_err();
-        assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument);
+        assert_eq!(err.kind(), crate::error::ErrorKind::InvalidArgument);
         assert!(LockMode::Shared.validate().is_ok());
     }
 

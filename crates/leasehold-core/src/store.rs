@@ -4,10 +4,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{
-    Acquire, ChangeWatch, Error, HistoryEntry, HolderId, Lease, LockInfo, LockKey, ReleaseWatch,
-    Result, TraceConfig,
-};
+use crate::acquire::{Acquire, HolderId};
+use crate::change_watch::ChangeWatch;
+use crate::error::{Error, Result};
+use crate::history::{HistoryEntry, TraceConfig};
+use crate::key::LockKey;
+use crate::lease::{Lease, LockInfo};
+use crate::watch::ReleaseWatch;
 
 /// What a store can do beyond the required operations, so layers and tests can ask instead of
 /// guessing.

@@ -25,7 +25,7 @@ impl TlsFailure {
     /// Classifies `error` (its whole `source()` chain), returning the failure and the chain as
     /// one line of text; `None` when the error is not about TLS.
     pub fn classify(error: &(dyn std::error::Error + 'static)) -> Option<(TlsFailure, String)> {
-        let text = crate::ErrorChain::of(error).to_string();
+        let text = crate::error::ErrorChain::of(error).to_string();
         let lower = text.to_lowercase();
         let failure = if ["unknownissuer", "unknown issuer", "badsignature"]
             .iter()

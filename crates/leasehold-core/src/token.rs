@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The longest label an [`OwnerToken`] carries, in bytes.
 pub const MAX_LABEL_LEN: usize = 256;
@@ -276,7 +276,7 @@ mod tests {
             let err = TokenLabel::new(bad).unwrap_err();
             assert_eq!(
                 err.kind(),
-                crate::ErrorKind::InvalidArgument,
+                crate::error::ErrorKind::InvalidArgument,
                 "{bad:?}: {err}"
             );
         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use crate::WaiterId;
+use crate::acquire::WaiterId;
 
 /// A waiter's registration for "the lock on this key may be free for you now", from
 /// [`LockStore::watch`](crate::LockStore::watch).

@@ -174,7 +174,7 @@ impl LockGuard {
     }
 
     /// Resolves when the lock is lost (like etcd's session `Done()`), with an
-    /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) error saying why. Never resolves while the
+    /// [`ErrorKind::NotHeld`](crate::core::ErrorKind::NotHeld) error saying why. Never resolves while the
     /// lock is held; only renewal can notice a loss, so without renewal it does not resolve.
     ///
     /// ```no_run
@@ -192,7 +192,7 @@ impl LockGuard {
     }
 
     /// Resets the lease's TTL to `ttl`, only if the lock is still ours
-    /// ([`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) otherwise).
+    /// ([`ErrorKind::NotHeld`](crate::core::ErrorKind::NotHeld) otherwise).
     ///
     /// A store that is down (connection refused or reset, a failover, an outcome in doubt) is
     /// retried with backoff until the lease expires, at most the manager's
@@ -202,7 +202,7 @@ impl LockGuard {
         validate_ttl(ttl)?;
         if self.unprotected {
             return Err(Error::new(
-                crate::ErrorKind::NotHeld,
+                crate::core::ErrorKind::NotHeld,
                 "this guard was issued without the lock (the store was down and the scenario \
                  proceeds); there is nothing to extend",
             )
@@ -235,7 +235,7 @@ impl LockGuard {
                 Ok(())
             }
             Err(error) => {
-                if error.kind() == crate::ErrorKind::NotHeld {
+                if error.kind() == crate::core::ErrorKind::NotHeld {
                     self.state.mark_lost(error.chain().to_string());
                 }
                 Err(error)
@@ -347,7 +347,7 @@ async fn finish(
             state.set_lease(renewed);
             Ok(ReleaseOutcome::Kept { left })
         }
-        Err(error) if error.kind() == crate::ErrorKind::NotHeld => {
+        Err(error) if error.kind() == crate::core::ErrorKind::NotHeld => {
             span.record("outcome", "not_held");
             state.mark_lost(error.chain().to_string());
             Ok(ReleaseOutcome::NotHeld)

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::io;
 
-use super::AerospikeFixture;
+use super::fixture::{AerospikeFixture, DEFAULT_NAMESPACE};
 
 /// Environment variable naming a real cluster's seed hosts (`host:port[,host:port…]`).
 pub const HOSTS_ENV: &str = "AEROSPIKE_HOSTS";
@@ -54,7 +54,7 @@ impl AerospikeTarget {
         let namespace = std::env::var(NAMESPACE_ENV)
             .ok()
             .filter(|ns| !ns.is_empty())
-            .unwrap_or_else(|| super::DEFAULT_NAMESPACE.to_owned());
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
         let credentials = match (std::env::var(USER_ENV), std::env::var(PASSWORD_ENV)) {
             (Ok(user), Ok(password)) if !user.is_empty() => Some((user, password)),
             _ => None,

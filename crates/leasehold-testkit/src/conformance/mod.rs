@@ -23,8 +23,11 @@ use std::time::Duration;
 
 use leasehold_core::{Acquire, ErrorKind, Lease, LockKey, LockStore, OwnerToken};
 
+mod keys;
 mod modes;
 
+pub use keys::fresh_key;
+use keys::LONG;
 pub use modes::{
     concurrent_permits_never_exceed, modes_conflict, permit_expires_alone, reader_expires_alone,
     readers_share_writers_exclude, semaphore_admits_n, waiting_writer_blocks_new_readers,
@@ -51,18 +54,9 @@ pub const CASES: &[&str] = &[
     "concurrent_permits_never_exceed",
 ];
 
-/// A fresh key for one case: `DC#conf#conformance#<case>-<uuid>` (the farm id fits Aerospike's
-/// nine-character bound).
-pub fn fresh_key(case: &str) -> LockKey {
-    let entity = format!("{case}-{}", uuid::Uuid::new_v4().simple());
-    LockKey::dc("conf", "conformance", &entity).expect("valid conformance key")
-}
-
 fn req(key: &LockKey, ttl: Duration) -> Acquire {
     Acquire::new(key.clone(), OwnerToken::generate(), ttl)
 }
-
-const LONG: Duration = Duration::from_secs(30);
 
 async fn acquire<S: LockStore>(store: &S, key: &LockKey, ttl: Duration) -> Lease {
     match store.try_acquire(&req(key, ttl)).await {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use leasehold_core::{Acquire, ErrorKind, Lease, LockKey, LockMode, LockStore, OwnerToken};
 use tokio::time::Instant;
 
-use super::{fresh_key, LONG};
+use super::keys::{fresh_key, LONG};
 
 fn req(key: &LockKey, mode: LockMode, ttl: Duration) -> Acquire {
     Acquire::new(key.clone(), OwnerToken::generate(), ttl).with_mode(mode)

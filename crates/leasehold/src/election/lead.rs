@@ -3,7 +3,7 @@
 use std::future::Future;
 
 use crate::core::{ErrorKind, Lease, Result};
-use crate::LockManager;
+use crate::manager::LockManager;
 
 pub(super) async fn lead<F, Fut>(locks: &LockManager, name: &str, mut work: F) -> Result<()>
 where

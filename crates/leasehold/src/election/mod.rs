@@ -34,7 +34,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::core::{Error, ErrorKind, Lease, LockKey, OwnerToken, Result};
-use crate::{Holder, LockGuard, LockManager, LockOptions};
+use crate::guard::LockGuard;
+use crate::holder::Holder;
+use crate::manager::{LockManager, LockOptions};
 
 mod lead;
 mod observe;

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use futures::Stream;
 
 use crate::core::{ChangeWatch, ErrorKind, LockInfo, LockStore, OwnerToken, Result};
-use crate::LockManager;
+use crate::manager::LockManager;
 
 /// How often [`LockManager::observe`] reads the election lock.
 pub const DEFAULT_OBSERVE_INTERVAL: Duration = Duration::from_millis(250);

@@ -19,7 +19,7 @@ use crate::scenario::StoreDownPolicy;
 use crate::waiters::{FirstWait, Place};
 
 use super::options::Plan;
-use super::LockManager;
+use super::state::LockManager;
 
 /// Added to a holder's remaining TTL before trying again: the store's clock and ours may differ
 /// by a little, and an attempt a hair early only fails again.

@@ -18,11 +18,11 @@ use crate::scenario::{LayerSetting, LayerSettings, ScenarioRegistry};
 use crate::waiters::Waiters;
 use crate::MemoryStore;
 
-use super::options::Renewal;
-use super::{
-    Config, Inner, LockManager, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF, DEFAULT_RELEASE_RETRY,
-    DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
+use super::options::{
+    DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF, DEFAULT_RELEASE_RETRY, DEFAULT_RETRY_INTERVAL,
+    DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
 };
+use super::state::{Config, Inner, LockManager, Renewal};
 
 /// Builds a [`LockManager`]. Obtain one with [`LockManager::builder`].
 ///

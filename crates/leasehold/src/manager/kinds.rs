@@ -14,7 +14,8 @@ use crate::core::{Error, ErrorKind, Lease, LockKey, LockMode, Result};
 use crate::guard::LockGuard;
 use crate::multi_guard::MultiGuard;
 
-use super::{LockManager, LockOptions, ToLockKey};
+use super::options::{LockOptions, ToLockKey};
+use super::state::LockManager;
 
 impl LockManager {
     /// Takes the read side of the read-write lock `key`, waiting as [`LockManager::lock`] does.

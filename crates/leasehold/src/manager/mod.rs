@@ -2,21 +2,17 @@
 //!
 //! Split by job: [`options`] (per-call options, defaults, the plan a call resolves to),
 //! [`builder`] (settings and the layer stack), [`acquire`] (one attempt, the wait loop, undoing
-//! an abandoned attempt), [`shutdown`] (the lifecycle's end, and signals). Guards and renewal
+//! an abandoned attempt), [`shutdown`] (the lifecycle's end, and signals), [`kinds`] (read,
+//! semaphore and multi-locks), over [`state`] (the manager type and its resolved settings, which
+//! every part reads). Here: the exclusive lock's calls and inspection. Guards and renewal
 //! tasks hold a [`Handle`](crate::handle::Handle), never the manager.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
 
-use crate::backoff::Backoff;
 use crate::core::{
     BoxStore, Error, HistoryEntry, Lease, LockInfo, LockKey, LockLevel, LockStore, Result,
 };
 use crate::guard::LockGuard;
-use crate::handle::Handle;
-use crate::layers::GracefulShutdownLayer;
 use crate::scenario::{AcquireMode, ScenarioRegistry};
 
 mod acquire;
@@ -24,6 +20,7 @@ mod builder;
 mod kinds;
 mod options;
 mod shutdown;
+mod state;
 
 pub use builder::LockManagerBuilder;
 pub use options::{
@@ -32,60 +29,7 @@ pub use options::{
 };
 #[cfg(feature = "signal")]
 pub use shutdown::SignalShutdown;
-
-/// The lock manager: acquire, wait for, release and inspect distributed locks.
-///
-/// Cheap to clone (one `Arc`); share one per process. Built over a store (the embedded
-/// [`MemoryStore`](crate::MemoryStore) by default) wrapped in the scenario layers.
-///
-/// ```
-/// use leasehold::LockManager;
-///
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold::Result<()> {
-/// let locks = LockManager::builder().client_id("orders").farm_id("farm1").build()?;
-///
-/// let guard = locks.try_lock("order-42").await?;         // one attempt
-/// let other = locks.clone();                              // another task contends...
-/// let contender = tokio::spawn(async move { other.try_lock("order-42").await.map(drop) });
-/// assert!(contender.await.unwrap().unwrap_err().is_unavailable());
-/// assert!(guard.release().await?);                       // true: it was still ours
-///
-/// let total = locks.with_lock("order-42", |_lease| async { 40 + 2 }).await?;
-/// assert_eq!(total, 42);
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug)]
-pub struct LockManager {
-    inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    /// What guards and renewal tasks share with the manager.
-    handle: Arc<Handle>,
-    config: Config,
-}
-
-/// The settings the builder resolved.
-#[derive(Debug)]
-struct Config {
-    client_id: String,
-    farm_id: Option<String>,
-    default_level: LockLevel,
-    lock_ttl: Duration,
-    wait_for_lock: Duration,
-    backoff: Backoff,
-    shutdown_timeout: Duration,
-    task_holders: bool,
-    renewal: options::Renewal,
-    /// The scenario label of calls no scenario covers.
-    scenario: Arc<str>,
-    registry: ScenarioRegistry,
-    /// The layer stacks of scenarios that change the layers (others use the manager's).
-    stacks: HashMap<Arc<str>, Arc<Handle>>,
-    #[cfg_attr(not(feature = "signal"), allow(dead_code))]
-    graceful: Option<GracefulShutdownLayer>,
-}
+pub use state::LockManager;
 
 impl LockManager {
     /// Starts building a manager (see [`LockManagerBuilder`] for the defaults).

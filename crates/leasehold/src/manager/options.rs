@@ -11,7 +11,7 @@ use crate::handle::Handle;
 use crate::scenario::{AcquireMode, StoreDownPolicy};
 use crate::Holder;
 
-use super::LockManager;
+use super::state::{LockManager, Renewal};
 
 /// Default lock TTL, as the seed lock manager: 90 s. Without an explicit per-call TTL it is also
 /// the watchdog's lease, renewed every 30 s while the guard lives.
@@ -240,19 +240,6 @@ impl LockOptions {
         self.mode = Some(mode);
         self
     }
-}
-
-/// Whether guards renew their lease: the manager-wide setting of
-/// [`LockManagerBuilder::renewal`](crate::LockManagerBuilder::renewal).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Renewal {
-    /// A watchdog for guards taken without an explicit TTL (Redisson's default).
-    #[default]
-    Watchdog,
-    /// Every guard.
-    Always,
-    /// No guard (the Java lock manager's semantics).
-    Never,
 }
 
 /// What an acquisition was asked to do, resolved against the manager's defaults.

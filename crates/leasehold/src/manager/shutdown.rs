@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use crate::core::{instant_after, LockStore, Result};
 
-use super::LockManager;
+use super::state::LockManager;
 #[cfg(feature = "signal")]
 use crate::core::Error;
 

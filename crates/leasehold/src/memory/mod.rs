@@ -13,8 +13,8 @@ use crate::core::{
     instant_after, validate_ttl, Acquire, Capabilities, ChangeWatch, Error, HistoryEntry,
     HistoryEvent, Lease, LockInfo, LockKey, LockMode, LockStore, ReleaseWatch, Result, TraceConfig,
 };
+use crate::keymap::KeyMap;
 use crate::sweep::Sweeper;
-use crate::KeyMap;
 
 mod record;
 mod waiting;

@@ -3,8 +3,8 @@
 use opentelemetry::metrics::{Counter, Histogram, Meter, UpDownCounter};
 use opentelemetry::KeyValue;
 
+use super::scope::current_scenario;
 use crate::core::{ErrorKind, LockEvent, Observer};
-use crate::observe::current_scenario;
 
 /// Records lock events as OpenTelemetry metrics, through the `opentelemetry` API crate: install
 /// the SDK and an exporter, hand a [`Meter`] here, and add the result as an observer.

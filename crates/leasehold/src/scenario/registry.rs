@@ -1,8 +1,7 @@
 //! The registry: scenarios by name and by key pattern.
 
-use std::path::Path;
-
-use super::{file, Scenario, ScenarioError};
+use super::definition::Scenario;
+use super::error::ScenarioError;
 
 /// The scenarios a manager knows, in registration order (the first whose pattern matches a key
 /// wins), and whether a key that matches none is an error ([strict](Self::strict)) or gets the
@@ -113,21 +112,5 @@ impl ScenarioRegistry {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.scenarios.is_empty()
-    }
-
-    /// Parses a scenario file's text; `origin` names it in errors (a path, or `inline`).
-    /// The format is in docs/SCENARIOS.md.
-    pub fn from_toml_str(text: &str, origin: &str) -> Result<Self, ScenarioError> {
-        file::parse(text, origin)
-    }
-
-    /// Reads and parses a scenario file. Errors name the file, the line and the field.
-    pub fn from_toml_file(path: impl AsRef<Path>) -> Result<Self, ScenarioError> {
-        let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        file::parse(&text, &path.display().to_string())
     }
 }

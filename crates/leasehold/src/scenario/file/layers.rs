@@ -14,7 +14,8 @@ use super::Place;
 use crate::layers::{
     GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer, UnlockWindowLayer,
 };
-use crate::scenario::{LayerSetting, LayerSettings, ScenarioError};
+use crate::scenario::error::ScenarioError;
+use crate::scenario::layers::{LayerSetting, LayerSettings};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -4,6 +4,7 @@
 mod layers;
 
 use std::ops::Range;
+use std::path::Path;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -11,7 +12,10 @@ use toml::Spanned;
 
 use crate::core::TraceConfig;
 
-use super::{AcquireMode, Scenario, ScenarioError, ScenarioRegistry, StoreDownPolicy};
+use super::definition::{AcquireMode, Scenario, StoreDownPolicy};
+use super::error::ScenarioError;
+use super::glob::KeyPattern;
+use super::registry::ScenarioRegistry;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -149,7 +153,27 @@ fn key_on_line(text: &str, line: usize) -> Option<String> {
     .then(|| key.to_owned())
 }
 
-pub(super) fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, ScenarioError> {
+/// Reading a registry from a scenario file is the file format's job: the registry itself knows
+/// nothing of TOML.
+impl ScenarioRegistry {
+    /// Parses a scenario file's text; `origin` names it in errors (a path, or `inline`).
+    /// The format is in docs/SCENARIOS.md.
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Self, ScenarioError> {
+        parse(text, origin)
+    }
+
+    /// Reads and parses a scenario file. Errors name the file, the line and the field.
+    pub fn from_toml_file(path: impl AsRef<Path>) -> Result<Self, ScenarioError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        parse(&text, &path.display().to_string())
+    }
+}
+
+fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, ScenarioError> {
     let raw: RawFile = toml::from_str(text).map_err(|error| {
         let start = error.span().map_or(0, |span| span.start);
         let (line, column) = position(text, start);
@@ -183,7 +207,7 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, Scenar
         let renew_every = place.duration("renew_every", s.renew_every.as_ref())?;
         let trace_ttl = place.duration("trace_ttl", s.trace_ttl.as_ref())?;
         let mut scenario = Scenario::new(place.scenario.as_str());
-        scenario.keys = s.keys.as_ref().map(|k| super::KeyPattern::new(k.get_ref()));
+        scenario.keys = s.keys.as_ref().map(|k| KeyPattern::new(k.get_ref()));
         scenario.mode = match s.mode {
             Some(RawMode::Try) => AcquireMode::Try,
             Some(RawMode::Blocking) | None => AcquireMode::Blocking,
