@@ -255,10 +255,10 @@ fn readers_hold_together_and_a_writer_holds_alone() {
     let second = on_another_thread(|| locks.try_read("catalog").unwrap());
     assert_eq!(second.mode(), LockMode::Shared);
     // ...but cannot write while readers hold.
-    let refused = on_another_thread(|| locks.try_write("catalog").map(drop).unwrap_err());
+    let refused = on_another_thread(|| locks.try_lock("catalog").map(drop).unwrap_err());
     assert!(refused.is_unavailable(), "{refused}");
     // The same thread writing under its own read would wait for itself: refused.
-    let own = locks.try_write("catalog").map(drop).unwrap_err();
+    let own = locks.try_lock("catalog").map(drop).unwrap_err();
     assert_eq!(own.kind(), ErrorKind::ModeConflict);
 
     // A waiting writer gets in once both readers are gone, and holds alone.
@@ -426,7 +426,7 @@ fn every_kind_of_guard_is_renewed_while_its_thread_is_busy() {
     assert!(permit.wait_lost(Duration::from_millis(50)).is_none());
     assert!(all.wait_lost(Duration::from_millis(50)).is_none());
     on_another_thread(|| {
-        let writer = locks.try_write("catalog").map(drop).unwrap_err();
+        let writer = locks.try_lock("catalog").map(drop).unwrap_err();
         assert!(writer.is_unavailable(), "the reader still holds: {writer}");
         let second = locks.try_semaphore("encoder", 1).map(drop).unwrap_err();
         assert!(
@@ -454,7 +454,7 @@ fn every_lock_kind_is_refused_from_async_code() {
         let kinds = [
             locks.read("k").map(drop).unwrap_err(),
             locks.try_read("k").map(drop).unwrap_err(),
-            locks.write("k").map(drop).unwrap_err(),
+            locks.lock("k").map(drop).unwrap_err(),
             locks.semaphore("k", 2).map(drop).unwrap_err(),
             locks.try_semaphore("k", 2).map(drop).unwrap_err(),
             locks.lock_all(["a", "b"]).map(drop).unwrap_err(),
@@ -476,9 +476,9 @@ fn every_kind_has_a_with_form_that_keeps_its_kind() {
     let opts = || LockOptions::new().ttl(ttl);
     let guards = [
         (locks.try_read_with("r", opts()).unwrap(), LockMode::Shared),
-        (locks.write_with("w", opts()).unwrap(), LockMode::Exclusive),
+        (locks.lock_with("w", opts()).unwrap(), LockMode::Exclusive),
         (
-            locks.try_write_with("w2", opts()).unwrap(),
+            locks.try_lock_with("w2", opts()).unwrap(),
             LockMode::Exclusive,
         ),
         (

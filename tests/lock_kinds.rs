@@ -86,7 +86,7 @@ async fn readers_overlap_but_never_a_writer() {
         tasks.push(tokio::spawn(async move {
             for _ in 0..5 {
                 if i % 4 == 0 {
-                    let guard = locks.write("doc").await.unwrap();
+                    let guard = locks.lock("doc").await.unwrap();
                     assert_eq!(readers_in.load(Ordering::SeqCst), 0, "writer with readers");
                     assert!(!writer_in.swap(true, Ordering::SeqCst), "two writers");
                     tokio::time::sleep(Duration::from_millis(3)).await;
@@ -156,7 +156,7 @@ async fn reentrancy_counts_reads_and_writes_and_refuses_mixing() {
     let outer = locks.read("cfg").await.unwrap();
     let inner = locks.read("cfg").await.expect("read under read re-enters");
     assert_eq!(outer.token(), inner.token(), "the same hold");
-    let err = locks.try_write("cfg").await.unwrap_err();
+    let err = locks.try_lock("cfg").await.unwrap_err();
     assert_eq!(
         err.kind(),
         ErrorKind::ModeConflict,
@@ -182,9 +182,9 @@ async fn reentrancy_counts_reads_and_writes_and_refuses_mixing() {
     outer.release().await.unwrap();
     other.release().await.unwrap();
 
-    let write = locks.write("cfg").await.unwrap();
+    let write = locks.lock("cfg").await.unwrap();
     let again = locks
-        .write("cfg")
+        .lock("cfg")
         .await
         .expect("write under write re-enters");
     let err = locks.try_read("cfg").await.unwrap_err();
@@ -380,14 +380,14 @@ async fn every_kind_has_a_with_form_that_keeps_its_kind_and_honours_the_options(
         ),
         (
             locks
-                .try_write_with("w", LockOptions::new().ttl(ttl).mode(LockMode::Shared))
+                .try_lock_with("w", LockOptions::new().ttl(ttl))
                 .await
                 .unwrap(),
             LockMode::Exclusive,
         ),
         (
             locks
-                .write_with("w2", LockOptions::new().ttl(ttl).mode(LockMode::Shared))
+                .lock_with("w2", LockOptions::new().ttl(ttl))
                 .await
                 .unwrap(),
             LockMode::Exclusive,

@@ -12,8 +12,8 @@ impl LockManager {
     /// Takes the read side of the read-write lock `key`, waiting as [`LockManager::lock`] does
     /// (see [`crate::LockManager::read`]).
     ///
-    /// Readers hold together; a writer ([`LockManager::write`], the same lock as
-    /// [`LockManager::lock`]) holds alone, and a writer that waits keeps new readers out. Each
+    /// Readers hold together; a writer (the exclusive lock of the same key: [`LockManager::lock`],
+    /// [`LockManager::try_lock`]) holds alone, and a writer that waits keeps new readers out. Each
     /// reader's hold is its own owner-checked lease.
     ///
     /// ```
@@ -29,11 +29,11 @@ impl LockManager {
     ///         let second = locks.try_read("catalog").unwrap(); // readers hold together
     ///         assert!(second.release().unwrap());
     ///         // A writer waits for every reader (a try fails at once).
-    ///         assert!(locks.try_write("catalog").unwrap_err().is_unavailable());
+    ///         assert!(locks.try_lock("catalog").unwrap_err().is_unavailable());
     ///     });
     /// });
     /// assert!(reader.release()?);
-    /// let writer = locks.try_write("catalog")?;
+    /// let writer = locks.try_lock("catalog")?; // the write side
     /// assert!(writer.fencing_token().is_some()); // writers are fenced, readers are not
     /// # drop(writer);
     /// # Ok(()) }
@@ -60,35 +60,6 @@ impl LockManager {
         let guard = self
             .shared
             .block_on(self.shared.manager.try_read_with(key, opts))??;
-        Ok(self.wrap(guard))
-    }
-
-    /// Takes the write side of the read-write lock `key`: the exclusive lock of that key, waiting
-    /// for every reader to leave (and keeping new readers out meanwhile). Same as
-    /// [`LockManager::lock`].
-    pub fn write(&self, key: impl ToLockKey) -> Result<LockGuard> {
-        self.lock(key)
-    }
-
-    /// [`LockManager::write`] with per-call options. Same as [`LockManager::lock_with`].
-    pub fn write_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
-        let guard = self
-            .shared
-            .block_on(self.shared.manager.write_with(key, opts))??;
-        Ok(self.wrap(guard))
-    }
-
-    /// One attempt at the write side of `key`. Same as [`LockManager::try_lock`].
-    pub fn try_write(&self, key: impl ToLockKey) -> Result<LockGuard> {
-        self.try_lock(key)
-    }
-
-    /// [`LockManager::try_write`] with per-call options. Same as
-    /// [`LockManager::try_lock_with`].
-    pub fn try_write_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
-        let guard = self
-            .shared
-            .block_on(self.shared.manager.try_write_with(key, opts))??;
         Ok(self.wrap(guard))
     }
 

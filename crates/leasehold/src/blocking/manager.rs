@@ -19,7 +19,7 @@ use super::runtime::Shared;
 /// bounded by the [shutdown timeout](LockManagerBuilder::shutdown_timeout) — and then its runtime.
 ///
 /// Besides exclusive locks it offers every lock kind of the async manager: read-write locks
-/// ([`read`](Self::read), [`write`](Self::write)), semaphores ([`semaphore`](Self::semaphore))
+/// ([`read`](Self::read); the write side is [`lock`](Self::lock)), semaphores ([`semaphore`](Self::semaphore))
 /// and multi-locks ([`lock_all`](Self::lock_all)).
 ///
 /// ```

@@ -40,7 +40,7 @@
 //!
 //! | kind | methods | guard |
 //! |---|---|---|
-//! | exclusive (= write side) | [`lock`](LockManager::lock), [`try_lock`](LockManager::try_lock), [`write`](LockManager::write), [`try_write`](LockManager::try_write), [`with_lock`](LockManager::with_lock) | [`LockGuard`] |
+//! | exclusive (= write side) | [`lock`](LockManager::lock), [`try_lock`](LockManager::try_lock), [`with_lock`](LockManager::with_lock) | [`LockGuard`] |
 //! | read side | [`read`](LockManager::read), [`try_read`](LockManager::try_read), [`read_with`](LockManager::read_with), [`with_read`](LockManager::with_read) | [`LockGuard`] (`mode() == Shared`) |
 //! | semaphore, N permits | [`semaphore`](LockManager::semaphore), [`try_semaphore`](LockManager::try_semaphore), [`with_permit`](LockManager::with_permit) | [`LockGuard`] (`mode() == Semaphore{n}`) |
 //! | multi-lock | [`lock_all`](LockManager::lock_all), [`try_lock_all`](LockManager::try_lock_all), [`lock_all_with`](LockManager::lock_all_with), [`with_all`](LockManager::with_all) | [`MultiGuard`] |

@@ -20,8 +20,8 @@ use super::state::LockManager;
 impl LockManager {
     /// Takes the read side of the read-write lock `key`, waiting as [`LockManager::lock`] does.
     ///
-    /// Readers hold together; a writer ([`LockManager::write`], which is the same lock as
-    /// [`LockManager::lock`]) holds alone. A writer that waits keeps new readers out, so a steady
+    /// Readers hold together; a writer (the exclusive lock of the same key: [`LockManager::lock`],
+    /// [`LockManager::try_lock`]) holds alone. A writer that waits keeps new readers out, so a steady
     /// stream of readers cannot starve it. Each reader's hold is its own owner-checked lease: a
     /// crashed reader frees its share at its own TTL.
     ///
@@ -38,7 +38,7 @@ impl LockManager {
     /// assert_eq!(locks.inspect("catalog").await?.unwrap().holders.len(), 2);
     /// first.release().await?;
     /// second.release().await?;
-    /// let writer = locks.try_write("catalog").await?;
+    /// let writer = locks.try_lock("catalog").await?; // the write side
     /// assert!(writer.fencing_token().is_some());
     /// # Ok(()) }
     /// ```
@@ -59,33 +59,6 @@ impl LockManager {
     /// [`LockManager::try_read`] with per-call options.
     pub async fn try_read_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
         self.try_lock_with(key, opts.mode(LockMode::Shared)).await
-    }
-
-    /// Takes the write side of the read-write lock `key`: the exclusive lock of that key, waiting
-    /// for every reader to leave (and keeping new readers out meanwhile). Same as
-    /// [`LockManager::lock`].
-    pub async fn write(&self, key: impl ToLockKey) -> Result<LockGuard> {
-        self.lock(key).await
-    }
-
-    /// [`LockManager::write`] with per-call options. Same as [`LockManager::lock_with`].
-    pub async fn write_with(&self, key: impl ToLockKey, opts: LockOptions) -> Result<LockGuard> {
-        self.lock_with(key, opts.mode(LockMode::Exclusive)).await
-    }
-
-    /// One attempt at the write side of `key`. Same as [`LockManager::try_lock`].
-    pub async fn try_write(&self, key: impl ToLockKey) -> Result<LockGuard> {
-        self.try_lock(key).await
-    }
-
-    /// [`LockManager::try_write`] with per-call options. Same as [`LockManager::try_lock_with`].
-    pub async fn try_write_with(
-        &self,
-        key: impl ToLockKey,
-        opts: LockOptions,
-    ) -> Result<LockGuard> {
-        self.try_lock_with(key, opts.mode(LockMode::Exclusive))
-            .await
     }
 
     /// Takes one of `permits` permits of the semaphore `key`, waiting as [`LockManager::lock`]
