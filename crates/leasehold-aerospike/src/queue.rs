@@ -272,7 +272,7 @@ impl AerospikeStore {
     /// or goes to its end (1 more). Refused, the error says when the line suggests looking
     /// again, and the process's waiters are woken then.
     pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Result<Lease> {
-        if req.deadline.is_none() {
+        if req.wait.is_none() {
             return self.try_fair(req).await;
         }
         let queue_key = self.queue_key(&req.key)?;

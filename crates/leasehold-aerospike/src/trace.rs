@@ -95,7 +95,7 @@ impl AerospikeStore {
                 self.record(&req.key, trace, entry).await;
             }
             Err(e) if e.kind() == ErrorKind::LockUnavailable => {
-                let event = if req.deadline.is_some() {
+                let event = if req.wait.is_some() {
                     HistoryEvent::Waited
                 } else {
                     HistoryEvent::Refused

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use aerospike::{Bins, ClientPolicy, ReadPolicy, ResultCode, WritePolicy};
-use leasehold::core::{Acquire, HistoryEntry, HistoryEvent, TraceConfig};
+use leasehold::core::{Acquire, HistoryEntry, HistoryEvent, TraceConfig, Wait, WaiterId};
 use leasehold::scenario::{Scenario, ScenarioRegistry};
 use leasehold::{ErrorKind, LockKey, LockManager, LockMode, LockStore, OwnerToken};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
@@ -258,8 +258,10 @@ async fn read_write_locks_and_semaphores_are_traced() {
             .with_trace(Some(trace))
     };
     let holder = store.try_acquire(&acquire(permits)).await.unwrap();
-    let waiting =
-        acquire(permits).with_deadline(Some(tokio::time::Instant::now() + Duration::from_secs(5)));
+    let waiting = acquire(permits).with_wait(Some(Wait::new(
+        tokio::time::Instant::now() + Duration::from_secs(5),
+        WaiterId::new(),
+    )));
     assert!(store
         .try_acquire(&waiting)
         .await

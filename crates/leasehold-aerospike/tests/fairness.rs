@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use aerospike::{Bins, Client, ClientPolicy, Key, ReadPolicy, Value, WritePolicy};
-use leasehold::core::Acquire;
+use leasehold::core::{Acquire, Wait, WaiterId};
 use leasehold::{ErrorKind, LockKey, LockManager, LockStore, OwnerToken};
 use leasehold_aerospike::layout::{queue_set, GRANTED_BIN, LINE_BIN};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
@@ -123,8 +123,12 @@ impl suite::Deployment for Deployment {
 suite::fairness_suite!(Deployment);
 
 fn blocking(key: &LockKey) -> Acquire {
-    Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(30))
-        .with_deadline(Some(tokio::time::Instant::now() + Duration::from_secs(30)))
+    Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(30)).with_wait(Some(
+        Wait::new(
+            tokio::time::Instant::now() + Duration::from_secs(30),
+            WaiterId::new(),
+        ),
+    ))
 }
 
 fn trying(key: &LockKey) -> Acquire {

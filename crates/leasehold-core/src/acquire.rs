@@ -79,10 +79,40 @@ impl WaiterId {
     }
 }
 
+/// What a store's waiter line needs from an attempt of a blocking acquisition: until when it
+/// waits, and which wait it is. The one field of a request ([`Acquire::wait`]) that tells a
+/// blocking attempt from a try.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_core::{Wait, WaiterId};
+/// let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+/// let wait = Wait::new(deadline, WaiterId::new());
+/// assert_eq!(wait.deadline, deadline);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Wait {
+    /// When the acquisition gives up: a store that keeps a line of waiters may keep this one's
+    /// place until then.
+    pub deadline: Instant,
+    /// The blocking acquisition this attempt belongs to: the same id on every attempt of one
+    /// wait (see [`WaiterId`]), the id of the [`ReleaseWatch`](crate::ReleaseWatch) the waiter
+    /// registered.
+    pub waiter: WaiterId,
+}
+
+impl Wait {
+    /// An attempt of the wait `waiter` that gives up at `deadline`.
+    pub fn new(deadline: Instant, waiter: WaiterId) -> Self {
+        Wait { deadline, waiter }
+    }
+}
+
 /// A request to acquire one lock.
 ///
-/// Stores use `key`, `token`, `ttl`, `mode` and, for their waiter lines, `deadline` and `waiter`;
-/// `holder` is for reentrancy.
+/// Stores use `key`, `token`, `ttl`, `mode` and, for their waiter lines, `wait`; `holder` is for
+/// reentrancy.
 ///
 /// ```
 /// use std::time::Duration;
@@ -90,7 +120,7 @@ impl WaiterId {
 ///
 /// let key = LockKey::xdc("orders", "order-42")?;
 /// let req = Acquire::new(key, OwnerToken::generate(), Duration::from_secs(2));
-/// assert!(req.deadline.is_none()); // one attempt, fail fast
+/// assert!(req.wait.is_none()); // one attempt, fail fast
 /// # Ok::<(), leasehold_core::Error>(())
 /// ```
 #[derive(Debug, Clone)]
@@ -105,13 +135,12 @@ pub struct Acquire {
     pub ttl: Duration,
     /// Who asks, for reentrancy. `None`: every acquisition is a new holder.
     pub holder: Option<HolderId>,
-    /// `None`: a try, which never takes a place in a store's waiter line. `Some(t)`: an attempt of
-    /// a blocking acquisition that gives up at `t`; a store that keeps a line of waiters may keep
-    /// this one's place until then. Every call is one attempt: the manager's wait loop does the
-    /// waiting.
-    pub deadline: Option<Instant>,
+    /// `None`: a try, which never takes a place in a store's waiter line. `Some`: an attempt of a
+    /// blocking acquisition (see [`Wait`]). Every call is one attempt: the manager's wait loop
+    /// does the waiting.
+    pub wait: Option<Wait>,
     /// The kind of hold: exclusive (the default, also a read-write lock's write side), shared
-    /// (a reader) or a semaphore permit. A blocking exclusive request (`deadline` set) on a key
+    /// (a reader) or a semaphore permit. A blocking exclusive request (`wait` set) on a key
     /// held by readers also marks a writer as waiting, which keeps new readers out until it is
     /// served or its marker expires.
     pub mode: crate::mode::LockMode,
@@ -119,9 +148,6 @@ pub struct Acquire {
     /// key's lock history in the store (see [`TraceConfig`]). Stores without
     /// [`Capabilities::history`](crate::Capabilities::history) ignore it.
     pub trace: Option<TraceConfig>,
-    /// `Some`: the blocking acquisition this attempt belongs to (the same id on every attempt of
-    /// one wait, see [`WaiterId`]); `None`: an attempt on its own.
-    pub waiter: Option<WaiterId>,
     /// Announce this lock's grant and (through the lease) its release to the readers watching
     /// the key ([`LockStore::watch_changes`](crate::LockStore::watch_changes)): an election's
     /// lock sets it. Stores whose announcements cost a command per operation (Redis) announce
@@ -138,10 +164,9 @@ impl Acquire {
             token,
             ttl,
             holder: None,
-            deadline: None,
+            wait: None,
             mode: crate::mode::LockMode::Exclusive,
             trace: None,
-            waiter: None,
             announce: false,
         }
     }
@@ -164,16 +189,20 @@ impl Acquire {
         self
     }
 
-    /// Sets the blocking acquisition this attempt belongs to.
-    pub fn with_waiter(mut self, waiter: Option<WaiterId>) -> Self {
-        self.waiter = waiter;
+    /// Makes this an attempt of a blocking acquisition (`Some`), or a try (`None`).
+    pub fn with_wait(mut self, wait: Option<Wait>) -> Self {
+        self.wait = wait;
         self
     }
 
-    /// Sets the wait deadline.
-    pub fn with_deadline(mut self, deadline: Option<Instant>) -> Self {
-        self.deadline = deadline;
-        self
+    /// When the blocking acquisition this attempt belongs to gives up; `None` for a try.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.wait.map(|wait| wait.deadline)
+    }
+
+    /// The blocking acquisition this attempt belongs to; `None` for a try.
+    pub fn waiter(&self) -> Option<WaiterId> {
+        self.wait.map(|wait| wait.waiter)
     }
 
     /// Sets whether the grant and release are announced to observers (see

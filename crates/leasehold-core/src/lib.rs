@@ -41,7 +41,7 @@ mod token;
 mod ttl;
 mod watch;
 
-pub use acquire::{Acquire, HolderId, WaiterId};
+pub use acquire::{Acquire, HolderId, Wait, WaiterId};
 pub use change_watch::ChangeWatch;
 pub use detached::{acquire_detached, acquire_undone_on_drop};
 pub use dyn_store::BoxStore;

@@ -31,7 +31,7 @@ impl EtcdStore {
         let fair = self.config().fair;
         // A blocking attempt of a process that watches the key waits in line: its first attempt
         // is a plain try (free and nobody waiting), and joins the line if that fails.
-        let blocking = fair && req.deadline.is_some() && waiting.is_watched(&lock_key);
+        let blocking = fair && req.wait.is_some() && waiting.is_watched(&lock_key);
         let mut place = if blocking {
             waiting.current_place(&lock_key)
         } else {

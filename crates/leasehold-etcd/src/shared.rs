@@ -252,7 +252,7 @@ pub(crate) async fn mark_writer(
     lock_key: &str,
     attempt: i64,
 ) -> bool {
-    let Some(deadline) = req.deadline else {
+    let Some(deadline) = req.deadline() else {
         return false;
     };
     let left = deadline

@@ -435,7 +435,7 @@ impl LockStore for EtcdStore {
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         seconds(req.ttl)?;
         req.mode.validate()?;
-        if req.deadline.is_none() {
+        if req.wait.is_none() {
             let undo = RevokeOnDrop {
                 store: self,
                 lease: AtomicI64::new(0),

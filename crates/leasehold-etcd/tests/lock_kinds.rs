@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold::core::Acquire;
+use leasehold::core::{Acquire, Wait, WaiterId};
 use leasehold::{ErrorKind, LockKey, LockManager, LockMode, LockOptions, LockStore, OwnerToken};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
 use leasehold_testkit::etcd::EtcdServer;
@@ -152,8 +152,10 @@ async fn a_writer_that_gave_up_keeps_readers_out_until_its_deadline_not_its_ttl(
         .try_acquire(&request("gave-up", LockMode::Shared, long))
         .await
         .unwrap();
-    let writer = request("gave-up", LockMode::Exclusive, long)
-        .with_deadline(Some(Instant::now() + Duration::from_secs(2)));
+    let writer = request("gave-up", LockMode::Exclusive, long).with_wait(Some(Wait::new(
+        Instant::now() + Duration::from_secs(2),
+        WaiterId::new(),
+    )));
     let err = store.try_acquire(&writer).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::LockUnavailable);
     let info = store
@@ -198,8 +200,10 @@ async fn a_writer_that_gets_in_takes_the_marker_of_its_earlier_attempts_with_it(
         .await
         .unwrap();
     // The manager sends every attempt of one wait with a new token.
-    let attempt =
-        || request("marked", LockMode::Exclusive, long).with_deadline(Some(Instant::now() + long));
+    let attempt = || {
+        request("marked", LockMode::Exclusive, long)
+            .with_wait(Some(Wait::new(Instant::now() + long, WaiterId::new())))
+    };
     assert!(store
         .try_acquire(&attempt())
         .await
@@ -245,8 +249,8 @@ async fn inspect_and_list_show_every_holder_and_the_waiting_writer() {
             .await
             .unwrap(),
     );
-    let writer =
-        request("doc", LockMode::Exclusive, long).with_deadline(Some(Instant::now() + long));
+    let writer = request("doc", LockMode::Exclusive, long)
+        .with_wait(Some(Wait::new(Instant::now() + long, WaiterId::new())));
     assert!(store
         .try_acquire(&writer)
         .await

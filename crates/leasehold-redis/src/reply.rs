@@ -47,7 +47,7 @@ pub(crate) fn describe_mode(field: &str) -> String {
 /// How long a refused blocking writer keeps new readers out: until its deadline, at most its TTL
 /// (0 for a try).
 pub(crate) fn writer_wait_millis(req: &Acquire, now: Instant) -> u64 {
-    req.deadline.map_or(0, |deadline| {
+    req.deadline().map_or(0, |deadline| {
         ttl_millis(deadline.saturating_duration_since(now).min(req.ttl)).max(1)
     })
 }

@@ -557,7 +557,7 @@ fn acquire_entries(req: &Acquire) -> (HistoryEntry, HistoryEntry) {
         &req.token,
         format!("{} ttl {}ms", req.mode, ttl_millis(req.ttl)),
     );
-    let failed = if req.deadline.is_some() {
+    let failed = if req.wait.is_some() {
         HistoryEvent::Waited
     } else {
         HistoryEvent::Refused

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use leasehold::core::{Acquire, Layer, WaiterId};
+use leasehold::core::{Acquire, Layer, Wait, WaiterId};
 use leasehold::layers::ReadbackLayer;
 use leasehold::{ErrorKind, LockKey, LockMode, LockStore, OwnerToken};
 use leasehold_redis::{RedisConfig, RedisStore};
@@ -66,9 +66,10 @@ async fn a_second_run_of_an_acquire_is_in_doubt_in_every_mode() {
 async fn a_blocking_waiters_second_run_leaves_the_line_as_it_was() {
     let server = RedisServer::start().expect("start redis-server");
     let store = connect(&server, true).await;
-    let req = request("blocking", LockMode::Exclusive)
-        .with_waiter(Some(WaiterId::new()))
-        .with_deadline(Some(Instant::now() + Duration::from_secs(10)));
+    let req = request("blocking", LockMode::Exclusive).with_wait(Some(Wait::new(
+        Instant::now() + Duration::from_secs(10),
+        WaiterId::new(),
+    )));
     let lease = store.try_acquire(&req).await.expect("free");
     let again = store.try_acquire(&req).await.unwrap_err();
     assert_eq!(again.kind(), ErrorKind::InDoubt, "{again}");

@@ -429,7 +429,7 @@ impl LockStore for ScriptedStore {
         call.token = Some(req.token.clone());
         call.ttl = Some(req.ttl);
         call.holder = req.holder;
-        call.deadline = req.deadline;
+        call.deadline = req.deadline();
         self.answer(call, req, |s| s.acquire.pop_front())
     }
 

@@ -35,7 +35,7 @@ impl AerospikeStore {
         if parse_mode(held) != Some(LockMode::Shared) {
             return Err(req.mode.conflict(&describe(held), &req.key));
         }
-        if let Some(deadline) = req.deadline {
+        if let Some(deadline) = req.deadline() {
             let wait = deadline
                 .saturating_duration_since(Instant::now())
                 .min(req.ttl);

@@ -86,11 +86,11 @@ impl Waiting {
     /// The entry `req` asks under: none for a try; in strict mode the waiting call's own entry
     /// when this store minted its wait ([`Acquire::waiter`]), else the process's.
     pub(crate) fn place(&self, lock_key: &str, req: &Acquire, strict: bool) -> Place {
-        if req.deadline.is_none() {
+        if req.wait.is_none() {
             return Place::None;
         }
         if strict {
-            if let Some(waiter) = req.waiter {
+            if let Some(waiter) = req.waiter() {
                 if let Some(watcher) = self
                     .lock()
                     .get(lock_key)
@@ -334,7 +334,7 @@ mod tests {
     use std::time::Duration;
 
     use futures::FutureExt;
-    use leasehold_core::{LockKey, OwnerToken};
+    use leasehold_core::{LockKey, OwnerToken, Wait};
 
     use super::super::subscriber::Subscriber;
     use super::*;
@@ -354,18 +354,20 @@ mod tests {
         )
     }
 
-    fn blocking(waiter: Option<WaiterId>) -> Acquire {
+    fn blocking(waiter: WaiterId) -> Acquire {
         Acquire::new(
             LockKey::dc("f", "c", "k").unwrap(),
             OwnerToken::generate(),
             Duration::from_secs(1),
         )
-        .with_deadline(Some(tokio::time::Instant::now() + Duration::from_secs(60)))
-        .with_waiter(waiter)
+        .with_wait(Some(Wait::new(
+            tokio::time::Instant::now() + Duration::from_secs(60),
+            waiter,
+        )))
     }
 
     fn entry_of(waiting: &Waiting, watch: &ReleaseWatch) -> String {
-        match waiting.place(LOCK, &blocking(Some(watch.waiter())), true) {
+        match waiting.place(LOCK, &blocking(watch.waiter()), true) {
             Place::Waiter(_, entry) => entry,
             other => panic!("a watched wait has its own entry, not {other:?}"),
         }
@@ -544,16 +546,15 @@ mod tests {
         let waiting = waiting();
         let (leave, _) = recorder();
         let a = waiting.watch(LOCK.to_owned(), leave).await;
-        let try_lock = blocking(Some(a.waiter())).with_deadline(None);
+        let try_lock = blocking(a.waiter()).with_wait(None);
         assert_eq!(waiting.place(LOCK, &try_lock, true), Place::None);
-        assert_eq!(waiting.place(LOCK, &blocking(None), true), Place::Process);
         assert_eq!(
-            waiting.place(LOCK, &blocking(Some(WaiterId::new())), true),
+            waiting.place(LOCK, &blocking(WaiterId::new()), true),
             Place::Process,
             "a wait this store did not mint"
         );
         assert_eq!(
-            waiting.place(LOCK, &blocking(Some(a.waiter())), false),
+            waiting.place(LOCK, &blocking(a.waiter()), false),
             Place::Process,
             "default mode: one place per process"
         );

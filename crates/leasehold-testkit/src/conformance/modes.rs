@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_core::{Acquire, ErrorKind, Lease, LockKey, LockMode, LockStore, OwnerToken};
+use leasehold_core::{
+    Acquire, ErrorKind, Lease, LockKey, LockMode, LockStore, OwnerToken, Wait, WaiterId,
+};
 use tokio::time::Instant;
 
 use super::keys::{fresh_key, LONG};
@@ -121,7 +123,8 @@ pub async fn waiting_writer_blocks_new_readers<S: LockStore>(store: &S) {
     let second = take(store, &key, LockMode::Shared, LONG).await;
     assert!(store.release(&second).await.unwrap());
 
-    let waiting = req(&key, LockMode::Exclusive, LONG).with_deadline(Some(Instant::now() + LONG));
+    let waiting = req(&key, LockMode::Exclusive, LONG)
+        .with_wait(Some(Wait::new(Instant::now() + LONG, WaiterId::new())));
     assert_eq!(refused(store, &waiting).await, ErrorKind::LockUnavailable);
     let kind = refused(store, &req(&key, LockMode::Shared, LONG)).await;
     assert_eq!(

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::core::{
-    Acquire, Error, ErrorKind, Lease, LockEvent, LockMode, LockStore, OwnerToken, Result,
+    Acquire, Error, ErrorKind, Lease, LockEvent, LockMode, LockStore, OwnerToken, Result, Wait,
 };
 use crate::failover::{is_store_down, may_have_applied};
 use crate::guard::LockGuard;
@@ -282,11 +282,10 @@ impl LockManager {
                 // Every attempt of this wait is the same waiter (the watch's).
                 let req = Acquire::new(plan.key.clone(), plan.new_token(), plan.ttl)
                     .with_holder(plan.holder)
-                    .with_deadline(Some(deadline))
+                    .with_wait(Some(Wait::new(deadline, store.waiter())))
                     .with_mode(plan.mode)
                     .with_trace(plan.trace)
-                    .with_announce(plan.announce)
-                    .with_waiter(Some(store.waiter()));
+                    .with_announce(plan.announce);
                 *attempts += 1;
                 match self.attempt(handle, &req).await {
                     Err(e) if e.is_unavailable() => {

@@ -295,7 +295,7 @@ impl LockStore for MemoryStore {
             .then(|| self.inner.watched.get(&req.key).map(|w| w.clone()))
             .flatten();
         let mut line = watched.as_ref().map(|w| w.lock());
-        let me = req.waiter.zip(req.deadline);
+        let me = req.wait.map(|wait| (wait.waiter, wait.deadline));
         if let Some(line) = line.as_mut() {
             if !line.may_take(me, now) {
                 line.join(me);
@@ -329,7 +329,7 @@ impl LockStore for MemoryStore {
             Ok(fence) => fence,
             Err(refused) => {
                 if let (Some(trace), true) = (&req.trace, refused.is_unavailable()) {
-                    let event = if req.deadline.is_some() {
+                    let event = if req.wait.is_some() {
                         HistoryEvent::Waited
                     } else {
                         HistoryEvent::Refused

@@ -116,7 +116,7 @@ impl Record {
         match req.mode {
             LockMode::Exclusive if shared.holders.is_empty() => Ok(Admit::Replace),
             LockMode::Exclusive => {
-                if let Some(deadline) = req.deadline {
+                if let Some(deadline) = req.deadline() {
                     // A blocking writer keeps new readers out until it is served, gives up
                     // (its deadline) or would have lost the lock anyway (its TTL): a crashed
                     // waiter cannot shut readers out for longer than its own lease.

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::core::ErrorKind;
-use crate::core::OwnerToken;
+use crate::core::{OwnerToken, Wait};
 
 fn key(entity: &str) -> LockKey {
     LockKey::dc("f1", "test", entity).unwrap()
@@ -148,9 +148,10 @@ async fn list_filters_by_prefix_and_sorts() {
 
 /// A blocking attempt of waiter `watch` on `entity`, waiting up to a minute.
 fn waiting(entity: &str, watch: &ReleaseWatch) -> Acquire {
-    req(entity, 10_000)
-        .with_deadline(Some(Instant::now() + Duration::from_secs(60)))
-        .with_waiter(Some(watch.waiter()))
+    req(entity, 10_000).with_wait(Some(Wait::new(
+        Instant::now() + Duration::from_secs(60),
+        watch.waiter(),
+    )))
 }
 
 #[tokio::test(start_paused = true)]
@@ -228,9 +229,10 @@ async fn a_waiter_whose_wait_is_over_leaves_the_head_of_the_line() {
     let store = MemoryStore::new();
     let held = store.try_acquire(&req("late", 10_000)).await.unwrap();
     let first = store.watch(&key("late")).await;
-    let short = req("late", 10_000)
-        .with_deadline(Some(Instant::now() + Duration::from_secs(1)))
-        .with_waiter(Some(first.waiter()));
+    let short = req("late", 10_000).with_wait(Some(Wait::new(
+        Instant::now() + Duration::from_secs(1),
+        first.waiter(),
+    )));
     assert!(store.try_acquire(&short).await.is_err());
     assert!(store.release(&held).await.unwrap());
     assert!(

@@ -267,7 +267,7 @@ impl<S: LockStore> LocalCompetition<S> {
     /// An exclusive acquire: refused in memory while the key is another local task's, a lease
     /// offered to a waiter taken, else asked of the store as the key's one asker.
     async fn acquire_exclusive(&self, req: &Acquire) -> Result<Lease> {
-        if req.waiter.is_some() && self.inner.capabilities().waiter_line {
+        if req.wait.is_some() && self.inner.capabilities().waiter_line {
             // Strict FIFO: every waiter keeps its own place in the store's line; being refused
             // here would keep it from taking it.
             return self.inner.try_acquire(req).await;
@@ -277,7 +277,7 @@ impl<S: LockStore> LocalCompetition<S> {
         let (found, refresh) = {
             let mut st = slot.lock();
             match st.take(now) {
-                Some(Local::Offered { lease, run }) if req.waiter.is_some() => {
+                Some(Local::Offered { lease, run }) if req.wait.is_some() => {
                     let refresh = st.set(Some(Local::Held {
                         lease: lease.clone(),
                         run,

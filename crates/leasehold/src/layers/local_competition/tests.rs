@@ -47,9 +47,10 @@ impl Wait {
     }
 
     fn attempt(&self, entity: &str, ttl_ms: u64) -> Acquire {
-        req(entity, ttl_ms)
-            .with_deadline(Some(self.deadline))
-            .with_waiter(Some(self.watch.waiter()))
+        req(entity, ttl_ms).with_wait(Some(crate::core::Wait::new(
+            self.deadline,
+            self.watch.waiter(),
+        )))
     }
 }
 
