@@ -43,10 +43,11 @@
 //!   wrap the store directly, inside readback (a timeout or fault-injection layer belongs there:
 //!   its in-doubt errors are then read back).
 //!
-//! A disabled layer is left out with [`option_layer`](crate::core::option_layer): no pass-through is
-//! written by hand. The layers that act at shutdown (local competition, graceful shutdown) share
-//! the manager's [`Lifecycle`](crate::core::Lifecycle): one closing signal and one tracker of
-//! background releases.
+//! A disabled layer is left out: no pass-through is written by hand. A layer's configuration holds
+//! only its settings; the manager builds every layer with its [`Wiring`] ([`WiredLayer`]): its
+//! observers, and its [`Lifecycle`](crate::core::Lifecycle), which the layers that act at shutdown
+//! (local competition, graceful shutdown) share: one closing signal and one tracker of background
+//! releases.
 //!
 //! ## What another order would do
 //! - Local competition outside reentrancy: a holder re-taking its key is fast-failed (try-lock)
@@ -120,6 +121,7 @@ pub mod local_competition;
 pub mod readback;
 pub mod reentrancy;
 pub mod unlock_window;
+mod wiring;
 
 pub use counting::{Counting, CountingLayer, RequestCounts};
 pub use graceful_shutdown::{GracefulShutdown, GracefulShutdownLayer};
@@ -127,6 +129,24 @@ pub use local_competition::{LocalCompetition, LocalCompetitionLayer};
 pub use readback::{Readback, ReadbackLayer};
 pub use reentrancy::{Reentrancy, ReentrancyLayer};
 pub use unlock_window::{UnlockWindow, UnlockWindowLayer};
+pub use wiring::{WiredLayer, Wiring};
+
+/// The scenario layers, named once: hands `name: Type` for each to `$then!`. A scenario's
+/// [`LayerSettings`](crate::scenario::LayerSettings), the builder's stack and the scenario file's
+/// `[scenario.layers]` table are generated from this list, so a new layer is added here (its
+/// place in the stack's order is the builder's `assemble`).
+macro_rules! scenario_layers {
+    ($then:ident) => {
+        $then! {
+            readback: $crate::layers::ReadbackLayer,
+            unlock_window: $crate::layers::UnlockWindowLayer,
+            local_competition: $crate::layers::LocalCompetitionLayer,
+            reentrancy: $crate::layers::ReentrancyLayer,
+            graceful_shutdown: $crate::layers::GracefulShutdownLayer,
+        }
+    };
+}
+pub(crate) use scenario_layers;
 
 #[cfg(test)]
 pub(crate) mod test_support {
@@ -171,6 +191,15 @@ pub(crate) mod test_support {
             let observers = Observers::default()
                 .with(move |e: &LockEvent| sink.0.lock().unwrap().push(e.clone()));
             (observers, seen)
+        }
+
+        /// A stack's wiring whose observer captures the events (and a lifecycle of its own).
+        pub(crate) fn wiring() -> (crate::layers::Wiring, Seen) {
+            let (observers, seen) = capture();
+            (
+                crate::layers::Wiring::new(observers, Default::default()),
+                seen,
+            )
         }
     }
 }

@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::core::{
-    option_layer, validate_ttl, BoxStore, Error, Layer, Lifecycle, LockKey, LockLevel, LockStore,
+    validate_ttl, BoxStore, Either, Error, Layer, Lifecycle, LockKey, LockLevel, LockStore,
     Observer, Observers, Result, MAX_TTL,
 };
 use crate::failover::{Failover, Retry};
 use crate::handle::Handle;
 use crate::layers::{
-    GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer, UnlockWindowLayer,
+    GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer, ReentrancyLayer,
+    UnlockWindowLayer, WiredLayer, Wiring,
 };
-use crate::scenario::{LayerSetting, LayerSettings, ScenarioRegistry};
+use crate::scenario::{LayerSetting, LayerStack, ScenarioRegistry};
 use crate::waiters::Waiters;
 use crate::MemoryStore;
 
@@ -50,105 +51,37 @@ pub struct LockManagerBuilder {
     renewal: Renewal,
     scenario: Arc<str>,
     registry: ScenarioRegistry,
-    layers: ScenarioLayers,
+    layers: LayerStack,
 }
 
-/// Which scenario layers the builder assembles, and how (see [`crate::layers`]).
-#[derive(Debug, Clone)]
-struct ScenarioLayers {
-    readback: Option<ReadbackLayer>,
-    unlock_window: Option<UnlockWindowLayer>,
-    local_competition: Option<LocalCompetitionLayer>,
-    reentrancy: Option<ReentrancyLayer>,
-    graceful_shutdown: Option<GracefulShutdownLayer>,
+/// Wraps `store` in the enabled layers of `layers`, inner → outer: readback, (the manager's
+/// failover retry of releases, always), unlock window, graceful shutdown, local competition,
+/// reentrancy (see `crate::layers` and `crate::failover` for the reasons). Every layer gets the
+/// manager's wiring (observers and lifecycle). The stack stays generic and is erased (boxed)
+/// once, at the end.
+fn assemble<S: LockStore>(
+    layers: &LayerStack,
+    store: S,
+    wiring: &Wiring,
+    retry: Retry,
+) -> BoxStore {
+    let store = wired(&layers.readback, store, wiring);
+    let store = Failover::new(store, retry, wiring.observers().clone());
+    let store = wired(&layers.unlock_window, store, wiring);
+    let store = wired(&layers.graceful_shutdown, store, wiring);
+    let store = wired(&layers.local_competition, store, wiring);
+    BoxStore::new(wired(&layers.reentrancy, store, wiring))
 }
 
-impl ScenarioLayers {
-    /// The recommended stack: every layer with its default configuration.
-    fn all() -> Self {
-        ScenarioLayers {
-            readback: Some(ReadbackLayer::default()),
-            unlock_window: Some(UnlockWindowLayer::default()),
-            local_competition: Some(LocalCompetitionLayer::default()),
-            reentrancy: Some(ReentrancyLayer::default()),
-            graceful_shutdown: Some(GracefulShutdownLayer::default()),
-        }
-    }
-
-    /// These layers with a scenario's settings: a layer it does not set stays as it is; one it
-    /// turns on with `true` keeps the configuration given to the builder (or gets its default);
-    /// one it gives a configuration gets that one. [`assemble`](Self::assemble) then wires every
-    /// layer to the manager's observers and lifecycle, whichever configuration it has.
-    fn with_overrides(&self, settings: &LayerSettings) -> Self {
-        fn pick<L: Default + Clone>(
-            current: &Option<L>,
-            setting: &Option<LayerSetting<L>>,
-        ) -> Option<L> {
-            match setting {
-                None => current.clone(),
-                Some(setting) => setting.resolve(current.as_ref()),
-            }
-        }
-        ScenarioLayers {
-            readback: pick(&self.readback, &settings.readback),
-            unlock_window: pick(&self.unlock_window, &settings.unlock_window),
-            local_competition: pick(&self.local_competition, &settings.local_competition),
-            reentrancy: pick(&self.reentrancy, &settings.reentrancy),
-            graceful_shutdown: pick(&self.graceful_shutdown, &settings.graceful_shutdown),
-        }
-    }
-
-    fn none() -> Self {
-        ScenarioLayers {
-            readback: None,
-            unlock_window: None,
-            local_competition: None,
-            reentrancy: None,
-            graceful_shutdown: None,
-        }
-    }
-
-    /// Wraps `store` in the enabled layers, inner → outer: readback, (the manager's failover
-    /// retry of releases, always), unlock window, graceful shutdown, local competition,
-    /// reentrancy (see `crate::layers` and `crate::failover` for the reasons). Each layer gets
-    /// the manager's observers and the layers that act at shutdown its lifecycle. The stack stays
-    /// generic and is erased (boxed) once, at the end.
-    fn assemble<S: LockStore>(
-        &self,
-        store: S,
-        observers: &Observers,
-        lifecycle: &Lifecycle,
-        retry: Retry,
-    ) -> BoxStore {
-        let readback = option_layer(
-            self.readback
-                .clone()
-                .map(|l| l.with_observers(observers.clone())),
-        );
-        let unlock_window = option_layer(
-            self.unlock_window
-                .clone()
-                .map(|l| l.with_observers(observers.clone())),
-        );
-        let graceful_shutdown = option_layer(self.graceful_shutdown.clone().map(|l| {
-            l.with_observers(observers.clone())
-                .with_lifecycle(lifecycle.clone())
-        }));
-        let local_competition = option_layer(self.local_competition.clone().map(|l| {
-            l.with_observers(observers.clone())
-                .with_lifecycle(lifecycle.clone())
-        }));
-        let reentrancy = option_layer(
-            self.reentrancy
-                .clone()
-                .map(|l| l.with_observers(observers.clone())),
-        );
-        let store = readback.layer(store);
-        let store = Failover::new(store, retry, observers.clone());
-        let store = unlock_window.layer(store);
-        let store = graceful_shutdown.layer(store);
-        let store = local_competition.layer(store);
-        BoxStore::new(reentrancy.layer(store))
+/// `store` wrapped in `layer` when it is on, as it is when it is off.
+fn wired<S: LockStore, L: WiredLayer<S>>(
+    layer: &Option<L>,
+    store: S,
+    wiring: &Wiring,
+) -> Either<L::Store, S> {
+    match layer {
+        Some(layer) => Either::Left(layer.layer_wired(store, wiring)),
+        None => Either::Right(store),
     }
 }
 
@@ -170,7 +103,7 @@ impl LockManagerBuilder {
             renewal: Renewal::Watchdog,
             scenario: Arc::from("default"),
             registry: ScenarioRegistry::new(),
-            layers: ScenarioLayers::all(),
+            layers: LayerStack::all(),
         }
     }
 
@@ -381,20 +314,14 @@ impl LockManagerBuilder {
     /// # Ok(()) }
     /// ```
     pub fn default_layers(mut self) -> Self {
-        let all = ScenarioLayers::all();
-        let l = &mut self.layers;
-        l.readback = l.readback.take().or(all.readback);
-        l.unlock_window = l.unlock_window.take().or(all.unlock_window);
-        l.local_competition = l.local_competition.take().or(all.local_competition);
-        l.reentrancy = l.reentrancy.take().or(all.reentrancy);
-        l.graceful_shutdown = l.graceful_shutdown.take().or(all.graceful_shutdown);
+        self.layers.fill_defaults();
         self
     }
 
     /// Turns every scenario layer off: the bare manager over the store (plus any custom
     /// [`layer`](Self::layer)s). Layer methods called afterwards turn single layers back on.
     pub fn without_layers(mut self) -> Self {
-        self.layers = ScenarioLayers::none();
+        self.layers = LayerStack::none();
         self
     }
 
@@ -432,6 +359,7 @@ impl LockManagerBuilder {
             ));
         }
         let lifecycle = Lifecycle::new();
+        let wiring = Wiring::new(self.observers.clone(), lifecycle.clone());
         let backoff = Backoff::new(self.min_backoff, self.retry_interval);
         let retry = Retry::new(backoff, self.release_retry);
         let own_stacks: Vec<_> = self
@@ -443,18 +371,13 @@ impl LockManagerBuilder {
         // The default store stays concrete, so the layer stack over it is erased (boxed) once;
         // scenarios with their own layers share one boxed base store.
         let store = match (self.store, own_stacks.is_empty()) {
-            (Some(store), true) => self
-                .layers
-                .assemble(store, &self.observers, &lifecycle, retry),
-            (None, true) => {
-                self.layers
-                    .assemble(MemoryStore::new(), &self.observers, &lifecycle, retry)
-            }
+            (Some(store), true) => assemble(&self.layers, store, &wiring, retry),
+            (None, true) => assemble(&self.layers, MemoryStore::new(), &wiring, retry),
             (base, false) => {
                 let base = base.unwrap_or_else(|| BoxStore::new(MemoryStore::new()));
                 for scenario in own_stacks {
                     let layers = self.layers.with_overrides(scenario.layer_settings());
-                    let store = layers.assemble(base.clone(), &self.observers, &lifecycle, retry);
+                    let store = assemble(&layers, base.clone(), &wiring, retry);
                     stacks.insert(
                         scenario.name.clone(),
                         Arc::new(Handle {
@@ -467,8 +390,7 @@ impl LockManagerBuilder {
                         }),
                     );
                 }
-                self.layers
-                    .assemble(base, &self.observers, &lifecycle, retry)
+                assemble(&self.layers, base, &wiring, retry)
             }
         };
         Ok(LockManager {

@@ -15,8 +15,8 @@ use crate::layers::unlock_window::UnlockWindowLayer;
 /// `.readback(false)`, `.readback(true)` and `.readback(ReadbackLayer::new().retries(2))` all
 /// read well.
 ///
-/// Observers and the lifecycle are always the manager's: a configuration given here keeps only
-/// its settings.
+/// A configuration holds only settings: every layer of every stack reports to the manager's
+/// observers and shuts down with it (see [`Wiring`](crate::layers::Wiring)).
 ///
 /// ```
 /// use leasehold::layers::ReadbackLayer;
@@ -25,7 +25,7 @@ use crate::layers::unlock_window::UnlockWindowLayer;
 /// let own = LayerSetting::from(ReadbackLayer::new().retries(2));
 /// assert_eq!(own.config().map(|l| l.retries), Some(2));
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LayerSetting<L> {
     /// Off for this scenario.
     Off,
@@ -74,15 +74,12 @@ impl<L> From<bool> for LayerSetting<L> {
     }
 }
 
-/// A layer configuration a scenario can carry: its settings told apart from its wiring
-/// (observers, lifecycle), described and checked.
+/// A layer configuration a scenario can carry, described and checked.
 pub(crate) trait ScenarioLayer {
     /// The layer's name in files and tables.
     const NAME: &'static str;
     /// The settings, readably (`retries(2)`).
     fn summary(&self) -> String;
-    /// Whether `other` has the same settings.
-    fn same_settings(&self, other: &Self) -> bool;
     /// Checks the settings for a scenario whose TTL is `ttl`: `Err((field, what is wrong))`.
     fn check(&self, ttl: Option<Duration>) -> Result<(), (&'static str, String)>;
 }
@@ -112,9 +109,6 @@ impl ScenarioLayer for ReadbackLayer {
     fn summary(&self) -> String {
         format!("retries({})", self.retries)
     }
-    fn same_settings(&self, other: &Self) -> bool {
-        self.retries == other.retries
-    }
     fn check(&self, _: Option<Duration>) -> Result<(), (&'static str, String)> {
         Ok(())
     }
@@ -124,9 +118,6 @@ impl ScenarioLayer for UnlockWindowLayer {
     const NAME: &'static str = "unlock_window";
     fn summary(&self) -> String {
         format!("margin({})", human(self.margin))
-    }
-    fn same_settings(&self, other: &Self) -> bool {
-        self.margin == other.margin
     }
     fn check(&self, ttl: Option<Duration>) -> Result<(), (&'static str, String)> {
         const FIELD: &str = "layers.unlock_window.margin";
@@ -158,10 +149,6 @@ impl ScenarioLayer for LocalCompetitionLayer {
         }
         text
     }
-    fn same_settings(&self, other: &Self) -> bool {
-        self.hand_off_limits() == other.hand_off_limits()
-            && self.key_capacity() == other.key_capacity()
-    }
     fn check(&self, _: Option<Duration>) -> Result<(), (&'static str, String)> {
         if let Some((max, hold)) = self.hand_off_limits() {
             if max == 0 {
@@ -187,9 +174,6 @@ impl ScenarioLayer for ReentrancyLayer {
     fn summary(&self) -> String {
         format!("max_depth({})", self.max_depth)
     }
-    fn same_settings(&self, other: &Self) -> bool {
-        self.max_depth == other.max_depth
-    }
     fn check(&self, _: Option<Duration>) -> Result<(), (&'static str, String)> {
         Ok(())
     }
@@ -203,11 +187,6 @@ impl ScenarioLayer for GracefulShutdownLayer {
             human(self.deadline),
             human(self.purge_interval)
         )
-    }
-    fn same_settings(&self, other: &Self) -> bool {
-        self.deadline == other.deadline
-            && self.purge_interval == other.purge_interval
-            && self.exit_code == other.exit_code
     }
     fn check(&self, _: Option<Duration>) -> Result<(), (&'static str, String)> {
         in_range(
@@ -234,23 +213,14 @@ impl ScenarioLayer for GracefulShutdownLayer {
     }
 }
 
+/// Generates, from the list of [`scenario_layers!`], what names every layer: a scenario's
+/// [`LayerSettings`] and the stack a builder resolves them to ([`LayerStack`]).
 macro_rules! layer_settings {
     ($($name:ident: $layer:ty),* $(,)?) => {
         $(
             impl From<$layer> for LayerSetting<$layer> {
                 fn from(layer: $layer) -> Self {
                     LayerSetting::With(layer)
-                }
-            }
-
-            impl PartialEq for LayerSetting<$layer> {
-                fn eq(&self, other: &Self) -> bool {
-                    match (self, other) {
-                        (LayerSetting::Off, LayerSetting::Off)
-                        | (LayerSetting::On, LayerSetting::On) => true,
-                        (LayerSetting::With(a), LayerSetting::With(b)) => a.same_settings(b),
-                        _ => false,
-                    }
                 }
             }
         )*
@@ -319,6 +289,42 @@ macro_rules! layer_settings {
                 Ok(())
             }
         }
+
+        /// The layers a stack runs, each with its configuration (`None`: off): the builder's, or
+        /// a scenario's once its [`LayerSettings`] are applied.
+        #[derive(Debug, Clone)]
+        pub(crate) struct LayerStack {
+            $(pub(crate) $name: Option<$layer>,)*
+        }
+
+        impl LayerStack {
+            /// The recommended stack: every layer with its default configuration.
+            pub(crate) fn all() -> Self {
+                LayerStack { $($name: Some(<$layer>::default()),)* }
+            }
+
+            /// No scenario layer.
+            pub(crate) fn none() -> Self {
+                LayerStack { $($name: None,)* }
+            }
+
+            /// Turns on, with its default configuration, every layer that is off.
+            pub(crate) fn fill_defaults(&mut self) {
+                $(self.$name.get_or_insert_with(<$layer>::default);)*
+            }
+
+            /// This stack with a scenario's settings: a layer it does not set stays as it is; one
+            /// it turns on with `true` keeps this stack's configuration (or gets its default); one
+            /// it gives a configuration gets that one.
+            pub(crate) fn with_overrides(&self, settings: &LayerSettings) -> Self {
+                LayerStack {
+                    $($name: match &settings.$name {
+                        None => self.$name.clone(),
+                        Some(setting) => setting.resolve(self.$name.as_ref()),
+                    },)*
+                }
+            }
+        }
     };
 }
 
@@ -330,13 +336,7 @@ fn describe<L: ScenarioLayer>(setting: &LayerSetting<L>) -> String {
     }
 }
 
-layer_settings!(
-    readback: ReadbackLayer,
-    unlock_window: UnlockWindowLayer,
-    local_competition: LocalCompetitionLayer,
-    reentrancy: ReentrancyLayer,
-    graceful_shutdown: GracefulShutdownLayer,
-);
+crate::layers::scenario_layers!(layer_settings);
 
 impl LayerSettings {
     /// The manager's settings for every layer.

@@ -68,5 +68,6 @@ mod registry;
 pub use definition::{AcquireMode, Scenario, StoreDownPolicy};
 pub use error::ScenarioError;
 pub use glob::KeyPattern;
+pub(crate) use layers::LayerStack;
 pub use layers::{LayerSetting, LayerSettings};
 pub use registry::ScenarioRegistry;

@@ -44,6 +44,8 @@ use crate::core::{
 };
 use crate::sweep::Sweeper;
 
+use super::wiring::{WiredLayer, Wiring};
+
 /// Default time the shutdown sweep may take to release every live lock.
 pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
 /// Default interval of the purge of expired entries.
@@ -58,7 +60,7 @@ pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(1);
 /// let layer = GracefulShutdownLayer::new().deadline(Duration::from_secs(2));
 /// assert_eq!(layer.deadline, Duration::from_secs(2));
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GracefulShutdownLayer {
     /// How long the release sweep may take. Locks not released by then expire at their TTL.
@@ -70,8 +72,6 @@ pub struct GracefulShutdownLayer {
     /// ([`SignalShutdown::exit_code`](crate::SignalShutdown::exit_code), feature `signal`). Default
     /// 130 (128 + SIGINT; `ctrlc` does not say whether SIGINT or SIGTERM arrived).
     pub exit_code: i32,
-    observers: Observers,
-    lifecycle: Option<Lifecycle>,
 }
 
 impl Default for GracefulShutdownLayer {
@@ -80,8 +80,6 @@ impl Default for GracefulShutdownLayer {
             deadline: DEFAULT_SHUTDOWN_DEADLINE,
             purge_interval: DEFAULT_PURGE_INTERVAL,
             exit_code: 130,
-            observers: Observers::default(),
-            lifecycle: None,
         }
     }
 }
@@ -109,34 +107,29 @@ impl GracefulShutdownLayer {
         self.exit_code = code;
         self
     }
-
-    /// Reports events to `observers`.
-    pub fn with_observers(mut self, observers: Observers) -> Self {
-        self.observers = observers;
-        self
-    }
-
-    /// Shares `lifecycle` (the manager's): once it is closing, acquisitions are refused and one
-    /// landing late is given back. Default: a lifecycle of the layer's own, closed by its
-    /// [`LockStore::shutdown`].
-    pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
-        self.lifecycle = Some(lifecycle);
-        self
-    }
 }
 
 impl<S: LockStore> Layer<S> for GracefulShutdownLayer {
     type Store = GracefulShutdown<S>;
 
     fn layer(&self, inner: S) -> GracefulShutdown<S> {
+        self.layer_wired(inner, &Wiring::default())
+    }
+}
+
+/// The store shares the wiring's lifecycle (the manager's): once it is closing, acquisitions are
+/// refused and one landing late is given back. Used alone, the layer has a lifecycle of its own,
+/// closed by its [`LockStore::shutdown`].
+impl<S: LockStore> WiredLayer<S> for GracefulShutdownLayer {
+    fn layer_wired(&self, inner: S, wiring: &Wiring) -> GracefulShutdown<S> {
         GracefulShutdown {
             inner,
             live: Arc::new(Live::default()),
             deadline: self.deadline,
             purge_interval: self.purge_interval,
-            observers: self.observers.clone(),
+            observers: wiring.observers().clone(),
             purger: Sweeper::default(),
-            lifecycle: self.lifecycle.clone().unwrap_or_default(),
+            lifecycle: wiring.lifecycle().clone(),
         }
     }
 }

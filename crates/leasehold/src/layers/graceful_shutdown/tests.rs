@@ -4,11 +4,10 @@ use crate::ErrorKind;
 use leasehold_testkit::scripted::{Op, ScriptedStore};
 
 fn tracking(scripted: &ScriptedStore) -> (GracefulShutdown<ScriptedStore>, events::Seen) {
-    let (observers, seen) = events::capture();
+    let (wiring, seen) = events::wiring();
     let store = GracefulShutdownLayer::new()
         .purge_interval(Duration::from_millis(100))
-        .with_observers(observers)
-        .layer(scripted.clone());
+        .layer_wired(scripted.clone(), &wiring);
     (store, seen)
 }
 

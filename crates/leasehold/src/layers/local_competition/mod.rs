@@ -22,7 +22,7 @@
 //!   A key moka drops to make room loses only its fast path: its contenders ask the store, which
 //!   refuses them; a holder's release and extend go to the store as they are; a lease offered
 //!   for hand-off is released. Correctness never rests on the cache: the store decides.
-//! - **Shutdown**: once the lifecycle is closing ([`LocalCompetitionLayer::with_lifecycle`]; used
+//! - **Shutdown**: once the lifecycle is closing ([`Wiring::lifecycle`]; used
 //!   alone, the layer's own [`LockStore::shutdown`] closes it), acquisitions fail with
 //!   [`ErrorKind::ShutDown`].
 //!
@@ -59,6 +59,8 @@ use crate::core::{
     validate_ttl, Acquire, Error, ErrorKind, Layer, LayeredStore, Lease, Lifecycle, LockEvent,
     LockKey, LockStore, Observers, OwnerToken, ReleaseWatch, Result,
 };
+
+use super::wiring::{WiredLayer, Wiring};
 use entry::{Hasher, Local, Run, Slot};
 use permits::LocalPermits;
 
@@ -93,12 +95,10 @@ struct HandOff {
 /// let store = layer.layer(MemoryStore::new());
 /// # let _ = store;
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalCompetitionLayer {
     hand_off: HandOff,
     capacity: u64,
-    observers: Observers,
-    lifecycle: Lifecycle,
 }
 
 impl Default for LocalCompetitionLayer {
@@ -110,15 +110,12 @@ impl Default for LocalCompetitionLayer {
                 max_hold: DEFAULT_MAX_HAND_OFF_HOLD,
             },
             capacity: DEFAULT_CAPACITY,
-            observers: Observers::default(),
-            lifecycle: Lifecycle::new(),
         }
     }
 }
 
 impl LocalCompetitionLayer {
-    /// The default: fast-fail, no hand-off, [`DEFAULT_CAPACITY`] keys, no observers, a lifecycle
-    /// of its own.
+    /// The default: fast-fail, no hand-off, [`DEFAULT_CAPACITY`] keys.
     pub fn new() -> Self {
         LocalCompetitionLayer::default()
     }
@@ -162,37 +159,32 @@ impl LocalCompetitionLayer {
     pub fn key_capacity(&self) -> u64 {
         self.capacity
     }
-
-    /// Reports events to `observers`.
-    pub fn with_observers(mut self, observers: Observers) -> Self {
-        self.observers = observers;
-        self
-    }
-
-    /// Shuts down with `lifecycle` (a manager passes its own): closing it refuses acquisitions,
-    /// and its [`wait`](Lifecycle::wait) covers the background releases of unclaimed offers.
-    /// Every store this layer wraps shares it.
-    pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
-        self.lifecycle = lifecycle;
-        self
-    }
 }
 
 impl<S: LockStore> Layer<S> for LocalCompetitionLayer {
     type Store = LocalCompetition<S>;
 
     fn layer(&self, inner: S) -> LocalCompetition<S> {
+        self.layer_wired(inner, &Wiring::default())
+    }
+}
+
+/// The store shuts down with the wiring's lifecycle (the manager's): closing it refuses
+/// acquisitions, and its [`wait`](Lifecycle::wait) covers the background releases of unclaimed
+/// offers.
+impl<S: LockStore> WiredLayer<S> for LocalCompetitionLayer {
+    fn layer_wired(&self, inner: S, wiring: &Wiring) -> LocalCompetition<S> {
         let inner = Arc::new(inner);
         let give_back = {
-            let (inner, lifecycle) = (inner.clone(), self.lifecycle.clone());
+            let (inner, lifecycle) = (inner.clone(), wiring.lifecycle().clone());
             move |lease| release_in_background(&inner, &lifecycle, lease)
         };
         LocalCompetition {
             cache: entry::cache(self.capacity, give_back),
             inner,
             hand_off: self.hand_off,
-            observers: self.observers.clone(),
-            lifecycle: self.lifecycle.clone(),
+            observers: wiring.observers().clone(),
+            lifecycle: wiring.lifecycle().clone(),
             permits: Arc::default(),
         }
     }

@@ -7,8 +7,8 @@ use leasehold_testkit::scripted::{Op, ScriptedStore};
 type Local = Arc<LocalCompetition<ScriptedStore>>;
 
 fn local(scripted: &ScriptedStore, layer: LocalCompetitionLayer) -> (Local, events::Seen) {
-    let (observers, seen) = events::capture();
-    let store = layer.with_observers(observers).layer(scripted.clone());
+    let (wiring, seen) = events::wiring();
+    let store = layer.layer_wired(scripted.clone(), &wiring);
     (Arc::new(store), seen)
 }
 
@@ -482,7 +482,7 @@ async fn an_extend_that_outlasts_the_handed_lease_gives_it_back() {
         .expect_extend_after(extend_gate, |lease, ttl| {
             Ok(lease.renewed(ttl, Instant::now()))
         })
-        .expect_acquire(Err(Error::unavailable(&key("a"))))
+        .expect_acquire(Err(Error::unavailable(key("a"))))
         .expect_release(Ok(true));
     let (store, lease, waiter) = hand_off_with_little_time_left(&scripted).await;
     let taking = {
@@ -531,11 +531,11 @@ async fn closing_the_lifecycle_refuses_and_tracks_the_returned_hand_off() {
         .grant_acquire()
         .expect_release_after(release_gate, Ok(true));
     let lifecycle = Lifecycle::new();
-    let (store, _) = local(
-        &scripted,
+    let wiring = Wiring::new(Observers::default(), lifecycle.clone());
+    let store = Arc::new(
         LocalCompetitionLayer::new()
             .hand_off(true)
-            .with_lifecycle(lifecycle.clone()),
+            .layer_wired(scripted.clone(), &wiring),
     );
     let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
     let waiter = Wait::new(&store, "a").await;
@@ -629,11 +629,10 @@ async fn over_a_store_with_a_place_per_waiter_blocking_requests_take_their_own_p
 
 /// Local competition over the embedded store, with room for `capacity` keys.
 fn bounded(capacity: u64) -> (Arc<LocalCompetition<crate::MemoryStore>>, events::Seen) {
-    let (observers, seen) = events::capture();
+    let (wiring, seen) = events::wiring();
     let store = LocalCompetitionLayer::new()
         .capacity(capacity)
-        .with_observers(observers)
-        .layer(crate::MemoryStore::new());
+        .layer_wired(crate::MemoryStore::new(), &wiring);
     (Arc::new(store), seen)
 }
 

@@ -47,6 +47,8 @@ use crate::core::{
     Result,
 };
 
+use super::wiring::{WiredLayer, Wiring};
+
 /// Default number of retries after a readback found the record absent (Bond: one retry).
 pub const DEFAULT_READBACK_RETRIES: u32 = 1;
 
@@ -57,26 +59,24 @@ pub const DEFAULT_READBACK_RETRIES: u32 = 1;
 /// let layer = ReadbackLayer::new().retries(2);
 /// assert_eq!(layer.retries, 2);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReadbackLayer {
     /// How many times an in-doubt acquire (or release) is sent again after the readback showed it
     /// did not land. `0`: read back, never resend. Default [`DEFAULT_READBACK_RETRIES`].
     pub retries: u32,
-    observers: Observers,
 }
 
 impl Default for ReadbackLayer {
     fn default() -> Self {
         ReadbackLayer {
             retries: DEFAULT_READBACK_RETRIES,
-            observers: Observers::default(),
         }
     }
 }
 
 impl ReadbackLayer {
-    /// The default: one retry, no observers.
+    /// The default: one retry.
     pub fn new() -> Self {
         ReadbackLayer::default()
     }
@@ -86,22 +86,22 @@ impl ReadbackLayer {
         self.retries = retries;
         self
     }
-
-    /// Reports events to `observers`.
-    pub fn with_observers(mut self, observers: Observers) -> Self {
-        self.observers = observers;
-        self
-    }
 }
 
 impl<S: LockStore> Layer<S> for ReadbackLayer {
     type Store = Readback<S>;
 
     fn layer(&self, inner: S) -> Readback<S> {
+        self.layer_wired(inner, &Wiring::default())
+    }
+}
+
+impl<S: LockStore> WiredLayer<S> for ReadbackLayer {
+    fn layer_wired(&self, inner: S, wiring: &Wiring) -> Readback<S> {
         Readback {
             inner,
             retries: self.retries,
-            observers: self.observers.clone(),
+            observers: wiring.observers().clone(),
         }
     }
 }

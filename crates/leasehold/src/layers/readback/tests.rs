@@ -7,11 +7,10 @@ use leasehold_testkit::scripted::{reply_lost, Op, ScriptedStore};
 use crate::core::{LockInfo, OwnerToken};
 
 fn readback(scripted: &ScriptedStore, retries: u32) -> (Readback<ScriptedStore>, events::Seen) {
-    let (observers, seen) = events::capture();
+    let (wiring, seen) = events::wiring();
     let store = ReadbackLayer::new()
         .retries(retries)
-        .with_observers(observers)
-        .layer(scripted.clone());
+        .layer_wired(scripted.clone(), &wiring);
     (store, seen)
 }
 
@@ -26,7 +25,7 @@ async fn plain_success_and_plain_errors_pass_through() {
     let scripted = ScriptedStore::new();
     scripted
         .grant_acquire()
-        .expect_acquire(Err(Error::unavailable(&key("a"))))
+        .expect_acquire(Err(Error::unavailable(key("a"))))
         .expect_acquire(Err(Error::connection("refused")));
     let (store, seen) = readback(&scripted, 1);
     assert!(store.try_acquire(&req("a", 1000)).await.is_ok());
@@ -168,7 +167,7 @@ async fn late_landing_first_write_is_recognised() {
     scripted
         .expect_acquire(Err(reply_lost()))
         .expect_inspect(Ok(None))
-        .expect_acquire(Err(Error::unavailable(&key("a"))))
+        .expect_acquire(Err(Error::unavailable(key("a"))))
         .expect_inspect(held_by(&r.token));
     let (store, _) = readback(&scripted, 1);
     let lease = store.try_acquire(&r).await.unwrap();

@@ -73,6 +73,8 @@ use crate::core::{
 };
 use crate::KeyMap;
 
+use super::wiring::{WiredLayer, Wiring};
+
 /// Default bound of a hold count.
 pub const DEFAULT_MAX_DEPTH: u32 = 1024;
 
@@ -83,26 +85,24 @@ pub const DEFAULT_MAX_DEPTH: u32 = 1024;
 /// use leasehold::layers::ReentrancyLayer;
 /// assert_eq!(ReentrancyLayer::new().max_depth(8).max_depth, 8);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReentrancyLayer {
     /// Deepest hold count allowed; a deeper acquisition fails with `InvalidArgument`. Default
     /// [`DEFAULT_MAX_DEPTH`].
     pub max_depth: u32,
-    observers: Observers,
 }
 
 impl Default for ReentrancyLayer {
     fn default() -> Self {
         ReentrancyLayer {
             max_depth: DEFAULT_MAX_DEPTH,
-            observers: Observers::default(),
         }
     }
 }
 
 impl ReentrancyLayer {
-    /// The default: depth bound [`DEFAULT_MAX_DEPTH`], no observers.
+    /// The default: depth bound [`DEFAULT_MAX_DEPTH`].
     pub fn new() -> Self {
         ReentrancyLayer::default()
     }
@@ -112,18 +112,18 @@ impl ReentrancyLayer {
         self.max_depth = max_depth.max(1);
         self
     }
-
-    /// Reports events to `observers`.
-    pub fn with_observers(mut self, observers: Observers) -> Self {
-        self.observers = observers;
-        self
-    }
 }
 
 impl<S: LockStore> Layer<S> for ReentrancyLayer {
     type Store = Reentrancy<S>;
 
     fn layer(&self, inner: S) -> Reentrancy<S> {
+        self.layer_wired(inner, &Wiring::default())
+    }
+}
+
+impl<S: LockStore> WiredLayer<S> for ReentrancyLayer {
+    fn layer_wired(&self, inner: S, wiring: &Wiring) -> Reentrancy<S> {
         Reentrancy {
             inner,
             held: KeyMap::default(),
@@ -131,7 +131,7 @@ impl<S: LockStore> Layer<S> for ReentrancyLayer {
             readers: KeyMap::default(),
             reader_count: AtomicUsize::new(0),
             max_depth: self.max_depth,
-            observers: self.observers.clone(),
+            observers: wiring.observers().clone(),
         }
     }
 }

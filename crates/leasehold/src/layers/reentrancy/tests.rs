@@ -4,10 +4,8 @@ use crate::MemoryStore;
 use leasehold_testkit::scripted::{Op, ScriptedStore};
 
 fn reentrant(scripted: &ScriptedStore) -> (Reentrancy<ScriptedStore>, events::Seen) {
-    let (observers, seen) = events::capture();
-    let store = ReentrancyLayer::default()
-        .with_observers(observers)
-        .layer(scripted.clone());
+    let (wiring, seen) = events::wiring();
+    let store = ReentrancyLayer::default().layer_wired(scripted.clone(), &wiring);
     (store, seen)
 }
 
@@ -71,7 +69,7 @@ async fn no_holder_is_never_reentrant() {
     let scripted = ScriptedStore::new();
     scripted
         .grant_acquire()
-        .expect_acquire(Err(Error::unavailable(&crate::layers::test_support::key(
+        .expect_acquire(Err(Error::unavailable(crate::layers::test_support::key(
             "a",
         ))));
     let (store, seen) = reentrant(&scripted);

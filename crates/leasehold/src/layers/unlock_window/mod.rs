@@ -33,6 +33,8 @@ use crate::core::{
     HistoryEntry, HistoryEvent, Layer, Lease, LockEvent, LockStore, Observers, Result, SkipReason,
 };
 
+use super::wiring::{WiredLayer, Wiring};
+
 /// Default safety margin before a lease's expiry after which a release is skipped (Bond: 150 ms).
 pub const DEFAULT_UNLOCK_MARGIN: Duration = Duration::from_millis(150);
 
@@ -45,25 +47,23 @@ pub const DEFAULT_UNLOCK_MARGIN: Duration = Duration::from_millis(150);
 /// let layer = UnlockWindowLayer::new().margin(Duration::from_millis(300));
 /// assert_eq!(layer.margin, Duration::from_millis(300));
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct UnlockWindowLayer {
     /// How long before the lease's expiry the window closes. Default [`DEFAULT_UNLOCK_MARGIN`].
     pub margin: Duration,
-    observers: Observers,
 }
 
 impl Default for UnlockWindowLayer {
     fn default() -> Self {
         UnlockWindowLayer {
             margin: DEFAULT_UNLOCK_MARGIN,
-            observers: Observers::default(),
         }
     }
 }
 
 impl UnlockWindowLayer {
-    /// The default: a 150 ms margin, no observers.
+    /// The default: a 150 ms margin.
     pub fn new() -> Self {
         UnlockWindowLayer::default()
     }
@@ -73,22 +73,22 @@ impl UnlockWindowLayer {
         self.margin = margin;
         self
     }
-
-    /// Reports events to `observers`.
-    pub fn with_observers(mut self, observers: Observers) -> Self {
-        self.observers = observers;
-        self
-    }
 }
 
 impl<S: LockStore> Layer<S> for UnlockWindowLayer {
     type Store = UnlockWindow<S>;
 
     fn layer(&self, inner: S) -> UnlockWindow<S> {
+        self.layer_wired(inner, &Wiring::default())
+    }
+}
+
+impl<S: LockStore> WiredLayer<S> for UnlockWindowLayer {
+    fn layer_wired(&self, inner: S, wiring: &Wiring) -> UnlockWindow<S> {
         UnlockWindow {
             inner,
             margin: self.margin,
-            observers: self.observers.clone(),
+            observers: wiring.observers().clone(),
         }
     }
 }

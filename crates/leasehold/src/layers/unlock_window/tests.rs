@@ -3,10 +3,8 @@ use crate::layers::test_support::{events, req};
 use leasehold_testkit::scripted::{Op, ScriptedStore};
 
 fn window(scripted: &ScriptedStore) -> (UnlockWindow<ScriptedStore>, events::Seen) {
-    let (observers, seen) = events::capture();
-    let store = UnlockWindowLayer::new()
-        .with_observers(observers)
-        .layer(scripted.clone());
+    let (wiring, seen) = events::wiring();
+    let store = UnlockWindowLayer::new().layer_wired(scripted.clone(), &wiring);
     (store, seen)
 }
 

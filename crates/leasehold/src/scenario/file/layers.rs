@@ -17,34 +17,41 @@ use crate::layers::{
 use crate::scenario::error::ScenarioError;
 use crate::scenario::layers::{LayerSetting, LayerSettings};
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawLayers {
-    readback: Option<RawLayer<RawReadback>>,
-    unlock_window: Option<RawLayer<RawUnlockWindow>>,
-    local_competition: Option<RawLayer<RawLocalCompetition>>,
-    reentrancy: Option<RawLayer<RawReentrancy>>,
-    graceful_shutdown: Option<RawLayer<RawGracefulShutdown>>,
+/// Generates the `[scenario.layers]` table from the list of layers
+/// ([`scenario_layers!`](crate::layers::scenario_layers)): one optional entry per layer, read
+/// as that layer's [`InFile::Table`].
+macro_rules! raw_layers {
+    ($($name:ident: $layer:ty),* $(,)?) => {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub(super) struct RawLayers {
+            $($name: Option<RawLayer<<$layer as InFile>::Table>>,)*
+        }
+
+        impl RawLayers {
+            /// The layer settings; `spans` gets where each setting the registry checks was
+            /// written.
+            pub(super) fn settings(
+                &self,
+                place: &Place<'_>,
+                spans: &mut Spans,
+            ) -> Result<LayerSettings, ScenarioError> {
+                Ok(LayerSettings {
+                    $($name: setting(&self.$name, place, spans)?,)*
+                })
+            }
+        }
+    };
 }
+
+crate::layers::scenario_layers!(raw_layers);
 
 /// Where each layer setting was written: (the field as the registry's checks name it, its span).
 type Spans = Vec<(&'static str, Range<usize>)>;
 
-impl RawLayers {
-    /// The layer settings; `spans` gets where each setting the registry checks was written.
-    pub(super) fn settings(
-        &self,
-        place: &Place<'_>,
-        spans: &mut Spans,
-    ) -> Result<LayerSettings, ScenarioError> {
-        Ok(LayerSettings {
-            readback: setting(&self.readback, place, spans)?,
-            unlock_window: setting(&self.unlock_window, place, spans)?,
-            local_competition: setting(&self.local_competition, place, spans)?,
-            reentrancy: setting(&self.reentrancy, place, spans)?,
-            graceful_shutdown: setting(&self.graceful_shutdown, place, spans)?,
-        })
-    }
+/// How a layer is written in the file: the table of its settings.
+trait InFile {
+    type Table: RawTable<Layer = Self>;
 }
 
 /// One layer in the file.
@@ -113,6 +120,10 @@ struct RawReadback {
     retries: Option<u32>,
 }
 
+impl InFile for ReadbackLayer {
+    type Table = RawReadback;
+}
+
 impl RawTable for RawReadback {
     type Layer = ReadbackLayer;
     fn build(&self, _: &Place<'_>, _: &mut Spans) -> Result<ReadbackLayer, ScenarioError> {
@@ -128,6 +139,10 @@ impl RawTable for RawReadback {
 #[serde(deny_unknown_fields)]
 struct RawUnlockWindow {
     margin: Option<Spanned<String>>,
+}
+
+impl InFile for UnlockWindowLayer {
+    type Table = RawUnlockWindow;
 }
 
 impl RawTable for RawUnlockWindow {
@@ -150,6 +165,10 @@ struct RawLocalCompetition {
     max_hand_offs: Option<Spanned<u32>>,
     max_hand_off_hold: Option<Spanned<String>>,
     capacity: Option<Spanned<u64>>,
+}
+
+impl InFile for LocalCompetitionLayer {
+    type Table = RawLocalCompetition;
 }
 
 impl RawTable for RawLocalCompetition {
@@ -203,6 +222,10 @@ struct RawReentrancy {
     max_depth: Option<Spanned<u32>>,
 }
 
+impl InFile for ReentrancyLayer {
+    type Table = RawReentrancy;
+}
+
 impl RawTable for RawReentrancy {
     type Layer = ReentrancyLayer;
     fn build(&self, place: &Place<'_>, _: &mut Spans) -> Result<Self::Layer, ScenarioError> {
@@ -228,6 +251,10 @@ struct RawGracefulShutdown {
     purge_interval: Option<Spanned<String>>,
     /// Read only to say where it belongs (the manager), rather than "unknown field".
     exit_code: Option<Spanned<i64>>,
+}
+
+impl InFile for GracefulShutdownLayer {
+    type Table = RawGracefulShutdown;
 }
 
 impl RawTable for RawGracefulShutdown {
