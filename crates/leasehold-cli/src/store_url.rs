@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use leasehold::core::redact_url;
 use url::Url;
 
 /// Examples printed with every URL error, so a wrong value comes with a right one.
@@ -113,7 +114,7 @@ impl StoreUrl {
     /// Parses and checks a URL: scheme, host, port, and for Aerospike the namespace.
     pub(crate) fn parse(raw: &str) -> Result<Self, StoreUrlError> {
         let fail = |problem: &str| StoreUrlError {
-            shown: format!("{:?}", redact_raw(raw)),
+            shown: format!("{:?}", redact_url(raw)),
             problem: problem.to_owned(),
         };
         if raw == "memory" || raw == "memory:" || raw == "memory://" {
@@ -123,7 +124,7 @@ impl StoreUrl {
             // Several hosts (`h1:2379,h2:2379`) are no URL to the url crate: the etcd store parses
             // its own.
             let config = leasehold_etcd::EtcdConfig::from_url(raw).map_err(|e| StoreUrlError {
-                shown: format!("{:?}", redact_etcd(raw)),
+                shown: format!("{:?}", redact_url(raw)),
                 problem: e.chain().to_string(),
             })?;
             let hosts = config
@@ -362,49 +363,12 @@ fn aerospike_seeds(raw: &str) -> Result<Option<(String, String)>, String> {
     )))
 }
 
-/// `etcd://user:password@hosts…` → `etcd://user:***@hosts…`.
-fn redact_etcd(raw: &str) -> String {
-    let Some((scheme, rest)) = raw.split_once("://") else {
-        return raw.to_owned();
-    };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    match rest[..end].rfind('@') {
-        Some(at) => {
-            let user = rest[..at].split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***{}", &rest[at..])
-        }
-        None => raw.to_owned(),
-    }
-}
-
-/// A URL string with any password replaced by `***`, for messages about unparseable input.
-fn redact_raw(raw: &str) -> String {
-    match Url::parse(raw) {
-        Ok(url) => redact(&url),
-        Err(_) => match (raw.find("://"), raw.rfind('@')) {
-            (Some(scheme_end), Some(at)) if at > scheme_end => {
-                format!("{}***@{}", &raw[..scheme_end + 3], &raw[at + 1..])
-            }
-            _ => raw.to_owned(),
-        },
-    }
-}
-
-/// A URL with its password replaced by `***`.
-fn redact(url: &Url) -> String {
-    let mut shown = url.clone();
-    if shown.password().is_some() {
-        let _ = shown.set_password(Some("***"));
-    }
-    shown.to_string()
-}
-
 impl fmt::Display for StoreUrl {
     /// The URL without its password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreUrl::Memory => f.write_str("memory://"),
-            StoreUrl::Redis { url, .. } => f.write_str(&redact(url)),
+            StoreUrl::Redis { url, .. } => f.write_str(&redact_url(url.as_str())),
             StoreUrl::Aerospike {
                 seeds,
                 namespace,
@@ -419,7 +383,7 @@ impl fmt::Display for StoreUrl {
                 };
                 write!(f, "aerospike://{auth}{seeds}/{namespace}")
             }
-            StoreUrl::Etcd { raw, .. } => f.write_str(&redact_etcd(raw)),
+            StoreUrl::Etcd { raw, .. } => f.write_str(&redact_url(raw)),
             StoreUrl::RedisGroup { raw, .. } => {
                 f.write_str(&leasehold_redis::RedisConfig::new(raw).redacted_url())
             }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold_core::{Error, Result};
+use leasehold_core::{redact_url, Error, Result};
 
 /// Default key prefix: lock records are `leasehold:<lock key>` (the Redis store's default too).
 pub const DEFAULT_PREFIX: &str = "leasehold:";
@@ -16,7 +16,7 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default TTL of the lease a store keeps its waiter keys on (kept alive in the background while
 /// the process runs): a crashed waiter holds the line up at most this long.
-pub const DEFAULT_WAITER_TTL: Duration = Duration::from_secs(5);
+pub const DEFAULT_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How an [`EtcdStore`](crate::EtcdStore) connects and lays out its keys.
 ///
@@ -39,7 +39,7 @@ pub struct EtcdConfig {
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) fair: bool,
-    pub(crate) waiter_ttl: Duration,
+    pub(crate) waiter_timeout: Duration,
     pub(crate) tls: Option<TlsFiles>,
 }
 
@@ -74,7 +74,7 @@ impl EtcdConfig {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             fair: true,
-            waiter_ttl: DEFAULT_WAITER_TTL,
+            waiter_timeout: DEFAULT_WAITER_TIMEOUT,
             tls: None,
         }
     }
@@ -88,7 +88,7 @@ impl EtcdConfig {
             Error::invalid_argument(format!(
                 "{:?} is not an etcd URL: {problem} (e.g. etcd://127.0.0.1:2379 or \
                  etcd://user:password@10.0.0.1:2379,10.0.0.2:2379?prefix=myapp:)",
-                redact(url)
+                redact_url(url)
             ))
         };
         let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
@@ -174,8 +174,9 @@ impl EtcdConfig {
         Ok(config)
     }
 
-    /// Authenticates as `user` (etcd's `--auth` must be enabled with `etcdctl auth enable`).
-    pub fn user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+    /// Authenticates as `user` (etcd's `--auth` must be enabled with `etcdctl auth enable`). The
+    /// same name as the other stores' setting.
+    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.user = Some((user.into(), password.into()));
         self
     }
@@ -224,10 +225,12 @@ impl EtcdConfig {
         self
     }
 
-    /// TTL of the lease this store's waiter keys live on (default 5 s, whole seconds, at least
-    /// 2 s): a crashed waiter leaves the line this long after its last keep-alive.
-    pub fn waiter_ttl(mut self, ttl: Duration) -> Self {
-        self.waiter_ttl = ttl;
+    /// How long a crashed waiter holds up the line: the TTL of the lease this store's waiter keys
+    /// live on (default [`DEFAULT_WAITER_TIMEOUT`], whole seconds, at least 2 s), so a waiter
+    /// leaves the line this long after its last keep-alive. The same name as the other stores'
+    /// setting.
+    pub fn waiter_timeout(mut self, timeout: Duration) -> Self {
+        self.waiter_timeout = timeout;
         self
     }
 
@@ -301,11 +304,11 @@ impl EtcdConfig {
                 self.prefix
             )));
         }
-        if self.waiter_ttl < Duration::from_secs(2) {
+        if self.waiter_timeout < Duration::from_secs(2) {
             return Err(Error::invalid_argument(format!(
-                "waiter TTL {:?} is too short: etcd leases are whole seconds and their minimum is \
-                 about 2 s (default 5s)",
-                self.waiter_ttl
+                "waiter timeout {:?} is too short: waiter keys live on an etcd lease, whole \
+                 seconds, about 2 s at least (default 5s)",
+                self.waiter_timeout
             )));
         }
         if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
@@ -326,24 +329,9 @@ impl fmt::Debug for EtcdConfig {
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("fair", &self.fair)
-            .field("waiter_ttl", &self.waiter_ttl)
+            .field("waiter_timeout", &self.waiter_timeout)
             .field("tls", &self.tls)
             .finish()
-    }
-}
-
-/// `scheme://user:password@host…` → `scheme://user:***@host…`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let user = rest[..at].split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}:***{}", &rest[at..])
-        }
-        None => url.to_owned(),
     }
 }
 
@@ -400,7 +388,7 @@ mod tests {
         assert!(ok.clone().prefix("a b").validate().is_err());
         assert!(ok
             .clone()
-            .waiter_ttl(Duration::from_millis(500))
+            .waiter_timeout(Duration::from_millis(500))
             .validate()
             .is_err());
         assert!(ok

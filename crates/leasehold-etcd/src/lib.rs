@@ -93,6 +93,6 @@ mod waiting;
 
 pub use config::{
     EtcdConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
-    DEFAULT_WAITER_TTL,
+    DEFAULT_WAITER_TIMEOUT,
 };
 pub use store::EtcdStore;

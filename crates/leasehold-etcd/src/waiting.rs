@@ -102,7 +102,7 @@ impl Waiting {
         Waiting {
             id: OwnerToken::generate().as_str().to_owned(),
             members,
-            waiter_ttl: lease_seconds(config.waiter_ttl).unwrap_or(5),
+            waiter_ttl: lease_seconds(config.waiter_timeout).unwrap_or(5),
             watch_timeout: config.connect_timeout + config.response_timeout,
             watched: Mutex::new(HashMap::new()),
             session: tokio::sync::Mutex::new(None),

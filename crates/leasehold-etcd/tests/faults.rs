@@ -310,7 +310,7 @@ async fn unreachable_cluster_is_a_connection_error_naming_the_address() {
 async fn bad_configuration_is_rejected_before_io() {
     for config in [
         EtcdConfig::new(["127.0.0.1:1"]).prefix(""),
-        EtcdConfig::new(["127.0.0.1:1"]).waiter_ttl(Duration::from_millis(10)),
+        EtcdConfig::new(["127.0.0.1:1"]).waiter_timeout(Duration::from_millis(10)),
         EtcdConfig::new(Vec::<String>::new()),
     ] {
         let err = EtcdStore::connect(config).await.unwrap_err();

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold_core::{Error, Result};
+use leasehold_core::{redact_url, Error, Result};
 
 use crate::topology::Topology;
 
@@ -260,7 +260,7 @@ impl RedisConfig {
 
     /// The URL with its password hidden.
     pub fn redacted_url(&self) -> String {
-        redact(&self.url)
+        redact_url(&self.url)
     }
 
     /// Checks everything that can be checked without I/O (the URL and its hosts, TLS files,
@@ -396,39 +396,6 @@ impl fmt::Debug for RedisConfig {
     }
 }
 
-/// `scheme://user:password@host…?sentinel_password=pw` → `scheme://user:***@host…?sentinel_password=***`.
-pub(crate) fn redact(url: &str) -> String {
-    let shown = redact_userinfo(url);
-    match shown.split_once("sentinel_password=") {
-        Some((before, after)) => {
-            let rest = after.find('&').map_or("", |amp| &after[amp..]);
-            format!("{before}sentinel_password=***{rest}")
-        }
-        None => shown,
-    }
-}
-
-fn redact_userinfo(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            let user = userinfo.split(':').next().unwrap_or_default();
-            let hidden = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
-            };
-            format!("{}{hidden}{}", &url[..scheme_end], &rest[at..])
-        }
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,15 +403,18 @@ mod tests {
     #[test]
     fn passwords_are_redacted() {
         assert_eq!(
-            redact("redis://alice:s3cret@127.0.0.1:6379/0"),
+            redact_url("redis://alice:s3cret@127.0.0.1:6379/0"),
             "redis://alice:***@127.0.0.1:6379/0"
         );
-        assert_eq!(redact("redis://:s3cret@h:1"), "redis://:***@h:1");
-        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redact_url("redis://:s3cret@h:1"), "redis://:***@h:1");
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
         let config = RedisConfig::new("redis://alice:s3cret@h:1");
         assert!(!format!("{config:?}").contains("s3cret"));
         assert_eq!(
-            redact("redis+sentinel://a:pw@s1,s2/m?sentinel_password=x&sentinel_user=u"),
+            redact_url("redis+sentinel://a:pw@s1,s2/m?sentinel_password=x&sentinel_user=u"),
             "redis+sentinel://a:***@s1,s2/m?sentinel_password=***&sentinel_user=u"
         );
     }
