@@ -395,8 +395,7 @@ impl AerospikeStore {
 /// Aerospike expiration is in whole seconds, and 0 means "namespace default" (possibly never):
 /// round up, never down to 0. (`validate_ttl` already refused a zero TTL.)
 pub(crate) fn ttl_seconds(ttl: Duration) -> u32 {
-    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-    u32::try_from(secs.max(1)).unwrap_or(u32::MAX)
+    u32::try_from(leasehold_core::ttl_seconds(ttl)).unwrap_or(u32::MAX)
 }
 
 impl LockStore for AerospikeStore {
@@ -441,8 +440,7 @@ impl LockStore for AerospikeStore {
     /// caller's task, and an acquisition the caller drops before its answer is released again,
     /// owner-checked, in the background (module `cancel`).
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
-        validate_ttl(req.ttl)?;
-        req.mode.validate()?;
+        req.validate()?;
         self.record_key(&req.key)?;
         self.undone_if_dropped(req, async {
             let result = self.acquire_once(req).await;

@@ -171,6 +171,22 @@ impl Acquire {
         }
     }
 
+    /// Checks what a store must check before any I/O: the TTL (above zero, at most
+    /// [`MAX_TTL`](crate::MAX_TTL)) and the lock mode (a semaphore's permits). Every store's
+    /// `try_acquire` starts with it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leasehold_core::{Acquire, LockKey, OwnerToken};
+    /// let req = Acquire::new(LockKey::xdc("c", "e")?, OwnerToken::generate(), Duration::ZERO);
+    /// assert!(req.validate().is_err());
+    /// # Ok::<(), leasehold_core::Error>(())
+    /// ```
+    pub fn validate(&self) -> crate::error::Result<()> {
+        crate::ttl::validate_ttl(self.ttl)?;
+        self.mode.validate()
+    }
+
     /// Sets the lock mode.
     pub fn with_mode(mut self, mode: crate::mode::LockMode) -> Self {
         self.mode = mode;

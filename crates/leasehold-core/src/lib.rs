@@ -59,5 +59,5 @@ pub use redact::redact_url;
 pub use store::{Capabilities, LockStore};
 pub use tls::TlsFailure;
 pub use token::{OwnerToken, TokenLabel, MAX_LABEL_LEN};
-pub use ttl::{instant_after, validate_ttl, MAX_TTL};
+pub use ttl::{instant_after, ttl_millis, ttl_seconds, validate_ttl, MAX_TTL};
 pub use watch::ReleaseWatch;

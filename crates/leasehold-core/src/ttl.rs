@@ -1,5 +1,6 @@
 //! Lock TTLs and deadlines: the longest TTL any API accepts, the check every TTL goes through
-//! before store I/O, and deadlines that never overflow.
+//! before store I/O, how a TTL is rounded for a store's expiry, and deadlines that never
+//! overflow.
 
 use std::time::Duration;
 
@@ -46,4 +47,34 @@ pub fn validate_ttl(ttl: Duration) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Whole milliseconds for a store's expiry (`PX`, `PEXPIRE`), rounded up: a store must never
+/// expire a lock before the client's lease says it does, and a sub-millisecond TTL never becomes
+/// zero (no expiry at all, for some stores). Saturates at `u64::MAX`.
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(leasehold_core::ttl_millis(Duration::from_micros(1_001)), 2);
+/// assert_eq!(leasehold_core::ttl_millis(Duration::from_millis(1_500)), 1_500);
+/// ```
+pub fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// Whole seconds for a store whose expiry counts seconds (etcd leases, Aerospike records),
+/// rounded up and at least 1, for the same reason as [`ttl_millis`].
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(leasehold_core::ttl_seconds(Duration::from_millis(1_001)), 2);
+/// assert_eq!(leasehold_core::ttl_seconds(Duration::from_millis(10)), 1);
+/// assert_eq!(leasehold_core::ttl_seconds(Duration::from_secs(90)), 90);
+/// ```
+pub fn ttl_seconds(ttl: Duration) -> u64 {
+    ttl.as_secs()
+        .saturating_add(u64::from(ttl.subsec_nanos() > 0))
+        .max(1)
 }

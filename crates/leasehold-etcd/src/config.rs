@@ -338,10 +338,7 @@ impl fmt::Debug for EtcdConfig {
 /// Whole seconds for an etcd lease TTL, rounded up: etcd must never expire a lock before the
 /// client's lease says it does. `None` when it does not fit etcd's `int64` seconds.
 pub(crate) fn lease_seconds(ttl: Duration) -> Option<i64> {
-    let secs = ttl
-        .as_secs()
-        .saturating_add(u64::from(ttl.subsec_nanos() > 0));
-    i64::try_from(secs.max(1)).ok()
+    i64::try_from(leasehold_core::ttl_seconds(ttl)).ok()
 }
 
 #[cfg(test)]

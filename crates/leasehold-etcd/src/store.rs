@@ -433,8 +433,8 @@ impl LockStore for EtcdStore {
     /// own task, which finishes and releases (owner-checked) what it acquired, or what it may have
     /// acquired if the reply was lost.
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+        req.validate()?;
         seconds(req.ttl)?;
-        req.mode.validate()?;
         if req.wait.is_none() {
             let undo = RevokeOnDrop {
                 store: self,

@@ -3,15 +3,9 @@
 
 use std::time::Duration;
 
-use leasehold_core::{Acquire, HolderInfo, LockInfo, LockKey, LockMode, OwnerToken};
+use leasehold_core::{ttl_millis, Acquire, HolderInfo, LockInfo, LockKey, LockMode, OwnerToken};
 
 use tokio::time::Instant;
-
-/// Milliseconds for `PX` / `PEXPIRE`, rounded up: the server must never expire a lock before
-/// the client's lease says it does (and a sub-millisecond TTL never becomes zero).
-pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
-}
 
 /// The `mode` field of a shared record: `shared`, or `semaphore:N`.
 pub(crate) fn mode_field(mode: LockMode) -> String {
@@ -48,7 +42,7 @@ pub(crate) fn describe_mode(field: &str) -> String {
 /// (0 for a try).
 pub(crate) fn writer_wait_millis(req: &Acquire, now: Instant) -> u64 {
     req.deadline().map_or(0, |deadline| {
-        ttl_millis(deadline.saturating_duration_since(now).min(req.ttl)).max(1)
+        ttl_millis(deadline.saturating_duration_since(now).min(req.ttl))
     })
 }
 

@@ -14,10 +14,11 @@ use tokio::time::Instant;
 use crate::config::RedisConfig;
 use crate::connection::Connection;
 use crate::error::{map, Op};
-use crate::reply::{describe_mode, glob_escape, parse_inspect, ttl_millis, writer_wait_millis};
+use crate::reply::{describe_mode, glob_escape, parse_inspect, writer_wait_millis};
 use crate::scripts::{scripts, Scripts};
 use crate::waiting::subscriber::Subscriber;
 use crate::waiting::Waiting;
+use leasehold_core::ttl_millis;
 
 mod keys;
 mod queue;
@@ -431,8 +432,7 @@ impl LockStore for RedisStore {
     /// owner-checked release follows the request on the same connection (one per node, which
     /// applies requests in order), so no lock is left under a token nobody knows.
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
-        validate_ttl(req.ttl)?;
-        req.mode.validate()?;
+        req.validate()?;
         let releaser = self.clone();
         acquire_undone_on_drop(req, self.acquire_once(req), move |lease| async move {
             releaser.undo_abandoned(&lease).await

@@ -13,7 +13,8 @@ use leasehold_core::{Acquire, Error, Lease, LockKey, Result};
 use tokio::time::Instant;
 
 use super::RedisStore;
-use crate::reply::{mode_field, ttl_millis, writer_wait_millis};
+use crate::reply::{mode_field, writer_wait_millis};
+use leasehold_core::ttl_millis;
 
 use crate::waiting::places::Place;
 

@@ -272,8 +272,7 @@ impl LockStore for MemoryStore {
     }
 
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
-        validate_ttl(req.ttl)?;
-        req.mode.validate()?;
+        req.validate()?;
         self.inner
             .purger
             .ensure(&self.inner, self.inner.purge_interval, Inner::purge);
