@@ -15,58 +15,26 @@
 //!
 //! [`Waiting`] is what the store holds: its waiter id, the keys it waits on and observes, and the
 //! subscriber connection they share; it hands each message to the waiters or the readers it is
-//! for. The parts: [`places`] (this process's places in the waiter queues and the watches that
-//! hold them), [`changes`] (the keys observed for a change of holder), [`subscriber`] (the
-//! connection, and every (re)subscription on it).
+//! for. The parts: [`state`] (the data: [`Waiting`] and the types of its fields, a leaf the others
+//! import), [`places`] (this process's places in the waiter queues and the watches that hold
+//! them), [`changes`] (the keys observed for a change of holder), [`subscriber`] (the connection,
+//! and every (re)subscription on it).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use leasehold_core::OwnerToken;
-use redis::aio::PubSubSink;
 use tokio::time::Instant;
 
-use changes::Changes;
-use places::Watched;
-use subscriber::Subscriber;
+use state::{Changes, Subscriber, Watched};
 
 mod changes;
 pub(crate) mod places;
+mod state;
 pub(crate) mod subscriber;
 
-/// This store's waiting state: its waiter id and its subscriptions.
-pub(crate) struct Waiting {
-    /// This store's id in every waiter queue: one place in line per process (per store), so
-    /// fairness is between processes and local competition orders the tasks inside one. Strict
-    /// FIFO entries start with it.
-    id: String,
-    /// Numbers this store's watches for their strict FIFO entries.
-    next_watch: AtomicU64,
-    /// `<prefix>released:` — a lock's channel base is this plus the Redis lock key; a process's
-    /// channel for the lock adds `:<store id>`.
-    channel_prefix: String,
-    /// How this process subscribes to its channels.
-    subscriber: Subscriber,
-    /// The keys this process waits on, and those whose subscription lingers after the last wait.
-    watched: Mutex<HashMap<String, Watched>>,
-    /// The subscriber connection's command side; `None` until first needed and after it dropped.
-    sink: tokio::sync::Mutex<Option<PubSubSink>>,
-    /// Counts the subscriber connections dropped: a subscription made on a connection that
-    /// dropped meanwhile is not marked subscribed (it went with the connection).
-    dropped: AtomicU64,
-    /// Read by each subscription while it is sent, written by the sweep's unsubscription: a wait
-    /// that starts on a key being swept subscribes after the unsubscription reached the server.
-    order: tokio::sync::RwLock<()>,
-    /// The keys this process observes for a change of holder, subscribed on the same
-    /// connection (see [`crate::changes`]).
-    changes: Changes,
-    /// When the idle subscriptions were last looked over.
-    swept: Mutex<Instant>,
-    /// Whether a timer will sweep the idle subscriptions again ([`Waiting::sweep_later`]).
-    sweep_scheduled: AtomicBool,
-    connect_timeout: std::time::Duration,
-}
+pub(crate) use state::Waiting;
 
 impl std::fmt::Debug for Waiting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -17,6 +17,9 @@
 //! A message is a hint: a lost one (a dropped connection, a publish during a failover) only
 //! delays a reader until its next timed read, and every dropped connection fires the watches, so
 //! readers read again at once.
+//!
+//! The observed keys' data ([`Changes`] and each key's entry) is defined in [`super::state`];
+//! this module is what is done with it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -24,29 +27,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use leasehold_core::ChangeWatch;
 use tokio::sync::Notify;
 
+use super::state::{Changes, Observed, Waiting};
 use super::subscriber::RECONNECT_PAUSES;
-use super::Waiting;
-
-/// One key some reader of this process observes.
-#[derive(Debug)]
-struct Observed {
-    /// Shared by every watch on the key; fired with `notify_waiters` (a hint is never stored for
-    /// a reader that is not listening: it reads again before it listens).
-    changed: Arc<Notify>,
-    /// The live watches on the key: the last one dropped ends the subscription.
-    watches: usize,
-    /// Whether the key's channel is subscribed on the current connection.
-    subscribed: bool,
-}
-
-/// The keys this process observes, and their channels.
-#[derive(Debug)]
-pub(crate) struct Changes {
-    /// `<prefix>changed:` — a lock's change channel is this plus the Redis lock key.
-    channel_prefix: String,
-    /// By Redis lock key.
-    observed: Mutex<HashMap<String, Observed>>,
-}
 
 impl Changes {
     pub(crate) fn new(prefix: &str) -> Self {

@@ -1,8 +1,10 @@
 //! This store's places in the waiter queues of the keys its tasks wait on: the places
 //! themselves (the process's, or in strict FIFO mode each waiting call's), the watches that
 //! hold them, and the subscriptions that linger after the last wait on a key.
+//!
+//! Their data ([`Watched`], [`Watcher`], and the map of them in [`Waiting`]) is defined in
+//! [`super::state`]; this module is what is done with it.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
@@ -10,40 +12,10 @@ use leasehold_core::{Acquire, ReleaseWatch, WaiterId};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::Waiting;
-
-/// One blocking `lock()` call of this process on a key: its own wake-up, and (strict FIFO) its
-/// own entry in the key's queue.
-#[derive(Debug)]
-pub(super) struct Watcher {
-    /// Woken with `notify_waiters`, never `notify_one`: a wake-up is never stored for a task
-    /// that is not listening (it would fire, stale, on the waiter's next round).
-    pub(super) notify: Arc<Notify>,
-    /// `<store id>#<n>`: the call's entry in strict FIFO mode.
-    pub(super) entry: String,
-    /// Whether the call's last attempt left its own entry in the store's queue.
-    queued: bool,
-}
-
-/// One key some task of this process waits on.
-#[derive(Debug, Default)]
-pub(super) struct Watched {
-    /// The live watches on the key (blocking `lock()` calls in this process).
-    pub(super) watchers: HashMap<WaiterId, Watcher>,
-    /// Whether the last attempt under the process's entry (the store's id) left it queued.
-    queued: bool,
-    /// When the attempt that last renewed the process's place (its deadline in the queue) was
-    /// sent; `None` while the process has no place.
-    renewed: Option<Instant>,
-    /// Whether this process's channel for the key is subscribed on the current connection.
-    pub(super) subscribed: bool,
-    /// Since when nobody here waits on the key. Its subscription lingers (see [`LINGER`]): a
-    /// key contended once is likely contended again, and the next wait then starts without a
-    /// round trip.
-    idle_since: Option<Instant>,
-}
+use super::state::{Waiting, Watched, Watcher};
 
 impl Watched {
+    /// Wakes every waiter of this process on the key.
     pub(super) fn wake_all(&self) {
         for watcher in self.watchers.values() {
             watcher.notify.notify_waiters();
@@ -336,7 +308,7 @@ mod tests {
     use futures::FutureExt;
     use leasehold_core::{LockKey, OwnerToken, Wait};
 
-    use super::super::subscriber::Subscriber;
+    use super::super::state::Subscriber;
     use super::*;
 
     const LOCK: &str = "p:DC#f#k";

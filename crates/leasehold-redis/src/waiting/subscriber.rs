@@ -6,6 +6,9 @@
 //! Both kinds of subscription ride on it: this process's release channels (its places in the
 //! waiter queues, see [`super::places`]) and the change channels of the keys it observes (see
 //! [`super::changes`]).
+//!
+//! The connection's data ([`Subscriber`], and the sink and counters in [`Waiting`]) is defined in
+//! [`super::state`]; this module is what is done with it.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,7 +16,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use redis::aio::PubSubSink;
 
-use super::Waiting;
+use super::state::Waiting;
 
 /// The pauses between attempts to remake a dropped subscriber connection (or a subscription a
 /// node ended) while someone waits or observes.
@@ -24,20 +27,9 @@ pub(crate) const RECONNECT_PAUSES: [std::time::Duration; 4] = [
     std::time::Duration::from_secs(1),
 ];
 
-/// How a store hears release announcements.
-pub(crate) enum Subscriber {
-    /// No client to subscribe with (a store made from a connection manager): waiters poll.
-    None,
-    /// One server: a pub/sub connection of its own (`SUBSCRIBE`).
-    Node(Box<redis::Client>),
-    /// Sentinel: a pub/sub connection to the master the store's data connection uses, moved
-    /// when that one moves.
-    Sentinel(Arc<crate::sentinel::SentinelLink>),
-    /// A Redis Cluster: sharded subscriptions (`SSUBSCRIBE`) on the cluster connection, which
-    /// sends each to the node serving the channel's slot and moves it when the slot moves; the
-    /// messages arrive as RESP3 pushes (see [`deliver_pushes`]).
-    Cluster(redis::cluster_async::ClusterConnection),
-}
+// Defined with the rest of the waiting data (a `Waiting` holds one); named here too, where the
+// store and its connectors look for it.
+pub(crate) use super::state::Subscriber;
 
 /// Hands the sharded pub/sub messages a cluster connection receives to `waiting`, until the
 /// store is gone.
