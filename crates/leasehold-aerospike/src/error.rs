@@ -1,7 +1,7 @@
 //! From Aerospike errors to leasehold errors.
 
 use aerospike::ResultCode;
-use leasehold_core::{Error, ErrorKind};
+use leasehold_core::{Error, ErrorKind, Operation};
 
 /// An Aerospike client error as the cause of a leasehold error: shown on one line (the client's
 /// own text spans several — one per seed that failed, one per cause), with the client error
@@ -165,6 +165,12 @@ pub(crate) fn transient_reason(error: &aerospike::Error) -> &'static str {
         }
     }
     "the node could not be reached"
+}
+
+/// Names the store call an error comes from (`map_err(failed(Operation::Release))`): every
+/// error a [`LockStore`](leasehold_core::LockStore) call of this store returns carries it.
+pub(crate) fn failed(op: Operation) -> impl FnOnce(Error) -> Error {
+    move |error| error.with_operation(op)
 }
 
 /// Maps an error no operation-specific rule took: in doubt, not sent, or unexpected (the server's

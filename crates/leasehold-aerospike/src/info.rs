@@ -1,11 +1,18 @@
-//! What a lock record says, for `inspect` and `list`: an exclusive record's holder, token and
-//! grant time, or a shared record's live holders.
+//! Reading locks back, for `inspect` and `list`: the record (and fence record) read, and what it
+//! says: an exclusive record's holder, token and grant time, or a shared record's live holders.
 
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use aerospike::policy::BatchPolicy;
-use aerospike::{BatchOperation, BatchReadPolicy, Bins, Record, Value};
-use leasehold_core::{LockInfo, LockKey, OwnerToken};
+use aerospike::policy::{BatchPolicy, QueryPolicy};
+use aerospike::{
+    BatchOperation, BatchReadPolicy, Bins, PartitionFilter, ReadPolicy, Record, ResultCode,
+    Statement, Value,
+};
+use futures::StreamExt;
+use leasehold_core::{LockInfo, LockKey, LockLevel, OwnerToken, Result};
+
+use crate::error::{classify, map, Class};
 
 use crate::layout::{COUNTER_BIN, FENCE_BIN, OWNER_BIN, TOKEN_BIN};
 use crate::shared::{is_shared, shared_info};
@@ -102,5 +109,99 @@ impl AerospikeStore {
         } else {
             info
         }
+    }
+}
+
+impl AerospikeStore {
+    /// One round trip: the lock record's bins and TTL (every live holder of a shared record), read from the node the configured read
+    /// replica policy picks (`AerospikeConfig::read_replica`).
+    ///
+    /// Fenced: the fence record is read in the same request (a batch), since a holder's token is
+    /// in its lock record only when it took it with the verified steps; otherwise it is the
+    /// fence counter, when the fence record names the holder as its owner.
+    pub(crate) async fn inspect_record(&self, key: &LockKey) -> Result<Option<LockInfo>> {
+        let record_key = self.record_key(key)?;
+        let mut base_policy = self.base(self.inner.config.retries.saturating_sub(1) as usize);
+        base_policy.replica = self.inner.config.read_replica;
+        if !self.inner.config.fencing {
+            let policy = ReadPolicy { base_policy };
+            return match self.inner.client.get(&policy, &record_key, Bins::All).await {
+                Ok(record) => Ok(self.info(key.clone(), &record)),
+                Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => Ok(None),
+                Err(e) => Err(map("inspect", key.as_str(), self.address(), e)),
+            };
+        }
+        let policy = BatchPolicy {
+            base_policy,
+            concurrency: self.batch_concurrency(),
+            ..BatchPolicy::default()
+        };
+        let read = BatchReadPolicy::default();
+        let mut rows = vec![
+            BatchOperation::read(&read, record_key, Bins::All),
+            BatchOperation::read(
+                &read,
+                self.fence_key(key)?,
+                Bins::from([COUNTER_BIN, OWNER_BIN]),
+            ),
+        ];
+        let whole = self.inner.client.batch(&policy, &mut rows).await.err();
+        let info = match (rows[0].record(), rows[0].error().or(whole.as_ref())) {
+            (Some(record), _) => self.info(key.clone(), record),
+            (None, Some(e)) if classify(e) == Class::Server(ResultCode::KeyNotFoundError) => None,
+            (None, Some(e)) => return Err(map("inspect", key.as_str(), self.address(), e.clone())),
+            (None, None) => None,
+        };
+        Ok(info.map(|info| self.with_fence_record(info, rows[1].record())))
+    }
+
+    /// Scans this farm's DC set and the XDC set. Records written without a user key (the Java
+    /// manager sends only the digest) cannot be named and are left out.
+    pub(crate) async fn list_records(&self, prefix: &str) -> Result<Vec<LockInfo>> {
+        let mut locks = Vec::new();
+        for (level, set) in self.inner.layout.listed_sets() {
+            let policy = QueryPolicy::default();
+            let statement = Statement::new(self.inner.config.namespace.clone(), set, Bins::All);
+            let records = self
+                .inner
+                .client
+                .query(&policy, PartitionFilter::all(), statement)
+                .await
+                .map_err(|e| map("list", prefix, self.address(), e))?;
+            let mut stream = Arc::clone(&records).into_stream();
+            while let Some(record) = stream.next().await {
+                let record = record.map_err(|e| map("list", prefix, self.address(), e))?;
+                let Some(lock_id) = record
+                    .key
+                    .as_ref()
+                    .and_then(|k| k.user_key())
+                    .and_then(|v| match v {
+                        Value::String(s) => Some(s.clone()),
+                        _ => None,
+                    })
+                else {
+                    continue;
+                };
+                let storage = match level {
+                    LockLevel::Dc => format!("DC#{}#{lock_id}", self.inner.layout.farm_id()),
+                    LockLevel::Xdc => format!("XDC#{lock_id}"),
+                };
+                if !storage.starts_with(prefix) {
+                    continue;
+                }
+                if let Some(info) = storage
+                    .parse::<LockKey>()
+                    .ok()
+                    .and_then(|key| self.info(key, &record))
+                {
+                    locks.push(info);
+                }
+            }
+        }
+        if self.inner.config.fencing {
+            self.fence_records(&mut locks).await;
+        }
+        locks.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(locks)
     }
 }

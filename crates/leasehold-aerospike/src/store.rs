@@ -6,21 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aerospike::expressions::{eq, string_bin, string_val};
-use aerospike::policy::{AdminPolicy, BasePolicy, BatchPolicy, CommitLevel, QueryPolicy};
-use aerospike::{
-    BatchOperation, BatchReadPolicy, Bins, Client, ClientPolicy, Key, PartitionFilter, ReadPolicy,
-    Replica, ResultCode, Statement, Value, WritePolicy,
-};
-use futures::StreamExt;
+use aerospike::policy::{AdminPolicy, BasePolicy, CommitLevel};
+use aerospike::{Client, ClientPolicy, Key, Replica, Value, WritePolicy};
 use leasehold_core::{
     validate_ttl, Acquire, Capabilities, Error, ErrorKind, HistoryEntry, Lease, LockInfo, LockKey,
-    LockLevel, LockStore, OwnerToken, ReleaseWatch, Result, TraceConfig,
+    LockStore, Operation, OwnerToken, ReleaseWatch, Result, TraceConfig,
 };
 use tokio::time::Instant;
 
 use crate::config::AerospikeConfig;
-use crate::error::{classify, map, place, transient_reason, Cause, Class};
-use crate::layout::{Layout, COUNTER_BIN, OWNER_BIN, TOKEN_BIN};
+use crate::error::{classify, failed, map, place, transient_reason, Cause, Class};
+use crate::layout::{Layout, TOKEN_BIN};
 use crate::retry::Backoff;
 use crate::waiting::Waiting;
 
@@ -145,7 +141,14 @@ impl AerospikeStore {
                 Err(e) if classify(&e) == Class::NotSent && backoff.wait().await => {
                     tracing::debug!(hosts = %seeds, error = %e, "namespace check again");
                 }
-                Err(e) => return Err(map("namespace check", "", &seeds, e)),
+                Err(e) => {
+                    return Err(failed(Operation::Connect)(map(
+                        "namespace check",
+                        "",
+                        &seeds,
+                        e,
+                    )))
+                }
             }
         };
         let namespaces = info.get("namespaces").cloned().unwrap_or_default();
@@ -189,11 +192,9 @@ impl AerospikeStore {
     /// [`AerospikeStore::with_client`] is left open unless `force` is set.
     pub async fn close(&self, force: bool) -> Result<()> {
         if self.inner.owns_client || force {
-            self.inner
-                .client
-                .close()
-                .await
-                .map_err(|e| map("close", "", self.address(), e))?;
+            self.inner.client.close().await.map_err(|e| {
+                map("close", "", self.address(), e).with_operation(Operation::Shutdown)
+            })?;
         }
         Ok(())
     }
@@ -413,7 +414,9 @@ impl LockStore for AerospikeStore {
 
     /// One read of the key's history record (module `trace`), newest first.
     async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
-        self.read_history(key).await
+        self.read_history(key)
+            .await
+            .map_err(failed(Operation::History))
     }
 
     /// One `operate` on the key's history record: insert, trim, expiration.
@@ -447,6 +450,7 @@ impl LockStore for AerospikeStore {
             self.trace_acquire(req, result).await
         })
         .await
+        .map_err(failed(Operation::Acquire))
     }
 
     /// With fair waiting (the default): registers the waiter with this process's schedule for the
@@ -470,7 +474,9 @@ impl LockStore for AerospikeStore {
     /// `RetriesExhausted`, or `InDoubt` if a delete may have landed.
     async fn release(&self, lease: &Lease) -> Result<bool> {
         let result = self.release_once(lease).await;
-        self.trace_release(lease, result).await
+        self.trace_release(lease, result)
+            .await
+            .map_err(failed(Operation::Release))
     }
 
     /// Exclusive: one round trip, a touch with the same filter and the new expiration. Readers
@@ -482,99 +488,24 @@ impl LockStore for AerospikeStore {
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         validate_ttl(ttl)?;
         let result = self.extend_once(lease, ttl).await;
-        self.trace_extend(lease, result).await
+        self.trace_extend(lease, result)
+            .await
+            .map_err(failed(Operation::Extend))
     }
 
-    /// One round trip: the lock record's bins and TTL (every live holder of a shared record), read from the node the configured read
-    /// replica policy picks (`AerospikeConfig::read_replica`).
-    ///
-    /// Fenced: the fence record is read in the same request (a batch), since a holder's token is
-    /// in its lock record only when it took it with the verified steps; otherwise it is the
-    /// fence counter, when the fence record names the holder as its owner.
+    /// The lock record of `key`, read as [`inspect_record`](Self::inspect_record) says.
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        let record_key = self.record_key(key)?;
-        let mut base_policy = self.base(self.inner.config.retries.saturating_sub(1) as usize);
-        base_policy.replica = self.inner.config.read_replica;
-        if !self.inner.config.fencing {
-            let policy = ReadPolicy { base_policy };
-            return match self.inner.client.get(&policy, &record_key, Bins::All).await {
-                Ok(record) => Ok(self.info(key.clone(), &record)),
-                Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => Ok(None),
-                Err(e) => Err(map("inspect", key.as_str(), self.address(), e)),
-            };
-        }
-        let policy = BatchPolicy {
-            base_policy,
-            concurrency: self.batch_concurrency(),
-            ..BatchPolicy::default()
-        };
-        let read = BatchReadPolicy::default();
-        let mut rows = vec![
-            BatchOperation::read(&read, record_key, Bins::All),
-            BatchOperation::read(
-                &read,
-                self.fence_key(key)?,
-                Bins::from([COUNTER_BIN, OWNER_BIN]),
-            ),
-        ];
-        let whole = self.inner.client.batch(&policy, &mut rows).await.err();
-        let info = match (rows[0].record(), rows[0].error().or(whole.as_ref())) {
-            (Some(record), _) => self.info(key.clone(), record),
-            (None, Some(e)) if classify(e) == Class::Server(ResultCode::KeyNotFoundError) => None,
-            (None, Some(e)) => return Err(map("inspect", key.as_str(), self.address(), e.clone())),
-            (None, None) => None,
-        };
-        Ok(info.map(|info| self.with_fence_record(info, rows[1].record())))
+        self.inspect_record(key)
+            .await
+            .map_err(failed(Operation::Inspect))
     }
 
-    /// Scans this farm's DC set and the XDC set. Records written without a user key (the Java
-    /// manager sends only the digest) cannot be named and are left out.
+    /// Every record whose key starts with `prefix`: one scan of the lock set (see
+    /// [`list_records`](Self::list_records)).
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
-        let mut locks = Vec::new();
-        for (level, set) in self.inner.layout.listed_sets() {
-            let policy = QueryPolicy::default();
-            let statement = Statement::new(self.inner.config.namespace.clone(), set, Bins::All);
-            let records = self
-                .inner
-                .client
-                .query(&policy, PartitionFilter::all(), statement)
-                .await
-                .map_err(|e| map("list", prefix, self.address(), e))?;
-            let mut stream = Arc::clone(&records).into_stream();
-            while let Some(record) = stream.next().await {
-                let record = record.map_err(|e| map("list", prefix, self.address(), e))?;
-                let Some(lock_id) = record
-                    .key
-                    .as_ref()
-                    .and_then(|k| k.user_key())
-                    .and_then(|v| match v {
-                        Value::String(s) => Some(s.clone()),
-                        _ => None,
-                    })
-                else {
-                    continue;
-                };
-                let storage = match level {
-                    LockLevel::Dc => format!("DC#{}#{lock_id}", self.inner.layout.farm_id()),
-                    LockLevel::Xdc => format!("XDC#{lock_id}"),
-                };
-                if !storage.starts_with(prefix) {
-                    continue;
-                }
-                if let Some(info) = storage
-                    .parse::<LockKey>()
-                    .ok()
-                    .and_then(|key| self.info(key, &record))
-                {
-                    locks.push(info);
-                }
-            }
-        }
-        if self.inner.config.fencing {
-            self.fence_records(&mut locks).await;
-        }
-        locks.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(locks)
+        self.list_records(prefix)
+            .await
+            .map_err(failed(Operation::List))
     }
 }
 

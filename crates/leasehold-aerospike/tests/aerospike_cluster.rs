@@ -11,7 +11,7 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use leasehold::core::Acquire;
+use leasehold::core::{Acquire, Operation};
 use leasehold::{Error, ErrorKind, LockKey, LockStore, OwnerToken};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::{AerospikeFixture, AerospikeTarget, Fault, Partitions, Target};
@@ -397,6 +397,7 @@ async fn a_paused_node_makes_a_release_in_doubt_and_the_readback_settles_it() {
     let err = short.release(&lease).await.unwrap_err();
     fixture.resume();
     assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    assert_eq!(err.operation(), Some(Operation::Release), "{err:?}");
     assert!(err.to_string().contains("reply was lost"), "{err}");
     assert!(
         err.to_string().contains(fixture.node_name()),

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::operation::Operation;
+
 /// `Result` with leasehold's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -127,6 +129,7 @@ pub struct Error {
     /// For [`ErrorKind::LockUnavailable`]: how long the holder's lease has left, where the store
     /// can tell; a waiter need not ask again before then unless notified.
     retry_after: Option<std::time::Duration>,
+    operation: Option<Operation>,
     #[source]
     source: Option<Source>,
 }
@@ -182,6 +185,7 @@ impl Error {
             message: message.into(),
             key: None,
             retry_after: None,
+            operation: None,
             source: None,
         }
     }
@@ -265,6 +269,40 @@ impl Error {
         self
     }
 
+    /// Records the store operation that failed.
+    pub fn with_operation(mut self, operation: Operation) -> Self {
+        self.operation = Some(operation);
+        self
+    }
+
+    /// The store call that failed. Every error out of a [`BoxStore`](crate::BoxStore) (the
+    /// manager's stack) names one, and the Redis, etcd and Aerospike stores name theirs when used
+    /// alone; errors raised before any store call (a bad argument to the manager, a wait that
+    /// timed out) carry none.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::Duration;
+    /// use leasehold_core::{Acquire, BoxStore, LockKey, LockStore, Operation, OwnerToken};
+    /// # #[derive(Debug)] struct Down;
+    /// # impl LockStore for Down {
+    /// #   fn name(&self) -> &'static str { "down" }
+    /// #   fn capabilities(&self) -> leasehold_core::Capabilities { leasehold_core::Capabilities::NONE }
+    /// #   async fn try_acquire(&self, _: &Acquire) -> leasehold_core::Result<leasehold_core::Lease> { Err(leasehold_core::Error::connection("no node answered")) }
+    /// #   async fn release(&self, _: &leasehold_core::Lease) -> leasehold_core::Result<bool> { unimplemented!() }
+    /// #   async fn extend(&self, _: &leasehold_core::Lease, _: Duration) -> leasehold_core::Result<leasehold_core::Lease> { unimplemented!() }
+    /// #   async fn inspect(&self, _: &LockKey) -> leasehold_core::Result<Option<leasehold_core::LockInfo>> { unimplemented!() }
+    /// # }
+    /// let store = BoxStore::new(Down); // a store whose nodes are all down
+    /// let req = Acquire::new(LockKey::xdc("c", "e").unwrap(), OwnerToken::generate(), Duration::from_secs(2));
+    /// let err = store.try_acquire(&req).await.unwrap_err();
+    /// assert_eq!(err.operation(), Some(Operation::Acquire));
+    /// # }
+    /// ```
+    pub fn operation(&self) -> Option<Operation> {
+        self.operation
+    }
+
     /// How long the holder's lease had left when the store refused the lock, where the store
     /// reported it: a waiter shapes its polling with it.
     ///
@@ -325,6 +363,9 @@ impl fmt::Debug for Error {
         d.field("kind", &self.kind).field("message", &self.message);
         if let Some(key) = &self.key {
             d.field("key", key);
+        }
+        if let Some(operation) = self.operation {
+            d.field("operation", &operation);
         }
         if let Some(source) = &self.source {
             d.field("source", source);

@@ -1,9 +1,11 @@
 //! From etcd client errors to leasehold errors: what the caller can conclude, with the cause kept.
 
-use leasehold_core::{Error, ErrorKind};
+use leasehold_core::{Error, ErrorKind, Operation};
 use tonic::Code;
 
-/// What was being done: a lost reply to a write leaves its outcome in doubt.
+/// What was being done: a lost reply to a write leaves its outcome in doubt. The store's
+/// [`Operation`] plus the lease grant, a step of an acquisition that holds nothing yet, so a lost
+/// reply to it is no doubt about a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
     Connect,
@@ -31,7 +33,19 @@ impl Op {
 
     /// Writes whose lost reply matters to the lock: acquire, release, extend.
     fn writes(self) -> bool {
-        matches!(self, Op::Acquire | Op::Release | Op::Extend)
+        self != Op::Grant && self.operation().is_write()
+    }
+
+    /// The store operation this is, or is a step of.
+    fn operation(self) -> Operation {
+        match self {
+            Op::Connect => Operation::Connect,
+            Op::Grant | Op::Acquire => Operation::Acquire,
+            Op::Release => Operation::Release,
+            Op::Extend => Operation::Extend,
+            Op::Inspect => Operation::Inspect,
+            Op::List => Operation::List,
+        }
     }
 }
 
@@ -167,7 +181,9 @@ pub(crate) fn map(op: Op, key: &str, address: &str, error: etcd_client::Error) -
         ErrorKind::InvalidArgument => format!("etcd rejected the {what} as invalid"),
         _ => format!("etcd at {address} failed the {what}"),
     };
-    let error = Error::new(kind, message).with_source(error);
+    let error = Error::new(kind, message)
+        .with_operation(op.operation())
+        .with_source(error);
     if key.is_empty() {
         error
     } else {
@@ -181,6 +197,7 @@ pub(crate) fn unexpected(op: Op, key: &str, what: &str) -> Error {
         "etcd answered the {} with {what}; this is a bug, please report it",
         op.name()
     ))
+    .with_operation(op.operation())
     .with_key(key)
 }
 

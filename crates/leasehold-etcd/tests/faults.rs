@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use leasehold::core::Acquire;
+use leasehold::core::{Acquire, Operation};
 use leasehold::layers::ReadbackLayer;
 use leasehold::{ErrorKind, LockManager, LockOptions, LockStore, OwnerToken};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
@@ -157,6 +157,7 @@ async fn reply_lost_after_apply_is_in_doubt_never_a_false_result() {
     proxy.set_mode(ProxyMode::DelayReplies(Duration::from_millis(1500)));
     let err = proxied.release(&lease).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    assert_eq!(err.operation(), Some(Operation::Release), "{err:?}");
     assert_eq!(
         direct.inspect(lease.key()).await.unwrap(),
         None,

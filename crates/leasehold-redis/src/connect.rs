@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold_core::{Error, ErrorKind, Result};
+use leasehold_core::{Error, ErrorKind, Operation, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::{ProtocolVersion, PushInfo};
@@ -11,7 +11,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::config::RedisConfig;
 use crate::connection::Connection;
-use crate::error::{map, Op};
+use crate::error::map;
 use crate::sentinel::{SentinelAccess, SentinelLink};
 use crate::slots::nodes::NodeConnector;
 use crate::slots::Router;
@@ -62,7 +62,7 @@ async fn connect_node(config: &RedisConfig) -> Result<Connected> {
     let mut connection = ConnectionManager::new_with_config(client.clone(), manager_config(config))
         .await
         .map_err(|e| {
-            tls_error(&address, &e).unwrap_or_else(|| map(Op::Connect, "", &address, e))
+            tls_error(&address, &e).unwrap_or_else(|| map(Operation::Connect, "", &address, e))
         })?;
     // A cluster node answers the keys of its own slots only, and a lock's keys would be spread
     // over slots: say so now rather than with a CROSSSLOT or MOVED on the first lock. (A proxy
@@ -147,7 +147,7 @@ async fn connect_cluster(config: &RedisConfig, seeds: &[String]) -> Result<Conne
             )
             .with_source(e);
         }
-        tls_error(&address, &e).unwrap_or_else(|| map(Op::Connect, "", &address, e))
+        tls_error(&address, &e).unwrap_or_else(|| map(Operation::Connect, "", &address, e))
     })?;
     if config.fair {
         require_sharded_pubsub(&mut connection.clone(), &address).await?;

@@ -1,35 +1,7 @@
 //! From Redis errors to leasehold errors: what the caller can conclude, with the cause kept.
 
-use leasehold_core::{Error, ErrorKind};
+use leasehold_core::{Error, ErrorKind, Operation};
 use redis::RedisError;
-
-/// Whether an operation changes the record: if its reply is lost, the outcome is in doubt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    Connect,
-    Acquire,
-    Release,
-    Extend,
-    Inspect,
-    List,
-}
-
-impl Op {
-    fn name(self) -> &'static str {
-        match self {
-            Op::Connect => "connection",
-            Op::Acquire => "acquire",
-            Op::Release => "release",
-            Op::Extend => "extend",
-            Op::Inspect => "inspect",
-            Op::List => "list",
-        }
-    }
-
-    fn writes(self) -> bool {
-        matches!(self, Op::Acquire | Op::Release | Op::Extend)
-    }
-}
 
 /// Error codes with which Redis refuses a command it did not run, for a while. `MOVED` and `ASK`
 /// reach the store only when the cluster client ran out of redirections while a slot moved (a
@@ -63,12 +35,12 @@ const NOT_SERVING_NOW: [&str; 9] = [
 ///   [`ErrorKind::Connection`] (temporary). So is a `WAIT` its node's demotion cut short
 ///   (`UNBLOCKED`) or refused (a replica now): nothing was confirmed.
 /// - Anything else: [`ErrorKind::Internal`], with the server's error as the cause.
-pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error {
-    let what = op.name();
+pub(crate) fn map(op: Operation, key: &str, address: &str, error: RedisError) -> Error {
+    let what = op;
     let kind = if error.is_connection_refusal() {
         ErrorKind::Connection
     } else if error.is_timeout() || error.is_connection_dropped() || error.is_io_error() {
-        if op.writes() {
+        if op.is_write() {
             ErrorKind::InDoubt
         } else {
             ErrorKind::Connection
@@ -111,7 +83,9 @@ pub(crate) fn map(op: Op, key: &str, address: &str, error: RedisError) -> Error 
         ),
         _ => format!("Redis at {address} failed the {what}"),
     };
-    let error = Error::new(kind, message).with_source(error);
+    let error = Error::new(kind, message)
+        .with_operation(op)
+        .with_source(error);
     if key.is_empty() {
         error
     } else {
@@ -159,7 +133,7 @@ mod tests {
             "14124 127.0.0.1:38421".to_owned(),
         ));
         assert_eq!(moved.code(), Some("MOVED"));
-        let error = map(Op::Acquire, "DC#f1#app#k", "the cluster", moved);
+        let error = map(Operation::Acquire, "DC#f1#app#k", "the cluster", moved);
         assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
         assert!(error.to_string().contains("MOVED"), "{error}");
     }
@@ -172,7 +146,7 @@ mod tests {
             Some("127.0.0.1:7002"),
             8119,
         );
-        let error = map(Op::Release, "DC#f1#app#k", &site, refused);
+        let error = map(Operation::Release, "DC#f1#app#k", &site, refused);
         assert_eq!(error.kind(), ErrorKind::Connection);
         let message = error.to_string();
         assert!(
@@ -207,14 +181,19 @@ mod tests {
         assert!(demoted(Some("UNBLOCKED"), None));
         assert!(!demoted(Some("ERR"), Some("unknown command")));
         let error = map(
-            Op::Acquire,
+            Operation::Acquire,
             "DC#f1#app#k",
             "node 127.0.0.1:7002",
             on_replica,
         );
         assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
         assert!(error.to_string().contains("127.0.0.1:7002"), "{error}");
-        let error = map(Op::Extend, "DC#f1#app#k", "node 127.0.0.1:7002", unblocked);
+        let error = map(
+            Operation::Extend,
+            "DC#f1#app#k",
+            "node 127.0.0.1:7002",
+            unblocked,
+        );
         assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
         assert!(error.is_temporary(), "{error}");
     }
@@ -229,7 +208,7 @@ mod tests {
              Redis command called from Lua script"
                 .to_owned(),
         ));
-        let error = map(Op::Acquire, "DC#f1#app#k", "127.0.0.1:6379", refused);
+        let error = map(Operation::Acquire, "DC#f1#app#k", "127.0.0.1:6379", refused);
         assert_eq!(error.kind(), ErrorKind::StoreSetup);
         let message = error.to_string();
         assert!(message.contains("Redis 6.2"), "{message}");

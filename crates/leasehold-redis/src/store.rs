@@ -13,12 +13,12 @@ use tokio::time::Instant;
 
 use crate::config::RedisConfig;
 use crate::connection::Connection;
-use crate::error::{map, Op};
+use crate::error::map;
 use crate::reply::{describe_mode, glob_escape, parse_inspect, writer_wait_millis};
 use crate::scripts::{scripts, Scripts};
 use crate::waiting::subscriber::Subscriber;
 use crate::waiting::Waiting;
-use leasehold_core::ttl_millis;
+use leasehold_core::{ttl_millis, Operation};
 
 mod keys;
 mod queue;
@@ -146,7 +146,7 @@ impl RedisStore {
         scripts(self.inner.cluster)
     }
 
-    fn err(&self, op: Op, key: &LockKey, e: redis::RedisError) -> Error {
+    fn err(&self, op: Operation, key: &LockKey, e: redis::RedisError) -> Error {
         let address = self.address();
         let site = self.inner.conn.failure_site(&self.lock_key(key), &address);
         map(op, key.as_str(), &site, e)
@@ -171,7 +171,7 @@ impl RedisStore {
     /// fails too, the outcome is in doubt, so the caller's undo tries again.
     async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
         let lease = self.acquire_unconfirmed(req).await?;
-        if let Err(unconfirmed) = self.confirm(Op::Acquire, &req.key).await {
+        if let Err(unconfirmed) = self.confirm(Operation::Acquire, &req.key).await {
             return match self.release_once(&lease).await {
                 Ok(_) => Err(unconfirmed),
                 Err(undo) => Err(Error::in_doubt(format!(
@@ -187,7 +187,7 @@ impl RedisStore {
 
     /// With replica acknowledgement on ([`RedisConfig::min_replicas`]): waits until enough
     /// replicas have every write sent so far on the node holding `key`'s lock.
-    async fn confirm(&self, op: Op, key: &LockKey) -> Result<()> {
+    async fn confirm(&self, op: Operation, key: &LockKey) -> Result<()> {
         let Some(min) = self.inner.config.min_replicas else {
             return Ok(());
         };
@@ -203,10 +203,14 @@ impl RedisStore {
             "only {acknowledged} of the {} replicas asked for acknowledged the {} on Redis at {} \
              within {:?}; {} (a replica down or lagging: retry, or lower min_replicas)",
             min.replicas,
-            if op == Op::Acquire { "grant" } else { "extend" },
+            if op == Operation::Acquire {
+                "grant"
+            } else {
+                "extend"
+            },
             self.address(),
             min.timeout,
-            if op == Op::Acquire {
+            if op == Operation::Acquire {
                 "the grant is undone"
             } else {
                 "the extend does not count"
@@ -263,7 +267,7 @@ impl RedisStore {
                 .map_or("another kind of lock".to_owned(), describe_mode);
             return req.mode.conflict(&held, &req.key);
         }
-        self.err(Op::Acquire, &req.key, e)
+        self.err(Operation::Acquire, &req.key, e)
     }
 
     async fn release_once(&self, lease: &Lease) -> Result<bool> {
@@ -306,7 +310,7 @@ impl RedisStore {
         let deleted: i64 = invocation
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| self.err(Op::Release, lease.key(), e))?;
+            .map_err(|e| self.err(Operation::Release, lease.key(), e))?;
         Ok(deleted == 1)
     }
 
@@ -381,7 +385,7 @@ impl LockStore for RedisStore {
             .arg(-1)
             .query_async(&mut conn)
             .await
-            .map_err(|e| self.err(Op::Inspect, key, e))?;
+            .map_err(|e| self.err(Operation::Inspect, key, e))?;
         stored.iter().map(|s| HistoryEntry::decode(s)).collect()
     }
 
@@ -398,7 +402,7 @@ impl LockStore for RedisStore {
         let _: i64 = invocation
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| self.err(Op::Inspect, key, e))?;
+            .map_err(|e| self.err(Operation::Inspect, key, e))?;
         Ok(())
     }
 
@@ -471,9 +475,9 @@ impl LockStore for RedisStore {
         let extended: i64 = invocation
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| self.err(Op::Extend, lease.key(), e))?;
+            .map_err(|e| self.err(Operation::Extend, lease.key(), e))?;
         if extended == 1 {
-            self.confirm(Op::Extend, lease.key()).await?;
+            self.confirm(Operation::Extend, lease.key()).await?;
             Ok(lease.renewed(ttl, sent_at))
         } else {
             Err(Error::not_held(
@@ -492,8 +496,8 @@ impl LockStore for RedisStore {
             .key(self.fence_key(key))
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| self.err(Op::Inspect, key, e))?;
-        parse_inspect(key, found).map_err(|e| self.err(Op::Inspect, key, e))
+            .map_err(|e| self.err(Operation::Inspect, key, e))?;
+        parse_inspect(key, found).map_err(|e| self.err(Operation::Inspect, key, e))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
@@ -503,7 +507,7 @@ impl LockStore for RedisStore {
         } else {
             format!("{}{}*", glob_escape(config_prefix), glob_escape(prefix))
         };
-        let list_err = |e| map(Op::List, prefix, &self.address(), e);
+        let list_err = |e| map(Operation::List, prefix, &self.address(), e);
         let mut conn = self.conn();
         // On a cluster every master scans its own keys; one server scans all.
         let nodes = match &mut conn {

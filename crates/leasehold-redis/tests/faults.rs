@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use leasehold::core::Operation;
 use leasehold::layers::ReadbackLayer;
 use leasehold::{ErrorKind, LockEvent, LockManager, LockStore};
 use leasehold_redis::{RedisConfig, RedisStore};
@@ -72,13 +73,16 @@ async fn server_killed_and_restarted_mid_run() {
         err.to_string().contains(&server.port().to_string()),
         "names the address: {err}"
     );
+    assert_eq!(err.operation(), Some(Operation::Acquire), "{err:?}");
     let err = store.inspect(&key("a")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert_eq!(err.operation(), Some(Operation::Inspect), "{err:?}");
     let err = store.release(&held).await.unwrap_err();
     assert!(
         matches!(err.kind(), ErrorKind::Connection | ErrorKind::InDoubt),
         "{err}"
     );
+    assert_eq!(err.operation(), Some(Operation::Release), "{err:?}");
 
     server.restart().unwrap();
     // The restarted server kept nothing: the old lock is gone, and the store reconnects by itself.
@@ -246,6 +250,7 @@ async fn unreachable_server_is_a_connection_error_naming_the_address() {
             .await
             .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert_eq!(err.operation(), Some(Operation::Connect), "{err:?}");
     let text = format!("{err} {err:?}");
     assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
     assert!(!text.contains("s3cret"), "no password in errors: {text}");
