@@ -1,7 +1,6 @@
 //! The object-safe twin of [`LockStore`], so a stack of layers is erased to one type at the end.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +12,6 @@ use crate::error::Result;
 use crate::history::{HistoryEntry, TraceConfig};
 use crate::key::LockKey;
 use crate::lease::{Lease, LockInfo};
-use crate::operation::Operation;
 use crate::store::{Capabilities, LockStore};
 use crate::watch::ReleaseWatch;
 
@@ -39,15 +37,6 @@ trait DynLockStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<()>>;
 }
 
-/// `call`, its error naming `operation` unless the store named one itself: so every error that
-/// comes out of a [`BoxStore`] (the manager's stack) says which store call failed.
-async fn named<T>(operation: Operation, call: impl Future<Output = Result<T>>) -> Result<T> {
-    call.await.map_err(|error| match error.operation() {
-        Some(_) => error,
-        None => error.with_operation(operation),
-    })
-}
-
 impl<S: LockStore> DynLockStore for S {
     fn name(&self) -> &'static str {
         LockStore::name(self)
@@ -56,22 +45,19 @@ impl<S: LockStore> DynLockStore for S {
         LockStore::capabilities(self)
     }
     fn try_acquire<'a>(&'a self, req: &'a Acquire) -> BoxFuture<'a, Result<Lease>> {
-        Box::pin(named(Operation::Acquire, LockStore::try_acquire(self, req)))
+        Box::pin(LockStore::try_acquire(self, req))
     }
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(named(Operation::Release, LockStore::release(self, lease)))
+        Box::pin(LockStore::release(self, lease))
     }
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Lease>> {
-        Box::pin(named(
-            Operation::Extend,
-            LockStore::extend(self, lease, ttl),
-        ))
+        Box::pin(LockStore::extend(self, lease, ttl))
     }
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<LockInfo>>> {
-        Box::pin(named(Operation::Inspect, LockStore::inspect(self, key)))
+        Box::pin(LockStore::inspect(self, key))
     }
     fn list<'a>(&'a self, prefix: &'a str) -> BoxFuture<'a, Result<Vec<LockInfo>>> {
-        Box::pin(named(Operation::List, LockStore::list(self, prefix)))
+        Box::pin(LockStore::list(self, prefix))
     }
     fn watch<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, ReleaseWatch> {
         Box::pin(LockStore::watch(self, key))
@@ -83,10 +69,10 @@ impl<S: LockStore> DynLockStore for S {
         LockStore::is_held_by(self, key, holder)
     }
     fn shutdown(&self) -> BoxFuture<'_, Result<usize>> {
-        Box::pin(named(Operation::Shutdown, LockStore::shutdown(self)))
+        Box::pin(LockStore::shutdown(self))
     }
     fn history<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<HistoryEntry>>> {
-        Box::pin(named(Operation::History, LockStore::history(self, key)))
+        Box::pin(LockStore::history(self, key))
     }
     fn append_history<'a>(
         &'a self,

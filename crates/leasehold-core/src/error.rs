@@ -275,29 +275,15 @@ impl Error {
         self
     }
 
-    /// The store call that failed. Every error out of a [`BoxStore`](crate::BoxStore) (the
-    /// manager's stack) names one, and the Redis, etcd and Aerospike stores name theirs when used
-    /// alone; errors raised before any store call (a bad argument to the manager, a wait that
-    /// timed out) carry none.
+    /// The store call that failed, as the store said: the Redis, etcd and Aerospike stores name
+    /// it on every failure of theirs; an error raised without a store call (a bad argument, a
+    /// wait that timed out, a refusal in memory) carries none.
     ///
     /// ```
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
-    /// use std::time::Duration;
-    /// use leasehold_core::{Acquire, BoxStore, LockKey, LockStore, Operation, OwnerToken};
-    /// # #[derive(Debug)] struct Down;
-    /// # impl LockStore for Down {
-    /// #   fn name(&self) -> &'static str { "down" }
-    /// #   fn capabilities(&self) -> leasehold_core::Capabilities { leasehold_core::Capabilities::NONE }
-    /// #   async fn try_acquire(&self, _: &Acquire) -> leasehold_core::Result<leasehold_core::Lease> { Err(leasehold_core::Error::connection("no node answered")) }
-    /// #   async fn release(&self, _: &leasehold_core::Lease) -> leasehold_core::Result<bool> { unimplemented!() }
-    /// #   async fn extend(&self, _: &leasehold_core::Lease, _: Duration) -> leasehold_core::Result<leasehold_core::Lease> { unimplemented!() }
-    /// #   async fn inspect(&self, _: &LockKey) -> leasehold_core::Result<Option<leasehold_core::LockInfo>> { unimplemented!() }
-    /// # }
-    /// let store = BoxStore::new(Down); // a store whose nodes are all down
-    /// let req = Acquire::new(LockKey::xdc("c", "e").unwrap(), OwnerToken::generate(), Duration::from_secs(2));
-    /// let err = store.try_acquire(&req).await.unwrap_err();
+    /// use leasehold_core::{Error, Operation};
+    /// let err = Error::connection("no node answered").with_operation(Operation::Acquire);
     /// assert_eq!(err.operation(), Some(Operation::Acquire));
-    /// # }
+    /// assert_eq!(Error::invalid_argument("an empty key").operation(), None);
     /// ```
     pub fn operation(&self) -> Option<Operation> {
         self.operation

@@ -259,6 +259,12 @@ impl LockManager {
         let local = place.as_ref().map(Place::released);
         // The last head was served: asking at once would only be refused (see `FirstWait`).
         let mut first_wait = place.as_ref().and_then(Place::first_wait);
+        // While a task of this process holds the key (the release count when that was learnt),
+        // this head waits for that task's release and does not listen to the store: the release
+        // wakes it once the store has it, and a notification before that (the embedded store's
+        // comes from inside the release) would only send an attempt local competition refuses,
+        // and cost a second wake-up per hand-over.
+        let mut local_holder: Option<u64> = None;
         loop {
             // Enabled before the attempt, so a release between a failed attempt and the sleep is
             // not missed.
@@ -270,11 +276,19 @@ impl LockManager {
             tokio::pin!(notified);
             notified.as_mut().enable();
 
+            if let (Some(seen), Some(place)) = (local_holder, &place) {
+                if place.released_since(seen) {
+                    local_holder = None;
+                }
+            }
             let wait_first = match (first_wait.take(), &place) {
                 (Some(FirstWait::Store), _) => true,
                 // Looked at after `woken` was enabled: a release from now on wakes this head.
-                (Some(FirstWait::Release(seen)), Some(place)) => !place.released_since(seen),
-                _ => false,
+                (Some(FirstWait::Release(seen)), Some(place)) if !place.released_since(seen) => {
+                    local_holder = Some(seen);
+                    true
+                }
+                _ => local_holder.is_some(),
             };
             let retry_after = if wait_first {
                 None
@@ -344,11 +358,12 @@ impl LockManager {
             let store_up = down.is_none();
             tokio::select! {
                 _ = async { if let Some(woken) = woken.as_mut().as_pin_mut() { woken.await } }, if local.is_some() => {}
-                _ = &mut notified, if store_up => {}
+                _ = &mut notified, if store_up && local_holder.is_none() => {}
                 _ = handle.lifecycle.closing() => {
                     return Err(Error::shut_down().with_key(plan.key.as_str()))
                 }
-                _ = tokio::time::sleep(pause) => {}
+                // The net under a lost wake-up: ask, whoever was thought to hold the key.
+                _ = tokio::time::sleep(pause) => local_holder = None,
             }
         }
     }

@@ -227,10 +227,13 @@ impl LockStore for MemoryStore {
                 free.insert(Arc::default()).clone()
             }
         };
-        let notify = Arc::new(Notify::new());
-        let watch = ReleaseWatch::new(notify.clone(), || {});
+        let watch = {
+            let mut state = watched.lock();
+            let watch = ReleaseWatch::new(state.released(), || {});
+            state.add(watch.waiter());
+            watch
+        };
         let waiter = watch.waiter();
-        watched.lock().add(waiter, notify);
         let (inner, key) = (self.inner.clone(), key.clone());
         watch.also_on_drop(move || {
             watched.lock().remove(waiter);

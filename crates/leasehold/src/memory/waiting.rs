@@ -20,8 +20,11 @@ pub(super) struct Watched {
 
 #[derive(Debug, Default)]
 pub(super) struct State {
-    /// Every live watch of the key: its wake-up, and whether it has a place in `line`.
-    waiters: HashMap<WaiterId, (Arc<Notify>, bool)>,
+    /// Every live watch of the key, and whether it has a place in `line`.
+    waiters: HashMap<WaiterId, bool>,
+    /// The wake-up every watch of the key shares: a release wakes them all (see
+    /// [`State::wake_released`]) with one call, however many wait.
+    released: Arc<Notify>,
     /// Exclusive waiters refused so far, in arrival order, each with the deadline of its wait.
     line: VecDeque<(WaiterId, Instant)>,
 }
@@ -33,9 +36,14 @@ impl Watched {
 }
 
 impl State {
-    /// Registers a watch's wake-up.
-    pub(super) fn add(&mut self, waiter: WaiterId, notify: Arc<Notify>) {
-        self.waiters.insert(waiter, (notify, false));
+    /// The wake-up every watch of the key listens to.
+    pub(super) fn released(&self) -> Arc<Notify> {
+        self.released.clone()
+    }
+
+    /// Registers a watch.
+    pub(super) fn add(&mut self, waiter: WaiterId) {
+        self.waiters.insert(waiter, false);
     }
 
     /// Forgets a watch (dropped: its wait is over) and its place; if it was first in line, the
@@ -59,8 +67,8 @@ impl State {
             .is_some_and(|(_, deadline)| *deadline <= now)
         {
             if let Some((waiter, _)) = self.line.pop_front() {
-                if let Some(entry) = self.waiters.get_mut(&waiter) {
-                    entry.1 = false;
+                if let Some(queued) = self.waiters.get_mut(&waiter) {
+                    *queued = false;
                 }
             }
             lapsed = true;
@@ -79,11 +87,11 @@ impl State {
         let Some((me, deadline)) = me else {
             return;
         };
-        let Some(entry) = self.waiters.get_mut(&me) else {
+        let Some(queued) = self.waiters.get_mut(&me) else {
             return;
         };
-        if !entry.1 {
-            entry.1 = true;
+        if !*queued {
+            *queued = true;
             self.line.push_back((me, deadline));
         }
     }
@@ -93,9 +101,9 @@ impl State {
         let Some((me, _)) = me else {
             return;
         };
-        if let Some(entry) = self.waiters.get_mut(&me) {
-            if entry.1 {
-                entry.1 = false;
+        if let Some(queued) = self.waiters.get_mut(&me) {
+            if *queued {
+                *queued = false;
                 self.line.retain(|(w, _)| *w != me);
             }
         }
@@ -105,9 +113,7 @@ impl State {
     /// first may not be listening right now (a task waiting in the manager's line behind another
     /// of its process), and a wake-up only it could use would then be lost until a poll.
     pub(super) fn wake_released(&self) {
-        for (notify, _) in self.waiters.values() {
-            notify.notify_waiters();
-        }
+        self.released.notify_waiters();
     }
 
     fn wake_head(&self) {

@@ -119,17 +119,23 @@ impl State {
     }
 
     /// How long the cache keeps the slot from `now` on: while its state lasts, then
-    /// [`LINGER`] (or [`WAITED_LINGER`] while tasks wait on the key).
-    fn keep_for(&mut self, now: Instant) -> Duration {
+    /// [`LINGER`] (or [`WAITED_LINGER`] while tasks wait on the key). `None`: as long as it keeps
+    /// it already, which covers that (the usual case on a read: moka then has no expiry to
+    /// reschedule, which would cost it more than the read itself). The slot may so outlive its
+    /// use by up to its last lease's length: only memory, bounded by the capacity.
+    fn keep_for(&mut self, now: Instant) -> Option<Duration> {
         let end = self.current(now).map_or(now, Local::until);
         let linger = if self.waiters > 0 {
             WAITED_LINGER
         } else {
             LINGER
         };
+        if self.kept_until.is_some_and(|kept| kept >= end + linger) {
+            return None;
+        }
         let keep = end.saturating_duration_since(now) + linger;
         self.kept_until = Some(now + keep);
-        keep
+        Some(keep)
     }
 }
 
@@ -144,7 +150,7 @@ impl Expiry<LockKey, Arc<Slot>> for WhileInUse {
         slot: &Arc<Slot>,
         _created_at: std::time::Instant,
     ) -> Option<Duration> {
-        Some(slot.lock().keep_for(Instant::now()))
+        slot.lock().keep_for(Instant::now())
     }
 
     fn expire_after_read(
@@ -152,10 +158,13 @@ impl Expiry<LockKey, Arc<Slot>> for WhileInUse {
         _key: &LockKey,
         slot: &Arc<Slot>,
         _read_at: std::time::Instant,
-        _duration_until_expiry: Option<Duration>,
+        duration_until_expiry: Option<Duration>,
         _last_modified_at: std::time::Instant,
     ) -> Option<Duration> {
-        Some(slot.lock().keep_for(Instant::now()))
+        // Unchanged (the same duration moka passed in) unless the slot must be kept longer.
+        slot.lock()
+            .keep_for(Instant::now())
+            .or(duration_until_expiry)
     }
 }
 
