@@ -113,12 +113,7 @@ impl AerospikeStore {
 }
 
 impl AerospikeStore {
-    /// One round trip: the lock record's bins and TTL (every live holder of a shared record), read from the node the configured read
-    /// replica policy picks (`AerospikeConfig::read_replica`).
-    ///
-    /// Fenced: the fence record is read in the same request (a batch), since a holder's token is
-    /// in its lock record only when it took it with the verified steps; otherwise it is the
-    /// fence counter, when the fence record names the holder as its owner.
+    /// `LockStore::inspect` (see its docs on [`AerospikeStore`]), its errors not yet named.
     pub(crate) async fn inspect_record(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let record_key = self.record_key(key)?;
         let mut base_policy = self.base(self.inner.config.retries.saturating_sub(1) as usize);
@@ -155,8 +150,7 @@ impl AerospikeStore {
         Ok(info.map(|info| self.with_fence_record(info, rows[1].record())))
     }
 
-    /// Scans this farm's DC set and the XDC set. Records written without a user key (the Java
-    /// manager sends only the digest) cannot be named and are left out.
+    /// `LockStore::list` (see its docs on [`AerospikeStore`]), its errors not yet named.
     pub(crate) async fn list_records(&self, prefix: &str) -> Result<Vec<LockInfo>> {
         let mut locks = Vec::new();
         for (level, set) in self.inner.layout.listed_sets() {

@@ -493,15 +493,21 @@ impl LockStore for AerospikeStore {
             .map_err(failed(Operation::Extend))
     }
 
-    /// The lock record of `key`, read as [`inspect_record`](Self::inspect_record) says.
+    /// One round trip: the lock record's bins and TTL (every live holder of a shared record),
+    /// read from the node the configured read replica policy picks
+    /// (`AerospikeConfig::read_replica`).
+    ///
+    /// Fenced: the fence record is read in the same request (a batch), since a holder's token is
+    /// in its lock record only when it took it with the verified steps; otherwise it is the
+    /// fence counter, when the fence record names the holder as its owner.
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         self.inspect_record(key)
             .await
             .map_err(failed(Operation::Inspect))
     }
 
-    /// Every record whose key starts with `prefix`: one scan of the lock set (see
-    /// [`list_records`](Self::list_records)).
+    /// Scans this farm's DC set and the XDC set. Records written without a user key (the Java
+    /// manager sends only the digest) cannot be named and are left out.
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
         self.list_records(prefix)
             .await

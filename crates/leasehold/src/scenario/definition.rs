@@ -74,7 +74,7 @@ impl fmt::Display for StoreDownPolicy {
     }
 }
 
-/// A named business use of locks and its lock model. See the [module docs](self).
+/// A named business use of locks and its lock model. See the [module docs](crate::scenario).
 ///
 /// ```
 /// use std::time::Duration;

@@ -2,7 +2,7 @@
 //!
 //! A [`Scenario`] fixes, for the keys it covers (a [`KeyPattern`] on the entity name), the lock
 //! [`AcquireMode`], TTL, wait, renewal, which scenario layers run and with which settings, whether
-//! the key's history is kept in the store ([`TraceConfig`]), and what to do when the store is
+//! the key's history is kept in the store ([`TraceConfig`](crate::core::TraceConfig)), and what to do when the store is
 //! unreachable ([`StoreDownPolicy`]: fail closed by default). A [`ScenarioRegistry`] holds them:
 //! registered in code through
 //! [`LockManagerBuilder::scenarios`](crate::LockManagerBuilder::scenarios), or loaded from a TOML
