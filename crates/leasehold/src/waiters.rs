@@ -191,7 +191,15 @@ impl Drop for Place<'_> {
                 .queue
                 .front()
                 .is_some_and(|(ticket, _)| *ticket == self.ticket);
-            places.queue.retain(|(ticket, _)| *ticket != self.ticket);
+            // Tickets are taken in increasing order, and the place leaving is usually the head.
+            if was_head {
+                places.queue.pop_front();
+            } else if let Ok(at) = places
+                .queue
+                .binary_search_by_key(&self.ticket, |(ticket, _)| *ticket)
+            {
+                places.queue.remove(at);
+            }
             was_head
                 .then(|| places.queue.front().map(|(_, turn)| turn.clone()))
                 .flatten()
