@@ -423,6 +423,7 @@ fn main() {
         bare().local_competition(LocalCompetitionLayer::new().hand_off(true)),
         rounds,
     );
+    hand_off_latency("default stack", bare().default_layers(), rounds);
     hand_off_latency(
         "default stack + hand-off",
         bare()

@@ -178,6 +178,12 @@ impl<A: LockStore, B: LockStore> LockStore for Either<A, B> {
             Either::Right(b) => b.is_held_by(key, holder),
         }
     }
+    fn is_held_here(&self, key: &LockKey) -> bool {
+        match self {
+            Either::Left(a) => a.is_held_here(key),
+            Either::Right(b) => b.is_held_here(key),
+        }
+    }
     async fn shutdown(&self) -> Result<usize> {
         match self {
             Either::Left(a) => a.shutdown().await,

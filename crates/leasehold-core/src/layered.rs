@@ -95,6 +95,11 @@ pub trait LayeredStore: Send + Sync + 'static {
         self.inner().is_held_by(key, holder)
     }
 
+    /// See [`LockStore::is_held_here`]. Forwards.
+    fn is_held_here(&self, key: &LockKey) -> bool {
+        self.inner().is_held_here(key)
+    }
+
     /// See [`LockStore::watch_changes`]. Forwards.
     fn watch_changes(&self, key: &LockKey) -> impl Future<Output = ChangeWatch> + Send {
         self.inner().watch_changes(key)
@@ -151,6 +156,9 @@ impl<L: LayeredStore> LockStore for L {
     }
     fn is_held_by(&self, key: &LockKey, holder: HolderId) -> bool {
         LayeredStore::is_held_by(self, key, holder)
+    }
+    fn is_held_here(&self, key: &LockKey) -> bool {
+        LayeredStore::is_held_here(self, key)
     }
     fn shutdown(&self) -> impl Future<Output = Result<usize>> + Send {
         LayeredStore::shutdown(self)

@@ -204,6 +204,18 @@ pub trait LockStore: Send + Sync + 'static {
         false
     }
 
+    /// Whether a task of this process holds `key` through this store with a lease granted
+    /// uncontended ([`Lease::is_contended`] false: its release goes to this process's waiters
+    /// first), as far as this store knows from memory, without I/O. The manager asks after a
+    /// waiter's attempt was refused: while it is so, the waiter waits for that task's release
+    /// (which wakes it once the store has it) instead of also listening to the store, whose word
+    /// could come first and only lead to a refused attempt and a second wake-up. The default is
+    /// `false` (unknown); the reentrancy layer answers from the leases it holds.
+    fn is_held_here(&self, key: &LockKey) -> bool {
+        let _ = key;
+        false
+    }
+
     /// Subscribes this process to changes of who holds `key` (grants and releases), until the
     /// returned watch is dropped (see [`ChangeWatch`]): for readers of who holds a lock, such as
     /// an election's observers. Unlike [`watch`](Self::watch) it never waits for the lock: it
@@ -286,6 +298,9 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     }
     fn is_held_by(&self, key: &LockKey, holder: HolderId) -> bool {
         (**self).is_held_by(key, holder)
+    }
+    fn is_held_here(&self, key: &LockKey) -> bool {
+        (**self).is_held_here(key)
     }
     async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
         (**self).history(key).await

@@ -174,6 +174,12 @@ impl Place<'_> {
         self.line().lock().first_wait.take()
     }
 
+    /// How many times a task of this process released the key so far (to ask
+    /// [`released_since`](Self::released_since) later).
+    pub(crate) fn releases(&self) -> u64 {
+        self.line().releases.load(Ordering::Acquire)
+    }
+
     /// Whether a task of this process released the key since the release count `seen`.
     pub(crate) fn released_since(&self, seen: u64) -> bool {
         self.line().releases.load(Ordering::Acquire) != seen

@@ -259,11 +259,13 @@ impl LockManager {
         let local = place.as_ref().map(Place::released);
         // The last head was served: asking at once would only be refused (see `FirstWait`).
         let mut first_wait = place.as_ref().and_then(Place::first_wait);
-        // While a task of this process holds the key (the release count when that was learnt),
-        // this head waits for that task's release and does not listen to the store: the release
-        // wakes it once the store has it, and a notification before that (the embedded store's
-        // comes from inside the release) would only send an attempt local competition refuses,
-        // and cost a second wake-up per hand-over.
+        // While a task of this process holds the key with a lease granted uncontended (the
+        // release count when that was learnt: the head before was served here, or the stack says
+        // so after a refusal, `LockStore::is_held_here`), this head waits for that task's
+        // release and does not listen to the store: the release wakes it once the store has it
+        // (`Handle::release`), and a notification before that (the embedded store's comes from
+        // inside the release) would only send an attempt local competition refuses, and cost a
+        // second wake-up per hand-over.
         let mut local_holder: Option<u64> = None;
         loop {
             // Enabled before the attempt, so a release between a failed attempt and the sleep is
@@ -293,6 +295,8 @@ impl LockManager {
             let retry_after = if wait_first {
                 None
             } else {
+                // Read before the attempt: a release after it is then seen (see `local_holder`).
+                let releases = place.as_ref().map(Place::releases);
                 // Every attempt of this wait is the same waiter (the watch's).
                 let req = Acquire::new(plan.key.clone(), plan.new_token(), plan.ttl)
                     .with_holder(plan.holder)
@@ -308,6 +312,9 @@ impl LockManager {
                             // The holder was one of our own attempts that landed late, now
                             // released: ask again at once.
                             continue;
+                        }
+                        if releases.is_some() && handle.store.is_held_here(&plan.key) {
+                            local_holder = releases;
                         }
                         e.retry_after()
                     }

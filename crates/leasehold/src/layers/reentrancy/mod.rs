@@ -315,6 +315,15 @@ impl<S: LockStore> crate::core::LayeredStore for Reentrancy<S> {
         self.depth(key, holder) > 0 || self.inner.is_held_by(key, holder)
     }
 
+    /// From the exclusive leases this layer holds for its holders.
+    fn is_held_here(&self, key: &LockKey) -> bool {
+        let held = self.count.load(Ordering::Relaxed) > 0
+            && self.held.get(key).is_some_and(|held| {
+                !held.lease.is_contended() && Instant::now() < held.lease.expires_at()
+            });
+        held || self.inner.is_held_here(key)
+    }
+
     async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
         let Some(holder) = req.holder else {
             return self.inner.try_acquire(req).await;

@@ -270,3 +270,48 @@ async fn task_holders_reenter_within_one_task() {
     .unwrap();
     assert_eq!(locks.inspect("k").await.unwrap(), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_key_is_held_here_while_a_holder_has_it_uncontended_and_live() {
+    let store = ReentrancyLayer::default().layer(MemoryStore::new());
+    let me = HolderId::new_explicit();
+    let key = crate::layers::test_support::key("a");
+    assert!(!store.is_held_here(&key), "nobody holds it");
+    let lease = store
+        .try_acquire(&req("a", 1000).with_holder(Some(me)))
+        .await
+        .unwrap();
+    assert!(store.is_held_here(&key));
+    assert!(
+        !store.is_held_here(&crate::layers::test_support::key("b")),
+        "another key"
+    );
+    assert!(store.release(&lease).await.unwrap());
+    assert!(!store.is_held_here(&key), "released");
+
+    let lease = store
+        .try_acquire(&req("a", 1000).with_holder(Some(me)))
+        .await
+        .unwrap();
+    tokio::time::advance(Duration::from_millis(1001)).await;
+    assert!(!store.is_held_here(&key), "its lease ran out");
+    drop(lease);
+
+    // A lease granted while other processes queued: its release goes to them first, so the key
+    // does not count as held here (a waiter of this process listens to the store).
+    let scripted = ScriptedStore::new();
+    let contended = req("a", 1000);
+    scripted.expect_acquire(Ok(Lease::new(
+        contended.key.clone(),
+        contended.token.clone(),
+        contended.ttl,
+        Instant::now(),
+    )
+    .with_contended(true)));
+    let (store, _) = reentrant(&scripted);
+    store
+        .try_acquire(&contended.with_holder(Some(me)))
+        .await
+        .unwrap();
+    assert!(!store.is_held_here(&key));
+}
