@@ -61,6 +61,11 @@ impl AerospikeStore {
     /// missing, TLS or login refused: `StoreSetup`.
     pub async fn connect(config: AerospikeConfig) -> Result<Self> {
         config.validate()?;
+        Self::open(config).await.map_err(failed(Operation::Connect))
+    }
+
+    /// [`connect`](Self::connect) once the configuration is checked.
+    async fn open(config: AerospikeConfig) -> Result<Self> {
         let deadline = Instant::now() + config.connect_timeout;
         let mut policy = ClientPolicy {
             max_conns_per_node: config.max_conns_per_node,
@@ -121,7 +126,9 @@ impl AerospikeStore {
     pub async fn with_client(client: Arc<Client>, config: AerospikeConfig) -> Result<Self> {
         config.validate()?;
         let deadline = Instant::now() + config.connect_timeout;
-        Self::build(client, false, config, deadline).await
+        Self::build(client, false, config, deadline)
+            .await
+            .map_err(failed(Operation::Connect))
     }
 
     /// Checks the namespace (asking again on transient failures until `deadline`), waits until
@@ -141,14 +148,7 @@ impl AerospikeStore {
                 Err(e) if classify(&e) == Class::NotSent && backoff.wait().await => {
                     tracing::debug!(hosts = %seeds, error = %e, "namespace check again");
                 }
-                Err(e) => {
-                    return Err(failed(Operation::Connect)(map(
-                        "namespace check",
-                        "",
-                        &seeds,
-                        e,
-                    )))
-                }
+                Err(e) => return Err(map("namespace check", "", &seeds, e)),
             }
         };
         let namespaces = info.get("namespaces").cloned().unwrap_or_default();

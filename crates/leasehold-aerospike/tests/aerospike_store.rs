@@ -16,7 +16,7 @@ use aerospike::policy::{Expiration, GenerationPolicy};
 use aerospike::{
     as_bin, Bins, Client, ClientPolicy, Key, ReadPolicy, Record, ResultCode, Value, WritePolicy,
 };
-use leasehold::core::Acquire;
+use leasehold::core::{Acquire, Operation};
 use leasehold::{ErrorKind, LockKey, LockStore, OwnerToken};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::AerospikeTarget;
@@ -322,6 +322,7 @@ async fn setup_errors_are_clear_and_found_before_use() {
     let err = AerospikeStore::connect(missing).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::StoreSetup, "{err}");
     assert!(err.to_string().contains("\"nope\" does not exist"), "{err}");
+    assert_eq!(err.operation(), Some(Operation::Connect), "{err:?}");
 
     for config in [
         AerospikeConfig::new(target.hosts(), "test", "farm123456"),
@@ -331,6 +332,11 @@ async fn setup_errors_are_clear_and_found_before_use() {
     ] {
         let err = AerospikeStore::connect(config).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+        assert_eq!(
+            err.operation(),
+            None,
+            "bad input, found before any I/O: {err:?}"
+        );
     }
     let debug = format!(
         "{:?}",

@@ -276,8 +276,10 @@ impl Error {
     }
 
     /// The store call that failed, as the store said: the Redis, etcd and Aerospike stores name
-    /// it on every failure of theirs; an error raised without a store call (a bad argument, a
-    /// wait that timed out, a refusal in memory) carries none.
+    /// it on every failure to reach or use their server (connecting, a lost reply, a connection
+    /// error, the server refusing the request). An error raised without a store call (a bad
+    /// argument found before any I/O, a wait that timed out, a refusal in memory) carries none,
+    /// and a lock held by another owner (`LockUnavailable`) need not.
     ///
     /// ```
     /// use leasehold_core::{Error, Operation};

@@ -297,7 +297,7 @@ impl LockStore for MemoryStore {
             .then(|| self.inner.watched.get(&req.key).map(|w| w.clone()))
             .flatten();
         let mut line = watched.as_ref().map(|w| w.lock());
-        let me = req.wait.map(|wait| (wait.waiter, wait.deadline));
+        let me = req.wait;
         if let Some(line) = line.as_mut() {
             if !line.may_take(me, now) {
                 line.join(me);

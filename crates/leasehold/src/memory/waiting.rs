@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::core::WaiterId;
+use crate::core::{Wait, WaiterId};
 
 /// A key some manager waits on.
 #[derive(Debug, Default)]
@@ -57,9 +57,9 @@ impl State {
         }
     }
 
-    /// Whether `me` (a blocking waiter's id and deadline; `None` for a try) may take a free key:
-    /// the line is empty or `me` is first. Waiters whose wait is over leave the head first.
-    pub(super) fn may_take(&mut self, me: Option<(WaiterId, Instant)>, now: Instant) -> bool {
+    /// Whether `me` (a blocking attempt's wait; `None` for a try) may take a free key: the line
+    /// is empty or `me` is first. Waiters whose wait is over leave the head first.
+    pub(super) fn may_take(&mut self, me: Option<Wait>, now: Instant) -> bool {
         let mut lapsed = false;
         while self
             .line
@@ -78,27 +78,27 @@ impl State {
         }
         self.line
             .front()
-            .is_none_or(|(head, _)| me.is_some_and(|(me, _)| *head == me))
+            .is_none_or(|(head, _)| me.is_some_and(|me| *head == me.waiter))
     }
 
     /// Puts a refused blocking waiter at the back of the line, unless it has a place already.
     /// Only a watched wait queues: a caller without a watch could never be woken in turn.
-    pub(super) fn join(&mut self, me: Option<(WaiterId, Instant)>) {
-        let Some((me, deadline)) = me else {
+    pub(super) fn join(&mut self, me: Option<Wait>) {
+        let Some(me) = me else {
             return;
         };
-        let Some(queued) = self.waiters.get_mut(&me) else {
+        let Some(queued) = self.waiters.get_mut(&me.waiter) else {
             return;
         };
         if !*queued {
             *queued = true;
-            self.line.push_back((me, deadline));
+            self.line.push_back((me.waiter, me.deadline));
         }
     }
 
     /// `me` took the key: its place goes.
-    pub(super) fn served(&mut self, me: Option<(WaiterId, Instant)>) {
-        let Some((me, _)) = me else {
+    pub(super) fn served(&mut self, me: Option<Wait>) {
+        let Some(Wait { waiter: me, .. }) = me else {
             return;
         };
         if let Some(queued) = self.waiters.get_mut(&me) {

@@ -150,7 +150,11 @@ impl Expiry<LockKey, Arc<Slot>> for WhileInUse {
         slot: &Arc<Slot>,
         _created_at: std::time::Instant,
     ) -> Option<Duration> {
-        slot.lock().keep_for(Instant::now())
+        let mut state = slot.lock();
+        // A new slot: nothing is kept yet, so `keep_for` always says how long (`None` here
+        // would mean "never expires").
+        state.kept_until = None;
+        state.keep_for(Instant::now())
     }
 
     fn expire_after_read(
