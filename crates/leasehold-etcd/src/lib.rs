@@ -83,6 +83,7 @@ mod held;
 mod info;
 mod layout;
 mod members;
+mod release;
 mod renew;
 mod resumable_watch;
 mod shared;

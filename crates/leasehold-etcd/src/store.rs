@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, GetOptions, GetResponse, PutOptions, Txn, TxnOp,
-    TxnOpResponse, TxnResponse,
+    Compare, CompareOp, GetOptions, GetResponse, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use leasehold_core::{
     acquire_detached, validate_ttl, Acquire, Capabilities, ChangeWatch, Error, Lease, LockInfo,
@@ -312,48 +311,6 @@ impl EtcdStore {
                 }
             }
         });
-    }
-
-    /// Deletes the lease's hold (the record, or its holder key) if it holds our token; the lease
-    /// it was on is kept as a spare when it is the one this store put it on (so nothing else
-    /// lives on it), else revoked.
-    async fn release_once(&self, lease: &Lease) -> Result<bool> {
-        let held = self.inner.held.remove(lease.token());
-        let hold_key = self.hold_key(lease);
-        let txn = Txn::new()
-            .when([Compare::value(
-                hold_key.as_str(),
-                CompareOp::Equal,
-                lease.token().as_str(),
-            )])
-            .and_then([TxnOp::delete(
-                hold_key.as_str(),
-                Some(DeleteOptions::new().with_prev_key()),
-            )]);
-        let response = self
-            .txn(Retry::Unsent, txn)
-            .await
-            .map_err(|e| self.err(Op::Release, lease.key(), e))?;
-        if !response.succeeded() {
-            return Ok(false);
-        }
-        if let Some(TxnOpResponse::Delete(deleted)) = response.op_responses().first() {
-            if let Some(kv) = deleted.prev_kvs().first() {
-                // The hold was on the lease this store put it on, and a hold's lease carries
-                // nothing else: empty now, it can carry the next hold. A hold on a lease the store
-                // does not know (recovered by the readback layer, moved behind its back) may
-                // share it with something: revoked.
-                match held.filter(|held| held.id == kv.lease()) {
-                    Some(held) => self.keep_spare_lease(Spare {
-                        id: held.id,
-                        seconds: held.seconds,
-                        granted_at: held.since,
-                    }),
-                    None => self.revoke_later(kv.lease()),
-                }
-            }
-        }
-        Ok(true)
     }
 }
 

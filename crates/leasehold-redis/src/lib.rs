@@ -74,10 +74,15 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod acquire;
 mod config;
 mod connect;
 mod connection;
 mod error;
+mod info;
+mod layout;
+mod queue;
+mod release;
 mod reply;
 mod scripts;
 mod sentinel;

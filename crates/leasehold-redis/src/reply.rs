@@ -1,10 +1,7 @@
-//! The scripts' arguments (lock modes, TTLs) as the scripts spell them, and their replies read
-//! back into lock info.
+//! The scripts' arguments as the scripts spell them: lock modes (and a record's mode read
+//! back), how long a refused writer keeps readers out.
 
-use std::time::Duration;
-
-use leasehold_core::{ttl_millis, Acquire, HolderInfo, LockInfo, LockKey, LockMode, OwnerToken};
-
+use leasehold_core::{ttl_millis, Acquire, LockMode};
 use tokio::time::Instant;
 
 /// The `mode` field of a shared record: `shared`, or `semaphore:N`.
@@ -44,84 +41,4 @@ pub(crate) fn writer_wait_millis(req: &Acquire, now: Instant) -> u64 {
     req.deadline().map_or(0, |deadline| {
         ttl_millis(deadline.saturating_duration_since(now).min(req.ttl))
     })
-}
-
-/// Reads `INSPECT`'s reply (see the script).
-pub(crate) fn parse_inspect(
-    key: &LockKey,
-    reply: Vec<redis::Value>,
-) -> redis::RedisResult<Option<LockInfo>> {
-    use redis::FromRedisValue;
-    let mut items = reply.into_iter();
-    let Some(kind) = items.next() else {
-        return Ok(None);
-    };
-    let kind = String::from_redis_value(kind)?;
-    let rest: Vec<redis::Value> = items.collect();
-    if kind == "x" {
-        let token = rest
-            .first()
-            .cloned()
-            .map(String::from_redis_value)
-            .transpose()?;
-        let Some(token) = token else { return Ok(None) };
-        let pttl = rest
-            .get(1)
-            .cloned()
-            .map(i64::from_redis_value)
-            .transpose()?
-            .unwrap_or(-2);
-        if pttl == -2 {
-            return Ok(None);
-        }
-        let fence = match rest.get(2).cloned() {
-            Some(value) => Option::<u64>::from_redis_value(value)?,
-            None => None,
-        };
-        return Ok(Some(info(key, token, pttl, fence)));
-    }
-    let mut rest = rest.into_iter();
-    let field = rest
-        .next()
-        .map(String::from_redis_value)
-        .transpose()?
-        .unwrap_or_default();
-    let marker = rest
-        .next()
-        .map(u64::from_redis_value)
-        .transpose()?
-        .unwrap_or(0);
-    let mut holders = Vec::new();
-    while let (Some(token), Some(left)) = (rest.next(), rest.next()) {
-        let token = String::from_redis_value(token)?;
-        let left = Duration::from_millis(u64::from_redis_value(left)?);
-        holders.push(HolderInfo::new(OwnerToken::from_string(token), Some(left)));
-    }
-    if holders.is_empty() {
-        return Ok(None);
-    }
-    let mode = parse_mode(&field).unwrap_or(LockMode::Shared);
-    Ok(Some(
-        LockInfo::shared(key.clone(), mode, holders).with_writer_waiting(marker > 0),
-    ))
-}
-
-pub(crate) fn info(key: &LockKey, token: String, pttl: i64, fence: Option<u64>) -> LockInfo {
-    // PTTL: -1 no expiry (never written so by leasehold), -2 gone since.
-    let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
-    LockInfo::new(key.clone(), Some(OwnerToken::from_string(token)))
-        .with_ttl_remaining(ttl)
-        .with_fencing_token(fence)
-}
-
-/// Escapes Redis glob metacharacters so a prefix matches literally in `SCAN MATCH`.
-pub(crate) fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }

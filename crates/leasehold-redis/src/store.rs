@@ -14,35 +14,28 @@ use tokio::time::Instant;
 use crate::config::RedisConfig;
 use crate::connection::Connection;
 use crate::error::map;
-use crate::reply::{describe_mode, glob_escape, parse_inspect, writer_wait_millis};
 use crate::scripts::{scripts, Scripts};
 use crate::waiting::subscriber::Subscriber;
 use crate::waiting::Waiting;
 use leasehold_core::{ttl_millis, Operation};
 
-mod keys;
-mod queue;
-
-/// Keys returned by one `SCAN` step.
-const SCAN_COUNT: usize = 500;
-
 /// A lock store on one Redis server (or a Redis-compatible proxy), a Redis Cluster, or the master
 /// Redis Sentinel names (see [`RedisConfig::new`] for the URLs). Cheap to clone.
 #[derive(Clone)]
 pub struct RedisStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    conn: Connection,
-    config: RedisConfig,
+pub(crate) struct Inner {
+    pub(crate) conn: Connection,
+    pub(crate) config: RedisConfig,
     /// Every key of one lock shares a hash tag (`{<lock key>}`): a cluster spreads keys over
     /// slots, and a script may only touch keys of one slot.
-    cluster: bool,
+    pub(crate) cluster: bool,
     /// `host:port` or socket path, for messages (never credentials).
-    address: String,
+    pub(crate) address: String,
     /// This store's place in waiter queues and its release notifications.
-    waiting: Arc<Waiting>,
+    pub(crate) waiting: Arc<Waiting>,
 }
 
 impl RedisStore {
@@ -106,7 +99,7 @@ impl RedisStore {
     }
 
     /// Appends the lock-trace key and arguments a traced script expects (see `scripts::traced`).
-    fn trace_args(
+    pub(crate) fn trace_args(
         &self,
         invocation: &mut redis::ScriptInvocation<'_>,
         key: &LockKey,
@@ -128,7 +121,7 @@ impl RedisStore {
     }
 
     /// Where the store sends its commands, for messages: with Sentinel, the master in use too.
-    fn address(&self) -> std::borrow::Cow<'_, str> {
+    pub(crate) fn address(&self) -> std::borrow::Cow<'_, str> {
         match &self.inner.conn {
             Connection::Sentinel(link) => {
                 format!("{} (node {})", self.inner.address, link.address()).into()
@@ -137,7 +130,7 @@ impl RedisStore {
         }
     }
 
-    fn conn(&self) -> Connection {
+    pub(crate) fn conn(&self) -> Connection {
         self.inner.conn.clone()
     }
 
@@ -146,218 +139,11 @@ impl RedisStore {
         scripts(self.inner.cluster)
     }
 
-    fn err(&self, op: Operation, key: &LockKey, e: redis::RedisError) -> Error {
+    /// A failed command on `key`'s node, named with the node and the operation.
+    pub(crate) fn err(&self, op: Operation, key: &LockKey, e: redis::RedisError) -> Error {
         let address = self.address();
         let site = self.inner.conn.failure_site(&self.lock_key(key), &address);
         map(op, key.as_str(), &site, e)
-    }
-
-    /// The error for an acquire refused because this very token holds the lock: the request ran
-    /// a second time after its first run took the lock (see "A second run" in the scripts'
-    /// docs), so the outcome is in doubt, never a refusal that would leave the hold unknown.
-    fn ran_twice(&self, req: &Acquire) -> Error {
-        Error::in_doubt(format!(
-            "the acquire ran twice on {} (a retry after its first reply was lost) and the lock is \
-             held by this very request's token: its first run took it; read the record to learn \
-             the outcome (the readback layer does)",
-            self.address()
-        ))
-        .with_key(req.key.as_str())
-    }
-
-    /// One acquisition (see `try_acquire` for cancel safety): the acquire round trip, then, with
-    /// replica acknowledgement on, `WAIT`. A grant too few replicas confirmed is undone (an
-    /// owner-checked release of its own token) and reported as a temporary error; if the undo
-    /// fails too, the outcome is in doubt, so the caller's undo tries again.
-    async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
-        let lease = self.acquire_unconfirmed(req).await?;
-        if let Err(unconfirmed) = self.confirm(Operation::Acquire, &req.key).await {
-            return match self.release_once(&lease).await {
-                Ok(_) => Err(unconfirmed),
-                Err(undo) => Err(Error::in_doubt(format!(
-                    "a grant too few replicas confirmed could not be undone ({undo}); it may \
-                     stay held until its TTL unless the release is retried"
-                ))
-                .with_key(req.key.as_str())
-                .with_source(unconfirmed)),
-            };
-        }
-        Ok(lease)
-    }
-
-    /// With replica acknowledgement on ([`RedisConfig::min_replicas`]): waits until enough
-    /// replicas have every write sent so far on the node holding `key`'s lock.
-    async fn confirm(&self, op: Operation, key: &LockKey) -> Result<()> {
-        let Some(min) = self.inner.config.min_replicas else {
-            return Ok(());
-        };
-        let mut conn = self.conn();
-        let acknowledged = conn
-            .wait_replicas(&self.lock_key(key), min.replicas, min.timeout)
-            .await
-            .map_err(|e| self.err(op, key, e))?;
-        if acknowledged >= min.replicas {
-            return Ok(());
-        }
-        Err(Error::connection(format!(
-            "only {acknowledged} of the {} replicas asked for acknowledged the {} on Redis at {} \
-             within {:?}; {} (a replica down or lagging: retry, or lower min_replicas)",
-            min.replicas,
-            if op == Operation::Acquire {
-                "grant"
-            } else {
-                "extend"
-            },
-            self.address(),
-            min.timeout,
-            if op == Operation::Acquire {
-                "the grant is undone"
-            } else {
-                "the extend does not count"
-            }
-        ))
-        .with_key(key.as_str()))
-    }
-
-    /// The acquire round trip itself.
-    async fn acquire_unconfirmed(&self, req: &Acquire) -> Result<Lease> {
-        if req.mode.is_shared_record() {
-            return self.acquire_shared(req).await;
-        }
-        if self.inner.config.fair {
-            return self.acquire_fair(req).await;
-        }
-        let sent_at = Instant::now();
-        let mut conn = self.conn();
-        let script = if req.trace.is_some() {
-            &self.scripts().acquire_traced
-        } else {
-            &self.scripts().acquire
-        };
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(self.lock_key(&req.key))
-            .key(self.fence_key(&req.key))
-            .key(self.change_channel(&req.key))
-            .arg(req.token.as_str())
-            .arg(ttl_millis(req.ttl))
-            .arg(if self.inner.config.fencing { "1" } else { "0" })
-            .arg(writer_wait_millis(req, sent_at))
-            .arg(if req.announce { "1" } else { "0" });
-        self.trace_acquire(&mut invocation, req);
-        let (acquired, value, mine): (i64, Option<u64>, u64) = invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.acquire_err(req, e))?;
-        if acquired == 1 {
-            return Ok(Lease::granted(req, sent_at).with_fencing_token(value));
-        }
-        if mine == 1 {
-            return Err(self.ran_twice(req));
-        }
-        let left = Duration::from_millis(value.unwrap_or(1));
-        Err(Error::unavailable(&req.key).with_retry_after(left))
-    }
-
-    /// Maps an acquire script's error: `MODECONFLICT <mode>` is the key held as another kind.
-    fn acquire_err(&self, req: &Acquire, e: redis::RedisError) -> Error {
-        if e.code() == Some("MODECONFLICT") {
-            let held = e
-                .detail()
-                .map_or("another kind of lock".to_owned(), describe_mode);
-            return req.mode.conflict(&held, &req.key);
-        }
-        self.err(Operation::Acquire, &req.key, e)
-    }
-
-    async fn release_once(&self, lease: &Lease) -> Result<bool> {
-        let mut conn = self.conn();
-        let lock_key = self.lock_key(lease.key());
-        let traced = lease.trace().is_some();
-        let shared = lease.mode().is_shared_record();
-        let fair = self.inner.config.fair;
-        let script = match (shared, fair, traced) {
-            (true, _, false) => &self.scripts().release_shared,
-            (true, _, true) => &self.scripts().release_shared_traced,
-            (false, true, false) => &self.scripts().release_fair,
-            (false, true, true) => &self.scripts().release_fair_traced,
-            (false, false, false) => &self.scripts().release,
-            (false, false, true) => &self.scripts().release_traced,
-        };
-        let mut invocation = script.prepare_invoke();
-        invocation.key(&lock_key);
-        if shared || fair {
-            invocation
-                .key(self.queue_key(lease.key()))
-                .key(self.inner.waiting.channel(&lock_key));
-        }
-        invocation
-            .key(self.change_channel(lease.key()))
-            .arg(lease.token().as_str())
-            .arg(if lease.announces() { "1" } else { "0" });
-        if let Some(trace) = lease.trace() {
-            let entry = |event| HistoryEntry::new(event, lease.token(), "");
-            let (released, not_held) =
-                (entry(HistoryEvent::Released), entry(HistoryEvent::NotHeld));
-            self.trace_args(
-                &mut invocation,
-                lease.key(),
-                trace,
-                Some(released),
-                Some(not_held),
-            );
-        }
-        let deleted: i64 = invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.err(Operation::Release, lease.key(), e))?;
-        Ok(deleted == 1)
-    }
-
-    /// Adds the lock trace's arguments to an acquire script's invocation, if `req` is traced.
-    fn trace_acquire(&self, invocation: &mut redis::ScriptInvocation<'_>, req: &Acquire) {
-        if let Some(trace) = &req.trace {
-            let (ok, refused) = acquire_entries(req);
-            self.trace_args(invocation, &req.key, trace, Some(ok), Some(refused));
-        }
-    }
-}
-
-/// When an abandoned acquisition is looked for again after its undo (see
-/// [`RedisStore::undo_abandoned`]).
-const UNDO_LOOKS: [Duration; 3] = [
-    Duration::from_millis(10),
-    Duration::from_millis(50),
-    Duration::from_millis(200),
-];
-
-impl RedisStore {
-    /// Undoes an acquisition whose caller stopped waiting for its answer: an owner-checked
-    /// release, then a few looks (10, 50 and 200 ms later) that release again if the abandoned
-    /// token shows up. The undo usually follows the request on the same ordered connection, but
-    /// not always: a cluster's request may have gone through the cluster client and its undo
-    /// direct (or the other way round), and a reconnect or a Sentinel master switch puts the undo
-    /// on a new connection; there it can overtake the request it undoes.
-    async fn undo_abandoned(&self, lease: &Lease) -> Result<bool> {
-        let released = self.release_once(lease).await;
-        for pause in UNDO_LOOKS {
-            tokio::time::sleep(pause).await;
-            let holds = match LockStore::inspect(self, lease.key()).await {
-                Ok(Some(info)) => {
-                    info.token.as_ref() == Some(lease.token())
-                        || info.holders.iter().any(|h| &h.token == lease.token())
-                }
-                Ok(None) => false,
-                // Cannot tell: the owner-checked release is harmless either way.
-                Err(_) => true,
-            };
-            if holds {
-                if let Ok(true) = self.release_once(lease).await {
-                    return Ok(true);
-                }
-            }
-        }
-        released
     }
 }
 
@@ -488,88 +274,12 @@ impl LockStore for RedisStore {
     }
 
     async fn inspect(&self, key: &LockKey) -> Result<Option<LockInfo>> {
-        let mut conn = self.conn();
-        let found: Vec<redis::Value> = self
-            .scripts()
-            .inspect
-            .key(self.lock_key(key))
-            .key(self.fence_key(key))
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.err(Operation::Inspect, key, e))?;
-        parse_inspect(key, found).map_err(|e| self.err(Operation::Inspect, key, e))
+        self.inspect_lock(key).await
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockInfo>> {
-        let config_prefix = &self.inner.config.prefix;
-        let pattern = if self.inner.cluster {
-            format!("{}{{{}*", glob_escape(config_prefix), glob_escape(prefix))
-        } else {
-            format!("{}{}*", glob_escape(config_prefix), glob_escape(prefix))
-        };
-        let list_err = |e| map(Operation::List, prefix, &self.address(), e);
-        let mut conn = self.conn();
-        // On a cluster every master scans its own keys; one server scans all.
-        let nodes = match &mut conn {
-            Connection::Cluster(cluster) => crate::connection::masters(cluster)
-                .await
-                .map_err(list_err)?,
-            _ => vec![None],
-        };
-        let mut locks = Vec::new();
-        for node in nodes {
-            let mut cursor: u64 = 0;
-            loop {
-                let mut scan = redis::cmd("SCAN");
-                scan.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT);
-                let (next, keys): (u64, Vec<String>) = match (&mut conn, &node) {
-                    (Connection::Cluster(cluster), Some(node)) => {
-                        crate::connection::query_node(cluster, scan, node).await
-                    }
-                    (conn, _) => scan.query_async(conn).await,
-                }
-                .map_err(list_err)?;
-                let keys: Vec<LockKey> = keys
-                    .iter()
-                    .filter_map(|k| self.lock_key_of(k))
-                    .filter_map(|k| k.parse::<LockKey>().ok())
-                    .collect();
-                // Concurrent inspects on the multiplexed connection: pipelined, one script each,
-                // so exclusive and shared records are read alike and atomically.
-                let found = futures::future::try_join_all(keys.iter().map(|key| self.inspect(key)));
-                locks.extend(found.await?.into_iter().flatten());
-                cursor = next;
-                if cursor == 0 {
-                    break;
-                }
-            }
-        }
-        locks.sort_by(|a, b| a.key.cmp(&b.key));
-        locks.dedup_by(|a, b| a.key == b.key);
-        Ok(locks)
+        self.list_locks(prefix).await
     }
-}
-
-/// The history entries an acquire writes: acquired, or refused / waited.
-fn acquire_entries(req: &Acquire) -> (HistoryEntry, HistoryEntry) {
-    let ok = HistoryEntry::new(
-        HistoryEvent::Acquired,
-        &req.token,
-        format!("{} ttl {}ms", req.mode, ttl_millis(req.ttl)),
-    );
-    let failed = if req.wait.is_some() {
-        HistoryEvent::Waited
-    } else {
-        HistoryEvent::Refused
-    };
-    (
-        ok,
-        HistoryEntry::new(failed, &req.token, "held by another owner"),
-    )
 }
 
 impl fmt::Debug for RedisStore {
@@ -584,12 +294,6 @@ impl fmt::Debug for RedisStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn glob_metacharacters_are_escaped() {
-        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
-        assert_eq!(glob_escape("leasehold:DC#f#"), "leasehold:DC#f#");
-    }
 
     #[test]
     fn ttl_is_never_rounded_to_zero() {

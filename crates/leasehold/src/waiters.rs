@@ -14,7 +14,7 @@
 //! holder's release (or asks at once if the release came already).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::Notify;
@@ -38,6 +38,9 @@ pub(crate) struct Line {
     released: Notify,
     /// How many times (for a head to tell whether a release came since it last looked).
     releases: AtomicU64,
+    /// The head was served uncontended and left without waking the next head: the next release
+    /// does (see [`Place`]'s drop).
+    turn_on_release: AtomicBool,
 }
 
 /// What a new head waits for before it asks, after the head before it was served (see the
@@ -99,9 +102,24 @@ impl Waiters {
         if self.lines.load(Ordering::Acquire) == 0 {
             return;
         }
-        if let Some(line) = self.map.get(key) {
-            line.releases.fetch_add(1, Ordering::AcqRel);
-            line.released.notify_waiters();
+        let Some(line) = self.map.get(key).map(|line| line.clone()) else {
+            return;
+        };
+        // SeqCst with `turn_on_release` (and its store in `Place`'s drop): either this release
+        // sees the flag, or the leaving head sees the count moved and wakes the next itself.
+        line.releases.fetch_add(1, Ordering::SeqCst);
+        line.released.notify_waiters();
+        if line.turn_on_release.load(Ordering::SeqCst) {
+            let head = {
+                let places = line.lock();
+                line.turn_on_release
+                    .swap(false, Ordering::SeqCst)
+                    .then(|| places.queue.front().map(|(_, turn)| turn.clone()))
+                    .flatten()
+            };
+            if let Some(turn) = head {
+                turn.notify_one();
+            }
         }
     }
 
@@ -126,7 +144,8 @@ pub(crate) struct Place<'a> {
     line: Option<Arc<Line>>,
     ticket: u64,
     /// Notified (once, with a permit kept if it is not listening yet) when this place becomes the
-    /// head.
+    /// head, or, when the head before it was served uncontended, when that holder releases the
+    /// key (see the module docs).
     turn: Arc<Notify>,
 }
 
@@ -144,7 +163,8 @@ impl Place<'_> {
             .is_some_and(|(ticket, _)| *ticket == self.ticket)
     }
 
-    /// Notified when this place becomes the head (the wake-up is kept until it is awaited).
+    /// Notified when this place becomes the head, or when the holder it waits for releases the key
+    /// (the wake-up is kept until it is awaited; see the module docs).
     pub(crate) fn turn(&self) -> &Notify {
         &self.turn
     }
@@ -163,7 +183,7 @@ impl Place<'_> {
             places.first_wait = Some(if contended {
                 FirstWait::Store
             } else {
-                FirstWait::Release(line.releases.load(Ordering::Acquire))
+                FirstWait::Release(line.releases.load(Ordering::SeqCst))
             });
         }
     }
@@ -177,12 +197,12 @@ impl Place<'_> {
     /// How many times a task of this process released the key so far (to ask
     /// [`released_since`](Self::released_since) later).
     pub(crate) fn releases(&self) -> u64 {
-        self.line().releases.load(Ordering::Acquire)
+        self.line().releases.load(Ordering::SeqCst)
     }
 
     /// Whether a task of this process released the key since the release count `seen`.
     pub(crate) fn released_since(&self, seen: u64) -> bool {
-        self.line().releases.load(Ordering::Acquire) != seen
+        self.line().releases.load(Ordering::SeqCst) != seen
     }
 }
 
@@ -206,9 +226,24 @@ impl Drop for Place<'_> {
             {
                 places.queue.remove(at);
             }
-            was_head
-                .then(|| places.queue.front().map(|(_, turn)| turn.clone()))
-                .flatten()
+            let next = places.queue.front().map(|(_, turn)| turn.clone());
+            match (was_head, next, places.first_wait) {
+                (false, _, _) | (true, None, _) => None,
+                // A head served uncontended leaves the next head asleep until its holder's
+                // release, which wakes it (`Waiters::wake`): woken now, it would only wait for
+                // that release, at the cost of a second wake-up per hand-over. (A release that
+                // came already is seen here, after the flag is up: the next is woken now.)
+                (true, Some(next), Some(FirstWait::Release(seen))) => {
+                    line.turn_on_release.store(true, Ordering::SeqCst);
+                    if line.releases.load(Ordering::SeqCst) == seen {
+                        None
+                    } else {
+                        line.turn_on_release.store(false, Ordering::SeqCst);
+                        Some(next)
+                    }
+                }
+                (true, next, _) => next,
+            }
         };
         if let Some(turn) = next_head {
             turn.notify_one();

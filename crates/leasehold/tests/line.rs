@@ -125,6 +125,44 @@ async fn a_waiter_is_woken_when_a_leaked_lease_expires() {
     scripted.verify();
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_head_after_a_served_waiter_that_leaks_its_guard_gets_the_key_at_its_expiry() {
+    // The head after one served uncontended is woken by that holder's release, not when it
+    // becomes head: a guard that is never released must not leave it asleep for its whole wait.
+    let scripted = ScriptedStore::new();
+    scripted
+        .grant_acquire()
+        .expect_release(Ok(true))
+        .grant_acquire()
+        .grant_acquire();
+    let (locks, _) = manager(&scripted, LocalCompetitionLayer::new());
+    let first = locks.try_lock("a").await.unwrap();
+    let short = LockOptions::new()
+        .wait(Duration::from_secs(60))
+        .ttl(Duration::from_secs(1));
+    let served = {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.lock_with("a", short).await })
+    };
+    settle().await;
+    let next = spawn_waiter(&locks, "a", 60);
+    settle().await;
+    first.release().await.unwrap();
+    let leaked = served.await.unwrap().unwrap();
+    let started = Instant::now();
+    std::mem::forget(leaked);
+    let third = next.await.unwrap().unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1)
+            && waited <= Duration::from_secs(1) + leasehold::DEFAULT_RETRY_INTERVAL,
+        "once the leaked lease ran out, within a look: {waited:?}"
+    );
+    assert_eq!(scripted.count(Op::TryAcquire), 3, "no store I/O before it");
+    std::mem::forget(third);
+    scripted.verify();
+}
+
 /// The order in which `waiters` finish, releasing each guard at once.
 async fn finishing_order(mut waiters: Vec<(usize, JoinHandle<Result<LockGuard>>)>) -> Vec<usize> {
     let mut order = Vec::new();

@@ -400,12 +400,19 @@ impl LockManager {
             if place.is_head() {
                 return Ok(());
             }
+            // The net under a head made without a wake-up (see `crate::waiters`): a look at the
+            // longest backoff step.
+            let look = deadline.min(Instant::now() + self.inner.config.backoff.longest());
             tokio::select! {
                 _ = turn => {}
                 _ = plan.handle.lifecycle.closing() => {
                     return Err(Some(Error::shut_down().with_key(plan.key.as_str())))
                 }
-                _ = tokio::time::sleep_until(deadline) => return Err(None),
+                _ = tokio::time::sleep_until(look) => {
+                    if look == deadline {
+                        return Err(None);
+                    }
+                }
             }
         }
     }

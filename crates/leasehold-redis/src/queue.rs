@@ -12,8 +12,8 @@ use std::time::Duration;
 use leasehold_core::{Acquire, Error, Lease, LockKey, Result};
 use tokio::time::Instant;
 
-use super::RedisStore;
 use crate::reply::{mode_field, writer_wait_millis};
+use crate::store::RedisStore;
 use leasehold_core::ttl_millis;
 
 use crate::waiting::places::Place;
@@ -50,7 +50,7 @@ impl RedisStore {
     }
 
     /// A reader or a semaphore permit: one script, in the fair queue when fair waiting is on.
-    pub(super) async fn acquire_shared(&self, req: &Acquire) -> Result<Lease> {
+    pub(crate) async fn acquire_shared(&self, req: &Acquire) -> Result<Lease> {
         let lock_key = self.lock_key(&req.key);
         let fair = self.inner.config.fair;
         let (place, requeue) = if fair {
@@ -100,7 +100,7 @@ impl RedisStore {
 
     /// The fair acquire script: a blocking attempt (with a deadline) queues its process, or in
     /// strict FIFO mode its own waiting call; a try-lock never passes a queued waiter.
-    pub(super) async fn acquire_fair(&self, req: &Acquire) -> Result<Lease> {
+    pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Result<Lease> {
         let lock_key = self.lock_key(&req.key);
         let (place, requeue) = self.queue_place(&lock_key, req);
         let waiter_timeout = self.inner.config.waiter_timeout;

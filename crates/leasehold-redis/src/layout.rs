@@ -3,7 +3,7 @@
 
 use leasehold_core::LockKey;
 
-use super::RedisStore;
+use crate::store::RedisStore;
 
 impl RedisStore {
     /// `<prefix><kind><lock key>`; on a cluster `<prefix><kind>{<lock key>}`, so that every key
@@ -18,7 +18,7 @@ impl RedisStore {
     }
 
     /// The lock key of a Redis key [`lock_key`](Self::lock_key) made, if it is one.
-    pub(super) fn lock_key_of<'a>(&self, redis_key: &'a str) -> Option<&'a str> {
+    pub(crate) fn lock_key_of<'a>(&self, redis_key: &'a str) -> Option<&'a str> {
         let rest = redis_key.strip_prefix(&self.inner.config.prefix)?;
         if self.inner.cluster {
             rest.strip_prefix('{')?.strip_suffix('}')
