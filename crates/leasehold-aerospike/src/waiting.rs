@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold_core::{OwnerToken, ReleaseWatch};
+use leasehold_core::{NotifyRegistry, OwnerToken, ReleaseWatch};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
@@ -47,12 +47,10 @@ pub(crate) fn us(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
-/// A key some task of this process waits on.
+/// A key some task of this process waits on (its live watches, blocking `lock()` calls in this
+/// process, are counted by the registry).
 #[derive(Debug)]
 struct Watched {
-    notify: Arc<Notify>,
-    /// Live watches on the key (blocking `lock()` calls in this process).
-    watchers: usize,
     /// Whether the last attempt on the key left this process in the line.
     queued: bool,
     /// Refusals of this process at the head of the line since the holder's expected release.
@@ -83,7 +81,8 @@ pub(crate) struct Waiting {
     /// One place per process (per store): fairness is between processes, and local competition
     /// orders the tasks inside one.
     id: String,
-    watched: Mutex<HashMap<String, Watched>>,
+    /// The keys this process waits on, each with the wake-up its watches share.
+    watched: NotifyRegistry<Watched>,
     /// Key → how long this process holds it (a moving average, µs), published when it takes the
     /// key so waiters elsewhere know when to look again; when its current hold began; the grant
     /// time it last published.
@@ -103,7 +102,7 @@ impl Waiting {
         Waiting {
             // host/pid/uuid: unique per store instance, readable in the record.
             id: OwnerToken::generate().as_str().to_owned(),
-            watched: Mutex::new(HashMap::new()),
+            watched: NotifyRegistry::new(),
             holds: Mutex::new(HashMap::new()),
             lateness: Arc::new(Lateness::default()),
         }
@@ -114,10 +113,6 @@ impl Waiting {
         &self.id
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watched>> {
-        self.watched.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Whether more than one task of this process waits on `key` (the one asking, and others).
     pub(crate) fn others_wait(&self, key: &str) -> bool {
         self.waiters(key) > 1
@@ -125,7 +120,7 @@ impl Waiting {
 
     /// How many tasks of this process wait on `key` (live watches).
     pub(crate) fn waiters(&self, key: &str) -> usize {
-        self.lock().get(key).map_or(0, |w| w.watchers)
+        self.watched.registrations(key)
     }
 
     /// Registers a waiter on `key`; the first one starts the key's driver, which wakes this
@@ -136,26 +131,22 @@ impl Waiting {
         key: String,
         leave: impl FnOnce() + Send + Sync + 'static,
     ) -> ReleaseWatch {
-        let notify = {
-            let mut watched = self.lock();
-            let entry = watched.entry(key.clone()).or_insert_with(|| {
+        let (notify, ()) = self.watched.register(
+            &key,
+            |notify| {
                 let (wake_at, rx) = watch::channel(None);
-                let notify = Arc::new(Notify::new());
                 if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                     runtime.spawn(drive(rx, notify.clone(), self.lateness.clone()));
                 }
                 Watched {
-                    notify,
-                    watchers: 0,
                     queued: false,
                     late: 0,
                     head: None,
                     wake_at,
                 }
-            });
-            entry.watchers += 1;
-            entry.notify.clone()
-        };
+            },
+            |_, _| (),
+        );
         let waiting = self.clone();
         ReleaseWatch::new(notify, move || {
             if waiting.unwatch(&key) {
@@ -166,56 +157,53 @@ impl Waiting {
 
     /// One waiter on `key` is gone; `true` when it was the last and the process is in line.
     pub(crate) fn unwatch(&self, key: &str) -> bool {
-        let mut watched = self.lock();
-        let Some(entry) = watched.get_mut(key) else {
-            return false;
-        };
-        entry.watchers -= 1;
-        if entry.watchers > 0 {
-            return false;
-        }
-        // Dropping the entry drops its sender: the driver ends.
-        watched.remove(key).is_some_and(|w| w.queued)
+        // Dropping the last entry drops its sender: the driver ends.
+        self.watched
+            .unregister(key)
+            .is_some_and(|entry| entry.queued)
     }
 
     /// After an attempt on `key`: whether the process is in line now, and when its waiters should
     /// look again (`None`: nothing scheduled).
     pub(crate) fn attempted(&self, key: &str, queued: bool, again_in: Option<Duration>) {
-        if let Some(entry) = self.lock().get_mut(key) {
+        self.watched.with(key, |entry| {
             entry.queued = queued;
             if let Some(again_in) = again_in {
                 entry.wake_at.send_replace(Some(Instant::now() + again_in));
             }
-        }
+        });
     }
 
     /// Remembers (`Some`) or forgets the line that showed this process at the head.
     pub(crate) fn set_head(&self, key: &str, line: Option<Line>) {
-        if let Some(entry) = self.lock().get_mut(key) {
+        self.watched.with(key, |entry| {
             entry.head = line.map(|line| (Instant::now(), line));
-        }
+        });
     }
 
     /// The line that showed this process at the head, if read less than `within` ago.
     pub(crate) fn head(&self, key: &str, within: Duration) -> Option<Line> {
-        let watched = self.lock();
-        let (at, line) = watched.get(key)?.head.as_ref()?;
-        (at.elapsed() < within).then(|| line.clone())
+        self.watched
+            .with(key, |entry| {
+                let (at, line) = entry.head.as_ref()?;
+                (at.elapsed() < within).then(|| line.clone())
+            })
+            .flatten()
     }
 
     /// Refusals at the head past the holder's expected release, counting this one (`overdue`), or
     /// back to 0.
     pub(crate) fn late(&self, key: &str, overdue: bool) -> u32 {
-        let mut watched = self.lock();
-        let Some(entry) = watched.get_mut(key) else {
-            return 0;
-        };
-        entry.late = if overdue {
-            entry.late.saturating_add(1)
-        } else {
-            0
-        };
-        entry.late.saturating_sub(1)
+        self.watched
+            .with(key, |entry| {
+                entry.late = if overdue {
+                    entry.late.saturating_add(1)
+                } else {
+                    0
+                };
+                entry.late.saturating_sub(1)
+            })
+            .unwrap_or(0)
     }
 
     fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<String, Hold>> {
@@ -440,7 +428,7 @@ mod tests {
             left.load(std::sync::atomic::Ordering::SeqCst),
             "the last waiter of a queued process leaves the line"
         );
-        assert!(waiting.lock().is_empty());
+        assert!(waiting.watched.is_empty());
     }
 
     #[test]

@@ -29,13 +29,12 @@
 //! is up, to read again. A watch that cannot be created within the store's connect and response
 //! timeouts gives [`ChangeWatch::none`]: the observer polls instead.
 
-use std::collections::HashMap;
 use std::ops::ControlFlow;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{EventType, WatchOptions, WatchResponse};
-use leasehold_core::ChangeWatch;
+use leasehold_core::{ChangeWatch, NotifyRegistry};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
@@ -50,17 +49,14 @@ pub(crate) struct Changes {
     members: Arc<Members>,
     /// How long a new watch may take to be confirmed before the caller gets a dead one.
     watch_timeout: Duration,
-    /// Observed locks by record key (`<prefix><lock key>`).
-    observed: Mutex<HashMap<String, Observed>>,
+    /// Observed locks by record key (`<prefix><lock key>`), each with the wake-up its watches
+    /// share.
+    observed: NotifyRegistry<Observed>,
 }
 
-/// One lock some reader of this process observes.
+/// One lock some reader of this process observes: its watch stream.
 #[derive(Debug)]
 struct Observed {
-    /// Fired on every change of holder; shared by every [`ChangeWatch`] on the lock.
-    notify: Arc<Notify>,
-    /// Live registrations (change watches, and callers still waiting for the confirmation).
-    watchers: usize,
     /// Becomes `true` once etcd confirmed the watch (and stays so across re-creations: those
     /// resume where the stream broke).
     created: watch::Receiver<bool>,
@@ -71,7 +67,7 @@ struct Observed {
 impl std::fmt::Debug for Changes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Changes")
-            .field("observed", &self.lock().len())
+            .field("observed", &self.observed.len())
             .finish()
     }
 }
@@ -82,12 +78,8 @@ impl Changes {
         Changes {
             members,
             watch_timeout: config.connect_timeout + config.response_timeout,
-            observed: Mutex::new(HashMap::new()),
+            observed: NotifyRegistry::new(),
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Observed>> {
-        self.observed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Registers a reader of the holder of the lock whose record key is `lock_key`. The first
@@ -97,10 +89,9 @@ impl Changes {
     ///
     /// Cancel safe: a caller that stops waiting gives its registration back.
     pub(crate) async fn watch(self: &Arc<Self>, lock_key: String) -> ChangeWatch {
-        let (notify, mut created) = {
-            let mut observed = self.lock();
-            let entry = observed.entry(lock_key.clone()).or_insert_with(|| {
-                let notify = Arc::new(Notify::new());
+        let (notify, mut created) = self.observed.register(
+            &lock_key,
+            |notify| {
                 let (confirm, created) = watch::channel(false);
                 let task = tokio::spawn(follow(
                     self.members.clone(),
@@ -108,16 +99,10 @@ impl Changes {
                     notify.clone(),
                     confirm,
                 ));
-                Observed {
-                    notify,
-                    watchers: 0,
-                    created,
-                    task,
-                }
-            });
-            entry.watchers += 1;
-            (entry.notify.clone(), entry.created.clone())
-        };
+                Observed { created, task }
+            },
+            |observed, _| observed.created.clone(),
+        );
         // Counted before the wait, so that the last other watch dropped meanwhile does not
         // cancel the stream this caller is waiting for; given back on every way out.
         let registration = Registration {
@@ -135,16 +120,8 @@ impl Changes {
 
     /// One registration on `lock_key` is gone; the last one cancels the watch.
     fn unwatch(&self, lock_key: &str) {
-        let mut observed = self.lock();
-        let Some(entry) = observed.get_mut(lock_key) else {
-            return;
-        };
-        entry.watchers = entry.watchers.saturating_sub(1);
-        if entry.watchers > 0 {
-            return;
-        }
-        if let Some(entry) = observed.remove(lock_key) {
-            entry.task.abort(); // dropping the stream cancels the watch in etcd
+        if let Some(observed) = self.observed.unregister(lock_key) {
+            observed.task.abort(); // dropping the stream cancels the watch in etcd
         }
     }
 }
@@ -153,9 +130,8 @@ impl Drop for Changes {
     fn drop(&mut self) {
         // Every registration holds the `Changes`, so none is left by now; this only guards
         // against a stream outliving its store.
-        for observed in self.lock().values() {
-            observed.task.abort();
-        }
+        self.observed
+            .for_each(|_, observed, _| observed.task.abort());
     }
 }
 

@@ -18,14 +18,13 @@
 //! with an fsync. A spare is used only while young (a tenth of its TTL), and the lease it gives
 //! counts its TTL from the grant, so it never claims longer than etcd keeps it.
 
-use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchResponse};
-use leasehold_core::{OwnerToken, ReleaseWatch};
+use leasehold_core::{NotifyRegistry, OwnerToken, ReleaseWatch};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -44,12 +43,10 @@ pub(crate) struct Place {
     pub(crate) revision: i64,
 }
 
-/// One lock some task of this process waits on.
-#[derive(Debug)]
+/// One lock some task of this process waits on (its live watches, blocking `lock()` calls in
+/// this process, are counted by the registry).
+#[derive(Debug, Default)]
 struct Watched {
-    notify: Arc<Notify>,
-    /// Live watches (blocking `lock()` calls in this process).
-    watchers: usize,
     /// Our waiter key, once a blocking attempt put it.
     place: Option<Place>,
     /// Who is ahead of `place`: which deletions wake this process.
@@ -79,7 +76,8 @@ pub(crate) struct Waiting {
     members: Arc<Members>,
     waiter_ttl: i64,
     watch_timeout: Duration,
-    watched: Mutex<HashMap<String, Watched>>,
+    /// The locks this process waits on, each with the wake-up its watches share.
+    watched: NotifyRegistry<Watched>,
     session: tokio::sync::Mutex<Option<WaiterLease>>,
     /// Set by `close`: a spare handed in after it is revoked, not kept.
     closed: AtomicBool,
@@ -92,7 +90,7 @@ impl std::fmt::Debug for Waiting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Waiting")
             .field("id", &self.id)
-            .field("watched", &self.lock().len())
+            .field("watched", &self.watched.len())
             .finish()
     }
 }
@@ -104,46 +102,34 @@ impl Waiting {
             members,
             waiter_ttl: lease_seconds(config.waiter_timeout).unwrap_or(5),
             watch_timeout: config.connect_timeout + config.response_timeout,
-            watched: Mutex::new(HashMap::new()),
+            watched: NotifyRegistry::new(),
             session: tokio::sync::Mutex::new(None),
             closed: AtomicBool::new(false),
             session_gone: AtomicI64::new(0),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watched>> {
-        self.watched.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Registers a waiter on `lock_key`; the first one of the process opens the watch (confirmed
     /// by etcd before this returns, so no release after it is missed).
     pub(crate) async fn watch(self: &Arc<Self>, lock_key: String) -> ReleaseWatch {
-        let (notify, created) = {
-            let mut watched = self.lock();
-            let entry = watched.entry(lock_key.clone()).or_insert_with(|| Watched {
-                notify: Arc::new(Notify::new()),
-                watchers: 0,
-                place: None,
-                ahead: Ahead::default(),
-                spare: None,
-                task: None,
-            });
-            entry.watchers += 1;
-            let created = if entry.task.is_none() {
+        let (notify, created) = self.watched.register(
+            &lock_key,
+            |_| Watched::default(),
+            |entry, notify| {
+                if entry.task.is_some() {
+                    return None;
+                }
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 entry.task = Some(tokio::spawn(watch_loop(
                     Arc::downgrade(self),
                     self.members.clone(),
                     lock_key.clone(),
-                    entry.notify.clone(),
+                    notify.clone(),
                     tx,
                 )));
                 Some(rx)
-            } else {
-                None
-            };
-            (entry.notify.clone(), created)
-        };
+            },
+        );
         if let Some(created) = created {
             if tokio::time::timeout(self.watch_timeout, created)
                 .await
@@ -158,23 +144,13 @@ impl Waiting {
     }
 
     fn unwatch(self: &Arc<Self>, lock_key: &str) {
-        let (place, spare) = {
-            let mut watched = self.lock();
-            let Some(entry) = watched.get_mut(lock_key) else {
-                return;
-            };
-            entry.watchers -= 1;
-            if entry.watchers > 0 {
-                return;
-            }
-            let Some(entry) = watched.remove(lock_key) else {
-                return;
-            };
-            if let Some(task) = entry.task {
-                task.abort(); // dropping the stream cancels the watch
-            }
-            (entry.place, entry.spare)
+        let Some(entry) = self.watched.unregister(lock_key) else {
+            return;
         };
+        if let Some(task) = entry.task {
+            task.abort(); // dropping the stream cancels the watch
+        }
+        let (place, spare) = (entry.place, entry.spare);
         if let Some(spare) = spare {
             self.revoke_later(spare.id);
         }
@@ -203,15 +179,15 @@ impl Waiting {
     /// (of two, the younger: it has more of its TTL left); the one not kept is revoked, as is
     /// every spare handed in after the store closed.
     pub(crate) fn keep_spare(&self, lock_key: &str, spare: Spare) {
-        let unused = {
-            let mut watched = self.lock();
-            match watched.get_mut(lock_key) {
-                Some(entry) if !self.closed.load(Ordering::SeqCst) => match entry.spare {
+        let unused = if self.closed.load(Ordering::SeqCst) {
+            Some(spare)
+        } else {
+            self.watched
+                .with(lock_key, |entry| match entry.spare {
                     Some(kept) if kept.granted_at >= spare.granted_at => Some(spare),
                     _ => entry.spare.replace(spare),
-                },
-                _ => Some(spare),
-            }
+                })
+                .unwrap_or(Some(spare))
         };
         if let Some(unused) = unused {
             self.revoke_later(unused.id);
@@ -226,7 +202,7 @@ impl Waiting {
         seconds: i64,
         max_age: Duration,
     ) -> Option<Spare> {
-        let spare = self.lock().get_mut(lock_key)?.spare.take()?;
+        let spare = self.watched.with(lock_key, |entry| entry.spare.take())??;
         if spare.seconds == seconds && spare.granted_at.elapsed() <= max_age {
             return Some(spare);
         }
@@ -257,12 +233,14 @@ impl Waiting {
     /// Whether a task of this process watches `lock_key` (only then may a blocking attempt join
     /// the line: the last watch to go takes the process out of it again).
     pub(crate) fn is_watched(&self, lock_key: &str) -> bool {
-        self.lock().contains_key(lock_key)
+        self.watched.contains(lock_key)
     }
 
     /// This process's place in `lock_key`'s line, if it has one.
     pub(crate) fn current_place(&self, lock_key: &str) -> Option<Place> {
-        self.lock().get(lock_key).and_then(|w| w.place.clone())
+        self.watched
+            .with(lock_key, |entry| entry.place.clone())
+            .flatten()
     }
 
     /// The waiter key this store puts in `lock_key`'s line on waiter lease `session`.
@@ -278,29 +256,25 @@ impl Waiting {
     /// Records the place a failed attempt took in `lock_key`'s line; if nobody of this process
     /// waits any more, takes the key out of the line again.
     pub(crate) fn set_place(&self, lock_key: &str, place: Place) {
-        let mut watched = self.lock();
-        match watched.get_mut(lock_key) {
-            Some(entry) => {
-                if entry.place.as_ref() != Some(&place) {
-                    entry.ahead.forget();
-                }
-                entry.place = Some(place);
+        let unwatched = self.watched.with(lock_key, |entry| {
+            if entry.place.as_ref() != Some(&place) {
+                entry.ahead.forget();
             }
-            None => {
-                drop(watched);
-                self.remove_key_later(place.key);
-            }
+            entry.place = Some(place.clone());
+        });
+        if unwatched.is_none() {
+            self.remove_key_later(place.key);
         }
     }
 
     /// Forgets `place` (taken the lock, or lost the place): the next blocking attempt queues again.
     pub(crate) fn forget(&self, lock_key: &str, place: &Place) {
-        if let Some(entry) = self.lock().get_mut(lock_key) {
+        self.watched.with(lock_key, |entry| {
             if entry.place.as_ref() == Some(place) {
                 entry.place = None;
                 entry.ahead.forget();
             }
-        }
+        });
     }
 
     /// A read of `lock_key`'s line at revision `read_at` found `keys` ahead of `place`: what that
@@ -312,29 +286,26 @@ impl Waiting {
         keys: impl IntoIterator<Item = Vec<u8>>,
         read_at: i64,
     ) -> Option<Learned> {
-        let mut watched = self.lock();
-        let entry = watched.get_mut(lock_key)?;
-        if entry.place.as_ref() != Some(place) {
-            return None;
-        }
-        Some(entry.ahead.learn(keys, read_at))
+        self.watched
+            .with(lock_key, |entry| {
+                (entry.place.as_ref() == Some(place)).then(|| entry.ahead.learn(keys, read_at))
+            })
+            .flatten()
     }
 
     /// Whether the watch alone says it is `place`'s turn on `lock_key` (see [`Ahead::take_turn`]).
     pub(crate) fn take_turn(&self, lock_key: &str, place: &Place) -> bool {
-        let mut watched = self.lock();
-        watched
-            .get_mut(lock_key)
-            .filter(|entry| entry.place.as_ref() == Some(place))
-            .is_some_and(|entry| entry.ahead.take_turn())
+        self.watched
+            .with(lock_key, |entry| {
+                entry.place.as_ref() == Some(place) && entry.ahead.take_turn()
+            })
+            .unwrap_or(false)
     }
 
     /// The watch may have missed deletions of `lock_key` (it could not be resumed where it broke):
     /// nothing is known about who is ahead until the line is read again.
     fn line_unknown(&self, lock_key: &str) {
-        if let Some(entry) = self.lock().get_mut(lock_key) {
-            entry.ahead.forget();
-        }
+        self.watched.with(lock_key, |entry| entry.ahead.forget());
     }
 
     /// The watch saw `key` deleted at `revision`: whether this process's waiters should wake.
@@ -349,19 +320,16 @@ impl Waiting {
         if !ours {
             return false;
         }
-        let mut watched = self.lock();
-        let Some(entry) = watched.get_mut(lock_key) else {
-            return false;
-        };
-        if entry
-            .place
-            .as_ref()
-            .is_some_and(|p| p.key.as_bytes() == key)
-        {
-            return false;
-        }
         let waiter = key.starts_with(waiter_prefix(lock_key).as_bytes());
-        entry.ahead.deleted(key, revision, waiter)
+        self.watched
+            .with(lock_key, |entry| {
+                let own = entry
+                    .place
+                    .as_ref()
+                    .is_some_and(|p| p.key.as_bytes() == key);
+                !own && entry.ahead.deleted(key, revision, waiter)
+            })
+            .unwrap_or(false)
     }
 
     /// Waiter lease `id` is gone (etcd said so): the next place is taken on a new one.
@@ -389,11 +357,10 @@ impl Waiting {
     /// Revokes the waiter lease: every waiter key of this store leaves its line.
     pub(crate) async fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        let spares: Vec<i64> = self
-            .lock()
-            .values_mut()
-            .filter_map(|w| w.spare.take().map(|spare| spare.id))
-            .collect();
+        let mut spares: Vec<i64> = Vec::new();
+        self.watched.for_each(|_, entry, _| {
+            spares.extend(entry.spare.take().map(|spare| spare.id));
+        });
         for id in spares {
             if let Err(failed) = revoke(&self.members, id).await {
                 tracing::debug!(lease = id, at = %failed.at, error = %failed.error,
@@ -418,11 +385,11 @@ impl Drop for Waiting {
                 session.stop();
             }
         }
-        for watched in self.lock().values() {
-            if let Some(task) = &watched.task {
+        self.watched.for_each(|_, entry, _| {
+            if let Some(task) = &entry.task {
                 task.abort();
             }
-        }
+        });
     }
 }
 

@@ -21,25 +21,20 @@
 //! The observed keys' data ([`Changes`] and each key's entry) is defined in [`super::state`];
 //! this module is what is done with it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
-use leasehold_core::ChangeWatch;
+use leasehold_core::{ChangeWatch, NotifyRegistry};
 use tokio::sync::Notify;
 
-use super::state::{Changes, Observed, Waiting};
+use super::state::{Changes, Waiting};
 use super::subscriber::RECONNECT_PAUSES;
 
 impl Changes {
     pub(crate) fn new(prefix: &str) -> Self {
         Changes {
             channel_prefix: format!("{prefix}changed:"),
-            observed: Mutex::new(HashMap::new()),
+            observed: NotifyRegistry::new(),
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Observed>> {
-        self.observed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The change channel of a lock (the scripts' `KEYS` argument): shares the Redis lock key's
@@ -55,40 +50,36 @@ impl Changes {
 
     /// Whether anyone here observes `lock_key` (`None`: any key).
     pub(crate) fn observed(&self, lock_key: Option<&str>) -> bool {
-        let observed = self.lock();
         match lock_key {
-            Some(key) => observed.contains_key(key),
-            None => !observed.is_empty(),
+            Some(key) => self.observed.contains(key),
+            None => !self.observed.is_empty(),
         }
     }
 
     /// The channels of every observed key, for a subscriber connection being made.
     pub(crate) fn channels(&self) -> Vec<(String, String)> {
-        self.lock()
-            .keys()
-            .map(|key| (key.clone(), self.channel(key)))
-            .collect()
+        let mut channels = Vec::new();
+        self.observed
+            .for_each(|key, _, _| channels.push((key.to_owned(), self.channel(key))));
+        channels
     }
 
     /// Marks `lock_keys` subscribed (those still observed).
     pub(crate) fn mark_subscribed<'a>(&self, lock_keys: impl IntoIterator<Item = &'a str>) {
-        let mut observed = self.lock();
         for key in lock_keys {
-            if let Some(entry) = observed.get_mut(key) {
-                entry.subscribed = true;
-            }
+            self.observed.with(key, |subscribed| *subscribed = true);
         }
     }
 
     /// Wakes every reader (a message may have been lost); with `unsubscribed`, the subscriptions
     /// went with the connection too.
     pub(crate) fn wake_all(&self, unsubscribed: bool) {
-        for entry in self.lock().values_mut() {
+        self.observed.for_each(|_, subscribed, changed| {
             if unsubscribed {
-                entry.subscribed = false;
+                *subscribed = false;
             }
-            entry.changed.notify_waiters();
-        }
+            changed.notify_waiters();
+        });
     }
 
     /// A message on `channel`: wakes the key's readers. Returns whether it was a change channel.
@@ -96,54 +87,38 @@ impl Changes {
         let Some(lock_key) = self.lock_key_of(channel) else {
             return false;
         };
-        if let Some(entry) = self.lock().get(lock_key) {
-            entry.changed.notify_waiters();
-        }
+        self.observed.wake(lock_key);
         true
     }
 
     /// Adds a watch on `lock_key`: its wake-up, and whether the key's channel is subscribed.
     fn register(&self, lock_key: &str) -> (Arc<Notify>, bool) {
-        let mut observed = self.lock();
-        let entry = observed
-            .entry(lock_key.to_owned())
-            .or_insert_with(|| Observed {
-                changed: Arc::new(Notify::new()),
-                watches: 0,
-                subscribed: false,
-            });
-        entry.watches += 1;
-        (entry.changed.clone(), entry.subscribed)
+        self.observed
+            .register(lock_key, |_| false, |subscribed, _| *subscribed)
     }
 
     /// Removes a watch on `lock_key`. Returns whether it was the last one (the key is forgotten).
     fn unregister(&self, lock_key: &str) -> bool {
-        let mut observed = self.lock();
-        let Some(entry) = observed.get_mut(lock_key) else {
-            return false;
-        };
-        entry.watches = entry.watches.saturating_sub(1);
-        if entry.watches > 0 {
-            return false;
-        }
-        observed.remove(lock_key);
-        true
+        self.observed.unregister(lock_key).is_some()
     }
 
     /// Marks `lock_key` unsubscribed and wakes its readers; whether anyone still observes it.
     fn ended(&self, lock_key: &str) -> bool {
-        let mut observed = self.lock();
-        let Some(entry) = observed.get_mut(lock_key) else {
+        if self
+            .observed
+            .with(lock_key, |subscribed| *subscribed = false)
+            .is_none()
+        {
             return false;
-        };
-        entry.subscribed = false;
-        entry.changed.notify_waiters();
-        true
+        }
+        self.observed.wake(lock_key)
     }
 
     /// Whether `lock_key` is observed and its channel not subscribed.
     fn wanted(&self, lock_key: &str) -> bool {
-        self.lock().get(lock_key).is_some_and(|e| !e.subscribed)
+        self.observed
+            .with(lock_key, |subscribed| !*subscribed)
+            .unwrap_or(false)
     }
 }
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
-use leasehold_core::WaiterId;
+use leasehold_core::{NotifyRegistry, WaiterId};
 use redis::aio::PubSubSink;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -100,18 +100,9 @@ pub(super) struct Watched {
 pub(crate) struct Changes {
     /// `<prefix>changed:` — a lock's change channel is this plus the Redis lock key.
     pub(super) channel_prefix: String,
-    /// By Redis lock key.
-    pub(super) observed: Mutex<HashMap<String, Observed>>,
-}
-
-/// One key some reader of this process observes.
-#[derive(Debug)]
-pub(super) struct Observed {
-    /// Shared by every watch on the key; fired with `notify_waiters` (a hint is never stored for
-    /// a reader that is not listening: it reads again before it listens).
-    pub(super) changed: Arc<Notify>,
-    /// The live watches on the key: the last one dropped ends the subscription.
-    pub(super) watches: usize,
-    /// Whether the key's channel is subscribed on the current connection.
-    pub(super) subscribed: bool,
+    /// By Redis lock key, each with the wake-up its watches share (fired with
+    /// `notify_waiters`: a hint is never stored for a reader that is not listening, it reads
+    /// again before it listens) and whether the key's channel is subscribed on the current
+    /// connection. The last watch dropped ends the subscription.
+    pub(super) observed: NotifyRegistry<bool>,
 }
