@@ -1,7 +1,14 @@
 //! What the cache keeps for a key: a slot holding the key's local state, and when moka drops it.
 //! moka's [`Expiry`] reads the slot on every access: an entry lives while its state lasts, then
 //! a little longer so a key in use again soon reuses it without a cache write.
+//!
+//! An entry in use is never lost: moka has no pinning (its size bound may pick any entry, and
+//! its admission policy may refuse a new one), so its eviction listener hands a slot still in
+//! use to [`Kept`], a map aside from the cache that holds it until it is idle, as moka's authors
+//! suggest for values that must outlive their entry. The cache bounds the idle slots; the slots
+//! in use are as many as the keys this process holds, asks for or waits on.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -11,6 +18,7 @@ use moka::Expiry;
 use tokio::time::Instant;
 
 use crate::core::{Lease, LockKey, OwnerToken};
+use crate::KeyMap;
 
 /// How long an idle slot stays after its state ended (or after its last access): a hot key
 /// finds it again instead of inserting one per acquisition.
@@ -81,7 +89,8 @@ pub(super) struct State {
     local: Option<Local>,
     /// Waiters of this process registered on the key (their watches; counted with hand-off on).
     pub(super) waiters: usize,
-    /// The cache dropped this slot: a lease offered in it would be lost, so none is.
+    /// The cache dropped this slot while it was idle (or [`Kept`] let it go): it is nobody's
+    /// any more, so whoever finds it looks the key up again, and no lease is offered in it.
     pub(super) gone: bool,
     /// When the cache drops the slot, as the expiry last said.
     kept_until: Option<Instant>,
@@ -101,6 +110,12 @@ impl State {
             self.local = None;
         }
         self.local.as_ref()
+    }
+
+    /// Whether the slot is in use: a state that has not ended, or tasks of this process waiting
+    /// on the key.
+    pub(super) fn in_use(&mut self, now: Instant) -> bool {
+        self.current(now).is_some() || self.waiters > 0
     }
 
     /// Takes the state out (see [`current`](Self::current)).
@@ -177,33 +192,111 @@ impl Expiry<LockKey, Arc<Slot>> for WhileInUse {
 pub(super) type Hasher = foldhash::fast::RandomState;
 
 /// The cache: at most `capacity` keys (moka's size bound), each slot kept while in use as its
-/// expiry says. A slot the cache drops is marked gone, and a lease offered in it goes to
-/// `give_back` (nobody takes it from there any more).
+/// expiry says. A slot the cache drops while in use goes to `kept`; an idle one is marked gone,
+/// and a lease offered in it goes to `give_back` (nobody takes it from there any more).
 pub(super) fn cache(
     capacity: u64,
+    kept: Arc<Kept>,
     give_back: impl Fn(Lease) + Send + Sync + 'static,
 ) -> Cache<LockKey, Arc<Slot>, Hasher> {
     Cache::builder()
         .max_capacity(capacity)
         .expire_after(WhileInUse)
-        .eviction_listener(move |_key, slot: Arc<Slot>, cause| {
+        .eviction_listener(move |key: Arc<LockKey>, slot: Arc<Slot>, cause| {
             if cause == RemovalCause::Replaced {
                 return;
             }
+            // Decided under the slot's lock, as every change of its state is; `Kept` takes the
+            // lock itself, so it is let go first.
             let offered = {
                 let mut st = slot.lock();
-                st.gone = true;
-                match st.local.take() {
-                    Some(Local::Offered { lease, .. }) => Some(lease),
-                    other => {
-                        st.local = other;
-                        None
+                if st.in_use(Instant::now()) {
+                    None
+                } else {
+                    st.gone = true;
+                    match st.local.take() {
+                        Some(Local::Offered { lease, .. }) => Some(Ok(lease)),
+                        other => {
+                            st.local = other;
+                            Some(Err(()))
+                        }
                     }
                 }
             };
-            if let Some(lease) = offered {
-                give_back(lease);
+            match offered {
+                None => kept.keep((*key).clone(), slot),
+                Some(Ok(lease)) => give_back(lease),
+                Some(Err(())) => {}
             }
+            kept.removed_from_cache();
         })
         .build_with_hasher(Hasher::default())
+}
+
+/// Slots the cache dropped while they were in use, until they are idle: a key's slot is looked
+/// for here when the cache has none. An idle one leaves when it is next looked up, or at the
+/// next sweep, after as many removals from the cache as slots kept (at least [`MIN_SWEEP`]):
+/// sweeping costs a look at each kept slot, paid once per that many removals.
+#[derive(Debug, Default)]
+pub(super) struct Kept {
+    slots: KeyMap<Arc<Slot>>,
+    /// Removals from the cache since the last sweep.
+    since_sweep: AtomicUsize,
+}
+
+/// Fewest slots kept before a sweep.
+const MIN_SWEEP: usize = 64;
+
+impl Kept {
+    /// Keeps `slot`, which the cache dropped while it was in use.
+    fn keep(&self, key: LockKey, slot: Arc<Slot>) {
+        self.slots.insert(key, slot);
+    }
+
+    /// The cache removed a slot (dropped, or expired): now and then, the idle slots kept here
+    /// are let go. Never called with a slot's lock held (a sweep takes the slots' locks under
+    /// the map's).
+    fn removed_from_cache(&self) {
+        let removals = self.since_sweep.fetch_add(1, Ordering::Relaxed) + 1;
+        if removals < MIN_SWEEP || self.slots.is_empty() || removals < self.slots.len() {
+            return;
+        }
+        self.since_sweep.store(0, Ordering::Relaxed);
+        let now = Instant::now();
+        self.slots.retain(|_, slot| {
+            let mut st = slot.lock();
+            let keep = st.in_use(now);
+            st.gone |= !keep;
+            keep
+        });
+    }
+
+    /// The slot kept for `key`, if it is still in use; an idle one is let go (marked gone, so a
+    /// task holding it looks the key up again) and `None` returned: the key gets a new slot in
+    /// the cache.
+    pub(super) fn in_use(&self, key: &LockKey) -> Option<Arc<Slot>> {
+        let slot = self.slots.get(key)?.clone();
+        let idle = {
+            let mut st = slot.lock();
+            let idle = st.gone || !st.in_use(Instant::now());
+            st.gone |= idle;
+            idle
+        };
+        if !idle {
+            return Some(slot);
+        }
+        self.slots
+            .remove_if(key, |_, kept| Arc::ptr_eq(kept, &slot));
+        None
+    }
+
+    /// The slot kept for `key`, in use or not.
+    pub(super) fn get(&self, key: &LockKey) -> Option<Arc<Slot>> {
+        self.slots.get(key).map(|slot| slot.clone())
+    }
+
+    /// How many slots are kept.
+    pub(super) fn len(&self) -> usize {
+        self.slots.len()
+    }
 }

@@ -86,7 +86,7 @@ impl<S: LockStore> LocalCompetition<S> {
     /// A holder's release decided in its slot: hand the lease to a waiting task of this process,
     /// or let the store release it.
     pub(super) fn release_locally(&self, lease: &Lease) -> Released {
-        let Some(slot) = self.cache.get(lease.key()) else {
+        let Some(slot) = self.existing_slot(lease.key()) else {
             return Released::NotHolder;
         };
         let now = Instant::now();
@@ -138,8 +138,16 @@ impl<S: LockStore> LocalCompetition<S> {
             // there, never an offer here).
             return watch;
         }
-        let slot = self.slot(key);
-        slot.lock().waiters += 1;
+        let slot = loop {
+            let slot = self.slot(key);
+            let mut st = slot.lock();
+            // A slot the cache dropped since it was looked up is nobody's: look again.
+            if !st.gone {
+                st.waiters += 1;
+                drop(st);
+                break slot;
+            }
+        };
         let (inner, lifecycle) = (self.inner.clone(), self.lifecycle.clone());
         watch.also_on_drop(move || {
             let orphan = {

@@ -18,10 +18,12 @@
 //!   every access checks the state against the clock, so a crashed, cancelled or leaked holder
 //!   never blocks the process beyond its lease. Drop guards free the slot on error and
 //!   cancellation.
-//! - **Bounded**: at most [`capacity`](LocalCompetitionLayer::capacity) keys (moka's size bound).
-//!   A key moka drops to make room loses only its fast path: its contenders ask the store, which
-//!   refuses them; a holder's release and extend go to the store as they are; a lease offered
-//!   for hand-off is released. Correctness never rests on the cache: the store decides.
+//! - **Bounded, and an entry in use is never lost**: at most
+//!   [`capacity`](LocalCompetitionLayer::capacity) keys in the cache (moka's size bound). A slot
+//!   moka drops while it is in use (held, asked for, offered, or waited on) is kept aside until
+//!   it is idle (see `entry.rs`), so a held key keeps refusing its contenders in memory however
+//!   many keys flood the cache; idle slots are what the bound drops. Correctness never rests on
+//!   the cache: the store decides.
 //! - **Shutdown**: once the lifecycle is closing ([`Wiring::lifecycle`]; used
 //!   alone, the layer's own [`LockStore::shutdown`] closes it), acquisitions fail with
 //!   [`ErrorKind::ShutDown`].
@@ -61,7 +63,7 @@ use crate::core::{
 };
 
 use super::wiring::{WiredLayer, Wiring};
-use entry::{Hasher, Local, Run, Slot};
+use entry::{Hasher, Kept, Local, Run, Slot};
 use permits::LocalPermits;
 
 /// Default bound of consecutive local hand-offs of one store lease.
@@ -140,8 +142,9 @@ impl LocalCompetitionLayer {
         self
     }
 
-    /// Sets how many keys may have a local entry at once (default [`DEFAULT_CAPACITY`]; at
-    /// least 1). Beyond it the cache drops keys to make room (see the module docs).
+    /// Sets how many keys the cache holds at once (default [`DEFAULT_CAPACITY`]; at least 1).
+    /// Beyond it the cache drops idle keys to make room; keys in use are kept aside until idle
+    /// (see the module docs).
     pub fn capacity(mut self, keys: u64) -> Self {
         self.capacity = keys.max(1);
         self
@@ -179,8 +182,10 @@ impl<S: LockStore> WiredLayer<S> for LocalCompetitionLayer {
             let (inner, lifecycle) = (inner.clone(), wiring.lifecycle().clone());
             move |lease| release_in_background(&inner, &lifecycle, lease)
         };
+        let kept = Arc::new(Kept::default());
         LocalCompetition {
-            cache: entry::cache(self.capacity, give_back),
+            cache: entry::cache(self.capacity, kept.clone(), give_back),
+            kept,
             inner,
             hand_off: self.hand_off,
             observers: wiring.observers().clone(),
@@ -195,6 +200,8 @@ impl<S: LockStore> WiredLayer<S> for LocalCompetitionLayer {
 pub struct LocalCompetition<S> {
     inner: Arc<S>,
     cache: Cache<LockKey, Arc<Slot>, Hasher>,
+    /// Slots the cache dropped while in use, until they are idle.
+    kept: Arc<Kept>,
     hand_off: HandOff,
     observers: Observers,
     lifecycle: Lifecycle,
@@ -239,11 +246,14 @@ impl<S: LockStore> LocalCompetition<S> {
         LocalCompetitionLayer::new().layer(inner)
     }
 
-    /// Keys with a slot in the cache (in use, or idle and kept a little for their next use), once
-    /// the cache has applied its pending work.
+    /// Keys with a local slot (in use, or idle and kept a little for their next use), once the
+    /// cache has applied its pending work: the cache's, at most the
+    /// [capacity](LocalCompetitionLayer::capacity), and those it dropped while they were in use.
     pub fn local_keys(&self) -> usize {
         self.cache.run_pending_tasks();
-        usize::try_from(self.cache.entry_count()).unwrap_or(usize::MAX)
+        usize::try_from(self.cache.entry_count())
+            .unwrap_or(usize::MAX)
+            .saturating_add(self.kept.len())
     }
 
     /// The lifecycle this store shuts down with.
@@ -264,30 +274,40 @@ impl<S: LockStore> LocalCompetition<S> {
             // here would keep it from taking it.
             return self.inner.try_acquire(req).await;
         }
-        let slot = self.slot(&req.key);
         let now = Instant::now();
-        let (found, refresh) = {
-            let mut st = slot.lock();
-            match st.take(now) {
-                Some(Local::Offered { lease, run }) if req.wait.is_some() => {
-                    let refresh = st.set(Some(Local::Held {
-                        lease: lease.clone(),
-                        run,
-                    }));
-                    (Found::Offer(lease), refresh)
+        let (slot, found, refresh) = loop {
+            let slot = self.slot(&req.key);
+            let decided = {
+                let mut st = slot.lock();
+                if st.gone {
+                    // Dropped by the cache since it was looked up: the key has another slot.
+                    None
+                } else {
+                    Some(match st.take(now) {
+                        Some(Local::Offered { lease, run }) if req.wait.is_some() => {
+                            let refresh = st.set(Some(Local::Held {
+                                lease: lease.clone(),
+                                run,
+                            }));
+                            (Found::Offer(lease), refresh)
+                        }
+                        Some(local) => {
+                            let until = local.until();
+                            let _ = st.set(Some(local));
+                            (Found::Busy(until), false)
+                        }
+                        None => {
+                            let refresh = st.set(Some(Local::Taken {
+                                token: req.token.clone(),
+                                until: now + req.ttl,
+                            }));
+                            (Found::Free, refresh)
+                        }
+                    })
                 }
-                Some(local) => {
-                    let until = local.until();
-                    let _ = st.set(Some(local));
-                    (Found::Busy(until), false)
-                }
-                None => {
-                    let refresh = st.set(Some(Local::Taken {
-                        token: req.token.clone(),
-                        until: now + req.ttl,
-                    }));
-                    (Found::Free, refresh)
-                }
+            };
+            if let Some((found, refresh)) = decided {
+                break (slot, found, refresh);
             }
         };
         if refresh {
@@ -337,16 +357,24 @@ impl<S: LockStore> LocalCompetition<S> {
         }
     }
 
-    /// The key's slot, added to the cache if it has none.
+    /// The key's slot: the cache's, else one the cache dropped while in use, else a new one
+    /// added to the cache.
     fn slot(&self, key: &LockKey) -> Arc<Slot> {
-        match self.cache.get(key) {
-            Some(slot) => slot,
-            None => self
-                .cache
-                .entry_by_ref(key)
-                .or_insert_with(|| Arc::new(Slot::default()))
-                .into_value(),
+        if let Some(slot) = self.cache.get(key) {
+            return slot;
         }
+        if let Some(slot) = self.kept.in_use(key) {
+            return slot;
+        }
+        self.cache
+            .entry_by_ref(key)
+            .or_insert_with(|| Arc::new(Slot::default()))
+            .into_value()
+    }
+
+    /// The key's slot if it has one (in the cache, or kept aside while in use).
+    fn existing_slot(&self, key: &LockKey) -> Option<Arc<Slot>> {
+        self.cache.get(key).or_else(|| self.kept.get(key))
     }
 
     /// Brings the cache's expiry of the key's slot up to its state (a read: the expiry reads the
@@ -431,8 +459,7 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
         }
         let lost = matches!(&renewed, Err(e) if e.kind() == ErrorKind::NotHeld);
         let Some(slot) = self
-            .cache
-            .get(lease.key())
+            .existing_slot(lease.key())
             .filter(|_| renewed.is_ok() || lost)
         else {
             return renewed;

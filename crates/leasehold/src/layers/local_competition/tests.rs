@@ -638,7 +638,7 @@ fn bounded(capacity: u64) -> (Arc<LocalCompetition<crate::MemoryStore>>, events:
 
 #[tokio::test(start_paused = true)]
 async fn a_flood_of_unique_keys_stays_within_capacity() {
-    let (store, _) = bounded(8);
+    let (store, seen) = bounded(8);
     for i in 0..1000 {
         let lease = store
             .try_acquire(&req(&format!("flood-{i}"), 10_000))
@@ -651,7 +651,8 @@ async fn a_flood_of_unique_keys_stays_within_capacity() {
         store.local_keys() <= 8,
         "idle slots kept for their next use, within capacity"
     );
-    // Held keys count too, and keys beyond capacity still lock (through the store).
+    // Keys held beyond the capacity: the cache stays within its bound, and the slots it drops
+    // while they are held are kept aside, so every held key is still refused in memory.
     let mut held = Vec::new();
     for i in 0..100 {
         held.push(
@@ -660,28 +661,45 @@ async fn a_flood_of_unique_keys_stays_within_capacity() {
                 .await
                 .unwrap(),
         );
-        assert!(store.local_keys() <= 8, "at most 8 entries, at key {i}");
+        store.local_keys(); // the cache's housekeeping
+        assert!(
+            store.cache.entry_count() <= 8,
+            "at most 8 cached, at key {i}"
+        );
     }
+    assert!(store.local_keys() >= 100, "every held key has its slot");
     for (i, _) in held.iter().enumerate() {
         let err = store
             .try_acquire(&req(&format!("held-{i}"), 10_000))
             .await
             .unwrap_err();
-        assert!(
-            err.is_unavailable(),
-            "held-{i} is held, locally or in the store"
-        );
+        assert!(err.is_unavailable(), "held-{i} is held");
     }
+    assert_eq!(
+        seen.names(),
+        ["fast_failed"; 100],
+        "every contender refused in memory"
+    );
     for lease in &held {
-        assert!(
-            store.release(lease).await.unwrap(),
-            "released, with or without its entry"
-        );
+        assert!(store.release(lease).await.unwrap());
     }
+    // Released, the kept slots are idle: a flood of new keys sweeps them out.
+    for i in 0..200 {
+        let lease = store
+            .try_acquire(&req(&format!("after-{i}"), 10_000))
+            .await
+            .unwrap();
+        assert!(store.release(&lease).await.unwrap());
+    }
+    assert!(
+        store.local_keys() <= 8 + 64,
+        "idle slots do not stay aside: {}",
+        store.local_keys()
+    );
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_offer_the_cache_drops_for_room_goes_back_to_the_store() {
+async fn an_offer_is_kept_for_its_waiter_however_full_the_cache() {
     let scripted = ScriptedStore::new();
     scripted.grant_acquire();
     let (store, _) = local(
@@ -689,28 +707,33 @@ async fn an_offer_the_cache_drops_for_room_goes_back_to_the_store() {
         LocalCompetitionLayer::new().hand_off(true).capacity(1),
     );
     let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
-    let _waiter = Wait::new(&store, "a").await;
+    let waiter = Wait::new(&store, "a").await;
     assert!(store.release(&lease).await.unwrap(), "handed off");
-    let given_back = || {
-        scripted
-            .calls()
-            .iter()
-            .any(|c| c.op == Op::Release && c.token.as_ref() == Some(lease.token()))
-    };
     // Another key, used more and more often, until the cache's policy (TinyLFU) prefers it to
-    // the offer and drops the offer for room.
+    // the offer and drops the offer's slot for room.
     for _ in 0..200 {
         scripted.grant_acquire().expect_release(Ok(true));
         let other = store.try_acquire(&req("b", 60_000)).await.unwrap();
         store.local_keys(); // the cache's housekeeping, with both keys in it
         store.release(&other).await.unwrap();
         settle().await;
-        if given_back() {
-            break;
-        }
     }
-    assert!(given_back(), "the dropped offer is released in the store");
-    assert!(!store.cache.contains_key(&key("a")));
+    assert!(
+        !store.cache.contains_key(&key("a")),
+        "the cache dropped the offer's slot"
+    );
+    let taken = store
+        .try_acquire(&waiter.attempt("a", 60_000))
+        .await
+        .expect("the offer is still there for the waiter");
+    assert_eq!(taken.token(), lease.token(), "the same store lease");
+    assert!(
+        !scripted
+            .calls()
+            .iter()
+            .any(|c| c.op == Op::Release && c.token.as_ref() == Some(lease.token())),
+        "never given back to the store"
+    );
 }
 
 /// On the real clock, which moka's expiry follows.
