@@ -179,16 +179,20 @@ impl Waiting {
     /// (of two, the younger: it has more of its TTL left); the one not kept is revoked, as is
     /// every spare handed in after the store closed.
     pub(crate) fn keep_spare(&self, lock_key: &str, spare: Spare) {
-        let unused = if self.closed.load(Ordering::SeqCst) {
-            Some(spare)
-        } else {
-            self.watched
-                .with(lock_key, |entry| match entry.spare {
+        // `closed` is read under the registry's lock, as `close` collects the spares under it:
+        // a spare is either collected there or refused here.
+        let unused = self
+            .watched
+            .with(lock_key, |entry| {
+                if self.closed.load(Ordering::SeqCst) {
+                    return Some(spare);
+                }
+                match entry.spare {
                     Some(kept) if kept.granted_at >= spare.granted_at => Some(spare),
                     _ => entry.spare.replace(spare),
-                })
-                .unwrap_or(Some(spare))
-        };
+                }
+            })
+            .unwrap_or(Some(spare));
         if let Some(unused) = unused {
             self.revoke_later(unused.id);
         }

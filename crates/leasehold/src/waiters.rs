@@ -102,7 +102,10 @@ impl Waiters {
         if self.lines.load(Ordering::Acquire) == 0 {
             return;
         }
-        let Some(line) = self.map.get(key).map(|line| line.clone()) else {
+        // The map's guard is held throughout, not a copy of the line: a copy would keep the last
+        // place's drop from removing the line (it removes it only when the map holds the last
+        // reference), and a line left empty would refuse every try as if someone waited.
+        let Some(line) = self.map.get(key) else {
             return;
         };
         // SeqCst with `turn_on_release` (and its store in `Place`'s drop): either this release

@@ -154,9 +154,9 @@ async fn the_head_after_a_served_waiter_that_leaks_its_guard_gets_the_key_at_its
     let third = next.await.unwrap().unwrap();
     let waited = started.elapsed();
     assert!(
-        waited >= Duration::from_secs(1)
-            && waited <= Duration::from_secs(1) + leasehold::DEFAULT_RETRY_INTERVAL,
-        "once the leaked lease ran out, within a look: {waited:?}"
+        waited >= Duration::from_secs(1) && waited < Duration::from_millis(1100),
+        "as the leaked lease runs out: the head's own look found no release coming, and it \
+         asked at once, told how long the lease had left: {waited:?}"
     );
     assert_eq!(scripted.count(Op::TryAcquire), 3, "no store I/O before it");
     std::mem::forget(third);

@@ -244,8 +244,12 @@ impl LockManager {
         // first attempt that waits, by every waiter of the line: the store counts them (a fair
         // store keeps the process in its line while any of them waits).
         let store = handle.store.watch(&plan.key).await;
+        // Head at a look of its own: the holder it was to wait for never released (see
+        // `await_turn`), so it asks at once.
+        let mut unwoken_head = false;
         if let Some(place) = &place {
-            self.await_turn(plan, place, deadline)
+            unwoken_head = self
+                .await_turn(plan, place, deadline)
                 .await
                 .map_err(|timed_out| {
                     timed_out.unwrap_or_else(|| gave_up(plan, down.take(), started, *attempts))
@@ -258,7 +262,10 @@ impl LockManager {
         // head: the key may be free, or its lease handed off to it.
         let local = place.as_ref().map(Place::released);
         // The last head was served: asking at once would only be refused (see `FirstWait`).
-        let mut first_wait = place.as_ref().and_then(Place::first_wait);
+        let mut first_wait = place
+            .as_ref()
+            .and_then(Place::first_wait)
+            .filter(|_| !unwoken_head);
         // While a task of this process holds the key with a lease granted uncontended (the
         // release count when that was learnt: the head before was served here, or the stack says
         // so after a refusal, `LockStore::is_held_here`), this head waits for that task's
@@ -384,27 +391,30 @@ impl LockManager {
         handle.waiters.wake(lease.key());
     }
 
-    /// Waits in this process's line until `place` is its head. `Err(None)`: the deadline passed
-    /// first; `Err(Some(_))`: the manager shut down.
+    /// Waits in this process's line until `place` is its head. `Ok(true)`: it found itself head
+    /// at a look of its own, not woken (the release it was to be woken by never came: see
+    /// `crate::waiters`). `Err(None)`: the deadline passed first; `Err(Some(_))`: the manager
+    /// shut down.
     async fn await_turn(
         &self,
         plan: &Plan,
         place: &Place<'_>,
         deadline: Instant,
-    ) -> std::result::Result<(), Option<Error>> {
+    ) -> std::result::Result<bool, Option<Error>> {
+        let mut looked = false;
         loop {
             // Enabled before looking, so a change of head in between is not missed.
             let turn = place.turn().notified();
             tokio::pin!(turn);
             turn.as_mut().enable();
             if place.is_head() {
-                return Ok(());
+                return Ok(looked);
             }
             // The net under a head made without a wake-up (see `crate::waiters`): a look at the
             // longest backoff step.
             let look = deadline.min(Instant::now() + self.inner.config.backoff.longest());
             tokio::select! {
-                _ = turn => {}
+                _ = turn => looked = false,
                 _ = plan.handle.lifecycle.closing() => {
                     return Err(Some(Error::shut_down().with_key(plan.key.as_str())))
                 }
@@ -412,6 +422,7 @@ impl LockManager {
                     if look == deadline {
                         return Err(None);
                     }
+                    looked = true;
                 }
             }
         }

@@ -6,7 +6,8 @@
 //! its admission policy may refuse a new one), so its eviction listener hands a slot still in
 //! use to [`Kept`], a map aside from the cache that holds it until it is idle, as moka's authors
 //! suggest for values that must outlive their entry. The cache bounds the idle slots; the slots
-//! in use are as many as the keys this process holds, asks for or waits on.
+//! in use are as many as the keys this process holds, asks for or waits on. A slot the cache
+//! drops while idle is marked gone: a task that found it just before looks the key up again.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -192,13 +193,9 @@ impl Expiry<LockKey, Arc<Slot>> for WhileInUse {
 pub(super) type Hasher = foldhash::fast::RandomState;
 
 /// The cache: at most `capacity` keys (moka's size bound), each slot kept while in use as its
-/// expiry says. A slot the cache drops while in use goes to `kept`; an idle one is marked gone,
-/// and a lease offered in it goes to `give_back` (nobody takes it from there any more).
-pub(super) fn cache(
-    capacity: u64,
-    kept: Arc<Kept>,
-    give_back: impl Fn(Lease) + Send + Sync + 'static,
-) -> Cache<LockKey, Arc<Slot>, Hasher> {
+/// expiry says. A slot the cache drops while in use (an offered lease included) goes to `kept`;
+/// an idle one is marked gone.
+pub(super) fn cache(capacity: u64, kept: Arc<Kept>) -> Cache<LockKey, Arc<Slot>, Hasher> {
     Cache::builder()
         .max_capacity(capacity)
         .expire_after(WhileInUse)
@@ -208,25 +205,14 @@ pub(super) fn cache(
             }
             // Decided under the slot's lock, as every change of its state is; `Kept` takes the
             // lock itself, so it is let go first.
-            let offered = {
+            let in_use = {
                 let mut st = slot.lock();
-                if st.in_use(Instant::now()) {
-                    None
-                } else {
-                    st.gone = true;
-                    match st.local.take() {
-                        Some(Local::Offered { lease, .. }) => Some(Ok(lease)),
-                        other => {
-                            st.local = other;
-                            Some(Err(()))
-                        }
-                    }
-                }
+                let in_use = st.in_use(Instant::now());
+                st.gone |= !in_use;
+                in_use
             };
-            match offered {
-                None => kept.keep((*key).clone(), slot),
-                Some(Ok(lease)) => give_back(lease),
-                Some(Err(())) => {}
+            if in_use {
+                kept.keep((*key).clone(), slot);
             }
             kept.removed_from_cache();
         })
@@ -234,12 +220,16 @@ pub(super) fn cache(
 }
 
 /// Slots the cache dropped while they were in use, until they are idle: a key's slot is looked
-/// for here when the cache has none. An idle one leaves when it is next looked up, or at the
+/// for here first (a count of them makes that one atomic read while there are none), so that
+/// once a slot is kept, every task of the process finds that one, even where the cache got a new
+/// slot for the key in the moment between dropping the old one and handing it here. An idle one leaves when it is next looked up, or at the
 /// next sweep, after as many removals from the cache as slots kept (at least [`MIN_SWEEP`]):
 /// sweeping costs a look at each kept slot, paid once per that many removals.
 #[derive(Debug, Default)]
 pub(super) struct Kept {
     slots: KeyMap<Arc<Slot>>,
+    /// How many slots are kept (a hint, so that looking here costs nothing while none are).
+    count: AtomicUsize,
     /// Removals from the cache since the last sweep.
     since_sweep: AtomicUsize,
 }
@@ -250,7 +240,15 @@ const MIN_SWEEP: usize = 64;
 impl Kept {
     /// Keeps `slot`, which the cache dropped while it was in use.
     fn keep(&self, key: LockKey, slot: Arc<Slot>) {
-        self.slots.insert(key, slot);
+        match self.slots.insert(key, slot.clone()) {
+            None => {
+                self.count.fetch_add(1, Ordering::SeqCst);
+            }
+            // An earlier slot of the key, kept and since idle (a new one is made only when no
+            // kept slot is in use): nobody's any more.
+            Some(earlier) if !Arc::ptr_eq(&earlier, &slot) => earlier.lock().gone = true,
+            Some(_) => {}
+        }
     }
 
     /// The cache removed a slot (dropped, or expired): now and then, the idle slots kept here
@@ -269,13 +267,14 @@ impl Kept {
             st.gone |= !keep;
             keep
         });
+        self.count.store(self.slots.len(), Ordering::SeqCst);
     }
 
     /// The slot kept for `key`, if it is still in use; an idle one is let go (marked gone, so a
     /// task holding it looks the key up again) and `None` returned: the key gets a new slot in
     /// the cache.
     pub(super) fn in_use(&self, key: &LockKey) -> Option<Arc<Slot>> {
-        let slot = self.slots.get(key)?.clone();
+        let slot = self.get(key)?;
         let idle = {
             let mut st = slot.lock();
             let idle = st.gone || !st.in_use(Instant::now());
@@ -285,13 +284,21 @@ impl Kept {
         if !idle {
             return Some(slot);
         }
-        self.slots
-            .remove_if(key, |_, kept| Arc::ptr_eq(kept, &slot));
+        if self
+            .slots
+            .remove_if(key, |_, kept| Arc::ptr_eq(kept, &slot))
+            .is_some()
+        {
+            self.count.fetch_sub(1, Ordering::SeqCst);
+        }
         None
     }
 
     /// The slot kept for `key`, in use or not.
     pub(super) fn get(&self, key: &LockKey) -> Option<Arc<Slot>> {
+        if self.count.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
         self.slots.get(key).map(|slot| slot.clone())
     }
 

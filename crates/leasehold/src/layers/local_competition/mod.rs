@@ -66,6 +66,11 @@ use super::wiring::{WiredLayer, Wiring};
 use entry::{Hasher, Kept, Local, Run, Slot};
 use permits::LocalPermits;
 
+/// How many times an acquisition looks its key's slot up when the cache keeps dropping the one it
+/// found (idle, as a new slot is until marked): past that it uses the last one, which costs the
+/// key its fast path for this acquisition only (the store decides).
+const MAX_LOOKS: u32 = 4;
+
 /// Default bound of consecutive local hand-offs of one store lease.
 pub const DEFAULT_MAX_HAND_OFFS: u32 = 8;
 /// Default bound of how long one store lease may be passed around by local hand-offs.
@@ -178,13 +183,9 @@ impl<S: LockStore> Layer<S> for LocalCompetitionLayer {
 impl<S: LockStore> WiredLayer<S> for LocalCompetitionLayer {
     fn layer_wired(&self, inner: S, wiring: &Wiring) -> LocalCompetition<S> {
         let inner = Arc::new(inner);
-        let give_back = {
-            let (inner, lifecycle) = (inner.clone(), wiring.lifecycle().clone());
-            move |lease| release_in_background(&inner, &lifecycle, lease)
-        };
         let kept = Arc::new(Kept::default());
         LocalCompetition {
-            cache: entry::cache(self.capacity, kept.clone(), give_back),
+            cache: entry::cache(self.capacity, kept.clone()),
             kept,
             inner,
             hand_off: self.hand_off,
@@ -275,11 +276,13 @@ impl<S: LockStore> LocalCompetition<S> {
             return self.inner.try_acquire(req).await;
         }
         let now = Instant::now();
+        let mut looks = 0;
         let (slot, found, refresh) = loop {
             let slot = self.slot(&req.key);
+            looks += 1;
             let decided = {
                 let mut st = slot.lock();
-                if st.gone {
+                if st.gone && looks < MAX_LOOKS {
                     // Dropped by the cache since it was looked up: the key has another slot.
                     None
                 } else {
@@ -357,13 +360,13 @@ impl<S: LockStore> LocalCompetition<S> {
         }
     }
 
-    /// The key's slot: the cache's, else one the cache dropped while in use, else a new one
-    /// added to the cache.
+    /// The key's slot: one the cache dropped while in use (kept aside), else the cache's, else a
+    /// new one added to the cache.
     fn slot(&self, key: &LockKey) -> Arc<Slot> {
-        if let Some(slot) = self.cache.get(key) {
+        if let Some(slot) = self.kept.in_use(key) {
             return slot;
         }
-        if let Some(slot) = self.kept.in_use(key) {
+        if let Some(slot) = self.cache.get(key) {
             return slot;
         }
         self.cache
@@ -374,7 +377,7 @@ impl<S: LockStore> LocalCompetition<S> {
 
     /// The key's slot if it has one (in the cache, or kept aside while in use).
     fn existing_slot(&self, key: &LockKey) -> Option<Arc<Slot>> {
-        self.cache.get(key).or_else(|| self.kept.get(key))
+        self.kept.get(key).or_else(|| self.cache.get(key))
     }
 
     /// Brings the cache's expiry of the key's slot up to its state (a read: the expiry reads the
