@@ -229,14 +229,16 @@ impl Drop for Place<'_> {
             {
                 places.queue.remove(at);
             }
-            let next = places.queue.front().map(|(_, turn)| turn.clone());
-            match (was_head, next, places.first_wait) {
-                (false, _, _) | (true, None, _) => None,
+            let next = was_head
+                .then(|| places.queue.front().map(|(_, turn)| turn.clone()))
+                .flatten();
+            match (next, places.first_wait) {
+                (None, _) => None,
                 // A head served uncontended leaves the next head asleep until its holder's
                 // release, which wakes it (`Waiters::wake`): woken now, it would only wait for
                 // that release, at the cost of a second wake-up per hand-over. (A release that
                 // came already is seen here, after the flag is up: the next is woken now.)
-                (true, Some(next), Some(FirstWait::Release(seen))) => {
+                (Some(next), Some(FirstWait::Release(seen))) => {
                     line.turn_on_release.store(true, Ordering::SeqCst);
                     if line.releases.load(Ordering::SeqCst) == seen {
                         None
@@ -245,7 +247,7 @@ impl Drop for Place<'_> {
                         Some(next)
                     }
                 }
-                (true, next, _) => next,
+                (next, _) => next,
             }
         };
         if let Some(turn) = next_head {

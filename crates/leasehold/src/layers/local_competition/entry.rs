@@ -222,9 +222,10 @@ pub(super) fn cache(capacity: u64, kept: Arc<Kept>) -> Cache<LockKey, Arc<Slot>,
 /// Slots the cache dropped while they were in use, until they are idle: a key's slot is looked
 /// for here first (a count of them makes that one atomic read while there are none), so that
 /// once a slot is kept, every task of the process finds that one, even where the cache got a new
-/// slot for the key in the moment between dropping the old one and handing it here. An idle one leaves when it is next looked up, or at the
-/// next sweep, after as many removals from the cache as slots kept (at least [`MIN_SWEEP`]):
-/// sweeping costs a look at each kept slot, paid once per that many removals.
+/// slot for the key in the moment between dropping the old one and handing it here. An idle one
+/// leaves when it is next looked up, or at the next sweep, after as many removals from the cache
+/// as slots kept (at least [`MIN_SWEEP`]): sweeping costs a look at each kept slot, paid once per
+/// that many removals.
 #[derive(Debug, Default)]
 pub(super) struct Kept {
     slots: KeyMap<Arc<Slot>>,

@@ -138,19 +138,7 @@ impl<S: LockStore> LocalCompetition<S> {
             // there, never an offer here).
             return watch;
         }
-        let mut looks = 0;
-        let slot = loop {
-            let slot = self.slot(key);
-            looks += 1;
-            let mut st = slot.lock();
-            // A slot the cache dropped since it was looked up is nobody's: look again (a few
-            // times at most: see `MAX_LOOKS`).
-            if !st.gone || looks >= super::MAX_LOOKS {
-                st.waiters += 1;
-                drop(st);
-                break slot;
-            }
-        };
+        let (slot, ()) = self.with_slot(key, |st| st.waiters += 1);
         let (inner, lifecycle) = (self.inner.clone(), self.lifecycle.clone());
         watch.also_on_drop(move || {
             let orphan = {

@@ -63,7 +63,7 @@ use crate::core::{
 };
 
 use super::wiring::{WiredLayer, Wiring};
-use entry::{Hasher, Kept, Local, Run, Slot};
+use entry::{Hasher, Kept, Local, Run, Slot, State};
 use permits::LocalPermits;
 
 /// How many times an acquisition looks its key's slot up when the cache keeps dropping the one it
@@ -276,43 +276,27 @@ impl<S: LockStore> LocalCompetition<S> {
             return self.inner.try_acquire(req).await;
         }
         let now = Instant::now();
-        let mut looks = 0;
-        let (slot, found, refresh) = loop {
-            let slot = self.slot(&req.key);
-            looks += 1;
-            let decided = {
-                let mut st = slot.lock();
-                if st.gone && looks < MAX_LOOKS {
-                    // Dropped by the cache since it was looked up: the key has another slot.
-                    None
-                } else {
-                    Some(match st.take(now) {
-                        Some(Local::Offered { lease, run }) if req.wait.is_some() => {
-                            let refresh = st.set(Some(Local::Held {
-                                lease: lease.clone(),
-                                run,
-                            }));
-                            (Found::Offer(lease), refresh)
-                        }
-                        Some(local) => {
-                            let until = local.until();
-                            let _ = st.set(Some(local));
-                            (Found::Busy(until), false)
-                        }
-                        None => {
-                            let refresh = st.set(Some(Local::Taken {
-                                token: req.token.clone(),
-                                until: now + req.ttl,
-                            }));
-                            (Found::Free, refresh)
-                        }
-                    })
-                }
-            };
-            if let Some((found, refresh)) = decided {
-                break (slot, found, refresh);
+        let (slot, (found, refresh)) = self.with_slot(&req.key, |st| match st.take(now) {
+            Some(Local::Offered { lease, run }) if req.wait.is_some() => {
+                let refresh = st.set(Some(Local::Held {
+                    lease: lease.clone(),
+                    run,
+                }));
+                (Found::Offer(lease), refresh)
             }
-        };
+            Some(local) => {
+                let until = local.until();
+                let _ = st.set(Some(local));
+                (Found::Busy(until), false)
+            }
+            None => {
+                let refresh = st.set(Some(Local::Taken {
+                    token: req.token.clone(),
+                    until: now + req.ttl,
+                }));
+                (Found::Free, refresh)
+            }
+        });
         if refresh {
             self.refresh(&req.key);
         }
@@ -360,19 +344,32 @@ impl<S: LockStore> LocalCompetition<S> {
         }
     }
 
-    /// The key's slot: one the cache dropped while in use (kept aside), else the cache's, else a
-    /// new one added to the cache.
-    fn slot(&self, key: &LockKey) -> Arc<Slot> {
-        if let Some(slot) = self.kept.in_use(key) {
-            return slot;
+    /// Runs `change` on the key's slot under its lock, and returns the slot with what `change`
+    /// returned. The slot is one the cache dropped while in use (kept aside), else the cache's,
+    /// else a new one added to the cache. One the cache dropped since it was looked up is
+    /// nobody's, so the key is looked up again, [`MAX_LOOKS`] times at most.
+    fn with_slot<R>(&self, key: &LockKey, change: impl FnOnce(&mut State) -> R) -> (Arc<Slot>, R) {
+        let mut looks = 1;
+        loop {
+            let slot = self
+                .kept
+                .in_use(key)
+                .or_else(|| self.cache.get(key))
+                .unwrap_or_else(|| {
+                    self.cache
+                        .entry_by_ref(key)
+                        .or_insert_with(|| Arc::new(Slot::default()))
+                        .into_value()
+                });
+            let mut st = slot.lock();
+            if !st.gone || looks == MAX_LOOKS {
+                let out = change(&mut st);
+                drop(st);
+                return (slot, out);
+            }
+            drop(st);
+            looks += 1;
         }
-        if let Some(slot) = self.cache.get(key) {
-            return slot;
-        }
-        self.cache
-            .entry_by_ref(key)
-            .or_insert_with(|| Arc::new(Slot::default()))
-            .into_value()
     }
 
     /// The key's slot if it has one (in the cache, or kept aside while in use).
