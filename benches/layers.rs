@@ -276,9 +276,9 @@ impl<S: LockStore> leasehold::core::LayeredStore for Remote<S> {
     fn name(&self) -> &'static str {
         "remote"
     }
-    async fn try_acquire(&self, req: &Acquire) -> leasehold::Result<leasehold::Lease> {
+    async fn acquire(&self, req: &Acquire) -> leasehold::Result<leasehold::core::Attempt> {
         tokio::time::sleep(self.rtt).await;
-        self.inner.try_acquire(req).await
+        self.inner.acquire(req).await
     }
     async fn release(&self, lease: &leasehold::Lease) -> leasehold::Result<bool> {
         tokio::time::sleep(self.rtt).await;

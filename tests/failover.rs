@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leasehold::core::Attempt;
 use leasehold::observe::LockTrace;
 use leasehold::scenario::{AcquireMode, Scenario, ScenarioRegistry, StoreDownPolicy};
 use leasehold::{Error, ErrorKind, LockEvent, LockManager, LockOptions};
@@ -79,7 +80,7 @@ async fn an_attempt_in_doubt_is_undone_before_the_wait_goes_on() {
     // Let the background undo run.
     tokio::time::sleep(Duration::from_millis(10)).await;
     let calls = store.calls();
-    let acquires: Vec<_> = calls.iter().filter(|c| c.op == Op::TryAcquire).collect();
+    let acquires: Vec<_> = calls.iter().filter(|c| c.op == Op::Acquire).collect();
     let releases: Vec<_> = calls.iter().filter(|c| c.op == Op::Release).collect();
     assert_eq!(acquires.len(), 2);
     assert_eq!(releases.len(), 1, "the in-doubt attempt was undone");
@@ -108,7 +109,7 @@ async fn a_store_down_for_the_whole_wait_reports_the_last_store_error_and_a_try_
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     assert!(started.elapsed() >= wait);
-    let attempts = store.count(Op::TryAcquire);
+    let attempts = store.count(Op::Acquire);
     assert!(attempts > 2, "{attempts}");
     assert!(events.lock().unwrap().iter().any(|e| matches!(
         e,
@@ -119,16 +120,15 @@ async fn a_store_down_for_the_whole_wait_reports_the_last_store_error_and_a_try_
     let err = locks.try_lock("k").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection);
     assert_eq!(started.elapsed(), Duration::ZERO, "no sleep on paused time");
-    assert_eq!(store.count(Op::TryAcquire), attempts + 1);
+    assert_eq!(store.count(Op::Acquire), attempts + 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_refusal_last_is_a_timeout_even_after_store_errors() {
     let store = ScriptedStore::new();
-    let key = leasehold::LockKey::dc("f1", "test", "k").unwrap();
     store.expect_acquire(Err(refused()));
     for _ in 0..100 {
-        store.expect_acquire(Err(Error::unavailable(&key)));
+        store.refuse_acquire();
     }
     let (locks, _, _) = manager(&store, ScenarioRegistry::new());
     let err = locks
@@ -174,14 +174,14 @@ async fn proceed_on_store_down_waits_out_the_wait_first_and_a_try_proceeds_at_on
     let guard = locks.acquire("feed-2").await.unwrap();
     assert!(guard.is_unprotected());
     assert!(started.elapsed() >= Duration::from_secs(1));
-    let before = store.count(Op::TryAcquire);
+    let before = store.count(Op::Acquire);
 
     // A try-only scenario proceeds after its one attempt.
     let started = Instant::now();
     let guard = locks.acquire("poll-1").await.unwrap();
     assert!(guard.is_unprotected());
     assert_eq!(started.elapsed(), Duration::ZERO);
-    assert_eq!(store.count(Op::TryAcquire), before + 1);
+    assert_eq!(store.count(Op::Acquire), before + 1);
     let proceeded = events
         .lock()
         .unwrap()
@@ -263,7 +263,7 @@ async fn an_attempt_that_lands_after_its_undo_is_released_when_the_wait_finds_it
         // Its undo finds nothing yet: the write has not landed.
         .expect_release(Ok(false))
         // Then it lands: the next attempt is refused, and the holder is that first attempt.
-        .expect_acquire(Err(Error::unavailable(&key)));
+        .expect_acquire(Ok(Attempt::refused()));
     let holder = first.clone();
     let held = key.clone();
     store

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::core::Acquire;
+use leasehold::core::{Acquire, Attempt};
 use leasehold::layers::LocalCompetitionLayer;
 use leasehold::{
     Capabilities, Error, ErrorKind, Lease, LockEvent, LockInfo, LockKey, LockManager, LockOptions,
@@ -153,7 +153,7 @@ impl LockStore for Unreachable {
     fn capabilities(&self) -> Capabilities {
         Capabilities::NONE
     }
-    async fn try_acquire(&self, _: &Acquire) -> Result<Lease> {
+    async fn acquire(&self, _: &Acquire) -> Result<Attempt> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
         Err(self.error())
     }
@@ -583,7 +583,7 @@ async fn an_acquisition_abandoned_during_its_readback_is_undone() {
     );
     tokio::time::sleep(Duration::from_millis(20)).await;
     let calls = scripted.calls();
-    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Inspect, Op::Release]);
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Inspect, Op::Release]);
     assert_eq!(
         calls[2].token, calls[0].token,
         "the attempt's own token released: the write may have landed"
@@ -606,7 +606,7 @@ async fn an_acquisition_left_in_doubt_is_undone_in_the_background() {
     assert!(err.is_in_doubt(), "{err}");
     tokio::time::sleep(Duration::from_millis(20)).await;
     let calls = scripted.calls();
-    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Inspect, Op::Release]);
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Inspect, Op::Release]);
     assert_eq!(calls[2].token, calls[0].token);
     scripted.verify();
 }
@@ -615,15 +615,14 @@ async fn an_acquisition_left_in_doubt_is_undone_in_the_background() {
 async fn a_plain_failure_or_conflict_sends_no_undo() {
     use leasehold_testkit::scripted::{Op, ScriptedStore};
     let scripted = ScriptedStore::new();
-    let key = LockKey::dc("f1", "test", "k").unwrap();
     scripted
-        .expect_acquire(Err(leasehold::Error::unavailable(&key)))
+        .refuse_acquire()
         .expect_acquire(Err(leasehold::Error::connection("scripted: refused")));
     let locks = with_readback(&scripted);
     assert!(locks.try_lock("k").await.unwrap_err().is_unavailable());
     locks.try_lock("k").await.unwrap_err();
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::TryAcquire]);
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Acquire]);
     scripted.verify();
 }
 

@@ -782,11 +782,11 @@ async fn a_scenarios_readback_retries_reach_its_locks() {
     assert_eq!(
         scripted.ops(),
         [
-            Op::TryAcquire,
+            Op::Acquire,
             Op::Inspect,
-            Op::TryAcquire,
+            Op::Acquire,
             Op::Inspect,
-            Op::TryAcquire,
+            Op::Acquire,
             Op::Release
         ]
     );
@@ -803,7 +803,7 @@ async fn a_scenarios_readback_retries_reach_its_locks() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(
         scripted.ops()[scripted_before..],
-        [Op::TryAcquire, Op::Inspect, Op::Release]
+        [Op::Acquire, Op::Inspect, Op::Release]
     );
     scripted.verify();
 }

@@ -21,17 +21,18 @@ use aerospike::{
     as_bin, operations, BatchOperation, BatchReadPolicy, BatchWritePolicy, Bins, Key, Replica,
     ResultCode,
 };
-use leasehold_core::{Acquire, Error, Lease, Result};
+use leasehold_core::{Acquire, Lease, Result};
 use tokio::time::Instant;
 
 use crate::error::{classify, Class};
 use crate::layout::{GRANTED_BIN, HOLD_BIN, LINE_BIN, TOKEN_BIN};
 use crate::line::Line;
+use crate::refused::{Step, Stop};
 use crate::store::{ttl_seconds, AerospikeStore, MAX_TAKEOVERS};
 
-/// What a fair try does with the line read alongside its create: `Some(refusal)` gives the
-/// record back and answers the refusal.
-pub(crate) type LineRule<'a> = &'a (dyn Fn(&Line) -> Option<Error> + Send + Sync);
+/// What a fair try does with the line read alongside its create: `Some(retry_after)` gives the
+/// record back and refuses, saying when the line suggests looking again.
+pub(crate) type LineRule<'a> = &'a (dyn Fn(&Line) -> Option<Duration> + Send + Sync);
 
 /// What the acquisition's request read besides creating the lock record.
 #[derive(Debug, Default)]
@@ -217,7 +218,7 @@ impl AerospikeStore {
         &self,
         req: &Acquire,
         rule: Option<LineRule<'_>>,
-    ) -> Result<(Lease, Option<Line>)> {
+    ) -> Step<(Lease, Option<Line>)> {
         if self.inner.config.fencing {
             return self.acquire_fenced(req, rule).await;
         }
@@ -241,9 +242,9 @@ impl AerospikeStore {
                     self.writer_meets_record(req, &record_key).await?;
                 }
                 Class::Server(ResultCode::KeyExistsError | ResultCode::GenerationError) => {
-                    return Err(Error::unavailable(&req.key))
+                    return Err(Stop::refused())
                 }
-                _ => return Err(self.exhausted_or("acquire", &req.key, e)),
+                _ => return Err(self.exhausted_or("acquire", &req.key, e).into()),
             }
         };
         let lease = Lease::new(req.key.clone(), req.token.clone(), req.ttl, created.sent_at);
@@ -263,21 +264,21 @@ impl AerospikeStore {
         lease: &Lease,
         rule: Option<LineRule<'_>>,
         read: Option<Result<Line, aerospike::Error>>,
-    ) -> Result<Option<Line>> {
+    ) -> Step<Option<Line>> {
         let Some(rule) = rule else {
             return Ok(None);
         };
         let refusal = match read {
             Some(Ok(line)) => match rule(&line) {
                 None => return Ok(Some(line)),
-                Some(refusal) => refusal,
+                Some(again_in) => Stop::refused_for(again_in),
             },
             _ => match self.peek(req).await {
                 Ok(line) => match rule(&line) {
                     None => return Ok(Some(line)),
-                    Some(refusal) => refusal,
+                    Some(again_in) => Stop::refused_for(again_in),
                 },
-                Err(e) => e,
+                Err(e) => Stop::Failed(e),
             },
         };
         // Given back at once: the line's head may be about to try.

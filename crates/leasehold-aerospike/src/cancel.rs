@@ -18,7 +18,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use aerospike::{Bins, ReadPolicy, Replica, ResultCode, Value};
-use leasehold_core::{Acquire, Lease, Result};
+use leasehold_core::{Acquire, Attempt, Lease, Result};
 use tokio::time::Instant;
 
 use crate::error::{classify, Class};
@@ -55,8 +55,8 @@ impl AerospikeStore {
     pub(crate) async fn undone_if_dropped(
         &self,
         req: &Acquire,
-        acquire: impl Future<Output = Result<Lease>>,
-    ) -> Result<Lease> {
+        acquire: impl Future<Output = Result<Attempt>>,
+    ) -> Result<Attempt> {
         let mut guard = UndoOnDrop {
             store: Some(self),
             req,

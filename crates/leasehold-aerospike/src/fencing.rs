@@ -8,6 +8,8 @@
 //! microseconds (see [`next_counter`]), so a key nobody holds leaves nothing in the namespace and
 //! its next token is still above every earlier one.
 
+use std::time::Duration;
+
 use aerospike::expressions::{
     and, bin_exists, cond, eq, int_bin, int_val, last_update, le, not, num_add, num_div, num_mul,
     since_update, string_bin, string_val, Expression,
@@ -23,6 +25,7 @@ use crate::acquire::{LineRule, Seen};
 use crate::error::{classify, Cause, Class};
 use crate::layout::{fence_set, COUNTER_BIN, FENCE_BIN, OWNER_BIN, TOKEN_BIN};
 use crate::line::Line;
+use crate::refused::{Step, Stop};
 use crate::retry::Backoff;
 use crate::store::{ttl_seconds, AerospikeStore, MAX_TAKEOVERS};
 
@@ -113,7 +116,7 @@ impl AerospikeStore {
         &self,
         req: &Acquire,
         rule: Option<LineRule<'_>>,
-    ) -> Result<(Lease, Option<Line>)> {
+    ) -> Step<(Lease, Option<Line>)> {
         // The acquisition time of the latest create whose reply was lost, if any.
         let mut doubted = None;
         let result = self.acquire_fenced_steps(req, rule, &mut doubted).await;
@@ -130,7 +133,7 @@ impl AerospikeStore {
         req: &Acquire,
         rule: Option<LineRule<'_>>,
         doubted: &mut Option<i64>,
-    ) -> Result<(Lease, Option<Line>)> {
+    ) -> Step<(Lease, Option<Line>)> {
         let record_key = self.record_key(&req.key)?;
         let fence_key = self.fence_key(&req.key)?;
         let queue_key = rule.map(|_| self.queue_key(&req.key)).transpose()?;
@@ -160,7 +163,7 @@ impl AerospikeStore {
                     // shared record nobody holds any more so that the create can go again.
                     takeovers += 1;
                     if takeovers > MAX_TAKEOVERS {
-                        return Err(Error::unavailable(&req.key));
+                        return Err(Stop::refused());
                     }
                     self.writer_meets_record(req, &record_key).await?;
                 }
@@ -168,7 +171,7 @@ impl AerospikeStore {
                     *doubted = Some(uat);
                     match self.resolve_create(req, &record_key, e).await {
                         Ok(()) => break Seen::default(),
-                        Err(e)
+                        Err(Stop::Failed(e))
                             if e.kind() == ErrorKind::Connection
                                 && attempt < self.inner.config.retries =>
                         {
@@ -179,7 +182,7 @@ impl AerospikeStore {
                         Err(e) => return Err(e),
                     }
                 }
-                _ => return Err(self.exhausted_or("acquire", &req.key, e)),
+                _ => return Err(self.exhausted_or("acquire", &req.key, e).into()),
             }
         };
         let lease = Lease::new(req.key.clone(), req.token.clone(), req.ttl, sent_at);
@@ -190,7 +193,7 @@ impl AerospikeStore {
         let checked = match seen.fence {
             Some(Ok(generation)) => match self.fence_checked(req, &fence_key, generation).await {
                 Ok(fence) => fence,
-                Err(e) => return Err(self.abandon(req, "fence increment", e).await),
+                Err(e) => return Err(self.abandon(req, "fence increment", e).await.into()),
             },
             _ => None,
         };
@@ -198,7 +201,7 @@ impl AerospikeStore {
             Some(fence) => {
                 if let Some(held) = Self::outlived(req, sent_at) {
                     let error = Error::new(
-                        ErrorKind::LockUnavailable,
+                        ErrorKind::Timeout,
                         format!(
                             "the lock record's TTL ({} ms) ran out before its fencing token was                              taken ({} ms): it may have expired and been taken since; nothing of                              ours is held; try again, with a TTL longer than two round trips",
                             req.ttl.as_millis(),
@@ -206,7 +209,10 @@ impl AerospikeStore {
                         ),
                     )
                     .with_key(req.key.as_str());
-                    return Err(self.abandon(req, "fence increment", error).await);
+                    // Not ours for sure any more: given back, and the attempt is refused (the
+                    // warning says why).
+                    self.abandon(req, "fence increment", error).await;
+                    return Err(Stop::refused_for(Duration::ZERO));
                 }
                 fence
             }
@@ -220,16 +226,11 @@ impl AerospikeStore {
     /// filtered on the owner token and update-only. Step 3 succeeding proves the record was
     /// still ours after step 2 (only our own create can make a record with our token), so the
     /// increment lies inside our hold. If the record expired or was broken between the steps,
-    /// step 3 answers `KEY_NOT_FOUND` / `FILTERED_OUT`: `LockUnavailable`, nothing of ours held.
-    async fn fence_verified(
-        &self,
-        req: &Acquire,
-        record_key: &Key,
-        sent_at: Instant,
-    ) -> Result<u64> {
+    /// step 3 answers `KEY_NOT_FOUND` / `FILTERED_OUT`: refused, nothing of ours held.
+    async fn fence_verified(&self, req: &Acquire, record_key: &Key, sent_at: Instant) -> Step<u64> {
         let fence = match self.next_fence(req).await {
             Ok(fence) => fence,
-            Err(e) => return Err(self.abandon(req, "fence increment", e).await),
+            Err(e) => return Err(self.abandon(req, "fence increment", e).await.into()),
         };
         let mut policy = self.owned_by(&req.token, self.inner.config.commit_levels.acquire);
         policy.record_exists_action = RecordExistsAction::UpdateOnly;
@@ -245,34 +246,29 @@ impl AerospikeStore {
             Ok(()) => Ok(fence),
             Err(e) => match classify(&e) {
                 Class::Server(ResultCode::FilteredOut | ResultCode::KeyNotFoundError) => {
-                    Err(Error::new(
-                        ErrorKind::LockUnavailable,
-                        format!(
-                            "the lock record expired (or was broken) before its fencing token \
-                             could be written, after {} ms: nothing of ours is held; try again, \
-                             with a TTL longer than three round trips",
-                            sent_at.elapsed().as_millis()
-                        ),
-                    )
-                    .with_key(req.key.as_str())
-                    .with_source(Cause(e)))
+                    tracing::warn!(key = %req.key, elapsed_ms = sent_at.elapsed().as_millis() as u64,
+                        error = %Cause(e),
+                        "the lock record expired (or was broken) before its fencing token could \
+                         be written: nothing of ours is held, the attempt is refused; use a TTL \
+                         longer than three round trips");
+                    Err(Stop::refused_for(Duration::ZERO))
                 }
                 _ => {
                     let error = self.exhausted_or("fence write", &req.key, e);
-                    Err(self.abandon(req, "fence write", error).await)
+                    Err(self.abandon(req, "fence write", error).await.into())
                 }
             },
         }
     }
 
     /// The create's reply was lost: read the record back to learn whether it landed. Ours: go on
-    /// (`Ok`). Anyone else's: `LockUnavailable`. Absent: nothing is held, `Connection`.
+    /// (`Ok`). Anyone else's: refused. Absent: nothing is held, `Connection`.
     async fn resolve_create(
         &self,
         req: &Acquire,
         record_key: &Key,
         lost: aerospike::Error,
-    ) -> Result<()> {
+    ) -> Step<()> {
         // From the master, whatever the read replica policy: a replica may not have the create yet.
         let mut base_policy = self.base(0);
         base_policy.replica = Replica::Master;
@@ -287,7 +283,7 @@ impl AerospikeStore {
         match read {
             Ok(record) => match record.bins.get(TOKEN_BIN) {
                 Some(Value::String(t)) if t == req.token.as_str() => Ok(()),
-                _ => Err(Error::unavailable(&req.key)),
+                _ => Err(Stop::refused()),
             },
             Err(e) if classify(&e) == Class::Server(ResultCode::KeyNotFoundError) => {
                 Err(Error::connection(format!(
@@ -296,7 +292,8 @@ impl AerospikeStore {
                     crate::error::place(self.address(), &lost)
                 ))
                 .with_key(req.key.as_str())
-                .with_source(Cause(lost)))
+                .with_source(Cause(lost))
+                .into())
             }
             Err(e) => {
                 let error = Error::new(
@@ -310,7 +307,7 @@ impl AerospikeStore {
                 )
                 .with_key(req.key.as_str())
                 .with_source(Cause(e));
-                Err(self.abandon(req, "acquire", error).await)
+                Err(self.abandon(req, "acquire", error).await.into())
             }
         }
     }

@@ -47,6 +47,7 @@ mod info;
 pub mod layout;
 mod line;
 mod queue;
+mod refused;
 mod release;
 mod retry;
 mod shared;

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::refused::{Step, Stop};
 use aerospike::expressions::{eq, int_bin, int_val};
 use aerospike::operations::maps::{self, MapOrder, MapPolicy, MapReturnType, MapWriteFlags};
 use aerospike::operations::{self, Operation};
@@ -269,9 +270,9 @@ impl AerospikeStore {
     /// ([`Self::try_fair`]). A blocking attempt (with a deadline) takes or keeps the process's
     /// place and reads the line (1 round trip); only with nobody live ahead does it try the lock
     /// record (the create-only write, and the fence step); granted, a process in line leaves it
-    /// or goes to its end (1 more). Refused, the error says when the line suggests looking
+    /// or goes to its end (1 more). Refused, the refusal says when the line suggests looking
     /// again, and the process's waiters are woken then.
-    pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Result<Lease> {
+    pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Step<Lease> {
         if req.wait.is_none() {
             return self.try_fair(req).await;
         }
@@ -300,13 +301,13 @@ impl AerospikeStore {
             waiting.late(key, false);
             waiting.set_head(key, Some(line));
             waiting.attempted(key, true, Some(again_in));
-            return Err(Error::unavailable(&req.key).with_retry_after(again_in));
+            return Err(Stop::refused_for(again_in));
         }
         if ahead > 0 {
             let again_in = line.look_again_in(ahead, now, 0, cap);
             waiting.late(key, false);
             waiting.attempted(key, true, Some(again_in));
-            return Err(Error::unavailable(&req.key).with_retry_after(again_in));
+            return Err(Stop::refused_for(again_in));
         }
         match self.acquire_record(req, None).await {
             Ok((lease, _)) => {
@@ -353,7 +354,7 @@ impl AerospikeStore {
                 waiting.attempted(key, requeue, again_in);
                 Ok(lease.with_contended(others > 0))
             }
-            Err(e) if e.is_unavailable() => {
+            Err(Stop::Refused { retry_after }) => {
                 let now = now_us();
                 let late = waiting.late(key, line.holder_overdue(now));
                 let again_in = line.ask_again_in(0, now, late, cap);
@@ -361,8 +362,8 @@ impl AerospikeStore {
                     waiting.set_head(key, Some(line));
                 }
                 waiting.attempted(key, true, Some(again_in));
-                let again_in = e.retry_after().map_or(again_in, |left| left.min(again_in));
-                Err(e.with_retry_after(again_in))
+                let again_in = retry_after.map_or(again_in, |left| left.min(again_in));
+                Err(Stop::refused_for(again_in))
             }
             Err(e) => {
                 waiting.set_head(key, None);
@@ -377,17 +378,14 @@ impl AerospikeStore {
     /// of this process's (a try never passes a queued process, and never takes a place itself);
     /// otherwise it is given back at once and the try is refused, with when the line suggests
     /// looking again.
-    async fn try_fair(&self, req: &Acquire) -> Result<Lease> {
+    async fn try_fair(&self, req: &Acquire) -> Step<Lease> {
         let waiting = &self.inner.waiting;
         let (key, me) = (req.key.as_str(), waiting.id());
         let cap = self.waiter_timeout() / 3;
         let rule = |line: &Line| {
             let now = now_us();
             let ahead = line.ahead_of(me, now);
-            (ahead > 0).then(|| {
-                Error::unavailable(&req.key)
-                    .with_retry_after(line.look_again_in(ahead, now, 0, cap))
-            })
+            (ahead > 0).then(|| line.look_again_in(ahead, now, 0, cap))
         };
         let (lease, line) = self.acquire_record(req, Some(&rule)).await?;
         let granted_at = Instant::now();

@@ -9,14 +9,15 @@ use aerospike::expressions::{eq, string_bin, string_val};
 use aerospike::policy::{AdminPolicy, BasePolicy, CommitLevel};
 use aerospike::{Client, ClientPolicy, Key, Replica, Value, WritePolicy};
 use leasehold_core::{
-    validate_ttl, Acquire, Capabilities, Error, ErrorKind, HistoryEntry, Lease, LockInfo, LockKey,
-    LockStore, Operation, OwnerToken, ReleaseWatch, Result, TraceConfig,
+    validate_ttl, Acquire, Attempt, Capabilities, Error, ErrorKind, HistoryEntry, Lease, LockInfo,
+    LockKey, LockStore, Operation, OwnerToken, ReleaseWatch, Result, TraceConfig,
 };
 use tokio::time::Instant;
 
 use crate::config::AerospikeConfig;
 use crate::error::{classify, failed, map, place, transient_reason, Cause, Class};
 use crate::layout::{Layout, TOKEN_BIN};
+use crate::refused;
 use crate::retry::Backoff;
 use crate::waiting::Waiting;
 
@@ -382,14 +383,14 @@ impl AerospikeStore {
         self.inner.waiting.id()
     }
 
-    async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
-        if req.mode.is_shared_record() {
+    async fn acquire_once(&self, req: &Acquire) -> Result<Attempt> {
+        refused::answer(if req.mode.is_shared_record() {
             self.acquire_shared(req).await
         } else if self.inner.config.fair {
             self.acquire_fair(req).await
         } else {
             self.acquire_record(req, None).await.map(|(lease, _)| lease)
-        }
+        })
     }
 }
 
@@ -442,7 +443,7 @@ impl LockStore for AerospikeStore {
     /// round trip for the history entry (module `trace`). Cancel safe: the requests run on the
     /// caller's task, and an acquisition the caller drops before its answer is released again,
     /// owner-checked, in the background (module `cancel`).
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         req.validate()?;
         self.record_key(&req.key)?;
         self.undone_if_dropped(req, async {

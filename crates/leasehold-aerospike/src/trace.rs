@@ -19,7 +19,8 @@ use aerospike::operations::lists::{self, ListPolicy};
 use aerospike::policy::{CommitLevel, Expiration};
 use aerospike::{Bins, Key, ReadPolicy, ResultCode, Value};
 use leasehold_core::{
-    Acquire, Error, ErrorKind, HistoryEntry, HistoryEvent, Lease, LockKey, Result, TraceConfig,
+    Acquire, Attempt, Error, ErrorKind, HistoryEntry, HistoryEvent, Lease, LockKey, Result,
+    TraceConfig,
 };
 
 use crate::error::{classify, map, Class};
@@ -78,23 +79,23 @@ impl AerospikeStore {
     }
 
     /// Traces an acquisition's outcome (when `req` is traced): `acquired`, or `refused` /
-    /// `waited` when the lock was held. Other errors (mode conflicts, store failures) write
-    /// nothing, as on Redis. The lease carries the trace setting to its release and renewals.
+    /// `waited` when the lock was held. Errors (mode conflicts, store failures) write nothing,
+    /// as on Redis. The lease carries the trace setting to its release and renewals.
     pub(crate) async fn trace_acquire(
         &self,
         req: &Acquire,
-        result: Result<Lease>,
-    ) -> Result<Lease> {
+        result: Result<Attempt>,
+    ) -> Result<Attempt> {
         let Some(trace) = &req.trace else {
             return result;
         };
         match &result {
-            Ok(_) => {
+            Ok(Attempt::Granted(_)) => {
                 let detail = format!("{} ttl {}ms", req.mode, req.ttl.as_millis());
                 let entry = HistoryEntry::new(HistoryEvent::Acquired, &req.token, detail);
                 self.record(&req.key, trace, entry).await;
             }
-            Err(e) if e.kind() == ErrorKind::LockUnavailable => {
+            Ok(Attempt::Refused { .. }) => {
                 let event = if req.wait.is_some() {
                     HistoryEvent::Waited
                 } else {
@@ -105,7 +106,10 @@ impl AerospikeStore {
             }
             Err(_) => {}
         }
-        result.map(|lease| lease.with_trace(req.trace))
+        result.map(|attempt| match attempt {
+            Attempt::Granted(lease) => Attempt::Granted(lease.with_trace(req.trace)),
+            refused => refused,
+        })
     }
 
     /// Traces a release's outcome (when the lease is traced): `released` or `not_held`; a failed

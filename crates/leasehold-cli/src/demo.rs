@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use leasehold::core::Acquire;
+use leasehold::core::{Acquire, Attempt};
 use leasehold::layers::{
     CountingLayer, GracefulShutdownLayer, LocalCompetitionLayer, ReadbackLayer,
 };
-use leasehold::{Error, Holder, Lease, LockManager, LockOptions, LockStore, MemoryStore, Result};
+use leasehold::{Error, Holder, LockManager, LockOptions, LockStore, MemoryStore, Result};
 use tokio::time::Instant;
 
 use crate::cli::DemoArgs;
@@ -219,13 +219,13 @@ impl leasehold::core::LayeredStore for LostFirstReply {
     fn name(&self) -> &'static str {
         "memory-lossy"
     }
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
-        let lease = self.inner.try_acquire(req).await?;
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
+        let attempt = self.inner.acquire(req).await?;
         if !self.lost.swap(true, Ordering::SeqCst) {
             return Err(Error::in_doubt("reply lost after the write was applied")
                 .with_key(req.key.as_str()));
         }
-        Ok(lease)
+        Ok(attempt)
     }
 }
 

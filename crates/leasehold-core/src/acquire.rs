@@ -173,7 +173,7 @@ impl Acquire {
 
     /// Checks what a store must check before any I/O: the TTL (above zero, at most
     /// [`MAX_TTL`](crate::MAX_TTL)) and the lock mode (a semaphore's permits). Every store's
-    /// `try_acquire` starts with it.
+    /// `acquire` starts with it.
     ///
     /// ```
     /// use std::time::Duration;

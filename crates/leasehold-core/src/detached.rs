@@ -5,20 +5,25 @@ use std::future::Future;
 use tokio::time::Instant;
 
 use crate::acquire::Acquire;
+use crate::attempt::Attempt;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
 
-/// Runs a network store's acquire request on its own task, so that the store's `try_acquire` is
+/// Runs a network store's acquire request on its own task, so that the store's `acquire` is
 /// cancel safe (see [`LockStore`](crate::LockStore)): if the caller stops waiting, the request
 /// still completes, and a lock it acquired — or may have acquired, when the reply was lost — is
 /// released again with `release` (owner-checked), instead of staying held under a token nobody
 /// knows until its TTL.
 ///
 /// `acquire` performs the request; `release` undoes it. Both run on the spawned task.
-pub async fn acquire_detached<A, AF, R, RF>(req: &Acquire, acquire: A, release: R) -> Result<Lease>
+pub async fn acquire_detached<A, AF, R, RF>(
+    req: &Acquire,
+    acquire: A,
+    release: R,
+) -> Result<Attempt>
 where
     A: FnOnce(Acquire) -> AF + Send + 'static,
-    AF: Future<Output = Result<Lease>> + Send + 'static,
+    AF: Future<Output = Result<Attempt>> + Send + 'static,
     R: FnOnce(Lease) -> RF + Send + 'static,
     RF: Future<Output = Result<bool>> + Send + 'static,
 {
@@ -34,9 +39,9 @@ where
                 Ok(unread) => unread,
                 Err(_) => return, // read by the caller
             },
-            Err(Ok(lease)) => lease,
+            Err(Ok(Attempt::Granted(lease))) => lease,
             Err(Err(e)) if e.is_in_doubt() => maybe_held(&task_req),
-            Err(Err(_)) => return,
+            Err(_) => return,
         };
         let key = maybe_held.key().clone();
         if let Err(error) = release(maybe_held).await {
@@ -73,9 +78,9 @@ pub async fn acquire_undone_on_drop<AF, R, RF>(
     req: &Acquire,
     acquire: AF,
     release: R,
-) -> Result<Lease>
+) -> Result<Attempt>
 where
-    AF: Future<Output = Result<Lease>>,
+    AF: Future<Output = Result<Attempt>>,
     R: FnOnce(Lease) -> RF + Send + 'static,
     RF: Future<Output = Result<bool>> + Send + 'static,
 {
@@ -133,7 +138,7 @@ fn maybe_held(req: &Acquire) -> Lease {
 /// The caller's end of a detached acquisition. Dropped unread, it closes the channel (an answer
 /// still to come is then undone by the task) and hands back an answer already there.
 struct Receiving<'a> {
-    rx: tokio::sync::oneshot::Receiver<Result<Lease>>,
+    rx: tokio::sync::oneshot::Receiver<Result<Attempt>>,
     back: Option<tokio::sync::oneshot::Sender<Lease>>,
     req: &'a Acquire,
 }
@@ -145,7 +150,7 @@ impl Drop for Receiving<'_> {
         };
         self.rx.close();
         let unread = match self.rx.try_recv() {
-            Ok(Ok(lease)) => lease,
+            Ok(Ok(Attempt::Granted(lease))) => lease,
             Ok(Err(e)) if e.is_in_doubt() => maybe_held(self.req),
             _ => return,
         };
@@ -175,13 +180,15 @@ mod tests {
         let r = released.clone();
         let lease = acquire_detached(
             &req(),
-            |req| async move { Ok(Lease::new(req.key, req.token, req.ttl, Instant::now())) },
+            |req| async move { Ok(Lease::new(req.key, req.token, req.ttl, Instant::now()).into()) },
             move |_| async move {
                 r.store(true, Ordering::SeqCst);
                 Ok(true)
             },
         )
         .await
+        .unwrap()
+        .into_lease(&req().key)
         .unwrap();
         assert_eq!(lease.ttl(), Duration::from_secs(5));
         tokio::task::yield_now().await;
@@ -220,7 +227,7 @@ mod tests {
         let req = req();
         let mut fut = Box::pin(acquire_detached(
             &req,
-            |req| async move { Ok(Lease::new(req.key, req.token, req.ttl, Instant::now())) },
+            |req| async move { Ok(Lease::new(req.key, req.token, req.ttl, Instant::now()).into()) },
             move |lease| async move {
                 let _ = released_tx.send(lease.token().clone());
                 Ok(true)
@@ -248,12 +255,7 @@ mod tests {
         let lease = acquire_undone_on_drop(
             &req,
             async {
-                Ok(Lease::new(
-                    req.key.clone(),
-                    req.token.clone(),
-                    req.ttl,
-                    Instant::now(),
-                ))
+                Ok(Lease::new(req.key.clone(), req.token.clone(), req.ttl, Instant::now()).into())
             },
             move |_| async move {
                 r.store(true, Ordering::SeqCst);
@@ -261,15 +263,15 @@ mod tests {
             },
         )
         .await
+        .unwrap()
+        .into_lease(&req.key)
         .unwrap();
         assert_eq!(lease.token(), &req.token);
-        let refused = acquire_undone_on_drop(
-            &req,
-            async { Err(Error::unavailable(&req.key)) },
-            |_| async { Ok(true) },
-        )
+        let refused = acquire_undone_on_drop(&req, async { Ok(Attempt::refused()) }, |_| async {
+            Ok(true)
+        })
         .await;
-        assert!(refused.unwrap_err().is_unavailable());
+        assert!(!refused.unwrap().is_granted());
         tokio::task::yield_now().await;
         assert!(!released.load(Ordering::SeqCst), "nothing to undo");
     }
@@ -282,7 +284,7 @@ mod tests {
             &req,
             async {
                 tokio::time::sleep(Duration::from_secs(60)).await;
-                Err(Error::unavailable(&req.key))
+                Ok(Attempt::refused())
             },
             move |lease| async move {
                 let _ = released_tx.send((lease.token().clone(), lease.mode()));

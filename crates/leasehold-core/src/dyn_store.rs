@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::acquire::{Acquire, HolderId};
+use crate::attempt::Attempt;
 use crate::change_watch::ChangeWatch;
 use crate::error::Result;
 use crate::history::{HistoryEntry, TraceConfig};
@@ -19,7 +20,7 @@ use crate::watch::ReleaseWatch;
 trait DynLockStore: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     fn capabilities(&self) -> Capabilities;
-    fn try_acquire<'a>(&'a self, req: &'a Acquire) -> BoxFuture<'a, Result<Lease>>;
+    fn acquire<'a>(&'a self, req: &'a Acquire) -> BoxFuture<'a, Result<Attempt>>;
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool>>;
     fn extend<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> BoxFuture<'a, Result<Lease>>;
     fn inspect<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<LockInfo>>>;
@@ -45,8 +46,8 @@ impl<S: LockStore> DynLockStore for S {
     fn capabilities(&self) -> Capabilities {
         LockStore::capabilities(self)
     }
-    fn try_acquire<'a>(&'a self, req: &'a Acquire) -> BoxFuture<'a, Result<Lease>> {
-        Box::pin(LockStore::try_acquire(self, req))
+    fn acquire<'a>(&'a self, req: &'a Acquire) -> BoxFuture<'a, Result<Attempt>> {
+        Box::pin(LockStore::acquire(self, req))
     }
     fn release<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<bool>> {
         Box::pin(LockStore::release(self, lease))
@@ -99,7 +100,7 @@ impl<S: LockStore> DynLockStore for S {
 /// # impl LockStore for MyStore {
 /// #   fn name(&self) -> &'static str { "my" }
 /// #   fn capabilities(&self) -> leasehold_core::Capabilities { leasehold_core::Capabilities::NONE }
-/// #   async fn try_acquire(&self, _: &leasehold_core::Acquire) -> leasehold_core::Result<leasehold_core::Lease> { unimplemented!() }
+/// #   async fn acquire(&self, _: &leasehold_core::Acquire) -> leasehold_core::Result<leasehold_core::Attempt> { unimplemented!() }
 /// #   async fn release(&self, _: &leasehold_core::Lease) -> leasehold_core::Result<bool> { unimplemented!() }
 /// #   async fn extend(&self, _: &leasehold_core::Lease, _: std::time::Duration) -> leasehold_core::Result<leasehold_core::Lease> { unimplemented!() }
 /// #   async fn inspect(&self, _: &leasehold_core::LockKey) -> leasehold_core::Result<Option<leasehold_core::LockInfo>> { unimplemented!() }
@@ -140,8 +141,8 @@ impl LockStore for BoxStore {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
-        self.inner.try_acquire(req).await
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
+        self.inner.acquire(req).await
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         self.inner.release(lease).await

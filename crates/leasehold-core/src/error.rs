@@ -126,9 +126,6 @@ pub struct Error {
     kind: ErrorKind,
     message: String,
     key: Option<String>,
-    /// For [`ErrorKind::LockUnavailable`]: how long the holder's lease has left, where the store
-    /// can tell; a waiter need not ask again before then unless notified.
-    retry_after: Option<std::time::Duration>,
     operation: Option<Operation>,
     #[source]
     source: Option<Source>,
@@ -184,7 +181,6 @@ impl Error {
             kind,
             message: message.into(),
             key: None,
-            retry_after: None,
             operation: None,
             source: None,
         }
@@ -262,13 +258,6 @@ impl Error {
         self.key.as_deref()
     }
 
-    /// Records, on a [`ErrorKind::LockUnavailable`], how long the holder's lease has left: the
-    /// longest a waiter has to wait before the lock can be free without a release.
-    pub fn with_retry_after(mut self, retry_after: std::time::Duration) -> Self {
-        self.retry_after = Some(retry_after);
-        self
-    }
-
     /// Records the store operation that failed.
     pub fn with_operation(mut self, operation: Operation) -> Self {
         self.operation = Some(operation);
@@ -289,21 +278,6 @@ impl Error {
     /// ```
     pub fn operation(&self) -> Option<Operation> {
         self.operation
-    }
-
-    /// How long the holder's lease had left when the store refused the lock, where the store
-    /// reported it: a waiter shapes its polling with it.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use leasehold_core::{Error, LockKey};
-    /// let key = LockKey::xdc("c", "e")?;
-    /// let err = Error::unavailable(&key).with_retry_after(Duration::from_millis(40));
-    /// assert_eq!(err.retry_after(), Some(Duration::from_millis(40)));
-    /// # Ok::<(), Error>(())
-    /// ```
-    pub fn retry_after(&self) -> Option<std::time::Duration> {
-        self.retry_after
     }
 
     /// This error and its causes on one line, joined by `": "`, for a user or a log that needs

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::acquire::{Acquire, HolderId};
+use crate::attempt::Attempt;
 use crate::change_watch::ChangeWatch;
 use crate::error::Result;
 use crate::key::LockKey;
@@ -130,10 +131,10 @@ impl<A: LockStore, B: LockStore> LockStore for Either<A, B> {
             Either::Right(b) => b.capabilities(),
         }
     }
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         match self {
-            Either::Left(a) => a.try_acquire(req).await,
-            Either::Right(b) => b.try_acquire(req).await,
+            Either::Left(a) => a.acquire(req).await,
+            Either::Right(b) => b.acquire(req).await,
         }
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::acquire::{Acquire, HolderId};
+use crate::attempt::Attempt;
 use crate::change_watch::ChangeWatch;
 use crate::error::Result;
 use crate::history::{HistoryEntry, TraceConfig};
@@ -60,9 +61,9 @@ pub trait LayeredStore: Send + Sync + 'static {
         self.inner().capabilities()
     }
 
-    /// See [`LockStore::try_acquire`]. Forwards.
-    fn try_acquire(&self, req: &Acquire) -> impl Future<Output = Result<Lease>> + Send {
-        self.inner().try_acquire(req)
+    /// See [`LockStore::acquire`]. Forwards.
+    fn acquire(&self, req: &Acquire) -> impl Future<Output = Result<Attempt>> + Send {
+        self.inner().acquire(req)
     }
 
     /// See [`LockStore::release`]. Forwards.
@@ -133,8 +134,8 @@ impl<L: LayeredStore> LockStore for L {
     fn capabilities(&self) -> Capabilities {
         LayeredStore::capabilities(self)
     }
-    fn try_acquire(&self, req: &Acquire) -> impl Future<Output = Result<Lease>> + Send {
-        LayeredStore::try_acquire(self, req)
+    fn acquire(&self, req: &Acquire) -> impl Future<Output = Result<Attempt>> + Send {
+        LayeredStore::acquire(self, req)
     }
     fn release(&self, lease: &Lease) -> impl Future<Output = Result<bool>> + Send {
         LayeredStore::release(self, lease)
@@ -204,14 +205,15 @@ mod tests {
         fn capabilities(&self) -> Capabilities {
             Capabilities::ALL
         }
-        async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
-            self.record("try_acquire");
+        async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
+            self.record("acquire");
             Ok(Lease::new(
                 req.key.clone(),
                 req.token.clone(),
                 req.ttl,
                 tokio::time::Instant::now(),
-            ))
+            )
+            .into())
         }
         async fn release(&self, _: &Lease) -> Result<bool> {
             self.record("release");
@@ -284,14 +286,7 @@ mod tests {
         assert_eq!(LockStore::shutdown(&store).await.unwrap(), 3);
         assert_eq!(
             store.0.seen(),
-            [
-                "try_acquire",
-                "release",
-                "extend",
-                "inspect",
-                "list",
-                "shutdown"
-            ]
+            ["acquire", "release", "extend", "inspect", "list", "shutdown"]
         );
     }
 
@@ -306,7 +301,7 @@ mod tests {
         assert_eq!(store.1.load(Ordering::Relaxed), 1);
         assert_eq!(
             store.0.seen(),
-            ["try_acquire", "extend"],
+            ["acquire", "extend"],
             "the refused release never reached the inner store"
         );
     }

@@ -7,8 +7,9 @@
 //! - [`OwnerToken`]: unique per acquisition, readable by a human looking at the store.
 //! - [`LockMode`]: exclusive (the write side), shared (readers) or one of N semaphore permits.
 //! - [`Lease`]: what an acquisition returns; [`LockInfo`]: what an inspection reads back.
-//! - [`LockStore`]: the store trait (try-acquire, release, extend, inspect, list), its object-safe
-//!   twin [`BoxStore`], and [`Capabilities`].
+//! - [`LockStore`]: the store trait (acquire, release, extend, inspect, list), its object-safe
+//!   twin [`BoxStore`], and [`Capabilities`]; [`Attempt`]: an acquisition's answer, the lease or
+//!   a refusal.
 //! - [`Layer`] and [`LayeredStore`]: how scenario middlewares wrap a store, forwarding every
 //!   operation they do not change; [`option_layer`] for optional ones.
 //! - [`Lifecycle`]: the one closing signal and background-task tracker a manager shares with its
@@ -23,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 mod acquire;
+mod attempt;
 mod change_watch;
 mod detached;
 mod dyn_store;
@@ -45,6 +47,7 @@ mod ttl;
 mod watch;
 
 pub use acquire::{Acquire, HolderId, Wait, WaiterId};
+pub use attempt::Attempt;
 pub use change_watch::ChangeWatch;
 pub use detached::{acquire_detached, acquire_undone_on_drop};
 pub use dyn_store::BoxStore;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::acquire::{Acquire, HolderId};
+use crate::attempt::Attempt;
 use crate::change_watch::ChangeWatch;
 use crate::error::{Error, Result};
 use crate::history::{HistoryEntry, TraceConfig};
@@ -108,18 +109,17 @@ impl Capabilities {
 ///   [`ErrorKind::InvalidArgument`] before any I/O ([`validate_ttl`](crate::validate_ttl)): some
 ///   stores read 0 as "never expire", which must never happen by accident.
 /// - A store never reports a lock as held when it is not: when the outcome of a write is unknown,
-///   it returns [`ErrorKind::InDoubt`], never success and never [`ErrorKind::LockUnavailable`].
+///   it returns [`ErrorKind::InDoubt`], never a grant and never a refusal.
 /// - Expired records are absent for every operation.
 ///
 /// # Cancel safety
 /// Every method must be cancel safe in this sense: dropping the future before it completes must
 /// not leave a lock held under a token nobody knows. A network store does its I/O in a spawned
-/// task (or otherwise completes and undoes it) so that a cancelled `try_acquire` whose write lands
+/// task (or otherwise completes and undoes it) so that a cancelled `acquire` whose write lands
 /// later is released again.
 ///
 /// [`ErrorKind::InvalidArgument`]: crate::ErrorKind::InvalidArgument
 /// [`ErrorKind::InDoubt`]: crate::ErrorKind::InDoubt
-/// [`ErrorKind::LockUnavailable`]: crate::ErrorKind::LockUnavailable
 pub trait LockStore: Send + Sync + 'static {
     /// A short name for logs, metrics and error messages: `memory`, `redis`, `aerospike`.
     fn name(&self) -> &'static str;
@@ -128,23 +128,33 @@ pub trait LockStore: Send + Sync + 'static {
     fn capabilities(&self) -> Capabilities;
 
     /// Creates the lock record only if no live record exists for `req.key`, owned by `req.token`
-    /// and expiring after `req.ttl`.
+    /// and expiring after `req.ttl`: one attempt.
     ///
     /// # Behavior
-    /// - Absent or expired: creates it and returns the lease (with a fencing token if
-    ///   [`Capabilities::fencing`]). The lease's `acquired_at` is taken before the request is sent.
-    /// - Held by anyone: [`ErrorKind::LockUnavailable`], the refusal. It carries, where the store
-    ///   can tell, how long the holder's lease has left ([`Error::with_retry_after`]): that and
-    ///   the [`watch`](Self::watch)'s notifications are all a store tells a waiter, and the
-    ///   manager's wait needs nothing else. Never success for the same token either:
-    ///   tokens are new for every attempt, so a record held by the asking token means this
-    ///   request ran before (a retry whose first reply was lost). A store that recognises that
-    ///   case answers [`ErrorKind::InDoubt`] instead, since its first run took the lock.
+    /// - Absent or expired: creates it and returns [`Attempt::Granted`] with the lease (with a
+    ///   fencing token if [`Capabilities::fencing`]). The lease's `acquired_at` is taken before
+    ///   the request is sent.
+    /// - Held by anyone (or, in a store that keeps a waiter line, others are ahead of this
+    ///   attempt): [`Attempt::Refused`], with how long until the lock can be free without a
+    ///   release where the store can tell. The refusal and the [`watch`](Self::watch)'s
+    ///   notifications are all a store tells a waiter: the manager's wait needs nothing else.
+    ///   Never a grant for the same token either: tokens are new for every attempt, so a record
+    ///   held by the asking token means this request ran before (a retry whose first reply was
+    ///   lost). A store that recognises that case answers [`ErrorKind::InDoubt`] instead, since
+    ///   its first run took the lock.
     /// - Reply lost after the request was sent: [`ErrorKind::InDoubt`].
     ///
-    /// [`ErrorKind::LockUnavailable`]: crate::ErrorKind::LockUnavailable
     /// [`ErrorKind::InDoubt`]: crate::ErrorKind::InDoubt
-    fn try_acquire(&self, req: &Acquire) -> impl Future<Output = Result<Lease>> + Send;
+    fn acquire(&self, req: &Acquire) -> impl Future<Output = Result<Attempt>> + Send;
+
+    /// [`acquire`](Self::acquire) for a caller that makes one attempt (an ops tool, a test): the
+    /// lease, or a refusal as [`ErrorKind::LockUnavailable`]. Stores and layers implement
+    /// `acquire`; this only reads its answer ([`Attempt::into_lease`]).
+    ///
+    /// [`ErrorKind::LockUnavailable`]: crate::ErrorKind::LockUnavailable
+    fn try_acquire(&self, req: &Acquire) -> impl Future<Output = Result<Lease>> + Send {
+        async move { self.acquire(req).await?.into_lease(&req.key) }
+    }
 
     /// Deletes the record only if it is still owned by `lease.token()`.
     ///
@@ -236,7 +246,7 @@ pub trait LockStore: Send + Sync + 'static {
     /// # Behavior
     /// Only for stores with [`Capabilities::history`]. Such a store writes an entry for every
     /// traced operation ([`Acquire::trace`], carried by the lease to its release and renewals):
-    /// `acquired`, `refused` or `waited` from `try_acquire`, `released` or `not_held` from
+    /// `acquired`, `refused` or `waited` from `acquire`, `released` or `not_held` from
     /// `release`, `lost` from a failed `extend`, in the same round trip as the operation where
     /// the store allows it; it keeps at most [`TraceConfig::max_entries`] and lets the history
     /// expire [`TraceConfig::ttl`] after its last write. The default returns
@@ -275,8 +285,8 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()
     }
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
-        (**self).try_acquire(req).await
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
+        (**self).acquire(req).await
     }
     async fn release(&self, lease: &Lease) -> Result<bool> {
         (**self).release(lease).await

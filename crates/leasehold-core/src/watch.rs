@@ -14,8 +14,8 @@ use crate::acquire::WaiterId;
 /// Obtained *before* the first attempt and kept for the whole wait, so a release between a failed
 /// attempt and the sleep is never missed: each round enables [`notify`](Self::notify)'s
 /// `notified()` before attempting. A store without notifications returns [`ReleaseWatch::none`],
-/// which never fires: the waiter then polls (shaped by
-/// [`Error::retry_after`](crate::Error::retry_after)). A notification is a hint, never a promise:
+/// which never fires: the waiter then polls (shaped by the refusal's
+/// [`retry_after`](crate::Attempt::retry_after)). A notification is a hint, never a promise:
 /// the waiter always tries the store again, and a lost notification only costs a poll interval.
 ///
 /// Dropping the watch ends the registration (the store may then unsubscribe, or take this

@@ -8,7 +8,7 @@ use std::time::Duration;
 use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, PutResponse, Txn, TxnOp, TxnOpResponse,
 };
-use leasehold_core::{Acquire, Error, Lease, LockKey, LockMode, Result};
+use leasehold_core::{Acquire, Attempt, Lease, LockKey, LockMode, Result};
 use tokio::time::Instant;
 
 use crate::config::lease_seconds;
@@ -21,11 +21,15 @@ use crate::store::EtcdStore;
 use crate::waiting::{Place, Spare, Waiting};
 
 impl EtcdStore {
-    /// The acquire itself (see `try_acquire` for cancel safety): a lease, then one transaction;
+    /// The acquire itself (see `acquire` for cancel safety): a lease, then one transaction;
     /// a blocking attempt that already has a place in line first reads whether it is its turn.
     /// `on_lease` is told the lease the hold goes on as soon as it is chosen (0 before), so that
     /// a caller that stops waiting can revoke it (see `RevokeOnDrop`).
-    pub(crate) async fn acquire_once(&self, req: &Acquire, on_lease: &AtomicI64) -> Result<Lease> {
+    pub(crate) async fn acquire_once(
+        &self,
+        req: &Acquire,
+        on_lease: &AtomicI64,
+    ) -> Result<Attempt> {
         let lock_key = self.lock_key(&req.key);
         let waiting = self.waiting();
         let fair = self.config().fair;
@@ -43,7 +47,7 @@ impl EtcdStore {
             if !waiting.take_turn(&lock_key, held) {
                 match self.is_my_turn(&req.key, &lock_key, held).await? {
                     Turn::Mine => {}
-                    Turn::NotYet => return Err(Error::unavailable(&req.key)),
+                    Turn::NotYet => return Ok(Attempt::refused()),
                     // Forgotten: this attempt joins the line again, as a first attempt does.
                     // If its waiter lease is what went, the join below is refused for it
                     // (`lease_not_found`), and the attempt after it joins on a new one.
@@ -123,7 +127,7 @@ impl EtcdStore {
                         if let Some((key, session)) = &join {
                             self.join_line(req, &lock_key, key, *session).await;
                         }
-                        return Err(Error::unavailable(&req.key));
+                        return Ok(Attempt::refused());
                     }
                     Some(revision)
                 }
@@ -161,7 +165,7 @@ impl EtcdStore {
                     }
                     self.revoke_later(lease_id);
                     tracing::debug!(key = %req.key, error = %e.error, "a lease of the attempt was gone");
-                    return Err(Error::unavailable(&req.key).with_retry_after(Duration::ZERO));
+                    return Ok(Attempt::refused_for(Duration::ZERO));
                 }
                 Err(e) => {
                     let error = self.err(Op::Acquire, &req.key, e);
@@ -176,15 +180,17 @@ impl EtcdStore {
             let revision = response.header().map_or(0, |h| h.revision());
             let responses = response.op_responses();
             if response.succeeded() {
-                return self.granted(
-                    req,
-                    &lock_key,
-                    place.as_ref(),
-                    lease_id,
-                    sent_at,
-                    revision,
-                    &responses,
-                );
+                return self
+                    .granted(
+                        req,
+                        &lock_key,
+                        place.as_ref(),
+                        lease_id,
+                        sent_at,
+                        revision,
+                        &responses,
+                    )
+                    .map(Attempt::Granted);
             }
             if let (Some((key, _)), Some(TxnOpResponse::Put(put))) = (&join, responses.last()) {
                 self.took_place(&lock_key, key, put, revision);
@@ -195,7 +201,7 @@ impl EtcdStore {
                 // is gone — and takes the lock if it is free, as this one could not.
                 waiting.forget(&lock_key, place);
                 set_aside(lease_id, sent_at);
-                return Err(Error::unavailable(&req.key).with_retry_after(Duration::ZERO));
+                return Ok(Attempt::refused_for(Duration::ZERO));
             }
             // With a place, a lost turn (between the read and the transaction) reads again on the
             // next attempt (and rejoins if the waiter lease lapsed).
@@ -236,7 +242,7 @@ impl EtcdStore {
             }
             break;
         }
-        Err(Error::unavailable(&req.key))
+        Ok(Attempt::refused())
     }
 
     /// The acquire transaction: `rule`'s compares and the line's (fair: nobody waiting, or our

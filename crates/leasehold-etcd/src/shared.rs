@@ -135,7 +135,7 @@ pub(crate) struct Seen {
 /// Why a refused acquisition was refused.
 #[derive(Debug)]
 pub(crate) enum Refusal {
-    /// Held in a way that excludes the request, or the line is ahead: `LockUnavailable`.
+    /// Held in a way that excludes the request, or the line is ahead: a refusal.
     Held,
     /// A writer refused by readers (a blocking one leaves its marker).
     ReadersHold,

@@ -9,8 +9,8 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, GetResponse, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use leasehold_core::{
-    acquire_detached, validate_ttl, Acquire, Capabilities, ChangeWatch, Error, Lease, LockInfo,
-    LockKey, LockMode, LockStore, ReleaseWatch, Result,
+    acquire_detached, validate_ttl, Acquire, Attempt, Capabilities, ChangeWatch, Error, Lease,
+    LockInfo, LockKey, LockMode, LockStore, ReleaseWatch, Result,
 };
 use tokio::time::Instant;
 
@@ -315,7 +315,7 @@ impl EtcdStore {
 }
 
 /// Revokes the lease a plain try chose for its hold when the caller stops waiting before the
-/// answer (see `EtcdStore::try_acquire`): etcd applies the revoke and the acquire transaction in
+/// answer (see `EtcdStore::acquire`): etcd applies the revoke and the acquire transaction in
 /// some order, and either deletes the hold or refuses to put it.
 struct RevokeOnDrop<'a> {
     store: &'a EtcdStore,
@@ -389,7 +389,7 @@ impl LockStore for EtcdStore {
     /// also join the line or leave a writer's marker, which no lease revoke undoes: it runs on its
     /// own task, which finishes and releases (owner-checked) what it acquired, or what it may have
     /// acquired if the reply was lost.
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         req.validate()?;
         seconds(req.ttl)?;
         if req.wait.is_none() {

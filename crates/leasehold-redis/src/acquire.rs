@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use leasehold_core::{
-    ttl_millis, Acquire, Error, HistoryEntry, HistoryEvent, Lease, LockKey, LockStore, Operation,
-    Result,
+    ttl_millis, Acquire, Attempt, Error, HistoryEntry, HistoryEvent, Lease, LockKey, LockStore,
+    Operation, Result,
 };
 use tokio::time::Instant;
 
@@ -26,12 +26,15 @@ impl RedisStore {
         .with_key(req.key.as_str())
     }
 
-    /// One acquisition (see `try_acquire` for cancel safety): the acquire round trip, then, with
+    /// One acquisition (see `acquire` for cancel safety): the acquire round trip, then, with
     /// replica acknowledgement on, `WAIT`. A grant too few replicas confirmed is undone (an
     /// owner-checked release of its own token) and reported as a temporary error; if the undo
     /// fails too, the outcome is in doubt, so the caller's undo tries again.
-    pub(crate) async fn acquire_once(&self, req: &Acquire) -> Result<Lease> {
-        let lease = self.acquire_unconfirmed(req).await?;
+    pub(crate) async fn acquire_once(&self, req: &Acquire) -> Result<Attempt> {
+        let lease = match self.acquire_unconfirmed(req).await? {
+            Attempt::Granted(lease) => lease,
+            refused => return Ok(refused),
+        };
         if let Err(unconfirmed) = self.confirm(Operation::Acquire, &req.key).await {
             return match self.release_once(&lease).await {
                 Ok(_) => Err(unconfirmed),
@@ -43,7 +46,7 @@ impl RedisStore {
                 .with_source(unconfirmed)),
             };
         }
-        Ok(lease)
+        Ok(Attempt::Granted(lease))
     }
 
     /// With replica acknowledgement on ([`RedisConfig::min_replicas`]): waits until enough
@@ -81,7 +84,7 @@ impl RedisStore {
     }
 
     /// The acquire round trip itself.
-    pub(crate) async fn acquire_unconfirmed(&self, req: &Acquire) -> Result<Lease> {
+    pub(crate) async fn acquire_unconfirmed(&self, req: &Acquire) -> Result<Attempt> {
         if req.mode.is_shared_record() {
             return self.acquire_shared(req).await;
         }
@@ -111,13 +114,16 @@ impl RedisStore {
             .await
             .map_err(|e| self.acquire_err(req, e))?;
         if acquired == 1 {
-            return Ok(Lease::granted(req, sent_at).with_fencing_token(value));
+            return Ok(Lease::granted(req, sent_at)
+                .with_fencing_token(value)
+                .into());
         }
         if mine == 1 {
             return Err(self.ran_twice(req));
         }
-        let left = Duration::from_millis(value.unwrap_or(1));
-        Err(Error::unavailable(&req.key).with_retry_after(left))
+        Ok(Attempt::refused_for(Duration::from_millis(
+            value.unwrap_or(1),
+        )))
     }
 
     /// Maps an acquire script's error: `MODECONFLICT <mode>` is the key held as another kind.

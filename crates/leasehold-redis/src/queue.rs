@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use leasehold_core::{Acquire, Error, Lease, LockKey, Result};
+use leasehold_core::{Acquire, Attempt, Lease, LockKey, Result};
 use tokio::time::Instant;
 
 use crate::reply::{mode_field, writer_wait_millis};
@@ -50,7 +50,7 @@ impl RedisStore {
     }
 
     /// A reader or a semaphore permit: one script, in the fair queue when fair waiting is on.
-    pub(crate) async fn acquire_shared(&self, req: &Acquire) -> Result<Lease> {
+    pub(crate) async fn acquire_shared(&self, req: &Acquire) -> Result<Attempt> {
         let lock_key = self.lock_key(&req.key);
         let fair = self.inner.config.fair;
         let (place, requeue) = if fair {
@@ -93,14 +93,14 @@ impl RedisStore {
         // The shared script renews the deadline of every place it leaves queued.
         self.queued(&req.key, &lock_key, &place, queued, Some(sent_at));
         if acquired == 1 {
-            return Ok(Lease::granted(req, sent_at));
+            return Ok(Lease::granted(req, sent_at).into());
         }
-        Err(Error::unavailable(&req.key).with_retry_after(Duration::from_millis(left.max(1))))
+        Ok(Attempt::refused_for(Duration::from_millis(left.max(1))))
     }
 
     /// The fair acquire script: a blocking attempt (with a deadline) queues its process, or in
     /// strict FIFO mode its own waiting call; a try-lock never passes a queued waiter.
-    pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Result<Lease> {
+    pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Result<Attempt> {
         let lock_key = self.lock_key(&req.key);
         let (place, requeue) = self.queue_place(&lock_key, req);
         let waiter_timeout = self.inner.config.waiter_timeout;
@@ -153,10 +153,12 @@ impl RedisStore {
         if acquired == 1 {
             return Ok(Lease::granted(req, sent_at)
                 .with_fencing_token(value)
-                .with_contended(others.unwrap_or(0) > 0));
+                .with_contended(others.unwrap_or(0) > 0)
+                .into());
         }
-        let left = Duration::from_millis(value.unwrap_or(1));
-        Err(Error::unavailable(&req.key).with_retry_after(left))
+        Ok(Attempt::refused_for(Duration::from_millis(
+            value.unwrap_or(1),
+        )))
     }
 
     /// Gives up `entry`'s place in `key`'s queue (this process's, or one waiting call's), in the

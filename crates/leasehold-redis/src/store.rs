@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{
-    acquire_undone_on_drop, validate_ttl, Acquire, Capabilities, ChangeWatch, Error, HistoryEntry,
-    HistoryEvent, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result, TraceConfig,
+    acquire_undone_on_drop, validate_ttl, Acquire, Attempt, Capabilities, ChangeWatch, Error,
+    HistoryEntry, HistoryEvent, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result,
+    TraceConfig,
 };
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
@@ -221,7 +222,7 @@ impl LockStore for RedisStore {
     /// One round trip. Cancel safe: if the caller stops waiting before the answer, an
     /// owner-checked release follows the request on the same connection (one per node, which
     /// applies requests in order), so no lock is left under a token nobody knows.
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         req.validate()?;
         let releaser = self.clone();
         acquire_undone_on_drop(req, self.acquire_once(req), move |lease| async move {

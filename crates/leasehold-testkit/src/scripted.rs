@@ -23,7 +23,7 @@
 //! assert_eq!(store.inspect(&key).await.unwrap(), None);
 //! assert_eq!(store.try_acquire(&req).await.unwrap().token(), &req.token);
 //!
-//! assert_eq!(store.ops(), [Op::TryAcquire, Op::Inspect, Op::TryAcquire]);
+//! assert_eq!(store.ops(), [Op::Acquire, Op::Inspect, Op::Acquire]);
 //! store.verify(); // every answer used, no unexpected call
 //! # }
 //! ```
@@ -38,15 +38,16 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use leasehold_core::{
-    Acquire, Capabilities, Error, HolderId, Lease, LockInfo, LockKey, LockStore, OwnerToken, Result,
+    Acquire, Attempt, Capabilities, Error, HolderId, Lease, LockInfo, LockKey, LockStore,
+    OwnerToken, Result,
 };
 use tokio::time::Instant;
 
 /// A store operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
-    /// [`LockStore::try_acquire`].
-    TryAcquire,
+    /// [`LockStore::acquire`].
+    Acquire,
     /// [`LockStore::release`].
     Release,
     /// [`LockStore::extend`].
@@ -69,7 +70,7 @@ pub struct Call {
     pub key: Option<LockKey>,
     /// The owner token of the request or lease (`None` for `inspect`, `list`, `shutdown`).
     pub token: Option<OwnerToken>,
-    /// The TTL asked for (`try_acquire`, `extend`).
+    /// The TTL asked for (`acquire`, `extend`).
     pub ttl: Option<Duration>,
     /// The holder of an acquisition request.
     pub holder: Option<HolderId>,
@@ -100,7 +101,7 @@ type Answer<A, T> = Box<dyn FnOnce(&A) -> BoxFuture<'static, Result<T>> + Send>;
 
 #[derive(Default)]
 struct Script {
-    acquire: VecDeque<Answer<Acquire, Lease>>,
+    acquire: VecDeque<Answer<Acquire, Attempt>>,
     release: VecDeque<Answer<Lease, bool>>,
     extend: VecDeque<Answer<(Lease, Duration), Lease>>,
     inspect: VecDeque<Answer<LockKey, Option<LockInfo>>>,
@@ -175,18 +176,18 @@ impl ScriptedStore {
             .with_fencing_token(Some(fence))
     }
 
-    /// Queues the answer to the next `try_acquire`.
-    pub fn expect_acquire(&self, answer: Result<Lease>) -> &Self {
+    /// Queues the answer to the next `acquire`.
+    pub fn expect_acquire(&self, answer: Result<Attempt>) -> &Self {
         self.lock()
             .acquire
             .push_back(Box::new(move |_: &Acquire| ready(answer)));
         self
     }
 
-    /// Queues a closure that answers the next `try_acquire` from the request.
+    /// Queues a closure that answers the next `acquire` from the request.
     pub fn expect_acquire_with(
         &self,
-        answer: impl FnOnce(&Acquire) -> Result<Lease> + Send + 'static,
+        answer: impl FnOnce(&Acquire) -> Result<Attempt> + Send + 'static,
     ) -> &Self {
         self.lock()
             .acquire
@@ -194,19 +195,25 @@ impl ScriptedStore {
         self
     }
 
-    /// Queues a grant of the next `try_acquire`: a lease for the request (see
+    /// Queues a grant of the next `acquire`: a lease for the request (see
     /// [`ScriptedStore::lease_for`]).
     pub fn grant_acquire(&self) -> &Self {
         let this = self.clone();
-        self.expect_acquire_with(move |req| Ok(this.lease_for(req)))
+        self.expect_acquire_with(move |req| Ok(this.lease_for(req).into()))
     }
 
-    /// Queues an answer to the next `try_acquire` that is given only once `gate` completes: for
+    /// Queues a refusal of the next `acquire` (the lock held by another owner), saying nothing
+    /// about when to ask again.
+    pub fn refuse_acquire(&self) -> &Self {
+        self.expect_acquire(Ok(Attempt::refused()))
+    }
+
+    /// Queues an answer to the next `acquire` that is given only once `gate` completes: for
     /// tests of slow replies and cancellation.
     pub fn expect_acquire_after(
         &self,
         gate: impl Future<Output = ()> + Send + 'static,
-        answer: impl FnOnce(&Acquire) -> Result<Lease> + Send + 'static,
+        answer: impl FnOnce(&Acquire) -> Result<Attempt> + Send + 'static,
     ) -> &Self {
         self.lock()
             .acquire
@@ -423,8 +430,8 @@ impl LockStore for ScriptedStore {
         self.capabilities
     }
 
-    fn try_acquire(&self, req: &Acquire) -> impl Future<Output = Result<Lease>> + Send {
-        let mut call = Call::new(Op::TryAcquire);
+    fn acquire(&self, req: &Acquire) -> impl Future<Output = Result<Attempt>> + Send {
+        let mut call = Call::new(Op::Acquire);
         call.key = Some(req.key.clone());
         call.token = Some(req.token.clone());
         call.ttl = Some(req.ttl);
@@ -497,7 +504,7 @@ mod tests {
         let lease = store.try_acquire(&r).await.unwrap();
         assert_eq!(lease.fencing_token(), Some(1));
         assert!(store.release(&lease).await.unwrap());
-        assert_eq!(store.ops(), [Op::TryAcquire, Op::TryAcquire, Op::Release]);
+        assert_eq!(store.ops(), [Op::Acquire, Op::Acquire, Op::Release]);
         assert_eq!(store.calls()[0].ttl, Some(Duration::from_secs(1)));
         assert_eq!(store.calls()[2].token.as_ref(), Some(&r.token));
         store.verify();

@@ -71,7 +71,7 @@ async fn a_blocking_lock_is_woken_by_the_local_release() {
     let waiter = spawn_waiter(&locks, "a", 60);
     settle().await;
     assert_eq!(
-        scripted.count(Op::TryAcquire),
+        scripted.count(Op::Acquire),
         1,
         "the waiter is refused in memory"
     );
@@ -85,10 +85,7 @@ async fn a_blocking_lock_is_woken_by_the_local_release() {
         "woken at once, not by polling"
     );
     assert_ne!(second.token(), &first_token);
-    assert_eq!(
-        scripted.ops(),
-        [Op::TryAcquire, Op::Release, Op::TryAcquire]
-    );
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Release, Op::Acquire]);
     std::mem::forget(second);
     scripted.verify();
 }
@@ -101,7 +98,7 @@ async fn a_blocking_lock_behind_a_local_holder_times_out_without_store_io() {
     let held = hold(&locks, 60).await;
     let err = locks.lock_with("a", wait(2)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout);
-    assert_eq!(scripted.count(Op::TryAcquire), 1);
+    assert_eq!(scripted.count(Op::Acquire), 1);
     std::mem::forget(held);
     scripted.verify();
 }
@@ -120,7 +117,7 @@ async fn a_waiter_is_woken_when_a_leaked_lease_expires() {
         waited >= Duration::from_secs(1) && waited < Duration::from_millis(1100),
         "at the lease's expiry: {waited:?}"
     );
-    assert_eq!(scripted.count(Op::TryAcquire), 2, "no store I/O before it");
+    assert_eq!(scripted.count(Op::Acquire), 2, "no store I/O before it");
     std::mem::forget(next);
     scripted.verify();
 }
@@ -158,7 +155,7 @@ async fn the_head_after_a_served_waiter_that_leaks_its_guard_gets_the_key_at_its
         "as the leaked lease runs out: the head's own look found no release coming, and it \
          asked at once, told how long the lease had left: {waited:?}"
     );
-    assert_eq!(scripted.count(Op::TryAcquire), 3, "no store I/O before it");
+    assert_eq!(scripted.count(Op::Acquire), 3, "no store I/O before it");
     std::mem::forget(third);
     scripted.verify();
 }
@@ -202,7 +199,7 @@ async fn local_waiters_are_served_in_arrival_order_and_ask_the_store_only_in_tur
     waiters.push((4, spawn_waiter(&locks, "a", 60)));
     assert_eq!(finishing_order(waiters).await, [0, 1, 2, 3, 4]);
     assert_eq!(
-        scripted.count(Op::TryAcquire),
+        scripted.count(Op::Acquire),
         6,
         "one store acquire per grant: nobody asked out of turn"
     );
@@ -214,12 +211,12 @@ async fn a_refused_head_keeps_its_place_and_nobody_behind_it_asks_the_store() {
     let scripted = ScriptedStore::new();
     // Another process holds the key: the head's try and its first wait's attempt are refused.
     for _ in 0..2 {
-        scripted.expect_acquire_with(|req| Err(leasehold::Error::unavailable(&req.key)));
+        scripted.refuse_acquire();
     }
     let (locks, _) = manager(&scripted, LocalCompetitionLayer::new());
     let head = spawn_waiter(&locks, "a", 60);
     settle().await;
-    assert_eq!(scripted.count(Op::TryAcquire), 2);
+    assert_eq!(scripted.count(Op::Acquire), 2);
     // Two more tasks of this process arrive while the head waits for the store.
     let second = spawn_waiter(&locks, "a", 60);
     settle().await;
@@ -230,7 +227,7 @@ async fn a_refused_head_keeps_its_place_and_nobody_behind_it_asks_the_store() {
         "a try-lock does not pass the line"
     );
     assert_eq!(
-        scripted.count(Op::TryAcquire),
+        scripted.count(Op::Acquire),
         2,
         "they wait in memory behind the head: the process has one contender in the store"
     );
@@ -252,7 +249,7 @@ async fn a_refused_head_keeps_its_place_and_nobody_behind_it_asks_the_store() {
         [2, 3],
         "then the others, woken by the releases, in turn"
     );
-    assert_eq!(scripted.count(Op::TryAcquire), 5);
+    assert_eq!(scripted.count(Op::Acquire), 5);
     scripted.verify();
 }
 
@@ -293,9 +290,9 @@ async fn behind_other_processes_the_next_head_waits_for_the_store_instead_of_ask
     let scripted = ScriptedStore::new();
     let this = scripted.clone();
     scripted
-        .expect_acquire_with(|req| Err(leasehold::Error::unavailable(&req.key)))
-        .expect_acquire_with(|req| Err(leasehold::Error::unavailable(&req.key)))
-        .expect_acquire_with(move |req| Ok(this.lease_for(req).with_contended(true)))
+        .refuse_acquire()
+        .refuse_acquire()
+        .expect_acquire_with(move |req| Ok(this.lease_for(req).with_contended(true).into()))
         .expect_release(Ok(true));
     // Hand-off on: a lease other processes queue for still goes back to the store.
     let (locks, events) = manager(&scripted, LocalCompetitionLayer::new().hand_off(true));
@@ -303,7 +300,7 @@ async fn behind_other_processes_the_next_head_waits_for_the_store_instead_of_ask
     settle().await;
     let next = spawn_waiter(&locks, "a", 60);
     settle().await;
-    assert_eq!(scripted.count(Op::TryAcquire), 2, "only the head asked");
+    assert_eq!(scripted.count(Op::Acquire), 2, "only the head asked");
     // The head's next poll is granted, with other processes queued in the store.
     let first = loop {
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -320,14 +317,14 @@ async fn behind_other_processes_the_next_head_waits_for_the_store_instead_of_ask
     assert!(!handed, "yields to the queue");
     settle().await;
     assert_eq!(
-        scripted.count(Op::TryAcquire),
+        scripted.count(Op::Acquire),
         3,
         "the process went to the back of the store's line: no request only to be refused"
     );
     // The store's word (here: the next poll) comes; then it asks, and gets it.
     scripted.grant_acquire();
     let next = next.await.unwrap().unwrap();
-    assert_eq!(scripted.count(Op::TryAcquire), 4);
+    assert_eq!(scripted.count(Op::Acquire), 4);
     std::mem::forget(next);
     scripted.verify();
 }
@@ -397,7 +394,7 @@ async fn a_released_lease_is_handed_to_the_head_without_store_io() {
     let next = waiter.await.unwrap().unwrap();
     assert_eq!(released_at.elapsed(), Duration::ZERO, "at once");
     assert_eq!(next.fencing_token(), fencing, "one store lease");
-    assert_eq!(scripted.ops(), [Op::TryAcquire], "no store I/O");
+    assert_eq!(scripted.ops(), [Op::Acquire], "no store I/O");
     assert!(events
         .lock()
         .unwrap()
@@ -405,7 +402,7 @@ async fn a_released_lease_is_handed_to_the_head_without_store_io() {
         .any(|e| matches!(e, LockEvent::HandedOff { consecutive: 1, .. })));
     scripted.expect_release(Ok(true));
     next.release().await.unwrap();
-    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Release]);
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Release]);
     scripted.verify();
 }
 

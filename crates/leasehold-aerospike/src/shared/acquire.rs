@@ -9,7 +9,7 @@ use aerospike::operations;
 use aerospike::operations::maps::{self, MapPolicy};
 use aerospike::policy::{Expiration, RecordExistsAction};
 use aerospike::{as_bin, Key, ResultCode, Value};
-use leasehold_core::{Acquire, Error, Lease, LockMode, Result};
+use leasehold_core::{Acquire, Lease, LockMode};
 use tokio::time::Instant;
 
 use super::expiry::Expiry;
@@ -17,18 +17,19 @@ use super::expressions::{live_count, marker_dead, sweep};
 use super::record::{describe, left, mode_field, ms, now_ms, parse_mode, State};
 use crate::error::{classify, Class};
 use crate::layout::{HOLDERS_BIN, MODE_BIN};
+use crate::refused::{Step, Stop};
 use crate::store::{ttl_seconds, AerospikeStore};
 
 /// Rounds of "try, read the record, try again" before a contended shared request gives up.
 const MAX_ROUNDS: usize = 3;
 
 /// What the client-side reading of a record says about a reader or permit request.
-fn judge(req: &Acquire, state: &State, now: i64) -> Result<()> {
+fn judge(req: &Acquire, state: &State, now: i64) -> Step<()> {
     let Some(held) = state.mode.as_deref() else {
         // An exclusive hold (ours or the Java manager's).
         return Err(match req.mode {
-            LockMode::Semaphore { .. } => req.mode.conflict("an exclusive lock", &req.key),
-            _ => Error::unavailable(&req.key).with_retry_after(state.ttl.unwrap_or_default()),
+            LockMode::Semaphore { .. } => req.mode.conflict("an exclusive lock", &req.key).into(),
+            _ => Stop::refused_for(state.ttl.unwrap_or_default()),
         });
     };
     let live: Vec<i64> = state.live(now).map(|(_, exp)| *exp).collect();
@@ -42,15 +43,13 @@ fn judge(req: &Acquire, state: &State, now: i64) -> Result<()> {
         (None, _) => false,
     };
     if !compatible {
-        return Err(req.mode.conflict(&describe(held), &req.key));
+        return Err(req.mode.conflict(&describe(held), &req.key).into());
     }
     match req.mode {
-        LockMode::Shared if marker => {
-            Err(Error::unavailable(&req.key).with_retry_after(left(state.writer, now)))
-        }
+        LockMode::Shared if marker => Err(Stop::refused_for(left(state.writer, now))),
         LockMode::Semaphore { permits } if live.len() >= permits as usize => {
             let soonest = live.iter().copied().min().unwrap_or(now);
-            Err(Error::unavailable(&req.key).with_retry_after(left(soonest, now)))
+            Err(Stop::refused_for(left(soonest, now)))
         }
         _ => Ok(()),
     }
@@ -62,7 +61,7 @@ impl AerospikeStore {
     /// is read once to tell why; a request the reading admits goes again, with the TTL handling
     /// the record needs. An absent record the filtered write did not create is created
     /// create-only.
-    pub(crate) async fn acquire_shared(&self, req: &Acquire) -> Result<Lease> {
+    pub(crate) async fn acquire_shared(&self, req: &Acquire) -> Step<Lease> {
         let record_key = self.record_key(&req.key)?;
         let sent_at = Instant::now();
         let granted =
@@ -73,7 +72,7 @@ impl AerospikeStore {
                 Ok(()) => return Ok(granted()),
                 Err(e) => match classify(&e) {
                     Class::Server(ResultCode::FilteredOut | ResultCode::KeyNotFoundError) => {}
-                    _ => return Err(self.exhausted_or("acquire", &req.key, e)),
+                    _ => return Err(self.exhausted_or("acquire", &req.key, e).into()),
                 },
             }
             match self.read_state(&req.key, &record_key).await? {
@@ -82,7 +81,7 @@ impl AerospikeStore {
                     Err(e) if classify(&e) == Class::Server(ResultCode::KeyExistsError) => {
                         expiry = Expiry::Set;
                     }
-                    Err(e) => return Err(self.exhausted_or("acquire", &req.key, e)),
+                    Err(e) => return Err(self.exhausted_or("acquire", &req.key, e).into()),
                 },
                 Some(state) => {
                     judge(req, &state, now_ms())?;
@@ -90,7 +89,7 @@ impl AerospikeStore {
                 }
             }
         }
-        Err(Error::unavailable(&req.key))
+        Err(Stop::refused())
     }
 
     /// The joining `operate`: filter `ttl rule && (mode rule || nobody left)`, then set the mode,

@@ -6,26 +6,27 @@ use aerospike::expressions::{and, bin_exists, eq, int_val, string_bin, string_va
 use aerospike::operations;
 use aerospike::policy::{Expiration, RecordExistsAction};
 use aerospike::{as_bin, Key, ResultCode};
-use leasehold_core::{Acquire, Error, LockMode, Result};
+use leasehold_core::{Acquire, LockMode};
 use tokio::time::Instant;
 
 use super::expressions::{live_count, marker_dead};
 use super::record::{describe, left, mode_field, ms, now_ms, parse_mode};
 use crate::error::{classify, Class};
 use crate::layout::{MODE_BIN, WRITER_BIN};
+use crate::refused::{Step, Stop};
 use crate::store::AerospikeStore;
 
 impl AerospikeStore {
-    /// An exclusive create found the record. Exclusive record: `LockUnavailable`. Shared record
-    /// with live holders: `ModeConflict` for a semaphore, else `LockUnavailable`, leaving a
+    /// An exclusive create found the record. Exclusive record: refused. Shared record
+    /// with live holders: `ModeConflict` for a semaphore, else refused, leaving a
     /// blocking writer's marker. Shared record with no live holder: removed (filtered delete),
     /// `Ok` — the caller creates again. Absent by now: `Ok`.
-    pub(crate) async fn writer_meets_record(&self, req: &Acquire, record_key: &Key) -> Result<()> {
+    pub(crate) async fn writer_meets_record(&self, req: &Acquire, record_key: &Key) -> Step<()> {
         let Some(state) = self.read_state(&req.key, record_key).await? else {
             return Ok(());
         };
         let Some(held) = state.mode.as_deref() else {
-            return Err(Error::unavailable(&req.key));
+            return Err(Stop::refused());
         };
         let now = now_ms();
         let longest = state.live(now).map(|(_, exp)| *exp).max();
@@ -33,7 +34,7 @@ impl AerospikeStore {
             return self.remove_if_unheld(req, record_key, now + 1).await;
         };
         if parse_mode(held) != Some(LockMode::Shared) {
-            return Err(req.mode.conflict(&describe(held), &req.key));
+            return Err(req.mode.conflict(&describe(held), &req.key).into());
         }
         if let Some(deadline) = req.deadline() {
             let wait = deadline
@@ -42,11 +43,11 @@ impl AerospikeStore {
             self.mark_writer(req, record_key, now.saturating_add(ms(wait)))
                 .await;
         }
-        Err(Error::unavailable(&req.key).with_retry_after(left(longest, now)))
+        Err(Stop::refused_for(left(longest, now)))
     }
 
     /// Deletes a shared record whose holders have all expired, filtered on exactly that.
-    async fn remove_if_unheld(&self, req: &Acquire, record_key: &Key, cut: i64) -> Result<()> {
+    async fn remove_if_unheld(&self, req: &Acquire, record_key: &Key, cut: i64) -> Step<()> {
         let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
         policy.base_policy.filter_expression = Some(and(vec![
             bin_exists(MODE_BIN),
@@ -62,8 +63,8 @@ impl AerospikeStore {
             Err(e) => match classify(&e) {
                 Class::Server(ResultCode::KeyNotFoundError) => Ok(()),
                 // Someone joined in between.
-                Class::Server(ResultCode::FilteredOut) => Err(Error::unavailable(&req.key)),
-                _ => Err(self.exhausted_or("acquire", &req.key, e)),
+                Class::Server(ResultCode::FilteredOut) => Err(Stop::refused()),
+                _ => Err(self.exhausted_or("acquire", &req.key, e).into()),
             },
         }
     }

@@ -81,7 +81,7 @@
 //! impl<S: LockStore> LayeredStore for MaxHold<S> {
 //!     type Inner = S;
 //!     fn inner(&self) -> &S { &self.inner }
-//!     // try_acquire, extend, inspect, list, shutdown: forwarded.
+//!     // acquire, extend, inspect, list, shutdown: forwarded.
 //!     async fn release(&self, lease: &Lease) -> Result<bool> {
 //!         if lease.acquired_at().elapsed() > self.max {
 //!             return Err(Error::invalid_argument("held too long"));

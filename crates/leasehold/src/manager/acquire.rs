@@ -9,7 +9,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::core::{
-    Acquire, Error, ErrorKind, Lease, LockEvent, LockMode, LockStore, OwnerToken, Result, Wait,
+    Acquire, Attempt, Error, ErrorKind, Lease, LockEvent, LockMode, LockStore, OwnerToken, Result,
+    Wait,
 };
 use crate::failover::{is_store_down, may_have_applied};
 use crate::guard::LockGuard;
@@ -162,17 +163,18 @@ impl LockManager {
         } else {
             let first = try_once();
             match self.attempt_outside_line(handle, &first).await {
-                Err(e) if e.is_unavailable() => {}
+                Ok(Attempt::Refused { .. }) => {}
                 Err(e) if is_store_down(e.kind()) => {
                     if may_have_applied(&e) {
                         in_doubt.push(first.token.clone());
                     }
                     down = Some((e, 1));
                 }
-                Ok(lease) if behind_others && *lease.token() == first.token => {
+                Ok(Attempt::Granted(lease)) if behind_others && *lease.token() == first.token => {
                     self.give_back(handle, lease).await;
                 }
-                done => return done,
+                Ok(Attempt::Granted(lease)) => return Ok(lease),
+                Err(e) => return Err(e),
             }
         }
         // Boxed: only a call that waits pays for the wait's state.
@@ -185,12 +187,17 @@ impl LockManager {
     async fn try_once(&self, plan: &Plan, req: Acquire) -> Result<Lease> {
         let handle = &plan.handle;
         if !handle.waiters.anyone_waits(&plan.key) || self.own_places(handle) {
-            return self.attempt_outside_line(handle, &req).await;
+            return self
+                .attempt_outside_line(handle, &req)
+                .await?
+                .into_lease(&plan.key);
         }
         if self.is_reentrant(plan) {
-            match self.attempt_outside_line(handle, &req).await {
-                Ok(lease) if *lease.token() == req.token => self.give_back(handle, lease).await,
-                done => return done,
+            match self.attempt_outside_line(handle, &req).await? {
+                Attempt::Granted(lease) if *lease.token() == req.token => {
+                    self.give_back(handle, lease).await
+                }
+                done => return done.into_lease(&plan.key),
             }
         }
         handle.observers.emit(|| LockEvent::FastFailed {
@@ -313,7 +320,7 @@ impl LockManager {
                     .with_announce(plan.announce);
                 *attempts += 1;
                 match self.attempt(handle, &req).await {
-                    Err(e) if e.is_unavailable() => {
+                    Ok(Attempt::Refused { retry_after }) => {
                         down = None;
                         if !in_doubt.is_empty() && self.undo_late(plan, &mut in_doubt).await {
                             // The holder was one of our own attempts that landed late, now
@@ -323,7 +330,7 @@ impl LockManager {
                         if releases.is_some() && handle.store.is_held_here(&plan.key) {
                             local_holder = releases;
                         }
-                        e.retry_after()
+                        retry_after
                     }
                     Err(e) if is_store_down(e.kind()) => {
                         if may_have_applied(&e) {
@@ -338,14 +345,14 @@ impl LockManager {
                         down = Some((e, failures));
                         None
                     }
-                    Ok(lease) => {
+                    Ok(Attempt::Granted(lease)) => {
                         // The next head need not wait for a shared hold's release: it may share.
                         if let (Some(place), false) = (&place, lease.mode().is_shared_record()) {
                             place.served(lease.is_contended());
                         }
                         return Ok(lease);
                     }
-                    done => return done,
+                    Err(e) => return Err(e),
                 }
             };
             let now = Instant::now();
@@ -465,29 +472,27 @@ impl LockManager {
     /// asked, local competition refused this process's waiters in memory; if it got nothing,
     /// the line's head is woken to ask for itself (it would otherwise wait for a release or a
     /// word from the store that may never come).
-    async fn attempt_outside_line(&self, handle: &Handle, req: &Acquire) -> Result<Lease> {
+    async fn attempt_outside_line(&self, handle: &Handle, req: &Acquire) -> Result<Attempt> {
         let result = self.attempt(handle, req).await;
-        if result.is_err() {
+        if !matches!(result, Ok(Attempt::Granted(_))) {
             handle.waiters.wake(&req.key);
         }
         result
     }
 
-    async fn attempt(&self, handle: &Handle, req: &Acquire) -> Result<Lease> {
+    async fn attempt(&self, handle: &Handle, req: &Acquire) -> Result<Attempt> {
         let mut undo = Undo {
             handle,
             req,
             armed: true,
         };
-        let result = handle.store.try_acquire(req).await;
+        let result = handle.store.acquire(req).await;
         undo.armed = result.as_ref().is_err_and(may_have_applied);
         drop(undo);
-        if let Err(error) = &result {
-            if error.is_unavailable() {
-                handle.observers.emit(|| LockEvent::Contended {
-                    key: req.key.clone(),
-                });
-            }
+        if let Ok(Attempt::Refused { .. }) = &result {
+            handle.observers.emit(|| LockEvent::Contended {
+                key: req.key.clone(),
+            });
         }
         result
     }

@@ -88,7 +88,7 @@ impl LockManager {
     ///
     /// # Cancel safety
     /// Dropping the future stops the wait: no lock is left held and no waiter registration is
-    /// left behind. Stores' `try_acquire` is cancel safe, and an attempt dropped midway (for
+    /// left behind. Stores' `acquire` is cancel safe, and an attempt dropped midway (for
     /// example during a readback) or ended in doubt is also undone by the manager: an
     /// owner-checked release of that attempt's token, sent in the background.
     pub async fn lock(&self, key: impl ToLockKey) -> Result<LockGuard> {

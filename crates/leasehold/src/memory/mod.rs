@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::core::{
-    instant_after, validate_ttl, Acquire, Capabilities, ChangeWatch, Error, HistoryEntry,
+    instant_after, validate_ttl, Acquire, Attempt, Capabilities, ChangeWatch, Error, HistoryEntry,
     HistoryEvent, Lease, LockInfo, LockKey, LockMode, LockStore, ReleaseWatch, Result, TraceConfig,
 };
 use crate::keymap::KeyMap;
@@ -274,7 +274,7 @@ impl LockStore for MemoryStore {
         })
     }
 
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         req.validate()?;
         self.inner
             .purger
@@ -301,36 +301,38 @@ impl LockStore for MemoryStore {
         if let Some(line) = line.as_mut() {
             if !line.may_take(me, now) {
                 line.join(me);
-                return Err(Error::unavailable(&req.key));
+                return Ok(Attempt::refused());
             }
         }
+        // `Ok(Ok(fence))`: taken; `Ok(Err(retry_after))`: refused.
         let admitted = match self.inner.records.entry(req.key.clone()) {
             Entry::Occupied(mut held) => match held.get_mut().admit(req, now) {
                 Ok(Admit::Replace) => {
                     let fence = fence();
                     held.insert(Record::fresh(req, now, fence));
-                    Ok(fence)
+                    Ok(Ok(fence))
                 }
-                Ok(Admit::Joined) => Ok(0),
-                Err(refused) => Err(refused),
+                Ok(Admit::Joined) => Ok(Ok(0)),
+                Ok(Admit::Refused { retry_after }) => Ok(Err(retry_after)),
+                Err(conflict) => Err(conflict),
             },
             Entry::Vacant(free) => {
                 let fence = fence();
                 free.insert(Record::fresh(req, now, fence));
-                Ok(fence)
+                Ok(Ok(fence))
             }
         };
         if let Some(line) = line.as_mut() {
             match &admitted {
-                Ok(_) => line.served(me),
-                Err(_) => line.join(me),
+                Ok(Ok(_)) => line.served(me),
+                _ => line.join(me),
             }
         }
         drop(line);
-        let fence = match admitted {
+        let fence = match admitted? {
             Ok(fence) => fence,
-            Err(refused) => {
-                if let (Some(trace), true) = (&req.trace, refused.is_unavailable()) {
+            Err(retry_after) => {
+                if let Some(trace) = &req.trace {
                     let event = if req.wait.is_some() {
                         HistoryEvent::Waited
                     } else {
@@ -339,7 +341,7 @@ impl LockStore for MemoryStore {
                     let entry = HistoryEntry::new(event, &req.token, "held by another owner");
                     self.inner.record(&req.key, trace, entry);
                 }
-                return Err(refused);
+                return Ok(Attempt::refused_for(retry_after));
             }
         };
         self.inner.notify_change(&req.key);
@@ -348,7 +350,9 @@ impl LockStore for MemoryStore {
             let entry = HistoryEntry::new(HistoryEvent::Acquired, &req.token, detail);
             self.inner.record(&req.key, trace, entry);
         }
-        Ok(Lease::granted(req, now).with_fencing_token(exclusive.then_some(fence)))
+        Ok(Attempt::Granted(
+            Lease::granted(req, now).with_fencing_token(exclusive.then_some(fence)),
+        ))
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {

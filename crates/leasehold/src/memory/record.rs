@@ -7,7 +7,7 @@
 use tokio::time::Instant;
 
 use crate::core::{
-    instant_after, wall_time_of, Acquire, Error, HolderInfo, Lease, LockInfo, LockKey, LockMode,
+    instant_after, wall_time_of, Acquire, HolderInfo, Lease, LockInfo, LockKey, LockMode,
     OwnerToken, Result,
 };
 
@@ -49,6 +49,12 @@ pub(super) enum Admit {
     Replace,
     /// The request joined the shared record in place.
     Joined,
+    /// The mode's rule refuses the request: the lock can be free without a release after
+    /// `retry_after`.
+    Refused {
+        /// How long the holders that keep the request out have left.
+        retry_after: std::time::Duration,
+    },
 }
 
 impl Record {
@@ -86,11 +92,11 @@ impl Record {
 
     /// Decides whether `req` may take or join this record.
     ///
+    /// [`Admit::Refused`] (with how long to wait) when the mode's rule refuses.
+    ///
     /// # Errors
-    /// [`ErrorKind::LockUnavailable`] (with how long to wait) when the mode's rule refuses,
     /// [`ErrorKind::ModeConflict`] when the key is held as another kind of lock.
     ///
-    /// [`ErrorKind::LockUnavailable`]: crate::core::ErrorKind::LockUnavailable
     /// [`ErrorKind::ModeConflict`]: crate::core::ErrorKind::ModeConflict
     pub(super) fn admit(&mut self, req: &Acquire, now: Instant) -> Result<Admit> {
         if !self.is_live(now) {
@@ -98,10 +104,14 @@ impl Record {
         }
         let shared = match self {
             Record::Exclusive(owner) => {
-                return Err(match req.mode {
-                    LockMode::Semaphore { .. } => req.mode.conflict("an exclusive lock", &req.key),
-                    _ => Error::unavailable(&req.key).with_retry_after(owner.expires_at - now),
-                })
+                return match req.mode {
+                    LockMode::Semaphore { .. } => {
+                        Err(req.mode.conflict("an exclusive lock", &req.key))
+                    }
+                    _ => Ok(Admit::Refused {
+                        retry_after: owner.expires_at - now,
+                    }),
+                };
             }
             Record::Shared(shared) => shared,
         };
@@ -124,12 +134,14 @@ impl Record {
                     shared.writer_waiting_until =
                         Some(shared.writer_waiting_until.map_or(until, |u| u.max(until)));
                 }
-                Err(Error::unavailable(&req.key).with_retry_after(shared.longest_left(now)))
+                Ok(Admit::Refused {
+                    retry_after: shared.longest_left(now),
+                })
             }
             LockMode::Shared => match shared.writer_waiting_until {
-                Some(until) if now < until => {
-                    Err(Error::unavailable(&req.key).with_retry_after(until - now))
-                }
+                Some(until) if now < until => Ok(Admit::Refused {
+                    retry_after: until - now,
+                }),
                 _ => {
                     shared.join(req, now);
                     Ok(Admit::Joined)
@@ -139,7 +151,7 @@ impl Record {
                 if shared.holders.len() >= permits as usize {
                     let soonest = shared.holders.iter().map(|h| h.expires_at).min();
                     let left = soonest.map_or(Default::default(), |at| at - now);
-                    return Err(Error::unavailable(&req.key).with_retry_after(left));
+                    return Ok(Admit::Refused { retry_after: left });
                 }
                 shared.join(req, now);
                 Ok(Admit::Joined)

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::core::{Acquire, Layer, Lease, LockInfo, LockKey, LockStore, Result};
+use crate::core::{Acquire, Attempt, Layer, Lease, LockInfo, LockKey, LockStore, Result};
 
 /// Counters of requests that passed through a [`Counting`] store. Shared: read them while the
 /// store is in use.
@@ -24,7 +24,7 @@ pub struct RequestCounts {
 }
 
 impl RequestCounts {
-    /// `try_acquire` requests.
+    /// `acquire` requests.
     pub fn acquires(&self) -> u64 {
         self.acquires.load(Ordering::Relaxed)
     }
@@ -145,9 +145,9 @@ impl<S: LockStore> crate::core::LayeredStore for Counting<S> {
         &self.inner
     }
 
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         bump(&self.counts.acquires);
-        self.inner.try_acquire(req).await
+        self.inner.acquire(req).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {

@@ -39,8 +39,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use crate::core::{
-    instant_after, Acquire, Error, Layer, Lease, Lifecycle, LockEvent, LockStore, Observers,
-    OwnerToken, Result,
+    instant_after, Acquire, Attempt, Error, Layer, Lease, Lifecycle, LockEvent, LockStore,
+    Observers, OwnerToken, Result,
 };
 use crate::sweep::Sweeper;
 
@@ -237,12 +237,15 @@ impl<S: LockStore> crate::core::LayeredStore for GracefulShutdown<S> {
         &self.inner
     }
 
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         if self.lifecycle.is_closing() {
             return Err(Error::shut_down().with_key(req.key.as_str()));
         }
         self.purger.ensure(&self.live, self.purge_interval, purge);
-        let lease = self.inner.try_acquire(req).await?;
+        let lease = match self.inner.acquire(req).await? {
+            Attempt::Granted(lease) => lease,
+            refused => return Ok(refused),
+        };
         // Tracked first, then the lifecycle read (with a fence against the sweep's, see `sweep`):
         // either the sweep sees this lease or this call sees the shutdown, never neither.
         self.live.insert(lease.token().clone(), lease.clone());
@@ -257,7 +260,7 @@ impl<S: LockStore> crate::core::LayeredStore for GracefulShutdown<S> {
             }
             return Err(Error::shut_down().with_key(req.key.as_str()));
         }
-        Ok(lease)
+        Ok(Attempt::Granted(lease))
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {

@@ -154,7 +154,7 @@ async fn acquisition_landing_after_the_sweep_is_given_back() {
         async move {
             let _ = gate_rx.await;
         },
-        move |r| Ok(s.lease_for(r)),
+        move |r| Ok(s.lease_for(r).into()),
     );
     scripted.expect_release(Ok(true));
     let (store, _) = tracking(&scripted);

@@ -4,7 +4,7 @@
 
 use tokio::time::Instant;
 
-use crate::core::{Acquire, Error, ErrorKind, Lease, LockKey, LockStore, ReleaseWatch, Result};
+use crate::core::{Acquire, Attempt, ErrorKind, Lease, LockKey, LockStore, ReleaseWatch, Result};
 
 use super::entry::{Local, Run, Slot};
 use super::{release_in_background, LocalCompetition, Released, Undo};
@@ -18,9 +18,9 @@ impl<S: LockStore> LocalCompetition<S> {
         req: &Acquire,
         lease: Lease,
         slot: &Slot,
-    ) -> Result<Lease> {
+    ) -> Result<Attempt> {
         if lease.remaining() >= req.ttl / 2 {
-            return Ok(lease);
+            return Ok(Attempt::Granted(lease));
         }
         let mut undo = Undo::new(self, slot, lease.token().clone());
         undo.give_back = Some(lease.clone());
@@ -48,10 +48,10 @@ impl<S: LockStore> LocalCompetition<S> {
                 }
                 if !kept {
                     undo.give_back = Some(renewed);
-                    return Err(Error::unavailable(&req.key));
+                    return Ok(Attempt::refused());
                 }
                 undo.armed = false;
-                Ok(renewed)
+                Ok(Attempt::Granted(renewed))
             }
             Err(error) if error.kind() == ErrorKind::NotHeld => {
                 // Lost under us: ask the store afresh, still as the key's asker.
@@ -69,7 +69,7 @@ impl<S: LockStore> LocalCompetition<S> {
                     }
                 };
                 match asking {
-                    None => Err(Error::unavailable(&req.key)),
+                    None => Ok(Attempt::refused()),
                     Some(refresh) => {
                         if refresh {
                             self.refresh(&req.key);

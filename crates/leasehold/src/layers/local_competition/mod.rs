@@ -3,8 +3,8 @@
 //! the process holds the key.
 //!
 //! # What it does
-//! - **try-lock**: a key held (or being asked for) by another task of this process fails at once
-//!   with `LockUnavailable`, telling how long the holder's lease has left, and emits
+//! - **try-lock**: a key held (or being asked for) by another task of this process is refused at
+//!   once ([`Attempt::Refused`], telling how long the holder's lease has left), and emits
 //!   [`LockEvent::FastFailed`]; nothing is sent to the store.
 //! - **One asker per key and process**: the task that finds the key free locally marks it as
 //!   being asked for before it sends its request, so two tasks of the process never ask the
@@ -58,8 +58,8 @@ use moka::sync::Cache;
 use tokio::time::Instant;
 
 use crate::core::{
-    validate_ttl, Acquire, Error, ErrorKind, Layer, LayeredStore, Lease, Lifecycle, LockEvent,
-    LockKey, LockStore, Observers, OwnerToken, ReleaseWatch, Result,
+    validate_ttl, Acquire, Attempt, Error, ErrorKind, Layer, LayeredStore, Lease, Lifecycle,
+    LockEvent, LockKey, LockStore, Observers, OwnerToken, ReleaseWatch, Result,
 };
 
 use super::wiring::{WiredLayer, Wiring};
@@ -269,11 +269,11 @@ impl<S: LockStore> LocalCompetition<S> {
 
     /// An exclusive acquire: refused in memory while the key is another local task's, a lease
     /// offered to a waiter taken, else asked of the store as the key's one asker.
-    async fn acquire_exclusive(&self, req: &Acquire) -> Result<Lease> {
+    async fn acquire_exclusive(&self, req: &Acquire) -> Result<Attempt> {
         if req.wait.is_some() && self.inner.capabilities().waiter_line {
             // Strict FIFO: every waiter keeps its own place in the store's line; being refused
             // here would keep it from taking it.
-            return self.inner.try_acquire(req).await;
+            return self.inner.acquire(req).await;
         }
         let now = Instant::now();
         let (slot, (found, refresh)) = self.with_slot(&req.key, |st| match st.take(now) {
@@ -307,24 +307,26 @@ impl<S: LockStore> LocalCompetition<S> {
                 self.observers.emit(|| LockEvent::FastFailed {
                     key: req.key.clone(),
                 });
-                Err(Error::unavailable(&req.key)
-                    .with_retry_after(until.saturating_duration_since(now)))
+                Ok(Attempt::refused_for(until.saturating_duration_since(now)))
             }
         }
     }
 
     /// Asks the store as the key's asker; the slot keeps the mark as the holder's, or is freed
     /// on error and cancellation.
-    async fn ask_store(&self, req: &Acquire, slot: &Slot) -> Result<Lease> {
+    async fn ask_store(&self, req: &Acquire, slot: &Slot) -> Result<Attempt> {
         let mut undo = Undo::new(self, slot, req.token.clone());
-        let lease = self.inner.try_acquire(req).await?;
+        let lease = match self.inner.acquire(req).await? {
+            Attempt::Granted(lease) => lease,
+            refused => return Ok(refused), // the slot is freed (`undo`)
+        };
         undo.armed = false;
         if self.hand_off.enabled {
             // The slot keeps the lease only where a hand-off may need it: without, the asker's
             // mark (its token, until the end of the TTL it asked for) serves as the holder's.
             self.hold(slot, &req.token, &lease, Run::start(Instant::now()));
         }
-        Ok(lease)
+        Ok(Attempt::Granted(lease))
     }
 
     /// Records `lease` as held in `slot` where it is still `asker`'s (or free).
@@ -385,19 +387,21 @@ impl<S: LockStore> LocalCompetition<S> {
 
     /// Readers and semaphore permits: many hold at once, so no one-at-a-time entry, but a permit
     /// request fails fast, with no store I/O, when this process already holds every permit.
-    async fn acquire_shared(&self, req: &Acquire) -> Result<Lease> {
+    async fn acquire_shared(&self, req: &Acquire) -> Result<Attempt> {
         let Some(permits) = req.mode.permits() else {
-            return self.inner.try_acquire(req).await;
+            return self.inner.acquire(req).await;
         };
-        if let Err(refused) = self.permits.check(req, permits) {
+        if let Some(retry_after) = self.permits.all_held(req, permits) {
             self.observers.emit(|| LockEvent::FastFailed {
                 key: req.key.clone(),
             });
-            return Err(refused);
+            return Ok(Attempt::refused_for(retry_after));
         }
-        let lease = self.inner.try_acquire(req).await?;
-        self.permits.granted(&lease);
-        Ok(lease)
+        let attempt = self.inner.acquire(req).await?;
+        if let Attempt::Granted(lease) = &attempt {
+            self.permits.granted(lease);
+        }
+        Ok(attempt)
     }
 }
 
@@ -408,7 +412,7 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
         &self.inner
     }
 
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         // Before `now + ttl`: used alone, this layer may be the first to see the request.
         validate_ttl(req.ttl)?;
         if self.lifecycle.is_closing() {

@@ -8,7 +8,9 @@
 
 use tokio::time::Instant;
 
-use crate::core::{Acquire, Error, Lease, OwnerToken};
+use std::time::Duration;
+
+use crate::core::{Acquire, Lease, OwnerToken};
 use crate::KeyMap;
 
 /// Live permits this process holds, per key.
@@ -18,18 +20,17 @@ pub(super) struct LocalPermits {
 }
 
 impl LocalPermits {
-    /// `Err(LockUnavailable)` when this process already holds `permits` live permits of the key.
-    pub(super) fn check(&self, req: &Acquire, permits: u32) -> crate::core::Result<()> {
-        let Some(mut held) = self.held.get_mut(&req.key) else {
-            return Ok(());
-        };
+    /// `Some(retry_after)` when this process already holds `permits` live permits of the key:
+    /// how long until the first of them expires.
+    pub(super) fn all_held(&self, req: &Acquire, permits: u32) -> Option<Duration> {
+        let mut held = self.held.get_mut(&req.key)?;
         let now = Instant::now();
         held.retain(|(_, expires_at)| now < *expires_at);
         if held.len() < permits as usize {
-            return Ok(());
+            return None;
         }
         let soonest = held.iter().map(|(_, at)| *at).min().unwrap_or(now);
-        Err(Error::unavailable(&req.key).with_retry_after(soonest - now))
+        Some(soonest - now)
     }
 
     /// Records a permit the store granted.

@@ -62,16 +62,16 @@ async fn try_lock_fast_fails_without_store_io() {
     let lease = store.try_acquire(&req("a", 10_000)).await.unwrap();
     tokio::time::advance(Duration::from_secs(4)).await;
     for _ in 0..3 {
-        let err = store.try_acquire(&req("a", 10_000)).await.unwrap_err();
-        assert!(err.is_unavailable());
+        let refused = store.acquire(&req("a", 10_000)).await.unwrap();
+        assert!(!refused.is_granted());
         assert_eq!(
-            err.retry_after(),
+            refused.retry_after(),
             Some(Duration::from_secs(6)),
             "how long the holder's lease has left"
         );
     }
     assert_eq!(
-        scripted.count(Op::TryAcquire),
+        scripted.count(Op::Acquire),
         1,
         "no store I/O for the contenders"
     );
@@ -93,7 +93,7 @@ async fn one_store_talker_per_key() {
     let scripted = ScriptedStore::new();
     let (open, answer) = gate();
     // The first acquire is slow and finds the key held by another process.
-    scripted.expect_acquire_after(answer, |r| Err(Error::unavailable(&r.key)));
+    scripted.expect_acquire_after(answer, |_| Ok(Attempt::refused()));
     scripted.grant_acquire();
     let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let s = store.clone();
@@ -107,7 +107,7 @@ async fn one_store_talker_per_key() {
             .is_unavailable());
     }
     assert_eq!(
-        scripted.count(Op::TryAcquire),
+        scripted.count(Op::Acquire),
         1,
         "only the first talks to the store"
     );
@@ -117,16 +117,14 @@ async fn one_store_talker_per_key() {
         store.try_acquire(&req("a", 10_000)).await.is_ok(),
         "a refusal frees the key locally"
     );
-    assert_eq!(scripted.count(Op::TryAcquire), 2);
+    assert_eq!(scripted.count(Op::Acquire), 2);
     scripted.verify();
 }
 
 #[tokio::test(start_paused = true)]
 async fn cancelled_acquire_frees_the_key() {
     let scripted = ScriptedStore::new();
-    scripted.expect_acquire_after(futures::future::pending(), |r| {
-        Err(Error::unavailable(&r.key))
-    });
+    scripted.expect_acquire_after(futures::future::pending(), |_| Ok(Attempt::refused()));
     scripted.grant_acquire();
     let (store, _) = local(&scripted, LocalCompetitionLayer::default());
     let s = store.clone();
@@ -230,7 +228,7 @@ async fn a_try_never_takes_a_lease_offered_to_a_waiter() {
         .await
         .unwrap();
     assert_eq!(taken.token(), lease.token(), "the store's lease as it is");
-    assert_eq!(scripted.ops(), [Op::TryAcquire]);
+    assert_eq!(scripted.ops(), [Op::Acquire]);
     scripted.verify();
 }
 
@@ -254,11 +252,7 @@ async fn hand_off_skips_the_store_and_is_bounded() {
             first.fencing_token(),
             "one store lease"
         );
-        assert_eq!(
-            scripted.ops(),
-            [Op::TryAcquire],
-            "round {round}: no store I/O"
-        );
+        assert_eq!(scripted.ops(), [Op::Acquire], "round {round}: no store I/O");
         lease = next;
     }
     assert_eq!(
@@ -283,10 +277,7 @@ async fn hand_off_skips_the_store_and_is_bounded() {
         .await
         .unwrap();
     let calls = scripted.calls();
-    assert_eq!(
-        scripted.ops(),
-        [Op::TryAcquire, Op::Release, Op::TryAcquire]
-    );
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Release, Op::Acquire]);
     assert_eq!(
         calls[1].token.as_ref(),
         Some(first.token()),
@@ -315,10 +306,7 @@ async fn hand_off_hold_time_is_bounded() {
         .try_acquire(&waiter.attempt("a", 60_000))
         .await
         .unwrap();
-    assert_eq!(
-        scripted.ops(),
-        [Op::TryAcquire, Op::Release, Op::TryAcquire]
-    );
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Release, Op::Acquire]);
     assert!(seen.names().is_empty());
     scripted.verify();
 }
@@ -328,14 +316,14 @@ async fn a_contended_lease_is_never_handed_off() {
     let scripted = ScriptedStore::new();
     let this = scripted.clone();
     scripted
-        .expect_acquire_with(move |req| Ok(this.lease_for(req).with_contended(true)))
+        .expect_acquire_with(move |req| Ok(this.lease_for(req).with_contended(true).into()))
         .expect_release(Ok(true));
     let (store, seen) = local(&scripted, LocalCompetitionLayer::new().hand_off(true));
     let lease = store.try_acquire(&req("a", 60_000)).await.unwrap();
     let _waiter = Wait::new(&store, "a").await;
     assert!(store.release(&lease).await.unwrap());
     assert!(seen.names().is_empty(), "yields to the processes queued");
-    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Release]);
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Release]);
     scripted.verify();
 }
 
@@ -366,7 +354,7 @@ async fn hand_off_extends_a_short_lease() {
         "extended for the new holder"
     );
     let calls = scripted.calls();
-    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Extend]);
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Extend]);
     assert_eq!(
         calls[1].token.as_ref(),
         Some(lease.token()),
@@ -392,14 +380,14 @@ async fn unclaimed_hand_off_is_released_in_the_store() {
     settle().await;
     assert_eq!(
         scripted.ops(),
-        [Op::TryAcquire, Op::Release],
+        [Op::Acquire, Op::Release],
         "given back to the store"
     );
     scripted.grant_acquire();
     store.try_acquire(&req("a", 60_000)).await.unwrap();
     assert_eq!(
         scripted.ops(),
-        [Op::TryAcquire, Op::Release, Op::TryAcquire],
+        [Op::Acquire, Op::Release, Op::Acquire],
         "the key is free locally: the next try asks the store"
     );
     scripted.verify();
@@ -415,7 +403,7 @@ async fn without_a_waiter_a_release_is_a_real_one() {
     drop(waiter); // the wait ended before the release
     assert!(store.release(&lease).await.unwrap());
     assert!(seen.names().is_empty());
-    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Release]);
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Release]);
     scripted.verify();
 }
 
@@ -436,7 +424,7 @@ async fn a_hand_off_whose_extend_fails_is_given_back_and_the_error_reported() {
         "not a lease with 0.4 s left of 1 s: {err}"
     );
     settle().await;
-    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Extend, Op::Release]);
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Extend, Op::Release]);
     assert_eq!(
         scripted.calls()[2].token.as_ref(),
         Some(lease.token()),
@@ -464,11 +452,11 @@ async fn a_hand_off_cancelled_during_its_extend_is_given_back() {
         tokio::spawn(async move { store.try_acquire(&attempt).await })
     };
     settle().await;
-    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Extend], "extending");
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Extend], "extending");
     taking.abort();
     assert!(taking.await.unwrap_err().is_cancelled());
     settle().await;
-    assert_eq!(scripted.ops(), [Op::TryAcquire, Op::Extend, Op::Release]);
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Extend, Op::Release]);
     assert_eq!(scripted.calls()[2].token.as_ref(), Some(lease.token()));
     scripted.verify();
 }
@@ -482,7 +470,7 @@ async fn an_extend_that_outlasts_the_handed_lease_gives_it_back() {
         .expect_extend_after(extend_gate, |lease, ttl| {
             Ok(lease.renewed(ttl, Instant::now()))
         })
-        .expect_acquire(Err(Error::unavailable(key("a"))))
+        .expect_acquire(Ok(Attempt::refused()))
         .expect_release(Ok(true));
     let (store, lease, waiter) = hand_off_with_little_time_left(&scripted).await;
     let taking = {
@@ -504,7 +492,7 @@ async fn an_extend_that_outlasts_the_handed_lease_gives_it_back() {
     settle().await;
     assert_eq!(
         scripted.ops(),
-        [Op::TryAcquire, Op::Extend, Op::TryAcquire, Op::Release]
+        [Op::Acquire, Op::Extend, Op::Acquire, Op::Release]
     );
     assert_eq!(
         scripted.calls()[3].token.as_ref(),
@@ -550,11 +538,7 @@ async fn closing_the_lifecycle_refuses_and_tracks_the_returned_hand_off() {
     assert_eq!(err.kind(), ErrorKind::ShutDown);
     drop(waiter);
     settle().await;
-    assert_eq!(
-        scripted.ops(),
-        [Op::TryAcquire, Op::Release],
-        "being released"
-    );
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Release], "being released");
     assert_eq!(
         lifecycle.in_flight(),
         1,
@@ -585,7 +569,7 @@ async fn a_layer_used_alone_shuts_down_through_its_own_lifecycle() {
     let err = store.try_acquire(&req("b", 60_000)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ShutDown);
     assert_eq!(
-        scripted.count(Op::TryAcquire),
+        scripted.count(Op::Acquire),
         1,
         "refused before any store I/O"
     );
@@ -598,8 +582,8 @@ async fn over_a_store_with_a_place_per_waiter_blocking_requests_take_their_own_p
         .with_capabilities(crate::core::Capabilities::NONE.with_waiter_line(true));
     scripted
         .grant_acquire()
-        .expect_acquire_with(|req| Err(Error::unavailable(&req.key)))
-        .expect_acquire_with(|req| Err(Error::unavailable(&req.key)));
+        .expect_acquire_with(|_| Ok(Attempt::refused()))
+        .expect_acquire_with(|_| Ok(Attempt::refused()));
     let (store, _) = local(&scripted, LocalCompetitionLayer::new().hand_off(true));
     let held = store.try_acquire(&req("a", 30_000)).await.unwrap();
     let first = Wait::new(&store, "a").await;
@@ -614,12 +598,12 @@ async fn over_a_store_with_a_place_per_waiter_blocking_requests_take_their_own_p
         .try_acquire(&second.attempt("a", 30_000))
         .await
         .is_err());
-    assert_eq!(scripted.count(Op::TryAcquire), 3);
+    assert_eq!(scripted.count(Op::Acquire), 3);
     assert!(
         store.try_acquire(&req("a", 30_000)).await.is_err(),
         "a try-lock still fails fast on the local holder"
     );
-    assert_eq!(scripted.count(Op::TryAcquire), 3);
+    assert_eq!(scripted.count(Op::Acquire), 3);
     // No hand-off to waiters the store lines up itself: the release is a real one.
     scripted.expect_release(Ok(true));
     assert!(store.release(&held).await.unwrap());

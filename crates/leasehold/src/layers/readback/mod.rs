@@ -7,13 +7,13 @@
 //!
 //! | acquire in doubt, record… | outcome |
 //! |---|---|
-//! | ours (our token) | `Ok(lease)`: the write landed; the caller holds the lock instead of leaking it until its TTL |
+//! | ours (our token) | granted: the write landed; the caller holds the lock instead of leaking it until its TTL |
 //! | absent | the write did not land: the acquire is sent again, at most [`ReadbackLayer::retries`] times (default 1, Bond's recommendation) |
-//! | another token | [`ErrorKind::LockUnavailable`] |
+//! | another token | refused ([`Attempt::Refused`]) |
 //! | readback fails | the original [`ErrorKind::InDoubt`], with the readback failure in the message |
 //!
 //! Retries keep the same owner token, so a first write that lands late is recognised: if a retry
-//! answers `LockUnavailable`, the record is read back once more and, if it is ours, the lease is
+//! is refused, the record is read back once more and, if it is ours, the lease is
 //! returned. When the retries are used up the error is [`ErrorKind::RetriesExhausted`] with the
 //! in-doubt error as its source.
 //!
@@ -43,8 +43,8 @@
 use tokio::time::Instant;
 
 use crate::core::{
-    Acquire, Error, ErrorKind, Layer, Lease, LockEvent, LockInfo, LockKey, LockStore, Observers,
-    Result,
+    Acquire, Attempt, Error, ErrorKind, Layer, Lease, LockEvent, LockInfo, LockKey, LockStore,
+    Observers, Result,
 };
 
 use super::wiring::{WiredLayer, Wiring};
@@ -192,24 +192,40 @@ impl<S: LockStore> crate::core::LayeredStore for Readback<S> {
         &self.inner
     }
 
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         let first_sent = Instant::now();
         let mut retries_left = self.retries;
         let mut was_in_doubt = false;
         loop {
-            match self.inner.try_acquire(req).await {
-                Ok(lease) => return Ok(lease),
+            match self.inner.acquire(req).await {
+                Ok(refused @ Attempt::Refused { .. }) if was_in_doubt => {
+                    // An earlier attempt's write may have landed late, under our token.
+                    return match self.inner.inspect(&req.key).await {
+                        Ok(Some(info)) if info.is_owned_by(&req.token) => {
+                            self.observers.emit(|| LockEvent::RecoveredByReadback {
+                                key: req.key.clone(),
+                                operation: "acquire",
+                                held: true,
+                            });
+                            Ok(Attempt::Granted(Self::recovered(req, &info, first_sent)))
+                        }
+                        _ => Ok(refused),
+                    };
+                }
+                Ok(attempt) => return Ok(attempt),
                 Err(error) if error.is_in_doubt() => {
                     match self
                         .read_back(&req.key, &req.token, "acquire", error.clone_shallow())
                         .await?
                     {
-                        Found::Ours(info) => return Ok(Self::recovered(req, &info, first_sent)),
+                        Found::Ours(info) => {
+                            return Ok(Attempt::Granted(Self::recovered(req, &info, first_sent)))
+                        }
                         // Held by others: for an exclusive hold that is a refusal; readers
                         // and permit holders are many at once, so for them it only says the
                         // write did not apply, as if absent.
                         Found::Other if !req.mode.is_shared_record() => {
-                            return Err(Error::unavailable(&req.key))
+                            return Ok(Attempt::refused())
                         }
                         Found::Absent | Found::Other if retries_left == 0 => {
                             return Err(self.exhausted(&req.key, "acquire", error))
@@ -219,20 +235,6 @@ impl<S: LockStore> crate::core::LayeredStore for Readback<S> {
                             was_in_doubt = true;
                         }
                     }
-                }
-                Err(error) if error.is_unavailable() && was_in_doubt => {
-                    // An earlier attempt's write may have landed late, under our token.
-                    return match self.inner.inspect(&req.key).await {
-                        Ok(Some(info)) if info.is_owned_by(&req.token) => {
-                            self.observers.emit(|| LockEvent::RecoveredByReadback {
-                                key: req.key.clone(),
-                                operation: "acquire",
-                                held: true,
-                            });
-                            Ok(Self::recovered(req, &info, first_sent))
-                        }
-                        _ => Err(error),
-                    };
                 }
                 Err(error) => return Err(error),
             }

@@ -25,7 +25,7 @@ async fn plain_success_and_plain_errors_pass_through() {
     let scripted = ScriptedStore::new();
     scripted
         .grant_acquire()
-        .expect_acquire(Err(Error::unavailable(key("a"))))
+        .expect_acquire(Ok(Attempt::refused()))
         .expect_acquire(Err(Error::connection("refused")));
     let (store, seen) = readback(&scripted, 1);
     assert!(store.try_acquire(&req("a", 1000)).await.is_ok());
@@ -61,7 +61,7 @@ async fn in_doubt_acquire_that_landed_is_ours() {
     assert!(lease.acquired_at() >= started && lease.acquired_at() <= Instant::now());
     assert_eq!(
         scripted.ops(),
-        [Op::TryAcquire, Op::Inspect],
+        [Op::Acquire, Op::Inspect],
         "no second write"
     );
     assert_eq!(seen.names(), ["recovered_by_readback"]);
@@ -88,10 +88,7 @@ async fn in_doubt_acquire_that_did_not_land_is_retried_once() {
     let lease = store.try_acquire(&r).await.unwrap();
     assert_eq!(lease.token(), &r.token);
     let calls = scripted.calls();
-    assert_eq!(
-        scripted.ops(),
-        [Op::TryAcquire, Op::Inspect, Op::TryAcquire]
-    );
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Inspect, Op::Acquire]);
     assert_eq!(calls[0].token, calls[2].token, "the retry keeps the token");
     assert_eq!(seen.names(), ["recovered_by_readback"]);
     scripted.verify();
@@ -109,7 +106,7 @@ async fn retries_are_bounded() {
     let err = store.try_acquire(&req("a", 2000)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::RetriesExhausted);
     assert!(std::error::Error::source(&err).is_some());
-    assert_eq!(scripted.count(Op::TryAcquire), 2);
+    assert_eq!(scripted.count(Op::Acquire), 2);
     scripted.verify();
 
     let scripted = ScriptedStore::new();
@@ -155,7 +152,7 @@ async fn failed_readback_keeps_the_doubt() {
         err.message().contains("reading the record back failed"),
         "{err}"
     );
-    assert_eq!(scripted.count(Op::TryAcquire), 1, "no blind retry");
+    assert_eq!(scripted.count(Op::Acquire), 1, "no blind retry");
     assert!(seen.names().is_empty());
     scripted.verify();
 }
@@ -167,7 +164,7 @@ async fn late_landing_first_write_is_recognised() {
     scripted
         .expect_acquire(Err(reply_lost()))
         .expect_inspect(Ok(None))
-        .expect_acquire(Err(Error::unavailable(key("a"))))
+        .expect_acquire(Ok(Attempt::refused()))
         .expect_inspect(held_by(&r.token));
     let (store, _) = readback(&scripted, 1);
     let lease = store.try_acquire(&r).await.unwrap();

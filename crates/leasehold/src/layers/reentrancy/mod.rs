@@ -68,8 +68,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::core::{
-    Acquire, Error, ErrorKind, HolderId, Layer, Lease, LockEvent, LockKey, LockMode, LockStore,
-    Observers, Result,
+    Acquire, Attempt, Error, ErrorKind, HolderId, Layer, Lease, LockEvent, LockKey, LockMode,
+    LockStore, Observers, Result,
 };
 use crate::KeyMap;
 
@@ -201,7 +201,7 @@ impl<S: LockStore> Reentrancy<S> {
     }
 
     /// A read by a holder: re-entered, refused under its own write, or taken from the store.
-    async fn acquire_read(&self, req: &Acquire, holder: HolderId) -> Result<Lease> {
+    async fn acquire_read(&self, req: &Acquire, holder: HolderId) -> Result<Attempt> {
         if self.writes(&req.key, holder) {
             return Err(Error::new(
                 ErrorKind::ModeConflict,
@@ -225,11 +225,14 @@ impl<S: LockStore> Reentrancy<S> {
                         key: req.key.clone(),
                         depth,
                     });
-                    return Ok(lease);
+                    return Ok(Attempt::Granted(lease));
                 }
             }
         }
-        let lease = self.inner.try_acquire(req).await?;
+        let lease = match self.inner.acquire(req).await? {
+            Attempt::Granted(lease) => lease,
+            refused => return Ok(refused),
+        };
         let held = Held {
             holder,
             lease: lease.clone(),
@@ -240,7 +243,7 @@ impl<S: LockStore> Reentrancy<S> {
             Vec::new()
         });
         readers.push(held);
-        Ok(lease)
+        Ok(Attempt::Granted(lease))
     }
 
     /// Counts a read hold down; `Some(still_held)` when an outer level still holds it, `None`
@@ -324,14 +327,14 @@ impl<S: LockStore> crate::core::LayeredStore for Reentrancy<S> {
         held || self.inner.is_held_here(key)
     }
 
-    async fn try_acquire(&self, req: &Acquire) -> Result<Lease> {
+    async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         let Some(holder) = req.holder else {
-            return self.inner.try_acquire(req).await;
+            return self.inner.acquire(req).await;
         };
         match req.mode {
             LockMode::Exclusive => {}
             LockMode::Shared => return self.acquire_read(req, holder).await,
-            LockMode::Semaphore { .. } => return self.inner.try_acquire(req).await,
+            LockMode::Semaphore { .. } => return self.inner.acquire(req).await,
         }
         if self.reads(&req.key, holder) {
             return Err(Error::new(
@@ -356,7 +359,7 @@ impl<S: LockStore> crate::core::LayeredStore for Reentrancy<S> {
                             key: req.key.clone(),
                             depth,
                         });
-                        return Ok(lease);
+                        return Ok(Attempt::Granted(lease));
                     }
                     // Our hold expired: forget it, this is a new acquisition.
                     let token = held.lease.token().clone();
@@ -365,7 +368,10 @@ impl<S: LockStore> crate::core::LayeredStore for Reentrancy<S> {
                 }
             }
         }
-        let lease = self.inner.try_acquire(req).await?;
+        let lease = match self.inner.acquire(req).await? {
+            Attempt::Granted(lease) => lease,
+            refused => return Ok(refused),
+        };
         let previous = self.held.insert(
             req.key.clone(),
             Held {
@@ -377,7 +383,7 @@ impl<S: LockStore> crate::core::LayeredStore for Reentrancy<S> {
         if previous.is_none() {
             self.count.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(lease)
+        Ok(Attempt::Granted(lease))
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
