@@ -29,6 +29,7 @@ trait DynLockStore: Send + Sync + 'static {
     fn watch_changes<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, ChangeWatch>;
     fn is_held_by(&self, key: &LockKey, holder: HolderId) -> bool;
     fn is_held_here(&self, key: &LockKey) -> bool;
+    fn is_in_line_here(&self, key: &LockKey) -> bool;
     fn shutdown(&self) -> BoxFuture<'_, Result<usize>>;
     fn history<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<HistoryEntry>>>;
     fn append_history<'a>(
@@ -72,6 +73,9 @@ impl<S: LockStore> DynLockStore for S {
     }
     fn is_held_here(&self, key: &LockKey) -> bool {
         LockStore::is_held_here(self, key)
+    }
+    fn is_in_line_here(&self, key: &LockKey) -> bool {
+        LockStore::is_in_line_here(self, key)
     }
     fn shutdown(&self) -> BoxFuture<'_, Result<usize>> {
         Box::pin(LockStore::shutdown(self))
@@ -167,6 +171,9 @@ impl LockStore for BoxStore {
     }
     fn is_held_here(&self, key: &LockKey) -> bool {
         self.inner.is_held_here(key)
+    }
+    fn is_in_line_here(&self, key: &LockKey) -> bool {
+        self.inner.is_in_line_here(key)
     }
     async fn shutdown(&self) -> Result<usize> {
         self.inner.shutdown().await

@@ -185,6 +185,12 @@ impl<A: LockStore, B: LockStore> LockStore for Either<A, B> {
             Either::Right(b) => b.is_held_here(key),
         }
     }
+    fn is_in_line_here(&self, key: &LockKey) -> bool {
+        match self {
+            Either::Left(a) => a.is_in_line_here(key),
+            Either::Right(b) => b.is_in_line_here(key),
+        }
+    }
     async fn shutdown(&self) -> Result<usize> {
         match self {
             Either::Left(a) => a.shutdown().await,

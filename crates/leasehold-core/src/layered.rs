@@ -101,6 +101,11 @@ pub trait LayeredStore: Send + Sync + 'static {
         self.inner().is_held_here(key)
     }
 
+    /// See [`LockStore::is_in_line_here`]. Forwards.
+    fn is_in_line_here(&self, key: &LockKey) -> bool {
+        self.inner().is_in_line_here(key)
+    }
+
     /// See [`LockStore::watch_changes`]. Forwards.
     fn watch_changes(&self, key: &LockKey) -> impl Future<Output = ChangeWatch> + Send {
         self.inner().watch_changes(key)
@@ -160,6 +165,9 @@ impl<L: LayeredStore> LockStore for L {
     }
     fn is_held_here(&self, key: &LockKey) -> bool {
         LayeredStore::is_held_here(self, key)
+    }
+    fn is_in_line_here(&self, key: &LockKey) -> bool {
+        LayeredStore::is_in_line_here(self, key)
     }
     fn shutdown(&self) -> impl Future<Output = Result<usize>> + Send {
         LayeredStore::shutdown(self)

@@ -226,6 +226,18 @@ pub trait LockStore: Send + Sync + 'static {
         false
     }
 
+    /// Whether this process still has a place in the store's waiter line for `key` from an
+    /// earlier wait, as far as this store knows from memory, without I/O: a store that keeps a
+    /// line may keep a process's place for a moment after its grant when others wait too (a
+    /// contended key its tasks are likely to ask for again), and give it up if nobody here
+    /// asks. The manager asks before a blocking acquisition's first attempt: while it is so, the
+    /// acquisition registers its [`watch`](Self::watch) and waits for its turn, instead of first
+    /// trying as a plain try, which others ahead would only refuse. The default is `false`.
+    fn is_in_line_here(&self, key: &LockKey) -> bool {
+        let _ = key;
+        false
+    }
+
     /// Subscribes this process to changes of who holds `key` (grants and releases), until the
     /// returned watch is dropped (see [`ChangeWatch`]): for readers of who holds a lock, such as
     /// an election's observers. Unlike [`watch`](Self::watch) it never waits for the lock: it
@@ -311,6 +323,9 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     }
     fn is_held_here(&self, key: &LockKey) -> bool {
         (**self).is_held_here(key)
+    }
+    fn is_in_line_here(&self, key: &LockKey) -> bool {
+        (**self).is_in_line_here(key)
     }
     async fn history(&self, key: &LockKey) -> Result<Vec<HistoryEntry>> {
         (**self).history(key).await

@@ -45,7 +45,7 @@ impl RedisStore {
             .waiting
             .set_queued(lock_key, place, queued, renewed)
         {
-            self.leave_queue(key.clone(), orphan);
+            let _ = self.leave_queue(key.clone(), orphan);
         }
     }
 
@@ -103,11 +103,19 @@ impl RedisStore {
     pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Result<Attempt> {
         let lock_key = self.lock_key(&req.key);
         let (place, requeue) = self.queue_place(&lock_key, req);
+        // The process's last waiter, in a process that keeps asking for the key: granted while
+        // others are in line, the process keeps its place (its next wait then waits for its
+        // turn without a try and a join: see `is_in_line_here`), and gives it up if none asks.
+        let stay = !requeue
+            && place == Place::Process
+            && !self.inner.config.strict_fifo
+            && self.inner.waiting.asks_again_soon(&lock_key);
         let waiter_timeout = self.inner.config.waiter_timeout;
         // A place kept by a process served again and again is renewed once a quarter of the
         // waiter timeout has passed, not at every turn: it then has at least three quarters
         // left, and every refused attempt (the safety-net poll included) renews it as well.
-        let renew = requeue && self.inner.waiting.place_due(&lock_key, waiter_timeout / 4);
+        let renew =
+            (requeue || stay) && self.inner.waiting.place_due(&lock_key, waiter_timeout / 4);
         let sent_at = Instant::now();
         let mut conn = self.conn();
         let script = if req.trace.is_some() {
@@ -127,7 +135,11 @@ impl RedisStore {
             .arg(self.inner.waiting.entry(&place))
             .arg(waiter_timeout.as_millis() as u64)
             .arg(if self.inner.config.fencing { "1" } else { "0" })
-            .arg(if requeue { "1" } else { "0" })
+            .arg(match (requeue, stay) {
+                (true, _) => "1",
+                (false, true) => "2",
+                (false, false) => "0",
+            })
             .arg(writer_wait_millis(req, sent_at))
             .arg(if renew { "1" } else { "0" })
             .arg(if req.announce { "1" } else { "0" });
@@ -143,17 +155,22 @@ impl RedisStore {
         }
         // A refused blocking attempt always renews its place; a granted one when asked to.
         let renewed = (acquired != 1 || renew).then_some(sent_at);
+        let others = others.unwrap_or(0) > 0;
+        let kept = acquired == 1 && stay && others;
         self.queued(
             &req.key,
             &lock_key,
             &place,
-            acquired != 1 || requeue,
+            acquired != 1 || requeue || kept,
             renewed,
         );
+        if acquired == 1 && place == Place::Process {
+            self.inner.waiting.granted(&lock_key, sent_at, kept);
+        }
         if acquired == 1 {
             return Ok(Lease::granted(req, sent_at)
                 .with_fencing_token(value)
-                .with_contended(others.unwrap_or(0) > 0)
+                .with_contended(others)
                 .into());
         }
         Ok(Attempt::refused_for(Duration::from_millis(
@@ -162,13 +179,16 @@ impl RedisStore {
     }
 
     /// Gives up `entry`'s place in `key`'s queue (this process's, or one waiting call's), in the
-    /// background.
-    pub(crate) fn leave_queue(&self, key: LockKey, entry: String) {
+    /// background: the task doing it (`None` outside a runtime: the place lapses after the
+    /// waiter timeout).
+    pub(crate) fn leave_queue(
+        &self,
+        key: LockKey,
+        entry: String,
+    ) -> Option<tokio::task::JoinHandle<()>> {
         let store = self.clone();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // the place lapses after the waiter timeout
-        };
-        runtime.spawn(async move {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        Some(runtime.spawn(async move {
             let lock_key = store.lock_key(&key);
             let mut conn = store.conn();
             let left: redis::RedisResult<i64> = store
@@ -185,6 +205,6 @@ impl RedisStore {
                 tracing::debug!(%key, %error,
                     "could not leave the waiter queue; the place lapses after the waiter timeout");
             }
-        });
+        }))
     }
 }

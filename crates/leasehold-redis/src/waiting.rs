@@ -127,11 +127,19 @@ impl Waiting {
         let Some(rest) = next.strip_prefix(self.id.as_str()) else {
             return; // another process's turn
         };
-        let watched = self.lock();
-        let Some(watched) = watched.get(lock_key) else {
+        let mut map = self.lock();
+        let Some(watched) = map.get_mut(lock_key) else {
             return;
         };
+        if rest.is_empty() && watched.watchers.is_empty() {
+            // The process's turn, and nobody here waits: a place kept after a grant goes now,
+            // telling the next in line (it would otherwise hold the line up).
+            drop(map);
+            self.give_up_parked(lock_key, None);
+            return;
+        }
         if rest.is_empty() {
+            watched.turn_given = true;
             // The process's turn: every waiter of this process on the key. Which one asks is
             // local competition's call (the head of its line; the others wait in memory and
             // ignore this). Picking one here could pick a task that is not listening, and the

@@ -657,3 +657,179 @@ async fn a_key_contended_again_is_still_subscribed_and_its_waiter_woken_without_
         "it lingers between waits"
     );
 }
+
+/// A manager whose store requests are counted (acquires, releases, …).
+async fn counted(
+    url: &str,
+) -> (
+    LockManager,
+    std::sync::Arc<leasehold::layers::RequestCounts>,
+) {
+    let counting = leasehold::layers::CountingLayer::new();
+    let counts = counting.counts();
+    let store = RedisStore::connect(RedisConfig::new(url)).await.unwrap();
+    let locks = LockManager::builder()
+        .client_id("fair")
+        .farm_id("f1")
+        .store(store)
+        .layer(counting)
+        .build()
+        .unwrap();
+    (locks, counts)
+}
+
+/// Brings A to keep its place in `key`'s line behind B: X holds, A waits and is granted (a
+/// first grant, nobody else in line: nothing kept), then X holds again, A waits, B waits behind
+/// A, and X releases: A, granted again within a second with B in line, keeps its place behind
+/// B. Returns A's hold, B's waiting call, and A's and B's ids in line.
+async fn keep_a_place(
+    url: &str,
+    key: &'static str,
+    (x, a, b): (&LockManager, &LockManager, &LockManager),
+) -> (
+    leasehold::LockGuard,
+    tokio::task::JoinHandle<leasehold::Result<leasehold::LockGuard>>,
+    String,
+    String,
+) {
+    let held = x.try_lock(key).await.unwrap();
+    let a_waits = waiting(a, key);
+    queue_until(url, key, |q| q.len() == 1).await;
+    held.release().await.unwrap();
+    a_waits
+        .await
+        .unwrap()
+        .expect("A's turn")
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        queue(url, key).await.is_empty(),
+        "nothing kept: nobody else was in line"
+    );
+
+    let held = x.try_lock(key).await.unwrap();
+    let a_waits = waiting(a, key);
+    let a_id = queue_until(url, key, |q| q.len() == 1).await[0].clone();
+    let b_waits = waiting(b, key);
+    let b_id = queue_until(url, key, |q| q.len() == 2).await[1].clone();
+    held.release().await.unwrap();
+    let a_held = a_waits.await.unwrap().expect("A's turn");
+    assert_eq!(
+        queue(url, key).await,
+        [b_id.clone(), a_id.clone()],
+        "A kept its place"
+    );
+    (a_held, b_waits, a_id, b_id)
+}
+
+/// A process that keeps asking for a hot key (a task looping on it) keeps its place in line
+/// between its waits while others wait too: its next `lock()` waits for its turn at once, with
+/// no try and no join — one acquire per grant. Places nobody asks for any more are given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_keeps_asking_keeps_its_place_in_line_between_its_waits() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let (a, a_requests) = counted(&url).await;
+    let (x, b) = (manager(&url, |c| c).await, manager(&url, |c| c).await);
+    let (a_held, b_waits, _, _) = keep_a_place(&url, "loop", (&x, &a, &b)).await;
+
+    // A's next wait takes no try and no join: its one acquire is the grant when its turn comes
+    // (after B's hold).
+    a_requests.reset();
+    let a_again = waiting(&a, "loop");
+    a_held.release().await.unwrap();
+    b_waits
+        .await
+        .unwrap()
+        .expect("B's turn")
+        .release()
+        .await
+        .unwrap();
+    a_again
+        .await
+        .unwrap()
+        .expect("A's turn again")
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        a_requests.acquires(),
+        1,
+        "A waited in its kept place: no try, no join"
+    );
+
+    // Nobody asks any more: every kept place is given up (when its turn comes, or after a
+    // second), and the line empties.
+    let started = Instant::now();
+    queue_until(&url, "loop", |q| q.is_empty()).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "kept places went within their keep time: {:?}",
+        started.elapsed()
+    );
+}
+
+/// A kept place never holds the line up: A keeps its place behind B and stops asking; when B
+/// releases, the turn is A's with nobody in A waiting, and A gives it up at once to C, who
+/// waits behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_place_whose_turn_comes_with_nobody_waiting_is_given_up_at_once() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let (x, a, b, c) = (
+        manager(&url, |c| c).await,
+        manager(&url, |c| c).await,
+        manager(&url, |c| c).await,
+        manager(&url, |c| c).await,
+    );
+    let (a_held, b_waits, a_id, b_id) = keep_a_place(&url, "kept", (&x, &a, &b)).await;
+    a_held.release().await.unwrap();
+    let b_held = b_waits.await.unwrap().expect("B's turn");
+    let c_waits = waiting(&c, "kept");
+    queue_until(&url, "kept", |q| {
+        q.first() == Some(&a_id) && q.iter().any(|e| *e != a_id && *e != b_id)
+    })
+    .await;
+    let released_at = Instant::now();
+    b_held.release().await.unwrap();
+    c_waits
+        .await
+        .unwrap()
+        .expect("C's turn, past A's kept place")
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        released_at.elapsed() < Duration::from_millis(500),
+        "A gave up its turn at once, not after its keep time: {:?}",
+        released_at.elapsed()
+    );
+}
+
+/// A process that shuts down gives its kept places up at once: the next in line is not left to
+/// wait for their deadlines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_shutting_down_gives_up_its_kept_places_at_once() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let (x, a, b) = (
+        manager(&url, |c| c).await,
+        manager(&url, |c| c).await,
+        manager(&url, |c| c).await,
+    );
+    let (a_held, b_waits, a_id, _) = keep_a_place(&url, "leaving", (&x, &a, &b)).await;
+    a_held.release().await.unwrap();
+    let b_held = b_waits.await.unwrap().expect("B's turn");
+    assert!(
+        queue(&url, "leaving").await.contains(&a_id),
+        "A's place kept"
+    );
+
+    a.shutdown().await.expect("shutdown");
+    assert!(
+        !queue(&url, "leaving").await.contains(&a_id),
+        "gone when the shutdown returns, well before its keep time"
+    );
+    b_held.release().await.unwrap();
+}

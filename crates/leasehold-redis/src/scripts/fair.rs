@@ -14,12 +14,14 @@
 /// `ARGV[1]` token, `ARGV[2]` TTL ms, `ARGV[3]` waiter id (empty: a try-lock, never queued),
 /// `ARGV[4]` waiter timeout ms, `ARGV[5]` `1` to fence, `ARGV[6]` `1` when other tasks of this
 /// process still wait on the key: taking the lock then puts the process back at the end of the
-/// line, so its next turn comes after every other process's; `ARGV[7]` ms a refused blocking
-/// writer keeps new readers out of a read-held key (0: a try); `ARGV[8]` `1` to renew the
-/// deadline of a place that goes back to the end of the line (the caller sends it once a
-/// quarter of the waiter timeout has passed since it last renewed it: a place a process is
-/// served from again and again need not be renewed at every turn); `ARGV[9]` `1` to announce the
-/// grant (see `changed`).
+/// line, so its next turn comes after every other process's; `2` (a blocking attempt of the
+/// process's last waiter) the same only while others are in line, where its tasks are likely
+/// to ask again (the process keeps its place, and gives it up if none does); `ARGV[7]` ms a
+/// refused blocking writer keeps new readers out of a read-held key (0: a try); `ARGV[8]` `1`
+/// to renew the deadline of a place that goes back to the end of the line (the caller sends it
+/// once a quarter of the waiter timeout has passed since it last renewed it: a place a process
+/// is served from again and again need not be renewed at every turn); `ARGV[9]` `1` to announce
+/// the grant (see `changed`).
 ///
 /// A waiter that stopped asking (crashed) is dropped once its deadline passes, when it reaches the
 /// head. The caller may take the lock if the queue is empty or it is at the head. Its own entry
@@ -42,6 +44,8 @@
 pub(super) const ACQUIRE_FAIR_LUA: &str = r"
 local me = ARGV[3]
 local requeue = ARGV[6] == '1' and me ~= ''
+local stay = ARGV[6] == '2' and me ~= ''
+local rotate = requeue or stay
 local now = nil
 local function clock()
   if not now then
@@ -58,13 +62,13 @@ local function keep_place()
 end
 local moved = false
 local function move_head()
-  if requeue then
+  if rotate then
     return redis.call('LMOVE', KEYS[3], KEYS[3], 'LEFT', 'RIGHT')
   end
   return redis.call('LPOP', KEYS[3])
 end
 local function put_back(entry)
-  if requeue then
+  if rotate then
     redis.call('LMOVE', KEYS[3], KEYS[3], 'RIGHT', 'LEFT')
   else
     redis.call('LPUSH', KEYS[3], entry)
@@ -94,6 +98,13 @@ if (not head) or head == me then
   local next = false
   if moved then
     next = redis.call('LINDEX', KEYS[3], 0)
+    if stay and next == me then
+      -- Nobody else in line: no place is kept.
+      redis.call('LPOP', KEYS[3])
+      next = false
+      stay = false
+      rotate = false
+    end
   elseif requeue then
     -- The line was empty: the process goes in line for its tasks still waiting.
     redis.call('RPUSH', KEYS[3], me)
@@ -128,10 +139,10 @@ if (not head) or head == me then
     -- A served waiting call's deadline goes with it (strict FIFO entries, `<id>#<n>`, are new
     -- for every wait); a process's is overwritten when it joins again, and expires with the
     -- line, so its removal is not worth a command per hand-over.
-    if moved and not requeue and string.find(me, '#', 1, true) then
+    if moved and not rotate and string.find(me, '#', 1, true) then
       redis.call('HDEL', KEYS[4], me)
     end
-    if joined or (requeue and ARGV[8] == '1') then
+    if joined or (rotate and ARGV[8] == '1') then
       keep_place()
     end
     changed(KEYS[5], ARGV[1], ARGV[9])

@@ -12,7 +12,8 @@ use leasehold_core::{Acquire, ReleaseWatch, WaiterId};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::state::{Waiting, Watched, Watcher};
+pub(crate) use super::state::Leave;
+use super::state::{Parked, Waiting, Watched, Watcher};
 
 impl Watched {
     /// Wakes every waiter of this process on the key.
@@ -26,14 +27,17 @@ impl Watched {
 /// How long a key's subscription outlives its last waiter.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How long the process keeps its place in a key's line after its last waiter was served (a
+/// grant while others were in line), for a task of it to ask again: a loop on a hot key then
+/// waits for its turn without a try and a join. Given up sooner when its turn comes with
+/// nobody here waiting (the next in line is told at once).
+const KEEP: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// At most this many idle subscriptions are kept; beyond it the longest idle go first.
 const MAX_IDLE: usize = 1024;
 
 /// How often, at most, the idle subscriptions are looked over.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// How this process gives up an entry (its own id, or a waiting call's) in a key's queue.
-pub(crate) type Leave = Arc<dyn Fn(String) + Send + Sync>;
 
 /// The entry a blocking attempt holds in a key's queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +115,8 @@ impl Waiting {
             Place::Process => {
                 if let Some(watched) = found {
                     watched.queued = queued;
+                    watched.kept = false;
+                    watched.turn_given = false;
                     if !queued {
                         watched.renewed = None;
                     } else if renewed.is_some() {
@@ -127,6 +133,80 @@ impl Waiting {
                 None => queued.then(|| entry.clone()),
             },
         }
+    }
+
+    /// Whether a blocking attempt of this process was granted `lock_key` less than [`KEEP`]
+    /// ago: a process waiting for the key again so soon keeps asking for it (a loop on a hot
+    /// key), so its place is worth keeping after its grant.
+    pub(crate) fn asks_again_soon(&self, lock_key: &str) -> bool {
+        self.lock()
+            .get(lock_key)
+            .and_then(|w| w.last_grant)
+            .is_some_and(|at| at.elapsed() < KEEP)
+    }
+
+    /// Records a grant to a blocking attempt under the process's place, sent at `sent_at`, and
+    /// whether it kept the place in `lock_key`'s line (after [`Self::set_queued`]): a kept place
+    /// outlives the last waiter for a moment.
+    pub(crate) fn granted(&self, lock_key: &str, sent_at: Instant, kept: bool) {
+        if let Some(watched) = self.lock().get_mut(lock_key) {
+            watched.last_grant = Some(sent_at);
+            watched.kept = kept && watched.queued;
+        }
+    }
+
+    /// Whether the process has a place in `lock_key`'s line (see
+    /// [`LockStore::is_in_line_here`](leasehold_core::LockStore::is_in_line_here)).
+    pub(crate) fn in_line(&self, lock_key: &str) -> bool {
+        self.lock()
+            .get(lock_key)
+            .is_some_and(|w| w.queued && !w.turn_given)
+    }
+
+    /// Gives up the process's parked place in `lock_key`'s line (if `since` is given, only the
+    /// one parked then): its turn came, or it was kept long enough, with nobody here waiting.
+    pub(super) fn give_up_parked(&self, lock_key: &str, since: Option<Instant>) {
+        let parked = {
+            let mut watched = self.lock();
+            let Some(watched) = watched.get_mut(lock_key) else {
+                return;
+            };
+            if !watched.watchers.is_empty()
+                || since.is_some_and(|at| watched.parked.as_ref().map(|p| p.since) != Some(at))
+            {
+                return;
+            }
+            let Some(parked) = watched.parked.take() else {
+                return;
+            };
+            watched.queued = false;
+            watched.kept = false;
+            watched.renewed = None;
+            parked
+        };
+        let _ = (parked.leave)(self.id.clone());
+    }
+
+    /// Gives up every place this process parked (kept after a grant, nobody here waiting), and
+    /// returns the tasks telling the store: a process shutting down tells the next in line now,
+    /// instead of leaving them to wait for the places' deadlines.
+    pub(crate) fn give_up_all_parked(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let parked: Vec<Parked> = self
+            .lock()
+            .values_mut()
+            .filter(|w| w.watchers.is_empty())
+            .filter_map(|w| {
+                let parked = w.parked.take()?;
+                w.queued = false;
+                w.kept = false;
+                w.renewed = None;
+                Some(parked)
+            })
+            .collect();
+        parked
+            .into_iter()
+            .filter_map(|p| (p.leave)(self.id.clone()))
+            .collect()
     }
 
     /// Registers a waiting call on `lock_key`; unless the key's subscription is still in place
@@ -147,6 +227,8 @@ impl Waiting {
             let mut watched = self.lock();
             let watched = watched.entry(lock_key.clone()).or_default();
             watched.idle_since = None;
+            // A parked place is this call's to wait in.
+            watched.parked = None;
             watched.watchers.insert(
                 waiter,
                 Watcher {
@@ -179,6 +261,7 @@ impl Waiting {
     }
 
     fn unwatch(self: &Arc<Self>, lock_key: String, waiter: WaiterId, leave: Leave) {
+        let mut parked = None;
         let (own, process, last) = {
             let mut watched = self.lock();
             let Some(entry) = watched.get_mut(&lock_key) else {
@@ -190,11 +273,22 @@ impl Waiting {
                 .filter(|w| w.queued)
                 .map(|w| w.entry);
             if entry.watchers.is_empty() {
-                // The last waiter here: the process's place goes, its subscription lingers.
-                let process = std::mem::take(&mut entry.queued);
-                entry.renewed = None;
-                entry.idle_since = Some(Instant::now());
-                (own, process, true)
+                // The last waiter here: the process's place goes (unless a grant kept it, for a
+                // while), its subscription lingers.
+                let now = Instant::now();
+                entry.idle_since = Some(now);
+                if entry.queued && entry.kept {
+                    entry.parked = Some(Parked {
+                        since: now,
+                        leave: leave.clone(),
+                    });
+                    parked = Some(now);
+                    (own, false, true)
+                } else {
+                    let process = std::mem::take(&mut entry.queued);
+                    entry.renewed = None;
+                    (own, process, true)
+                }
             } else {
                 (own, false, false)
             }
@@ -203,15 +297,34 @@ impl Waiting {
         // waiter of this process gives up the process's place (if the last attempt left one), so
         // the next in line need not wait out its timeout.
         if let Some(own) = own {
-            leave(own);
+            let _ = leave(own);
         }
         if process {
-            leave(self.id.clone());
+            let _ = leave(self.id.clone());
+        }
+        if let Some(since) = parked {
+            self.give_up_later(lock_key, since);
         }
         if last {
             self.sweep();
             self.sweep_later();
         }
+    }
+
+    /// Gives up the place parked at `since` after [`KEEP`], if it is still parked then. Holds the
+    /// store weakly: a dropped store's places lapse in the store.
+    fn give_up_later(self: &Arc<Self>, lock_key: String, since: Instant) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.give_up_parked(&lock_key, Some(since));
+            return;
+        };
+        let waiting = Arc::downgrade(self);
+        runtime.spawn(async move {
+            tokio::time::sleep_until(since + KEEP).await;
+            if let Some(waiting) = waiting.upgrade() {
+                waiting.give_up_parked(&lock_key, Some(since));
+            }
+        });
     }
 
     /// Sweeps again once the idle subscriptions have lingered, while any are left: a process
@@ -321,7 +434,10 @@ mod tests {
         let left = Arc::new(Mutex::new(Vec::new()));
         let record = left.clone();
         (
-            Arc::new(move |entry| record.lock().unwrap().push(entry)),
+            Arc::new(move |entry| {
+                record.lock().unwrap().push(entry);
+                None
+            }),
             left,
         )
     }

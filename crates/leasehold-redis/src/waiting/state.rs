@@ -84,6 +84,17 @@ pub(super) struct Watched {
     pub(super) watchers: HashMap<WaiterId, Watcher>,
     /// Whether the last attempt under the process's entry (the store's id) left it queued.
     pub(super) queued: bool,
+    /// Whether that attempt was a grant after which the process kept its place (others were in
+    /// line): the place outlives the last waiter for a moment (see [`Parked`]).
+    pub(super) kept: bool,
+    /// The process's kept place while no task of this process waits on the key.
+    pub(super) parked: Option<Parked>,
+    /// Whether the process's turn was announced since its last attempt: a waiter that
+    /// registers just then (and may have missed the wake-up) asks at once.
+    pub(super) turn_given: bool,
+    /// When a blocking attempt of this process was last granted the key (under the process's
+    /// place): a process that waits for the key again soon after is a loop on a hot key.
+    pub(super) last_grant: Option<Instant>,
     /// When the attempt that last renewed the process's place (its deadline in the queue) was
     /// sent; `None` while the process has no place.
     pub(super) renewed: Option<Instant>,
@@ -93,6 +104,27 @@ pub(super) struct Watched {
     /// [`super::places`]): a key contended once is likely contended again, and the next wait then
     /// starts without a round trip.
     pub(super) idle_since: Option<Instant>,
+}
+
+/// How this process gives up an entry (its own id, or a waiting call's) in a key's queue: in
+/// the background, on the task returned (`None` without a runtime: the place lapses).
+pub(crate) type Leave = Arc<dyn Fn(String) -> Option<tokio::task::JoinHandle<()>> + Send + Sync>;
+
+/// A place the process kept after a grant, while nobody here waits on the key: given up when
+/// its turn comes with still nobody waiting, or after a while (`KEEP` in `places`).
+pub(super) struct Parked {
+    /// Since when: a timer gives up the place it parked only if it is still this one.
+    pub(super) since: Instant,
+    /// How to give it up.
+    pub(super) leave: Leave,
+}
+
+impl std::fmt::Debug for Parked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parked")
+            .field("since", &self.since)
+            .finish()
+    }
 }
 
 /// The keys this process observes, and their channels.

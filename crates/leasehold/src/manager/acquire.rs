@@ -29,6 +29,17 @@ const EXPIRY_SLACK: Duration = Duration::from_millis(2);
 /// How many in-doubt attempts of one wait are remembered, to recognise one that landed late.
 const MAX_IN_DOUBT: usize = 8;
 
+/// What a blocking call knows when it starts waiting: from its first try, or that it made none.
+struct BeforeWait {
+    /// The store was down at the first try: its error, and one failure so far.
+    down: Option<(Error, u32)>,
+    /// The first try's token, if it ended in doubt.
+    in_doubt: Vec<OwnerToken>,
+    /// No try was made: this process has a place in the store's line for the key
+    /// ([`LockStore::is_in_line_here`]).
+    in_store_line: bool,
+}
+
 impl LockManager {
     /// One acquisition: a single attempt (`wait: None`) or a wait loop, in a tracing span, with
     /// the outcome reported to observers.
@@ -157,8 +168,15 @@ impl LockManager {
         // already (a reentrant take: queueing behind its own waiters would never end). Should
         // that take turn out fresh after all (the hold ran out meanwhile), it is given back: the
         // next in line may not have asked the store yet.
+        //
+        // A process that still has a place in the store's line for the key (it kept it after a
+        // contended grant: its tasks keep asking) waits for its turn there at once: others are
+        // ahead, and a try would only be refused.
         let behind_others = handle.waiters.anyone_waits(&plan.key) && !self.own_places(handle);
-        if behind_others && !self.is_reentrant(plan) {
+        let in_store_line = !behind_others && handle.store.is_in_line_here(&plan.key);
+        let reentrant = (behind_others || in_store_line) && self.is_reentrant(plan);
+        let in_store_line = in_store_line && !reentrant;
+        if (behind_others && !reentrant) || in_store_line {
             *attempts = 0;
         } else {
             let first = try_once();
@@ -178,7 +196,12 @@ impl LockManager {
             }
         }
         // Boxed: only a call that waits pays for the wait's state.
-        Box::pin(self.wait(plan, started, deadline, down, in_doubt, attempts)).await
+        let before = BeforeWait {
+            down,
+            in_doubt,
+            in_store_line,
+        };
+        Box::pin(self.wait(plan, started, deadline, before, attempts)).await
     }
 
     /// A try: one attempt, unless tasks of this process wait for the key. The key is theirs
@@ -226,10 +249,14 @@ impl LockManager {
         plan: &Plan,
         started: Instant,
         deadline: Instant,
-        mut down: Option<(Error, u32)>,
-        mut in_doubt: Vec<OwnerToken>,
+        before: BeforeWait,
         attempts: &mut u32,
     ) -> Result<Lease> {
+        let BeforeWait {
+            mut down,
+            mut in_doubt,
+            in_store_line,
+        } = before;
         let handle = &plan.handle;
         if down.is_some() {
             // The store is down: its first backoff step before the next attempt, as in the loop
@@ -251,6 +278,13 @@ impl LockManager {
         // first attempt that waits, by every waiter of the line: the store counts them (a fair
         // store keeps the process in its line while any of them waits).
         let store = handle.store.watch(&plan.key).await;
+        // A call in the store's line waits for its word first (below): listened for from the
+        // registration on, so a turn given before the wait begins is not missed.
+        let early = store.notify().notified();
+        tokio::pin!(early);
+        if in_store_line {
+            early.as_mut().enable();
+        }
         // Head at a look of its own: the holder it was to wait for never released (see
         // `await_turn`), so it asks at once.
         let mut unwoken_head = false;
@@ -273,6 +307,16 @@ impl LockManager {
             .as_ref()
             .and_then(Place::first_wait)
             .filter(|_| !unwoken_head);
+        // In the store's line already: its word comes when it is this process's turn. Looked at
+        // again now that the watch is registered: a turn the store gave before it (the place
+        // given up, as nobody here listened) is then seen, and the head asks at once.
+        let mut early_armed = first_wait.is_none()
+            && !unwoken_head
+            && in_store_line
+            && handle.store.is_in_line_here(&plan.key);
+        if early_armed {
+            first_wait = Some(FirstWait::Store);
+        }
         // While a task of this process holds the key with a lease granted uncontended (the
         // release count when that was learnt: the head before was served here, or the stack says
         // so after a refusal, `LockStore::is_held_here`), this head waits for that task's
@@ -380,12 +424,14 @@ impl LockManager {
             tokio::select! {
                 _ = async { if let Some(woken) = woken.as_mut().as_pin_mut() { woken.await } }, if local.is_some() => {}
                 _ = &mut notified, if store_up && local_holder.is_none() => {}
+                _ = &mut early, if early_armed && store_up => {}
                 _ = handle.lifecycle.closing() => {
                     return Err(Error::shut_down().with_key(plan.key.as_str()))
                 }
                 // The net under a lost wake-up: ask, whoever was thought to hold the key.
                 _ = tokio::time::sleep(pause) => local_holder = None,
             }
+            early_armed = false;
         }
     }
 
