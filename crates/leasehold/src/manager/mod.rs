@@ -16,6 +16,7 @@ use crate::guard::LockGuard;
 use crate::scenario::{AcquireMode, ScenarioRegistry};
 
 mod acquire;
+mod attempt;
 mod builder;
 mod kinds;
 mod options;
