@@ -20,11 +20,18 @@ use crate::waiting::places::Place;
 
 impl RedisStore {
     /// The queue entry `req` asks under, and whether taking the lock puts it back at the end of
-    /// the line (default mode only: other tasks of this process still wait on the key).
-    fn queue_place(&self, lock_key: &str, req: &Acquire) -> (Place, bool) {
+    /// the line (default mode only: other tasks of this process still wait on the key). Under
+    /// the process's place, once the process's last leave of the key's line is done: sent
+    /// after this attempt's join, it would take the new place out.
+    async fn queue_place(&self, lock_key: &str, req: &Acquire) -> (Place, bool) {
         let waiting = &self.inner.waiting;
         let strict = self.inner.config.strict_fifo;
         let place = waiting.place(lock_key, req, strict);
+        if place == Place::Process {
+            if let Some(leaving) = waiting.leaving(lock_key) {
+                leaving.await;
+            }
+        }
         let requeue = !strict && place == Place::Process && waiting.others_wait(lock_key);
         (place, requeue)
     }
@@ -54,7 +61,7 @@ impl RedisStore {
         let lock_key = self.lock_key(&req.key);
         let fair = self.inner.config.fair;
         let (place, requeue) = if fair {
-            self.queue_place(&lock_key, req)
+            self.queue_place(&lock_key, req).await
         } else {
             (Place::None, false)
         };
@@ -102,7 +109,7 @@ impl RedisStore {
     /// strict FIFO mode its own waiting call; a try-lock never passes a queued waiter.
     pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Result<Attempt> {
         let lock_key = self.lock_key(&req.key);
-        let (place, requeue) = self.queue_place(&lock_key, req);
+        let (place, requeue) = self.queue_place(&lock_key, req).await;
         // The process's last waiter, in a process that keeps asking for the key: granted while
         // others are in line, the process keeps its place (its next wait then waits for its
         // turn without a try and a join: see `is_in_line_here`), and gives it up if none asks.

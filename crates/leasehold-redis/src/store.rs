@@ -214,7 +214,7 @@ impl LockStore for RedisStore {
     /// next in line is told now, not at those places' deadlines. Holds no lock itself: 0.
     async fn shutdown(&self) -> Result<usize> {
         for leaving in self.inner.waiting.give_up_all_parked() {
-            let _ = leaving.await;
+            leaving.await;
         }
         Ok(0)
     }

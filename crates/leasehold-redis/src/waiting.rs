@@ -131,15 +131,15 @@ impl Waiting {
         let Some(watched) = map.get_mut(lock_key) else {
             return;
         };
-        if rest.is_empty() && watched.watchers.is_empty() {
-            // The process's turn, and nobody here waits: a place kept after a grant goes now,
-            // telling the next in line (it would otherwise hold the line up).
-            drop(map);
-            self.give_up_parked(lock_key, None);
-            return;
-        }
         if rest.is_empty() {
             watched.turn_given = true;
+            if watched.watchers.is_empty() {
+                // Nobody here waits: a place kept after a grant goes now, telling the next in
+                // line (it would otherwise hold the line up). Under the map's lock, so a wait
+                // starting now either finds the place gone or is woken.
+                watched.give_up_parked(&self.id);
+                return;
+            }
             // The process's turn: every waiter of this process on the key. Which one asks is
             // local competition's call (the head of its line; the others wait in memory and
             // ignore this). Picking one here could pick a task that is not listening, and the

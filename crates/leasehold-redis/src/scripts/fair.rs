@@ -142,7 +142,7 @@ if (not head) or head == me then
     if moved and not rotate and string.find(me, '#', 1, true) then
       redis.call('HDEL', KEYS[4], me)
     end
-    if joined or (rotate and ARGV[8] == '1') then
+    if joined or (rotate and moved and ARGV[8] == '1') then
       keep_place()
     end
     changed(KEYS[5], ARGV[1], ARGV[9])

@@ -12,8 +12,10 @@ use leasehold_core::{Acquire, ReleaseWatch, WaiterId};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use futures::FutureExt;
+
 pub(crate) use super::state::Leave;
-use super::state::{Parked, Waiting, Watched, Watcher};
+use super::state::{Leaving, Parked, Waiting, Watched, Watcher};
 
 impl Watched {
     /// Wakes every waiter of this process on the key.
@@ -21,6 +23,28 @@ impl Watched {
         for watcher in self.watchers.values() {
             watcher.notify.notify_waiters();
         }
+    }
+
+    /// Gives up the process's place in the key's line (`id`, the store's): forgets it here and
+    /// starts the leave script, recorded in `leaving` under the map's lock, so the process's next
+    /// attempt on the key waits for it.
+    pub(super) fn leave_process_place(&mut self, id: &str, leave: &Leave) {
+        self.queued = false;
+        self.kept = false;
+        self.renewed = None;
+        self.parked = None;
+        if let Some(task) = leave(id.to_owned()) {
+            self.leaving = Some(task.map(drop).boxed().shared());
+        }
+    }
+
+    /// The parked place, given up (see [`Self::leave_process_place`]); `false` if none.
+    pub(super) fn give_up_parked(&mut self, id: &str) -> bool {
+        let Some(parked) = self.parked.take() else {
+            return false;
+        };
+        self.leave_process_place(id, &parked.leave);
+        true
     }
 }
 
@@ -163,49 +187,41 @@ impl Waiting {
             .is_some_and(|w| w.queued && !w.turn_given)
     }
 
-    /// Gives up the process's parked place in `lock_key`'s line (if `since` is given, only the
-    /// one parked then): its turn came, or it was kept long enough, with nobody here waiting.
-    pub(super) fn give_up_parked(&self, lock_key: &str, since: Option<Instant>) {
-        let parked = {
-            let mut watched = self.lock();
-            let Some(watched) = watched.get_mut(lock_key) else {
-                return;
-            };
-            if !watched.watchers.is_empty()
-                || since.is_some_and(|at| watched.parked.as_ref().map(|p| p.since) != Some(at))
+    /// Gives up the place parked by the grant at `since` in `lock_key`'s line, if it is still
+    /// parked (nobody here waits): it was kept long enough.
+    fn give_up_parked_since(&self, lock_key: &str, since: Instant) {
+        if let Some(watched) = self.lock().get_mut(lock_key) {
+            if watched.watchers.is_empty()
+                && watched.parked.as_ref().map(|p| p.since) == Some(since)
             {
-                return;
+                watched.give_up_parked(&self.id);
             }
-            let Some(parked) = watched.parked.take() else {
-                return;
-            };
-            watched.queued = false;
-            watched.kept = false;
-            watched.renewed = None;
-            parked
-        };
-        let _ = (parked.leave)(self.id.clone());
+        }
+    }
+
+    /// The leave script in flight for the process's place in `lock_key`'s line, if any: an
+    /// attempt under that place waits for it first.
+    pub(crate) fn leaving(&self, lock_key: &str) -> Option<Leaving> {
+        let mut map = self.lock();
+        let watched = map.get_mut(lock_key)?;
+        if watched.leaving.as_ref().is_some_and(|l| l.peek().is_some()) {
+            watched.leaving = None; // done
+        }
+        watched.leaving.clone()
     }
 
     /// Gives up every place this process parked (kept after a grant, nobody here waiting), and
-    /// returns the tasks telling the store: a process shutting down tells the next in line now,
+    /// returns every leave in flight: a process shutting down tells the next in line now,
     /// instead of leaving them to wait for the places' deadlines.
-    pub(crate) fn give_up_all_parked(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        let parked: Vec<Parked> = self
-            .lock()
-            .values_mut()
-            .filter(|w| w.watchers.is_empty())
+    pub(crate) fn give_up_all_parked(&self) -> Vec<Leaving> {
+        let mut map = self.lock();
+        map.values_mut()
             .filter_map(|w| {
-                let parked = w.parked.take()?;
-                w.queued = false;
-                w.kept = false;
-                w.renewed = None;
-                Some(parked)
+                if w.watchers.is_empty() {
+                    w.give_up_parked(&self.id);
+                }
+                w.leaving.clone()
             })
-            .collect();
-        parked
-            .into_iter()
-            .filter_map(|p| (p.leave)(self.id.clone()))
             .collect()
     }
 
@@ -262,7 +278,7 @@ impl Waiting {
 
     fn unwatch(self: &Arc<Self>, lock_key: String, waiter: WaiterId, leave: Leave) {
         let mut parked = None;
-        let (own, process, last) = {
+        let (own, last) = {
             let mut watched = self.lock();
             let Some(entry) = watched.get_mut(&lock_key) else {
                 return;
@@ -273,34 +289,29 @@ impl Waiting {
                 .filter(|w| w.queued)
                 .map(|w| w.entry);
             if entry.watchers.is_empty() {
-                // The last waiter here: the process's place goes (unless a grant kept it, for a
-                // while), its subscription lingers.
-                let now = Instant::now();
-                entry.idle_since = Some(now);
-                if entry.queued && entry.kept {
-                    entry.parked = Some(Parked {
-                        since: now,
-                        leave: leave.clone(),
-                    });
-                    parked = Some(now);
-                    (own, false, true)
-                } else {
-                    let process = std::mem::take(&mut entry.queued);
-                    entry.renewed = None;
-                    (own, process, true)
+                // The last waiter here: the process's place goes (so the next in line need not
+                // wait out its timeout), unless a grant kept it and its turn has not come yet
+                // (then for the rest of its keep time); the subscription lingers.
+                entry.idle_since = Some(Instant::now());
+                match entry.last_grant {
+                    Some(since) if entry.queued && entry.kept && !entry.turn_given => {
+                        entry.parked = Some(Parked {
+                            since,
+                            leave: leave.clone(),
+                        });
+                        parked = Some(since);
+                    }
+                    _ if entry.queued => entry.leave_process_place(&self.id, &leave),
+                    _ => {}
                 }
+                (own, true)
             } else {
-                (own, false, false)
+                (own, false)
             }
         };
-        // A waiting call that gave up leaves its own place at once (strict FIFO); the last
-        // waiter of this process gives up the process's place (if the last attempt left one), so
-        // the next in line need not wait out its timeout.
+        // A waiting call that gave up leaves its own place at once (strict FIFO).
         if let Some(own) = own {
             let _ = leave(own);
-        }
-        if process {
-            let _ = leave(self.id.clone());
         }
         if let Some(since) = parked {
             self.give_up_later(lock_key, since);
@@ -311,18 +322,18 @@ impl Waiting {
         }
     }
 
-    /// Gives up the place parked at `since` after [`KEEP`], if it is still parked then. Holds the
-    /// store weakly: a dropped store's places lapse in the store.
+    /// Gives up the place parked by the grant at `since` [`KEEP`] after that grant, if it is
+    /// still parked then. Holds the store weakly: a dropped store's places lapse in the store.
     fn give_up_later(self: &Arc<Self>, lock_key: String, since: Instant) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.give_up_parked(&lock_key, Some(since));
+            self.give_up_parked_since(&lock_key, since);
             return;
         };
         let waiting = Arc::downgrade(self);
         runtime.spawn(async move {
             tokio::time::sleep_until(since + KEEP).await;
             if let Some(waiting) = waiting.upgrade() {
-                waiting.give_up_parked(&lock_key, Some(since));
+                waiting.give_up_parked_since(&lock_key, since);
             }
         });
     }
@@ -627,6 +638,55 @@ mod tests {
             "an attempt that queued after its wait ended is taken out by the caller"
         );
         assert_eq!(waiting.set_queued(LOCK, &place_a, false, None), None);
+    }
+
+    /// A grant kept the process's place (see `Waiting::granted`), and its wait ends.
+    async fn kept(waiting: &Arc<Waiting>, leave: &Leave) {
+        let watch = waiting.watch(LOCK.to_owned(), leave.clone()).await;
+        waiting.set_queued(LOCK, &Place::Process, true, Some(Instant::now()));
+        waiting.granted(LOCK, Instant::now(), true);
+        drop(watch);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_place_is_given_up_at_its_turn_or_keep_time_and_never_parked_past_its_turn() {
+        let waiting = waiting();
+        let (leave, left) = recorder();
+        let turn = || waiting.deliver(&waiting.own_channel(LOCK), Some(waiting.id().to_owned()));
+        let left_count = || left.lock().unwrap().len();
+
+        kept(&waiting, &leave).await;
+        assert!(
+            waiting.in_line(LOCK),
+            "parked: nobody waits, the place stays"
+        );
+        assert_eq!(left_count(), 0);
+        turn();
+        assert!(
+            !waiting.in_line(LOCK),
+            "its turn with nobody waiting: given up"
+        );
+        assert_eq!(left_count(), 1);
+
+        // A wait comes back to the kept place and hears its turn, then ends before asking:
+        // the place is not parked again (nobody would tell the line), it goes at once.
+        kept(&waiting, &leave).await;
+        let again = waiting.watch(LOCK.to_owned(), leave.clone()).await;
+        turn();
+        assert!(
+            !waiting.in_line(LOCK),
+            "a turn was given: a wait starting now asks at once"
+        );
+        drop(again);
+        assert_eq!(left_count(), 2, "left at once, not parked past its turn");
+
+        // Nobody comes back: given up a keep time after the grant.
+        kept(&waiting, &leave).await;
+        tokio::time::sleep(KEEP / 2).await;
+        assert!(waiting.in_line(LOCK));
+        tokio::time::sleep(KEEP / 2 + Duration::from_millis(1)).await;
+        assert!(!waiting.in_line(LOCK), "kept no longer than its keep time");
+        assert_eq!(left_count(), 3);
     }
 
     #[tokio::test]

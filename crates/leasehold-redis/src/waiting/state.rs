@@ -93,8 +93,13 @@ pub(super) struct Watched {
     /// registers just then (and may have missed the wake-up) asks at once.
     pub(super) turn_given: bool,
     /// When a blocking attempt of this process was last granted the key (under the process's
-    /// place): a process that waits for the key again soon after is a loop on a hot key.
+    /// place): a process that waits for the key again soon after is a loop on a hot key. A place
+    /// kept by that grant is kept until `KEEP` after it (see [`super::places`]).
     pub(super) last_grant: Option<Instant>,
+    /// The process's place being given up (its leave script in flight): the process's next
+    /// attempt waits for it, or the leave could land after that attempt joined the line again
+    /// and take the new place out.
+    pub(super) leaving: Option<Leaving>,
     /// When the attempt that last renewed the process's place (its deadline in the queue) was
     /// sent; `None` while the process has no place.
     pub(super) renewed: Option<Instant>,
@@ -110,10 +115,14 @@ pub(super) struct Watched {
 /// the background, on the task returned (`None` without a runtime: the place lapses).
 pub(crate) type Leave = Arc<dyn Fn(String) -> Option<tokio::task::JoinHandle<()>> + Send + Sync>;
 
+/// A leave script in flight, awaited by whoever needs it done.
+pub(crate) type Leaving = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
+
 /// A place the process kept after a grant, while nobody here waits on the key: given up when
 /// its turn comes with still nobody waiting, or after a while (`KEEP` in `places`).
 pub(super) struct Parked {
-    /// Since when: a timer gives up the place it parked only if it is still this one.
+    /// The grant that kept it: the place is given up `KEEP` after it, however often a wait
+    /// came and went since.
     pub(super) since: Instant,
     /// How to give it up.
     pub(super) leave: Leave,
