@@ -220,8 +220,9 @@ impl LockStore for RedisStore {
     }
 
     /// A place this process kept in the key's line after a grant while others waited (fair
-    /// mode, one place per process), until a task of it waits on the key again, its turn comes
-    /// with nobody here waiting, or a second passes.
+    /// mode, one place per process): it stays while a task of the process waits on the key,
+    /// and goes when its turn comes with nobody here waiting, a second after that grant, or at
+    /// shutdown.
     fn is_in_line_here(&self, key: &LockKey) -> bool {
         self.inner.config.fair && self.inner.waiting.in_line(&self.lock_key(key))
     }

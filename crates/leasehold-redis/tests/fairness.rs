@@ -678,6 +678,16 @@ async fn counted(
     (locks, counts)
 }
 
+/// `N` processes (managers with the default configuration) on the server at `url`.
+async fn processes<const N: usize>(url: &str) -> [LockManager; N] {
+    let mut all = Vec::with_capacity(N);
+    for _ in 0..N {
+        all.push(manager(url, |c| c).await);
+    }
+    all.try_into()
+        .unwrap_or_else(|_| unreachable!("N managers"))
+}
+
 /// Brings A to keep its place in `key`'s line behind B: X holds, A waits and is granted (a
 /// first grant, nobody else in line: nothing kept), then X holds again, A waits, B waits behind
 /// A, and X releases: A, granted again within a second with B in line, keeps its place behind
@@ -731,7 +741,7 @@ async fn a_process_that_keeps_asking_keeps_its_place_in_line_between_its_waits()
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
     let (a, a_requests) = counted(&url).await;
-    let (x, b) = (manager(&url, |c| c).await, manager(&url, |c| c).await);
+    let [x, b] = processes(&url).await;
     let (a_held, b_waits, _, _) = keep_a_place(&url, "loop", (&x, &a, &b)).await;
 
     // A's next wait takes no try and no join: its one acquire is the grant when its turn comes
@@ -777,12 +787,7 @@ async fn a_process_that_keeps_asking_keeps_its_place_in_line_between_its_waits()
 async fn a_kept_place_whose_turn_comes_with_nobody_waiting_is_given_up_at_once() {
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
-    let (x, a, b, c) = (
-        manager(&url, |c| c).await,
-        manager(&url, |c| c).await,
-        manager(&url, |c| c).await,
-        manager(&url, |c| c).await,
-    );
+    let [x, a, b, c] = processes(&url).await;
     let (a_held, b_waits, a_id, b_id) = keep_a_place(&url, "kept", (&x, &a, &b)).await;
     a_held.release().await.unwrap();
     let b_held = b_waits.await.unwrap().expect("B's turn");
@@ -813,11 +818,7 @@ async fn a_kept_place_whose_turn_comes_with_nobody_waiting_is_given_up_at_once()
 async fn a_process_shutting_down_gives_up_its_kept_places_at_once() {
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
-    let (x, a, b) = (
-        manager(&url, |c| c).await,
-        manager(&url, |c| c).await,
-        manager(&url, |c| c).await,
-    );
+    let [x, a, b] = processes(&url).await;
     let (a_held, b_waits, a_id, _) = keep_a_place(&url, "leaving", (&x, &a, &b)).await;
     a_held.release().await.unwrap();
     let b_held = b_waits.await.unwrap().expect("B's turn");

@@ -38,23 +38,21 @@ impl Watched {
         }
     }
 
-    /// The parked place, given up (see [`Self::leave_process_place`]); `false` if none.
-    pub(super) fn give_up_parked(&mut self, id: &str) -> bool {
-        let Some(parked) = self.parked.take() else {
-            return false;
-        };
-        self.leave_process_place(id, &parked.leave);
-        true
+    /// Gives up the parked place, if any (see [`Self::leave_process_place`]).
+    pub(super) fn give_up_parked(&mut self, id: &str) {
+        if let Some(parked) = self.parked.take() {
+            self.leave_process_place(id, &parked.leave);
+        }
     }
 }
 
 /// How long a key's subscription outlives its last waiter.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// How long the process keeps its place in a key's line after its last waiter was served (a
-/// grant while others were in line), for a task of it to ask again: a loop on a hot key then
-/// waits for its turn without a try and a join. Given up sooner when its turn comes with
-/// nobody here waiting (the next in line is told at once).
+/// How long after the grant that kept it (a grant while others were in line) the process keeps
+/// its place in a key's line with nobody here waiting, for a task of it to ask again: a loop on
+/// a hot key then waits for its turn without a try and a join. Given up sooner when its turn
+/// comes with nobody here waiting (the next in line is told at once).
 const KEEP: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// At most this many idle subscriptions are kept; beyond it the longest idle go first.
@@ -188,12 +186,10 @@ impl Waiting {
     }
 
     /// Gives up the place parked by the grant at `since` in `lock_key`'s line, if it is still
-    /// parked (nobody here waits): it was kept long enough.
+    /// parked: it was kept long enough.
     fn give_up_parked_since(&self, lock_key: &str, since: Instant) {
         if let Some(watched) = self.lock().get_mut(lock_key) {
-            if watched.watchers.is_empty()
-                && watched.parked.as_ref().map(|p| p.since) == Some(since)
-            {
+            if watched.parked.as_ref().map(|p| p.since) == Some(since) {
                 watched.give_up_parked(&self.id);
             }
         }
@@ -217,9 +213,7 @@ impl Waiting {
         let mut map = self.lock();
         map.values_mut()
             .filter_map(|w| {
-                if w.watchers.is_empty() {
-                    w.give_up_parked(&self.id);
-                }
+                w.give_up_parked(&self.id);
                 w.leaving.clone()
             })
             .collect()

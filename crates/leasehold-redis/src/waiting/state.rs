@@ -87,7 +87,8 @@ pub(super) struct Watched {
     /// Whether that attempt was a grant after which the process kept its place (others were in
     /// line): the place outlives the last waiter for a moment (see [`Parked`]).
     pub(super) kept: bool,
-    /// The process's kept place while no task of this process waits on the key.
+    /// The process's kept place while no task of this process waits on the key: set by the last
+    /// waiter's leaving, cleared by the next registration, so never set while anyone waits.
     pub(super) parked: Option<Parked>,
     /// Whether the process's turn was announced since its last attempt: a waiter that
     /// registers just then (and may have missed the wake-up) asks at once.
