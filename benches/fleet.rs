@@ -14,7 +14,8 @@
 //! - Jain's fairness index over acquisitions per process (1.0 = equal shares);
 //! - store requests per acquisition (requests that reached the store, counted in each process),
 //!   and the server's own count per acquisition: Redis commands (scripts' commands included), or
-//!   Aerospike requests (round trips, as the fixture counts them).
+//!   Aerospike requests (round trips, as the fixture counts them); on one Redis server, also
+//!   those commands by command (`INFO commandstats`).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -170,7 +171,8 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) {
+/// Runs one configuration and prints its row; returns the acquisitions made.
+fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) -> u64 {
     let before = commands();
     let me = std::env::current_exe().unwrap();
     let env = format!(
@@ -279,6 +281,35 @@ fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) {
         acquires as f64 / n.max(1) as f64,
         releases as f64 / n.max(1) as f64
     );
+    n
+}
+
+/// The server's commands per acquisition, by command (`INFO commandstats` since the last
+/// `CONFIG RESETSTAT`), most called first: where a row's commands go.
+fn command_breakdown(server: &RedisServer, acquisitions: u64) -> String {
+    let stats = server
+        .command(&["INFO", "commandstats"])
+        .expect("INFO commandstats");
+    let mut calls: Vec<(String, u64)> = stats
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .filter(|(name, _)| !matches!(name.as_str(), "info" | "config"))
+        .collect();
+    calls.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    calls
+        .iter()
+        .map(|(name, n)| format!("{name} {:.2}", *n as f64 / acquisitions.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn main() {
@@ -354,7 +385,14 @@ fn main() {
             if !row_wanted(&shape) {
                 continue;
             }
-            run(&shape, &server.url(), commands);
+            server
+                .command(&["CONFIG", "RESETSTAT"])
+                .expect("reset stats");
+            let n = run(&shape, &server.url(), commands);
+            println!(
+                "  (commands per acquisition: {})",
+                command_breakdown(&server, n)
+            );
             server.command(&["FLUSHALL"]).expect("flush");
         }
     }

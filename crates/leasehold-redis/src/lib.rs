@@ -15,7 +15,7 @@
 //! ## Key layout
 //! - lock: `<prefix><lock key>`, e.g. `leasehold:DC#farm1#orders#order-42`, value = owner token,
 //!   expiry = the lease TTL (milliseconds);
-//! - fence counter: `<prefix>fence:<lock key>`, kept for the TTL of the last hold it counted and
+//! - fence counter: `<prefix>fence:<lock key>`, kept for the TTL of the hold that started it and
 //!   started again from the server's clock once gone (see docs/FENCING.md), so nothing of a key
 //!   outlives its locks;
 //! - fair waiting: the waiter queue `<prefix>queue:<lock key>` (a list), waiter deadlines

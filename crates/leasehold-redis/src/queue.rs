@@ -118,11 +118,13 @@ impl RedisStore {
             && !self.inner.config.strict_fifo
             && self.inner.waiting.asks_again_soon(&lock_key);
         let waiter_timeout = self.inner.config.waiter_timeout;
-        // A place kept by a process served again and again is renewed once a quarter of the
-        // waiter timeout has passed, not at every turn: it then has at least three quarters
-        // left, and every refused attempt (the safety-net poll included) renews it as well.
+        // A place kept by a process served again and again is renewed once half the waiter
+        // timeout has passed, not at every turn: it then has at least half of it left, more
+        // than the manager's retry interval (which the waiter timeout must stay well above),
+        // and a wait longer than that renews it by asking again (every refused attempt, the
+        // safety-net poll included, renews it).
         let renew =
-            (requeue || stay) && self.inner.waiting.place_due(&lock_key, waiter_timeout / 4);
+            (requeue || stay) && self.inner.waiting.place_due(&lock_key, waiter_timeout / 2);
         let sent_at = Instant::now();
         let mut conn = self.conn();
         let script = if req.trace.is_some() {

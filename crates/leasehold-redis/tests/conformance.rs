@@ -92,7 +92,8 @@ mod bounded_fencing {
     async fn a_last_token_ahead_of_the_clock_is_still_exceeded() {
         let (store, server) = super::store(true).await;
         let key = LockKey::dc("f1", "orders", "ahead").unwrap();
-        // As if the server's clock had gone back: the key's last token is far in its future.
+        // As if the server's clock had gone back: the key's last token is far in its future,
+        // on a counter started by a hold of a minute.
         let ahead: u64 = 4_000_000_000_000_000;
         let mut conn = redis::Client::open(server.url())
             .unwrap()
@@ -102,6 +103,8 @@ mod bounded_fencing {
         let () = redis::cmd("SET")
             .arg("leasehold:fence:DC#f1#orders#ahead")
             .arg(ahead)
+            .arg("PX")
+            .arg(60_000)
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -113,8 +116,50 @@ mod bounded_fencing {
             .await
             .unwrap();
         assert!(
-            pttl > 0 && pttl <= TTL.as_millis() as i64,
-            "kept for the hold's TTL: {pttl}"
+            pttl > TTL.as_millis() as i64 && pttl <= 60_000,
+            "a grant neither extends nor shortens the counter: {pttl}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_in_constant_use_starts_its_counter_again_and_its_tokens_keep_growing() {
+        let (store, server) = super::store(true).await;
+        let key = LockKey::dc("f1", "orders", "busy").unwrap();
+        let short = Duration::from_millis(300);
+        let mut conn = redis::Client::open(server.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let (mut last, mut restarts, mut grants) = (0u64, 0u32, 0u32);
+        let started = std::time::Instant::now();
+        // Held and released back to back for over three counter lifetimes.
+        while started.elapsed() < short * 3 + Duration::from_millis(200) {
+            let req = Acquire::new(key.clone(), OwnerToken::generate(), short);
+            let lease = store.try_acquire(&req).await.expect("free");
+            let token = lease.fencing_token().expect("fenced");
+            assert!(token > last, "grant {grants}: {token} after {last}");
+            if last != 0 && token != last + 1 {
+                restarts += 1;
+            }
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg("leasehold:fence:DC#f1#orders#busy")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            // -2: gone since the grant; never -1 (no TTL).
+            assert!(
+                pttl != -1 && pttl <= short.as_millis() as i64,
+                "the counter lives at most the TTL of the hold that started it: {pttl}"
+            );
+            assert!(store.release(&lease).await.expect("release"));
+            last = token;
+            grants += 1;
+        }
+        assert!(
+            restarts >= 2,
+            "{grants} grants: the counter started again from the clock {restarts} times, not \
+             once per lifetime (extended by its grants?)"
         );
     }
 }

@@ -19,7 +19,7 @@
 /// to ask again (the process keeps its place, and gives it up if none does); `ARGV[7]` ms a
 /// refused blocking writer keeps new readers out of a read-held key (0: a try); `ARGV[8]` `1`
 /// to renew the deadline of a place that goes back to the end of the line (the caller sends it
-/// once a quarter of the waiter timeout has passed since it last renewed it: a place a process
+/// once half the waiter timeout has passed since it last renewed it: a place a process
 /// is served from again and again need not be renewed at every turn); `ARGV[9]` `1` to announce
 /// the grant (see `changed`).
 ///

@@ -37,6 +37,15 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 /// (first-come mode, or an older version's hold) is a bare token, never rewritten, and its
 /// release reads the line.
 ///
+/// `next_fence` issues a key's next fencing token: one above its last (`INCR`), or, when the key
+/// has no counter (never fenced, or its counter expired), the server's clock in microseconds,
+/// written with the hold's TTL. A grant does not extend the counter (`INCR` keeps its TTL): it
+/// lives for the TTL of the hold that started it, so it never outlives that hold, and the grant
+/// after it starts again from the clock. That start is above every token the counter issued: it
+/// counted one per grant, far fewer than the microseconds its lifetime lasted, so only a server
+/// clock set back by about a TTL could bring it below them. Extending the counter at every grant
+/// cost a command per grant.
+///
 /// `drop_lapsed` drops the entries at the head of a waiter line whose deadline passed (at most 64,
 /// never `me`; `clock` gives the server time, read only if needed) and returns the new head, its
 /// deadline if it was read, and whether any entry went.
@@ -67,8 +76,6 @@ local function next_fence(key, ttl)
     local t = redis.call('TIME')
     token = tonumber(t[1]) * 1000000 + tonumber(t[2])
     redis.call('SET', key, string.format('%.0f', token), 'PX', ttl)
-  else
-    redis.call('PEXPIRE', key, ttl)
   end
   return token
 end
@@ -182,8 +189,8 @@ fn script_text(body: &str, prelude: bool, publish: &str) -> String {
 
 /// Exclusive acquire (first-come mode): set the lock only if absent, with a TTL in
 /// milliseconds, and with `ARGV[3]` = `1` in the same atomic step issue the next fencing token
-/// (`next_fence`: one above the key's last token, kept for the hold's TTL; when none is left,
-/// the server's clock in microseconds, which no earlier token of the key can exceed).
+/// (`next_fence`: one above the key's last token; when none is left, the server's clock in
+/// microseconds, which no earlier token of the key can exceed).
 /// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` change channel (see `changed`); `ARGV[1]`
 /// token, `ARGV[2]` TTL ms, `ARGV[3]` `1` to fence, `ARGV[4]` ms a refused blocking writer keeps
 /// new readers out (0: a try), `ARGV[5]` `1` to announce the grant (see `changed`).

@@ -483,7 +483,7 @@ mod tests {
             "an attempt that kept the place without renewing it moves nothing"
         );
         tokio::time::advance(Duration::from_millis(250)).await;
-        assert!(waiting.place_due(LOCK, every), "a quarter of the timeout");
+        assert!(waiting.place_due(LOCK, every), "its period passed");
 
         waiting.set_queued(LOCK, &Place::Process, true, Some(Instant::now()));
         waiting.set_queued(LOCK, &Place::Process, false, None);
