@@ -48,6 +48,15 @@ mod bounded_fencing {
         Acquire::new(key.clone(), OwnerToken::generate(), TTL)
     }
 
+    /// A Redis key's TTL left in ms (-1: none, -2: no such key).
+    async fn pttl(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+        redis::cmd("PTTL")
+            .arg(key)
+            .query_async(conn)
+            .await
+            .expect("PTTL")
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_hundred_thousand_keys_leave_nothing_behind_and_tokens_keep_growing() {
         let (store, server) = super::store(true).await;
@@ -110,11 +119,7 @@ mod bounded_fencing {
             .unwrap();
         let lease = store.try_acquire(&acquire(&key)).await.unwrap();
         assert_eq!(lease.fencing_token(), Some(ahead + 1));
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg("leasehold:fence:DC#f1#orders#ahead")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let pttl = pttl(&mut conn, "leasehold:fence:DC#f1#orders#ahead").await;
         assert!(
             pttl > TTL.as_millis() as i64 && pttl <= 60_000,
             "a grant neither extends nor shortens the counter: {pttl}"
@@ -142,11 +147,7 @@ mod bounded_fencing {
             if last != 0 && token != last + 1 {
                 restarts += 1;
             }
-            let pttl: i64 = redis::cmd("PTTL")
-                .arg("leasehold:fence:DC#f1#orders#busy")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
+            let pttl = pttl(&mut conn, "leasehold:fence:DC#f1#orders#busy").await;
             // -2: gone since the grant; never -1 (no TTL).
             assert!(
                 pttl != -1 && pttl <= short.as_millis() as i64,
