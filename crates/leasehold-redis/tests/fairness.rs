@@ -611,6 +611,38 @@ async fn a_lock_nobody_contends_costs_the_round_trips_of_a_try_and_never_subscri
         6,
         "an acquire and a release each, one script apiece, as try_lock + release"
     );
+    assert_eq!(
+        calls(&url, "lindex").await,
+        3,
+        "the line read by each acquire; a release whose hold names nobody reads none"
+    );
+    assert_eq!(calls(&url, "publish").await, 0, "nobody to tell");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_first_in_line_behind_a_writer_is_told_at_its_release() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let (writer, reader) = (manager(&url, |c| c).await, manager(&url, |c| c).await);
+    // Taken with nobody in line: the hold names nobody.
+    let held = writer.try_lock("rw").await.unwrap();
+    let mut listener = listener(&url).await;
+    let reads = {
+        let reader = reader.clone();
+        tokio::spawn(async move {
+            reader
+                .read_with("rw", LockOptions::new().wait(Duration::from_secs(30)))
+                .await
+        })
+    };
+    let line = queue_until(&url, "rw", |q| q.len() == 1).await;
+
+    // The reader, first in the empty line, pointed the hold at itself: the release tells it.
+    assert_eq!(
+        hand_over(held, reads, &mut listener).await,
+        announced("rw", &[&line[0]]),
+        "the writer's release told the reader that joined behind it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -160,8 +160,13 @@ end
 -- and left the line as it should be; it joins nothing.
 local mine = held_by(KEYS[1], ARGV[1])
 if me ~= '' and not mine then
+  local first = joined
   if not (joined or in_line or redis.call('LPOS', KEYS[3], me)) then
-    redis.call('RPUSH', KEYS[3], me)
+    first = redis.call('RPUSH', KEYS[3], me) == 1
+  end
+  if first then
+    -- First in an empty line: the hold (which names nobody) must tell it.
+    set_next(KEYS[1], me)
   end
   keep_place()
 end
@@ -185,8 +190,8 @@ return {0, left, 0}
 ";
 
 /// Fair release: delete the lock only if it holds our token, and tell the next entry in line:
-/// the one the hold's value names (see `token_of`), else (none named, or a bare token) the
-/// line's head.
+/// the one the hold's value names (see `token_of`; none named: nobody waits), or for a bare
+/// token the line's head. An uncontended release reads no line.
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`), `KEYS[4]`
 /// change channel (see `changed`); `ARGV[1]` token, `ARGV[2]` `1` to announce the release.
 /// Returns 1 if deleted, 0 otherwise.
@@ -196,10 +201,10 @@ if type(value) == 'string' and token_of(value) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   changed(KEYS[4], ARGV[1], ARGV[2])
   local next = next_of(value)
-  if (not next) or next == '' then
+  if not next then
     next = redis.call('LINDEX', KEYS[2], 0)
   end
-  if next then
+  if next and next ~= '' then
     announce(KEYS[3], next)
   end
   return 1

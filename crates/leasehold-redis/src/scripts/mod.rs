@@ -30,10 +30,10 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 /// key expires with its longest entry, so an existing hash always has a live holder or marker.
 ///
 /// A fair exclusive hold's value is the holder's token, a newline, and the entry its release
-/// tells (empty: read the line then). The acquire writes the entry first in line after its own
-/// move, and whoever changes the head while the lock is held (a waiter leaving it, a lapsed head
-/// dropped) points the hold at the new one (`set_next`), so the release reads its token and the
-/// next entry in one `GET`. `token_of` and `next_of` split a value; a value without the newline
+/// tells (empty: nobody waits). The acquire writes the entry first in line after its own move,
+/// and whoever changes the head while the lock is held (a waiter joining an empty line, leaving
+/// the head, a lapsed head dropped) points the hold at the new one (`set_next`), so the release
+/// reads its token and the next entry in one `GET`, and an uncontended one reads no line. `token_of` and `next_of` split a value; a value without the newline
 /// (first-come mode, or an older version's hold) is a bare token, never rewritten, and its
 /// release reads the line.
 ///

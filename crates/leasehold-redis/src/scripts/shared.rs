@@ -33,8 +33,9 @@ if fair then
 end
 local function refuse(ms)
   if fair and me ~= '' then
-    if not redis.call('LPOS', KEYS[2], me) then
-      redis.call('RPUSH', KEYS[2], me)
+    if not redis.call('LPOS', KEYS[2], me) and redis.call('RPUSH', KEYS[2], me) == 1 then
+      -- First in an empty line: an exclusive hold (which names nobody) must tell it.
+      set_next(KEYS[1], me)
     end
     local keep = tonumber(ARGV[6])
     redis.call('HSET', KEYS[3], me, now + keep)
