@@ -33,9 +33,9 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 /// tells (empty: nobody waits). The acquire writes the entry first in line after its own move,
 /// and whoever changes the head while the lock is held (a waiter joining an empty line, leaving
 /// the head, a lapsed head dropped) points the hold at the new one (`set_next`), so the release
-/// reads its token and the next entry in one `GET`, and an uncontended one reads no line. `token_of` and `next_of` split a value; a value without the newline
-/// (first-come mode, or an older version's hold) is a bare token, never rewritten, and its
-/// release reads the line.
+/// reads its token and the next entry in one `GET`, and an uncontended one reads no line.
+/// `token_of` and `next_of` split a value; a value without the newline (first-come mode, or an
+/// older version's hold) is a bare token, never rewritten, and its release reads the line.
 ///
 /// `next_fence` issues a key's next fencing token: one above its last (`INCR`), or, when the key
 /// has no counter (never fenced, or its counter expired), the server's clock in microseconds,
