@@ -43,8 +43,8 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 /// lives for the TTL of the hold that started it, so it never outlives that hold, and the grant
 /// after it starts again from the clock. That start is above every token the counter issued: it
 /// counted one per grant, far fewer than the microseconds its lifetime lasted, so only a server
-/// clock set back by nearly that TTL could bring it below them (docs/FENCING.md). Extending the counter at every grant
-/// cost a command per grant.
+/// clock set back by nearly that TTL could bring it below them (docs/FENCING.md). Extending the
+/// counter at every grant cost a command per grant.
 ///
 /// `drop_lapsed` drops the entries at the head of a waiter line whose deadline passed (at most 64,
 /// never `me`; `clock` gives the server time, read only if needed) and returns the new head, its
