@@ -620,6 +620,54 @@ async fn a_lock_nobody_contends_costs_the_round_trips_of_a_try_and_never_subscri
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_back_in_an_emptied_line_behind_a_hold_is_named_by_the_hold() {
+    let server = RedisServer::start().expect("start redis-server");
+    let url = server.url();
+    let holder = manager(&url, |c| c).await;
+    let waiter = polling_every(&url, Duration::from_millis(50), Duration::from_millis(200)).await;
+    let held = holder.try_lock("emptied").await.unwrap();
+    // Two tasks of one process wait (each releasing at once): its attempts go back in line for
+    // the other.
+    let take_and_release = || {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            waiter
+                .lock_with("emptied", LockOptions::new().wait(Duration::from_secs(30)))
+                .await?
+                .release()
+                .await
+        })
+    };
+    let (one, other) = (take_and_release(), take_and_release());
+    let entry = queue_until(&url, "emptied", |q| q.len() == 1).await[0].clone();
+
+    // The line is lost under the hold (as when it expired): the next attempt joins an empty line.
+    let mut conn = connection(&url).await;
+    let () = redis::cmd("DEL")
+        .arg("leasehold:queue:DC#f1#fair#emptied")
+        .arg("leasehold:queue-deadline:DC#f1#fair#emptied")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    queue_until(&url, "emptied", |q| q == [entry.as_str()]).await;
+    let value: String = redis::cmd("GET")
+        .arg("leasehold:DC#f1#fair#emptied")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        value,
+        format!("{}\n{entry}", held.token().as_str()),
+        "the hold names the process first in the line it joined, so its release tells it"
+    );
+
+    held.release().await.unwrap();
+    for task in [one, other] {
+        assert!(task.await.unwrap().expect("each task gets its turn"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_first_in_line_behind_a_writer_is_told_at_its_release() {
     let server = RedisServer::start().expect("start redis-server");
     let url = server.url();
