@@ -251,8 +251,9 @@ impl RedisConfig {
 
     /// How long a waiting process keeps its place in line without asking again (default
     /// [`DEFAULT_WAITER_TIMEOUT`]). Waiters ask again at least every retry interval of the
-    /// manager (1 s by default), which must stay well below this; a crashed waiter holds the line
-    /// up at most this long after a release.
+    /// manager (1 s by default), which must stay below half of this (a place a process is served
+    /// from again and again is renewed once per half of it); a crashed waiter holds the line up
+    /// at most this long after a release.
     pub fn waiter_timeout(mut self, timeout: Duration) -> Self {
         self.waiter_timeout = timeout;
         self

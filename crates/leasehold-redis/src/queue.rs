@@ -120,7 +120,7 @@ impl RedisStore {
         let waiter_timeout = self.inner.config.waiter_timeout;
         // A place kept by a process served again and again is renewed once half the waiter
         // timeout has passed, not at every turn: it then has at least half of it left, more
-        // than the manager's retry interval (which the waiter timeout must stay well above),
+        // than the manager's retry interval (which must stay below half the waiter timeout),
         // and a wait longer than that renews it by asking again (every refused attempt, the
         // safety-net poll included, renews it).
         let renew =
