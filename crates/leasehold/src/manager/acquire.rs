@@ -173,9 +173,9 @@ impl LockManager {
         // ahead, and a try would only be refused.
         let behind_others = handle.waiters.anyone_waits(&plan.key) && !self.own_places(handle);
         let in_store_line = !behind_others && handle.store.is_in_line_here(&plan.key);
-        let reentrant = (behind_others || in_store_line) && self.is_reentrant(plan);
-        let in_store_line = in_store_line && !reentrant;
-        if (behind_others && !reentrant) || in_store_line {
+        let skip_try = (behind_others || in_store_line) && !self.is_reentrant(plan);
+        let in_store_line = in_store_line && skip_try;
+        if skip_try {
             *attempts = 0;
         } else {
             let first = try_once();
