@@ -1,9 +1,9 @@
 //! A TCP fault proxy for loopback tests: sits between a client and a server and delays or loses
 //! the server's replies on demand.
 //!
-//! Requests always reach the server; what the proxy changes is what comes back, which is exactly
-//! the case a lock client cannot resolve alone: the server applied the command, the client does not
-//! know. Modes can be switched while connections are open.
+//! Until the proxy refuses, requests always reach the server; what the proxy changes is what comes
+//! back, which is exactly the case a lock client cannot resolve alone: the server applied the
+//! command, the client does not know. Modes can be switched while connections are open.
 //!
 //! ```no_run
 //! # async fn demo(upstream: std::net::SocketAddr) -> std::io::Result<()> {
@@ -36,7 +36,8 @@ pub enum ProxyMode {
     /// Forward requests, then throw the reply away and close the client's connection: the server
     /// applied the command, the client never learns the outcome.
     DropReplies,
-    /// Refuse new connections and close open ones at once (the server looks down).
+    /// Refuse new connections and close open ones at once (the server looks down): from the
+    /// switch on, no request reaches the server.
     Refuse,
 }
 
@@ -128,11 +129,15 @@ async fn proxy(client: TcpStream, upstream: SocketAddr, mut mode: watch::Receive
     };
     let (mut client_rx, mut client_tx) = client.into_split();
     let (mut server_rx, mut server_tx) = server.into_split();
+    let refusing = mode.clone();
     let requests = async {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
             match client_rx.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
+                // A request read after the switch to `Refuse`, before the reply side has seen
+                // it, must not reach the server: a server that is down applies nothing.
+                Ok(_) if *refusing.borrow() == ProxyMode::Refuse => return,
                 Ok(n) => {
                     if server_tx.write_all(&buf[..n]).await.is_err() {
                         return;
