@@ -33,7 +33,8 @@
 //!   2 round trips.
 //!
 //! After the timed batches, each store's rows run once more with the server's own count: Redis
-//! commands per cycle (`INFO stats`, a script counting with the commands it runs) and Aerospike
+//! commands per cycle (`INFO stats`, a script counting with the commands it runs) and the Redis
+//! server's CPU time per cycle (`INFO cpu`, user and system), and Aerospike
 //! round trips per cycle (data requests, as the fixture counts them; background requests that
 //! land after the row's cycles count with the next row).
 
@@ -209,7 +210,7 @@ async fn measure(
     store: &str,
     rows: &mut [Row],
     n: usize,
-    counted: Option<(&str, &dyn Fn() -> u64)>,
+    counted: Option<(&[&str], &dyn Fn() -> Vec<f64>)>,
 ) {
     println!("\n{store}: {BATCHES} batches × {n} cycles per row (after a warm-up batch)");
     for batch in 0..=BATCHES {
@@ -225,7 +226,8 @@ async fn measure(
             }
         }
     }
-    let counts: Vec<Option<f64>> = match counted {
+    // Per row, each counter's increase per cycle.
+    let counts: Vec<Vec<f64>> = match counted {
         Some((_, count)) => {
             let mut counts = Vec::new();
             for row in rows.iter_mut() {
@@ -233,16 +235,23 @@ async fn measure(
                 for i in 0..n {
                     row.cycle.run(i).await;
                 }
-                counts.push(Some((count() - before) as f64 / n as f64));
+                let after = count();
+                counts.push(
+                    after
+                        .iter()
+                        .zip(&before)
+                        .map(|(a, b)| (a - b) / n as f64)
+                        .collect(),
+                );
             }
             counts
         }
-        None => vec![None; rows.len()],
+        None => vec![Vec::new(); rows.len()],
     };
     let raw = median(&rows[0].p50s);
-    let unit = counted.map_or("", |(unit, _)| unit);
+    let units = counted.map_or(String::new(), |(units, _)| units.join(" | "));
     println!(
-        "| {:<50} | {:>8} | {:>17} | {:>5} | {unit} |",
+        "| {:<50} | {:>8} | {:>17} | {:>5} | {units} |",
         "cycle", "p50 µs", "batch p50s µs", "× raw"
     );
     for (row, count) in rows.iter().zip(counts) {
@@ -258,7 +267,11 @@ async fn measure(
             us(lo),
             us(hi),
             p50.as_secs_f64() / raw.as_secs_f64(),
-            count.map_or(String::new(), |c| format!("{c:.2}")),
+            count
+                .iter()
+                .map(|c| format!("{c:.2}"))
+                .collect::<Vec<_>>()
+                .join(" | "),
         );
     }
 }
@@ -353,19 +366,30 @@ async fn redis_rows() {
             .info_field("server", "redis_version")
             .unwrap_or_default()
     );
-    let commands = || -> u64 {
-        // The INFO call itself is one command.
-        server
-            .info_field("stats", "total_commands_processed")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(0, |n| n.saturating_sub(1))
+    // The server's commands (the INFO call itself is one) and the CPU time it spent (its
+    // main thread's and every other's, user and system: running the commands, and reading
+    // and answering them), read in one INFO call.
+    let counters = || -> Vec<f64> {
+        let info = server.command(&["INFO"]).unwrap_or_default();
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(&format!("{name}:")))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        vec![
+            field("total_commands_processed") - 1.0,
+            (field("used_cpu_user") + field("used_cpu_sys")) * 1e6,
+        ]
     };
     measure(
         "redis",
         &mut rows,
         400,
-        Some(("Redis commands / cycle", &commands)),
+        Some((
+            &["Redis commands / cycle", "server CPU µs / cycle"],
+            &counters,
+        )),
     )
     .await;
 }
@@ -461,7 +485,10 @@ async fn aerospike_rows(
     )];
     rows.extend(leasehold_rows(configs, &unique("bench")));
     println!("\n{label} at {hosts}, namespace {namespace}");
-    let counted = requests.map(|count| ("round trips / cycle", count));
+    let counters = requests.map(|count| move || vec![count() as f64]);
+    let counted = counters
+        .as_ref()
+        .map(|count| (&["round trips / cycle"][..], count as &dyn Fn() -> Vec<f64>));
     measure(label, &mut rows, cycles, counted).await;
 }
 

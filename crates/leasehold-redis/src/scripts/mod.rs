@@ -177,14 +177,53 @@ local function writer_on_shared(key, wait_ms)
 end
 ";
 
-/// A script's full text: its body, after the shared functions when it uses them.
-fn script_text(body: &str, prelude: bool, publish: &str) -> String {
-    if prelude {
-        let prelude = PRELUDE.replace("redis.call('PUBLISH'", &format!("redis.call('{publish}'"));
-        format!("{prelude}{body}")
-    } else {
-        body.to_owned()
+/// A script's full text: the shared functions it calls (`prelude_for`), then its body.
+fn script_text(body: &str, publish: &str) -> String {
+    let prelude =
+        prelude_for(body).replace("redis.call('PUBLISH'", &format!("redis.call('{publish}'"));
+    format!("{prelude}{body}")
+}
+
+/// The shared functions `body` calls, directly or through another of them, in the prelude's
+/// order. A script defines only those: the server runs every definition on every call, and the
+/// whole prelude made an uncontended release cost about 4 µs more of the server's time than its
+/// own four functions do (Redis 7.0, `INFO commandstats`).
+fn prelude_for(body: &str) -> String {
+    let functions: Vec<(&str, &str)> = PRELUDE
+        .split("\nlocal function ")
+        .skip(1)
+        .filter_map(|rest| Some((rest.split_once('(')?.0, rest)))
+        .collect();
+    let mut used = vec![false; functions.len()];
+    let mut reached = vec![body];
+    while let Some(text) = reached.pop() {
+        for (i, (name, definition)) in functions.iter().enumerate() {
+            if !used[i] && calls(text, name) {
+                used[i] = true;
+                reached.push(definition);
+            }
+        }
     }
+    let mut prelude = String::new();
+    for ((_, definition), used) in functions.iter().zip(used) {
+        if used {
+            prelude.push_str("\nlocal function ");
+            prelude.push_str(definition);
+        }
+    }
+    prelude.push('\n');
+    prelude
+}
+
+/// Whether Lua `text` calls the function `name` (`name(` not part of a longer name).
+fn calls(text: &str, name: &str) -> bool {
+    let call = format!("{name}(");
+    text.match_indices(&call).any(|(at, _)| {
+        !text[..at]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
 }
 
 /// Exclusive acquire (first-come mode): set the lock only if absent, with a TTL in
@@ -287,8 +326,8 @@ return out
 /// four `ARGV` are the entry if `ok`, the entry otherwise (empty: write nothing), the number of
 /// entries kept, and the list's TTL in ms. `LPUSH` + `LTRIM` + `PEXPIRE`: newest first, bounded,
 /// expiring after its last write.
-fn traced(body: &str, prelude: bool, ok: &str, publish: &str) -> Script {
-    let body = script_text(body, prelude, publish);
+fn traced(body: &str, ok: &str, publish: &str) -> Script {
+    let body = script_text(body, publish);
     Script::new(&format!(
         r"
 local function body()
@@ -363,25 +402,25 @@ pub(crate) struct Scripts {
 impl Scripts {
     fn new(publish: &str) -> Scripts {
         Scripts {
-            acquire: Script::new(&script_text(ACQUIRE_LUA, true, publish)),
-            release: Script::new(&script_text(RELEASE_LUA, true, publish)),
-            extend: Script::new(&script_text(EXTEND_LUA, true, publish)),
-            inspect: Script::new(&script_text(INSPECT_LUA, true, publish)),
-            acquire_fair: Script::new(&script_text(ACQUIRE_FAIR_LUA, true, publish)),
-            release_fair: Script::new(&script_text(RELEASE_FAIR_LUA, true, publish)),
-            leave_queue: Script::new(&script_text(LEAVE_QUEUE_LUA, true, publish)),
-            acquire_traced: traced(ACQUIRE_LUA, true, "result[1] == 1", publish),
-            acquire_fair_traced: traced(ACQUIRE_FAIR_LUA, true, "result[1] == 1", publish),
-            acquire_shared_traced: traced(ACQUIRE_SHARED_LUA, true, "result[1] == 1", publish),
-            release_traced: traced(RELEASE_LUA, true, "result == 1", publish),
-            release_fair_traced: traced(RELEASE_FAIR_LUA, true, "result == 1", publish),
-            release_shared_traced: traced(RELEASE_SHARED_LUA, true, "result == 1", publish),
-            extend_traced: traced(EXTEND_LUA, true, "result == 1", publish),
-            extend_shared_traced: traced(EXTEND_SHARED_LUA, true, "result == 1", publish),
-            append_trace: traced("return 1", false, "true", publish),
-            acquire_shared: Script::new(&script_text(ACQUIRE_SHARED_LUA, true, publish)),
-            release_shared: Script::new(&script_text(RELEASE_SHARED_LUA, true, publish)),
-            extend_shared: Script::new(&script_text(EXTEND_SHARED_LUA, true, publish)),
+            acquire: Script::new(&script_text(ACQUIRE_LUA, publish)),
+            release: Script::new(&script_text(RELEASE_LUA, publish)),
+            extend: Script::new(&script_text(EXTEND_LUA, publish)),
+            inspect: Script::new(&script_text(INSPECT_LUA, publish)),
+            acquire_fair: Script::new(&script_text(ACQUIRE_FAIR_LUA, publish)),
+            release_fair: Script::new(&script_text(RELEASE_FAIR_LUA, publish)),
+            leave_queue: Script::new(&script_text(LEAVE_QUEUE_LUA, publish)),
+            acquire_traced: traced(ACQUIRE_LUA, "result[1] == 1", publish),
+            acquire_fair_traced: traced(ACQUIRE_FAIR_LUA, "result[1] == 1", publish),
+            acquire_shared_traced: traced(ACQUIRE_SHARED_LUA, "result[1] == 1", publish),
+            release_traced: traced(RELEASE_LUA, "result == 1", publish),
+            release_fair_traced: traced(RELEASE_FAIR_LUA, "result == 1", publish),
+            release_shared_traced: traced(RELEASE_SHARED_LUA, "result == 1", publish),
+            extend_traced: traced(EXTEND_LUA, "result == 1", publish),
+            extend_shared_traced: traced(EXTEND_SHARED_LUA, "result == 1", publish),
+            append_trace: traced("return 1", "true", publish),
+            acquire_shared: Script::new(&script_text(ACQUIRE_SHARED_LUA, publish)),
+            release_shared: Script::new(&script_text(RELEASE_SHARED_LUA, publish)),
+            extend_shared: Script::new(&script_text(EXTEND_SHARED_LUA, publish)),
         }
     }
 }
@@ -395,5 +434,40 @@ pub(crate) fn scripts(cluster: bool) -> &'static Scripts {
         &CLUSTER_SCRIPTS
     } else {
         &NODE_SCRIPTS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defined(text: &str) -> Vec<&str> {
+        text.split("local function ")
+            .skip(1)
+            .filter_map(|rest| Some(rest.split_once('(')?.0))
+            .collect()
+    }
+
+    #[test]
+    fn a_script_defines_the_functions_it_calls_and_those_they_call_only() {
+        // The release calls four; `announce` and `changed` call none of the others.
+        assert_eq!(
+            defined(&prelude_for(RELEASE_FAIR_LUA)),
+            ["token_of", "next_of", "announce", "changed"]
+        );
+        // `held_by` is reached through itself only; `token_of` through `held_by`.
+        assert_eq!(
+            defined(&prelude_for("return held_by(KEYS[1], ARGV[1])")),
+            ["token_of", "held_by"]
+        );
+        assert!(defined(&prelude_for("return 1")).is_empty());
+    }
+
+    #[test]
+    fn a_call_is_told_from_a_longer_name_ending_the_same() {
+        assert!(calls("x = next_of(v)", "next_of"));
+        assert!(calls("next_of(v)", "next_of"));
+        assert!(!calls("x = my_next_of(v)", "next_of"));
+        assert!(!calls("local next_of = 1", "next_of"));
     }
 }
