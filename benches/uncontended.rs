@@ -204,13 +204,17 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+/// A store's counters, read once before and once after a row's counted cycles: their names
+/// (one column each) and a read of all of them.
+type Counters<'a> = (&'a [&'a str], &'a dyn Fn() -> Vec<f64>);
+
 /// Runs the rows in interleaved batches of `n` cycles and prints the table; the first row is the
 /// raw baseline. `counted` runs each row once more under the server's count.
 async fn measure(
     store: &str,
     rows: &mut [Row],
     n: usize,
-    counted: Option<(&[&str], &dyn Fn() -> Vec<f64>)>,
+    counted: Option<Counters<'_>>,
 ) {
     println!("\n{store}: {BATCHES} batches × {n} cycles per row (after a warm-up batch)");
     for batch in 0..=BATCHES {
