@@ -455,7 +455,7 @@ mod tests {
             defined(&prelude_for(RELEASE_FAIR_LUA)),
             ["token_of", "next_of", "announce", "changed"]
         );
-        // `held_by` is reached through itself only; `token_of` through `held_by`.
+        // A function comes with those it calls: `held_by` calls `token_of`.
         assert_eq!(
             defined(&prelude_for("return held_by(KEYS[1], ARGV[1])")),
             ["token_of", "held_by"]
