@@ -189,11 +189,7 @@ fn script_text(body: &str, publish: &str) -> String {
 /// whole prelude made a release cost the server about 1.3 µs more per call than its own four
 /// functions do (Redis 7.0, `INFO commandstats`; a whole call is 3–5 µs).
 fn prelude_for(body: &str) -> String {
-    let functions: Vec<(&str, &str)> = PRELUDE
-        .split("\nlocal function ")
-        .skip(1)
-        .filter_map(|rest| Some((rest.split_once('(')?.0, rest)))
-        .collect();
+    let functions = definitions(PRELUDE);
     let mut used = vec![false; functions.len()];
     let mut reached = vec![body];
     while let Some(text) = reached.pop() {
@@ -213,6 +209,15 @@ fn prelude_for(body: &str) -> String {
     }
     prelude.push('\n');
     prelude
+}
+
+/// The top-level functions Lua `text` defines, in order: each one's name, and its definition
+/// from the name on (up to the next one).
+fn definitions(text: &str) -> Vec<(&str, &str)> {
+    text.split("\nlocal function ")
+        .skip(1)
+        .filter_map(|rest| Some((rest.split_once('(')?.0, rest)))
+        .collect()
 }
 
 /// Whether Lua `text` calls the function `name` (`name(` not part of a longer name).
@@ -442,9 +447,9 @@ mod tests {
     use super::*;
 
     fn defined(text: &str) -> Vec<&str> {
-        text.split("local function ")
-            .skip(1)
-            .filter_map(|rest| Some(rest.split_once('(')?.0))
+        definitions(text)
+            .into_iter()
+            .map(|(name, _)| name)
             .collect()
     }
 
