@@ -8,12 +8,16 @@ use crate::store::RedisStore;
 impl RedisStore {
     /// `<prefix><kind><lock key>`; on a cluster `<prefix><kind>{<lock key>}`, so that every key
     /// of one lock hashes to one slot and each operation stays one script on one node.
+    ///
+    /// An operation names up to six of these, so they are joined with `concat` (one allocation of
+    /// the exact size): with `format!` the naming was a sixth of the client's instructions in an
+    /// uncontended acquire + release.
     fn key_of(&self, kind: &str, key: &LockKey) -> String {
-        let prefix = &self.inner.config.prefix;
+        let prefix = self.inner.config.prefix.as_str();
         if self.inner.cluster {
-            format!("{prefix}{kind}{{{}}}", key.as_str())
+            [prefix, kind, "{", key.as_str(), "}"].concat()
         } else {
-            format!("{prefix}{kind}{}", key.as_str())
+            [prefix, kind, key.as_str()].concat()
         }
     }
 

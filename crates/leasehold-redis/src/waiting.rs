@@ -92,7 +92,7 @@ impl Waiting {
     /// The base of a lock's channels (the scripts' `KEYS` argument): each process listens on
     /// `<base>:<store id>`, where the scripts tell it that it is next in line.
     pub(crate) fn channel(&self, lock_key: &str) -> String {
-        format!("{}{lock_key}", self.channel_prefix)
+        [self.channel_prefix.as_str(), lock_key].concat()
     }
 
     /// The channel this process hears a lock's turns on.

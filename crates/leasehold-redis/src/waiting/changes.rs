@@ -40,7 +40,7 @@ impl Changes {
     /// The change channel of a lock (the scripts' `KEYS` argument): shares the Redis lock key's
     /// hash tag, so a cluster keeps it on the lock's shard.
     pub(crate) fn channel(&self, lock_key: &str) -> String {
-        format!("{}{lock_key}", self.channel_prefix)
+        [self.channel_prefix.as_str(), lock_key].concat()
     }
 
     /// The Redis lock key of a change channel, if `channel` is one.
