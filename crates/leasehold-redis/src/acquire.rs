@@ -10,6 +10,7 @@ use leasehold_core::{
 use tokio::time::Instant;
 
 use crate::reply::{describe_mode, writer_wait_millis};
+use crate::scripts::ScriptCall;
 use crate::store::RedisStore;
 
 impl RedisStore {
@@ -98,19 +99,22 @@ impl RedisStore {
         } else {
             &self.scripts().acquire
         };
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(self.lock_key(&req.key))
-            .key(self.fence_key(&req.key))
-            .key(self.change_channel(&req.key))
-            .arg(req.token.as_str())
+        let (lock_key, fence_key) = (self.lock_key(&req.key), self.fence_key(&req.key));
+        let change_channel = self.change_channel(&req.key);
+        let trace_key = self.trace_key_for(&req.key, req.trace.as_ref());
+        let mut call = ScriptCall::new(
+            script,
+            &[&lock_key, &fence_key, &change_channel],
+            trace_key.as_deref(),
+        );
+        call.arg(req.token.as_str())
             .arg(ttl_millis(req.ttl))
             .arg(if self.inner.config.fencing { "1" } else { "0" })
             .arg(writer_wait_millis(req, sent_at))
             .arg(if req.announce { "1" } else { "0" });
-        self.trace_acquire(&mut invocation, req);
-        let (acquired, value, mine): (i64, Option<u64>, u64) = invocation
-            .invoke_async(&mut conn)
+        self.trace_acquire(&mut call, req);
+        let (acquired, value, mine): (i64, Option<u64>, u64) = call
+            .invoke(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
         if acquired == 1 {
@@ -137,15 +141,11 @@ impl RedisStore {
         self.err(Operation::Acquire, &req.key, e)
     }
 
-    /// Adds the lock trace's arguments to an acquire script's invocation, if `req` is traced.
-    pub(crate) fn trace_acquire(
-        &self,
-        invocation: &mut redis::ScriptInvocation<'_>,
-        req: &Acquire,
-    ) {
+    /// Adds the lock trace's arguments to an acquire script's call, if `req` is traced.
+    pub(crate) fn trace_acquire(&self, call: &mut ScriptCall<'_>, req: &Acquire) {
         if let Some(trace) = &req.trace {
             let (ok, refused) = acquire_entries(req);
-            self.trace_args(invocation, &req.key, trace, Some(ok), Some(refused));
+            self.trace_args(call, trace, Some(ok), Some(refused));
         }
     }
 }

@@ -8,6 +8,7 @@ use leasehold_core::{HolderInfo, LockInfo, LockKey, LockMode, Operation, OwnerTo
 use crate::connection::Connection;
 use crate::error::map;
 use crate::reply::parse_mode;
+use crate::scripts::ScriptCall;
 use crate::store::RedisStore;
 
 /// Keys returned by one `SCAN` step.
@@ -17,14 +18,12 @@ impl RedisStore {
     /// One round trip: the `INSPECT` script, exclusive and shared records alike.
     pub(crate) async fn inspect_lock(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let mut conn = self.conn();
-        let found: Vec<redis::Value> = self
-            .scripts()
-            .inspect
-            .key(self.lock_key(key))
-            .key(self.fence_key(key))
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.err(Operation::Inspect, key, e))?;
+        let (lock_key, fence_key) = (self.lock_key(key), self.fence_key(key));
+        let found: Vec<redis::Value> =
+            ScriptCall::new(&self.scripts().inspect, &[&lock_key, &fence_key], None)
+                .invoke(&mut conn)
+                .await
+                .map_err(|e| self.err(Operation::Inspect, key, e))?;
         parse_inspect(key, found).map_err(|e| self.err(Operation::Inspect, key, e))
     }
 

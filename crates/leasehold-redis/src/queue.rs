@@ -13,6 +13,7 @@ use leasehold_core::{Acquire, Attempt, Lease, LockKey, Result};
 use tokio::time::Instant;
 
 use crate::reply::{mode_field, writer_wait_millis};
+use crate::scripts::ScriptCall;
 use crate::store::RedisStore;
 use leasehold_core::ttl_millis;
 
@@ -72,14 +73,23 @@ impl RedisStore {
         } else {
             &self.scripts().acquire_shared
         };
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&lock_key)
-            .key(self.queue_key(&req.key))
-            .key(self.queue_deadline_key(&req.key))
-            .key(self.inner.waiting.channel(&lock_key))
-            .key(self.change_channel(&req.key))
-            .arg(req.token.as_str())
+        let (queue_key, deadlines_key) =
+            (self.queue_key(&req.key), self.queue_deadline_key(&req.key));
+        let channel = self.inner.waiting.channel(&lock_key);
+        let change_channel = self.change_channel(&req.key);
+        let trace_key = self.trace_key_for(&req.key, req.trace.as_ref());
+        let mut call = ScriptCall::new(
+            script,
+            &[
+                &lock_key,
+                &queue_key,
+                &deadlines_key,
+                &channel,
+                &change_channel,
+            ],
+            trace_key.as_deref(),
+        );
+        call.arg(req.token.as_str())
             .arg(ttl_millis(req.ttl))
             .arg(mode_field(req.mode))
             .arg(req.mode.permits().unwrap_or(0))
@@ -88,9 +98,9 @@ impl RedisStore {
             .arg(if requeue { "1" } else { "0" })
             .arg(if fair { "1" } else { "0" })
             .arg(if req.announce { "1" } else { "0" });
-        self.trace_acquire(&mut invocation, req);
-        let (acquired, left, mine): (i64, u64, u64) = invocation
-            .invoke_async(&mut conn)
+        self.trace_acquire(&mut call, req);
+        let (acquired, left, mine): (i64, u64, u64) = call
+            .invoke(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
         if mine == 1 {
@@ -132,14 +142,22 @@ impl RedisStore {
         } else {
             &self.scripts().acquire_fair
         };
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(&lock_key)
-            .key(self.fence_key(&req.key))
-            .key(self.queue_key(&req.key))
-            .key(self.queue_deadline_key(&req.key))
-            .key(self.change_channel(&req.key))
-            .arg(req.token.as_str())
+        let (fence_key, queue_key) = (self.fence_key(&req.key), self.queue_key(&req.key));
+        let deadlines_key = self.queue_deadline_key(&req.key);
+        let change_channel = self.change_channel(&req.key);
+        let trace_key = self.trace_key_for(&req.key, req.trace.as_ref());
+        let mut call = ScriptCall::new(
+            script,
+            &[
+                &lock_key,
+                &fence_key,
+                &queue_key,
+                &deadlines_key,
+                &change_channel,
+            ],
+            trace_key.as_deref(),
+        );
+        call.arg(req.token.as_str())
             .arg(ttl_millis(req.ttl))
             .arg(self.inner.waiting.entry(&place))
             .arg(waiter_timeout.as_millis() as u64)
@@ -152,9 +170,9 @@ impl RedisStore {
             .arg(writer_wait_millis(req, sent_at))
             .arg(if renew { "1" } else { "0" })
             .arg(if req.announce { "1" } else { "0" });
-        self.trace_acquire(&mut invocation, req);
-        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = invocation
-            .invoke_async(&mut conn)
+        self.trace_acquire(&mut call, req);
+        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = call
+            .invoke(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
         // Refused, `others` says whether this very token holds: a second run, which left the
@@ -200,16 +218,17 @@ impl RedisStore {
         Some(runtime.spawn(async move {
             let lock_key = store.lock_key(&key);
             let mut conn = store.conn();
-            let left: redis::RedisResult<i64> = store
-                .scripts()
-                .leave_queue
-                .key(store.queue_key(&key))
-                .key(&lock_key)
-                .key(store.inner.waiting.channel(&lock_key))
-                .key(store.queue_deadline_key(&key))
-                .arg(&entry)
-                .invoke_async(&mut conn)
-                .await;
+            let (queue_key, deadlines_key) =
+                (store.queue_key(&key), store.queue_deadline_key(&key));
+            let channel = store.inner.waiting.channel(&lock_key);
+            let left: redis::RedisResult<i64> = ScriptCall::new(
+                &store.scripts().leave_queue,
+                &[&queue_key, &lock_key, &channel, &deadlines_key],
+                None,
+            )
+            .arg(&entry)
+            .invoke(&mut conn)
+            .await;
             if let Err(error) = left {
                 tracing::debug!(%key, %error,
                     "could not leave the waiter queue; the place lapses after the waiter timeout");

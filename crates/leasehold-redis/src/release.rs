@@ -2,6 +2,7 @@
 
 use leasehold_core::{HistoryEntry, HistoryEvent, Lease, Operation, Result};
 
+use crate::scripts::ScriptCall;
 use crate::store::RedisStore;
 
 impl RedisStore {
@@ -19,31 +20,29 @@ impl RedisStore {
             (false, false, false) => &self.scripts().release,
             (false, false, true) => &self.scripts().release_traced,
         };
-        let mut invocation = script.prepare_invoke();
-        invocation.key(&lock_key);
-        if shared || fair {
-            invocation
-                .key(self.queue_key(lease.key()))
-                .key(self.inner.waiting.channel(&lock_key));
-        }
-        invocation
-            .key(self.change_channel(lease.key()))
-            .arg(lease.token().as_str())
+        let change_channel = self.change_channel(lease.key());
+        let trace_key = self.trace_key_for(lease.key(), lease.trace());
+        let mut call = if shared || fair {
+            let queue_key = self.queue_key(lease.key());
+            let channel = self.inner.waiting.channel(&lock_key);
+            ScriptCall::new(
+                script,
+                &[&lock_key, &queue_key, &channel, &change_channel],
+                trace_key.as_deref(),
+            )
+        } else {
+            ScriptCall::new(script, &[&lock_key, &change_channel], trace_key.as_deref())
+        };
+        call.arg(lease.token().as_str())
             .arg(if lease.announces() { "1" } else { "0" });
         if let Some(trace) = lease.trace() {
             let entry = |event| HistoryEntry::new(event, lease.token(), "");
             let (released, not_held) =
                 (entry(HistoryEvent::Released), entry(HistoryEvent::NotHeld));
-            self.trace_args(
-                &mut invocation,
-                lease.key(),
-                trace,
-                Some(released),
-                Some(not_held),
-            );
+            self.trace_args(&mut call, trace, Some(released), Some(not_held));
         }
-        let deleted: i64 = invocation
-            .invoke_async(&mut conn)
+        let deleted: i64 = call
+            .invoke(&mut conn)
             .await
             .map_err(|e| self.err(Operation::Release, lease.key(), e))?;
         Ok(deleted == 1)

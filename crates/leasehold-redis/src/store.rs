@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::config::RedisConfig;
 use crate::connection::Connection;
 use crate::error::map;
-use crate::scripts::{scripts, Scripts};
+use crate::scripts::{scripts, ScriptCall, Scripts};
 use crate::waiting::subscriber::Subscriber;
 use crate::waiting::Waiting;
 use leasehold_core::{ttl_millis, Operation};
@@ -99,18 +99,21 @@ impl RedisStore {
         &self.inner.config
     }
 
-    /// Appends the lock-trace key and arguments a traced script expects (see `scripts::traced`).
+    /// The lock trace's key for a call of a script on `key`, if the call is traced (`trace`).
+    pub(crate) fn trace_key_for<T>(&self, key: &LockKey, trace: Option<T>) -> Option<String> {
+        trace.map(|_| self.trace_key(key))
+    }
+
+    /// Appends the lock-trace arguments a traced script expects (see `scripts::traced`; its key
+    /// goes last among the call's keys: [`trace_key_for`](Self::trace_key_for)).
     pub(crate) fn trace_args(
         &self,
-        invocation: &mut redis::ScriptInvocation<'_>,
-        key: &LockKey,
+        call: &mut ScriptCall<'_>,
         trace: &TraceConfig,
         ok: Option<HistoryEntry>,
         otherwise: Option<HistoryEntry>,
     ) {
-        invocation
-            .key(self.trace_key(key))
-            .arg(ok.map(|e| e.encode()).unwrap_or_default())
+        call.arg(ok.map(|e| e.encode()).unwrap_or_default())
             .arg(otherwise.map(|e| e.encode()).unwrap_or_default())
             .arg(trace.max_entries())
             .arg(trace.ttl().as_millis() as u64);
@@ -184,10 +187,11 @@ impl LockStore for RedisStore {
         entry: &HistoryEntry,
     ) -> Result<()> {
         let mut conn = self.conn();
-        let mut invocation = self.scripts().append_trace.prepare_invoke();
-        self.trace_args(&mut invocation, key, trace, Some(entry.clone()), None);
-        let _: i64 = invocation
-            .invoke_async(&mut conn)
+        let trace_key = self.trace_key(key);
+        let mut call = ScriptCall::new(&self.scripts().append_trace, &[], Some(&trace_key));
+        self.trace_args(&mut call, trace, Some(entry.clone()), None);
+        let _: i64 = call
+            .invoke(&mut conn)
             .await
             .map_err(|e| self.err(Operation::Inspect, key, e))?;
         Ok(())
@@ -263,11 +267,10 @@ impl LockStore for RedisStore {
             (false, false) => &self.scripts().extend,
             (false, true) => &self.scripts().extend_traced,
         };
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(self.lock_key(lease.key()))
-            .arg(lease.token().as_str())
-            .arg(ttl_millis(ttl));
+        let lock_key = self.lock_key(lease.key());
+        let trace_key = self.trace_key_for(lease.key(), lease.trace());
+        let mut call = ScriptCall::new(script, &[&lock_key], trace_key.as_deref());
+        call.arg(lease.token().as_str()).arg(ttl_millis(ttl));
         if let Some(trace) = lease.trace() {
             // A renewal is not news; finding the lock gone is.
             let lost = HistoryEntry::new(
@@ -275,10 +278,10 @@ impl LockStore for RedisStore {
                 lease.token(),
                 "expired or taken by another owner before it could be extended",
             );
-            self.trace_args(&mut invocation, lease.key(), trace, None, Some(lost));
+            self.trace_args(&mut call, trace, None, Some(lost));
         }
-        let extended: i64 = invocation
-            .invoke_async(&mut conn)
+        let extended: i64 = call
+            .invoke(&mut conn)
             .await
             .map_err(|e| self.err(Operation::Extend, lease.key(), e))?;
         if extended == 1 {

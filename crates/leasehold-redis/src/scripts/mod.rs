@@ -1,6 +1,6 @@
 //! The server-side scripts: each lock operation is one round trip and atomic on the server.
 //!
-//! `redis::Script` calls them by SHA1 (`EVALSHA`) and, when the server answers `NOSCRIPT` (after a
+//! A [`ScriptCall`] calls them by SHA1 (`EVALSHA`) and, when the server answers `NOSCRIPT` (after a
 //! restart or `SCRIPT FLUSH`), loads them again and retries, transparently.
 //!
 //! # A second run
@@ -17,8 +17,11 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+mod call;
 mod fair;
 mod shared;
+
+pub(crate) use call::ScriptCall;
 
 use fair::{ACQUIRE_FAIR_LUA, LEAVE_QUEUE_LUA, RELEASE_FAIR_LUA};
 use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
