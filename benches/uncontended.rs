@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo bench -p leasehold-bench --bench uncontended`
 //! (`UNCONTENDED_ONLY=redis|etcd|aerospike` runs one store; `AEROSPIKE_HOSTS` adds a real
-//! Aerospike cluster after the fixture.) The Aerospike rows run twice on the fixture: as it
+//! Aerospike cluster after the fixture; `UNCONTENDED_CYCLES=<n>:<row label's start>` runs the
+//! rows so labelled `n` cycles each instead of the table, for an instruction count.) The Aerospike rows run twice on the fixture: as it
 //! answers (in memory, on loopback: the client's own cost per round trip), and with every reply
 //! held at least 1 ms (about 2 ms a round trip with tokio's millisecond timer: a store across a
 //! network, where the round trips are the cost).
@@ -194,6 +195,16 @@ impl Row {
     }
 }
 
+/// `UNCONTENDED_CYCLES=<n>:<row label's start>`: instead of the table, run the rows whose label
+/// starts so `n` cycles each, untimed — for counting the client's instructions per cycle
+/// (`valgrind --tool=callgrind`, two runs with different `n`: the difference divided by the
+/// difference in `n` is one cycle's, the set-up cancelling out).
+fn cycles_only() -> Option<(String, usize)> {
+    let spec = std::env::var("UNCONTENDED_CYCLES").ok()?;
+    let (n, label) = spec.split_once(':')?;
+    Some((label.to_owned(), n.parse().ok()?))
+}
+
 fn median(values: &[Duration]) -> Duration {
     let mut v = values.to_vec();
     v.sort_unstable();
@@ -211,6 +222,15 @@ type Counters<'a> = (&'a [&'a str], &'a dyn Fn() -> Vec<f64>);
 /// Runs the rows in interleaved batches of `n` cycles and prints the table; the first row is the
 /// raw baseline. `counted` runs each row once more under the server's count.
 async fn measure(store: &str, rows: &mut [Row], n: usize, counted: Option<Counters<'_>>) {
+    if let Some((label, cycles)) = cycles_only() {
+        for row in rows.iter_mut().filter(|row| row.label.starts_with(&label)) {
+            for i in 0..cycles {
+                row.cycle.run(i).await;
+            }
+            println!("{store}: {cycles} cycles of {}", row.label);
+        }
+        return;
+    }
     println!("\n{store}: {BATCHES} batches × {n} cycles per row (after a warm-up batch)");
     for batch in 0..=BATCHES {
         let order: Vec<usize> = if batch % 2 == 0 {
