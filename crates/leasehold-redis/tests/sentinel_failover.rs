@@ -164,9 +164,23 @@ async fn a_killed_master_restarted_as_a_replica_is_left_for_the_new_master() {
         );
         let info = store.inspect(&key).await.unwrap().expect("held");
         assert_eq!(info.token.as_ref(), Some(guard.token()));
+        // A connection is known by the last command it ran (a script). The sentinels may still
+        // be closing clients' connections on the new master as they settle (a reconfiguration
+        // kills normal clients), so a connection that ran one can be gone by the time the list is
+        // read: ask again, over a fresh one, for a few seconds.
+        let asked = Instant::now();
+        while script_clients(&group, new).is_empty() && asked.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            store.inspect(&key).await.unwrap();
+        }
         assert!(
             !script_clients(&group, new).is_empty(),
-            "round {round}: the store's data connection is to the new master :{new}"
+            "round {round}: the store's data connection is to the new master :{new}: {}",
+            group
+                .node(new)
+                .unwrap()
+                .command(&["CLIENT", "LIST"])
+                .unwrap_or_default()
         );
         assert_eq!(
             script_clients(&group, old),
