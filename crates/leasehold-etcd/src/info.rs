@@ -61,13 +61,10 @@ impl EtcdStore {
         let range = format!("{}{prefix}", self.config().prefix);
         let response = self
             .members()
-            .run(Retry::Safe, |mut client| {
+            .run(Retry::Safe, |client| {
                 let range = range.clone();
-                async move {
-                    client
-                        .get(range, Some(GetOptions::new().with_prefix()))
-                        .await
-                }
+                let mut kv = client.kv_client();
+                async move { kv.get(range, Some(GetOptions::new().with_prefix())).await }
             })
             .await
             .map_err(|e| map(Op::List, prefix, &e.at, e.error))?;
@@ -146,8 +143,9 @@ impl EtcdStore {
         }
         let ttl = self
             .members()
-            .run(Retry::Safe, |mut client| async move {
-                client.lease_time_to_live(id, None).await
+            .run(Retry::Safe, |client| {
+                let mut lease = client.lease_client();
+                async move { lease.time_to_live(id, None).await }
             })
             .await
             .map_err(|e| self.err(Op::Inspect, key, e))?

@@ -45,8 +45,9 @@ impl EtcdStore {
         // off) costs one attempt and the next member renews it.
         let kept = self
             .members()
-            .run(Retry::Safe, |mut client| async move {
-                client.lease_keep_alive(held.id).await
+            .run(Retry::Safe, |client| {
+                let mut lease = client.lease_client();
+                async move { lease.keep_alive(held.id).await }
             })
             .await;
         match kept {

@@ -62,9 +62,10 @@ pub(crate) async fn follow(
             None => options.clone(),
         };
         let opened = members
-            .run_at(Retry::Safe, |mut client| {
+            .run_at(Retry::Safe, |client| {
                 let (key, options) = (key.to_owned(), options.clone());
-                async move { client.watch(key, Some(options)).await }
+                let mut watch = client.watch_client();
+                async move { watch.watch(key, Some(options)).await }
             })
             .await;
         match opened {

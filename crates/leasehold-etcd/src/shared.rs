@@ -217,15 +217,14 @@ pub(crate) async fn permits_taken(
     let prefix = mode_prefix(lock_key, req.mode);
     let response = store
         .members()
-        .run(Retry::Safe, |mut client| {
-            let prefix = prefix.clone();
+        .run(Retry::Safe, |client| {
+            let (prefix, mut kv) = (prefix.clone(), client.kv_client());
             async move {
-                client
-                    .get(
-                        prefix,
-                        Some(GetOptions::new().with_prefix().with_count_only()),
-                    )
-                    .await
+                kv.get(
+                    prefix,
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                )
+                .await
             }
         })
         .await

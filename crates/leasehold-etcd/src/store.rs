@@ -85,15 +85,14 @@ impl EtcdStore {
         // handed out.
         let prefix = config.prefix.clone();
         members
-            .run(Retry::Safe, |mut client| {
-                let prefix = prefix.clone();
+            .run(Retry::Safe, |client| {
+                let (prefix, mut kv) = (prefix.clone(), client.kv_client());
                 async move {
-                    client
-                        .get(
-                            prefix.as_bytes(),
-                            Some(GetOptions::new().with_count_only().with_prefix()),
-                        )
-                        .await
+                    kv.get(
+                        prefix.as_bytes(),
+                        Some(GetOptions::new().with_count_only().with_prefix()),
+                    )
+                    .await
                 }
             })
             .await
@@ -157,9 +156,9 @@ impl EtcdStore {
     ) -> std::result::Result<TxnResponse, Failed> {
         self.inner
             .members
-            .run(retry, |mut client| {
-                let txn = txn.clone();
-                async move { client.txn(txn).await }
+            .run(retry, |client| {
+                let (txn, mut kv) = (txn.clone(), client.kv_client());
+                async move { kv.txn(txn).await }
             })
             .await
     }
@@ -221,8 +220,9 @@ impl EtcdStore {
         // A grant whose reply was lost only leaves a lease nothing lives on, which lapses.
         self.inner
             .members
-            .run(Retry::Safe, |mut client| async move {
-                client.lease_grant(secs, None).await
+            .run(Retry::Safe, |client| {
+                let mut lease = client.lease_client();
+                async move { lease.grant(secs, None).await }
             })
             .await
             .map(|granted| granted.id())
@@ -241,8 +241,9 @@ impl EtcdStore {
         let members = self.inner.members.clone();
         runtime.spawn(async move {
             let revoked = members
-                .run(Retry::Safe, |mut client| async move {
-                    client.lease_revoke(id).await
+                .run(Retry::Safe, |client| {
+                    let mut lease = client.lease_client();
+                    async move { lease.revoke(id).await }
                 })
                 .await;
             if let Err(failed) = revoked {
@@ -296,8 +297,9 @@ impl EtcdStore {
             let kept_alive = store
                 .inner
                 .members
-                .run(Retry::Safe, |mut client| async move {
-                    client.lease_keep_alive(id).await
+                .run(Retry::Safe, |client| {
+                    let mut lease = client.lease_client();
+                    async move { lease.keep_alive(id).await }
                 })
                 .await;
             match kept_alive {
@@ -518,8 +520,9 @@ impl LockStore for EtcdStore {
             if let Err(failed) = self
                 .inner
                 .members
-                .run(Retry::Safe, |mut client| async move {
-                    client.lease_revoke(id).await
+                .run(Retry::Safe, |client| {
+                    let mut lease = client.lease_client();
+                    async move { lease.revoke(id).await }
                 })
                 .await
             {

@@ -25,8 +25,9 @@ impl WaiterLease {
     /// Grants a lease of `ttl` seconds on a member that answers and starts keeping it alive.
     pub(crate) async fn grant(members: Arc<Members>, ttl: i64) -> Result<Self, etcd_client::Error> {
         let id = members
-            .run(Retry::Safe, |mut client| async move {
-                client.lease_grant(ttl, None).await
+            .run(Retry::Safe, |client| {
+                let mut lease = client.lease_client();
+                async move { lease.grant(ttl, None).await }
             })
             .await
             .map_err(|failed| failed.error)?
@@ -56,8 +57,9 @@ impl WaiterLease {
 /// Revokes lease `id` on a member that answers (revoking twice finds it gone the second time).
 pub(crate) async fn revoke(members: &Members, id: i64) -> Result<(), Failed> {
     members
-        .run(Retry::Safe, |mut client| async move {
-            client.lease_revoke(id).await
+        .run(Retry::Safe, |client| {
+            let mut lease = client.lease_client();
+            async move { lease.revoke(id).await }
         })
         .await
         .map(drop)
@@ -75,8 +77,9 @@ async fn keep_alive(members: Arc<Members>, id: i64, ttl: i64, alive: Arc<AtomicB
         let mut on = None;
         let kept: Result<bool, etcd_client::Error> = async {
             let ((mut keeper, mut stream), member) = members
-                .run_at(Retry::Safe, |mut client| async move {
-                    client.lease_keep_alive(id).await
+                .run_at(Retry::Safe, |client| {
+                    let mut lease = client.lease_client();
+                    async move { lease.keep_alive(id).await }
                 })
                 .await
                 .map_err(|failed| failed.error)?;

@@ -222,9 +222,9 @@ impl Waiting {
         runtime.spawn(async move {
             // Deleting our own waiter key twice deletes nothing the second time.
             let deleted = members
-                .run(Retry::Safe, |mut client| {
-                    let key = key.clone();
-                    async move { client.delete(key, None).await }
+                .run(Retry::Safe, |client| {
+                    let (key, mut kv) = (key.clone(), client.kv_client());
+                    async move { kv.delete(key, None).await }
                 })
                 .await;
             if let Err(error) = deleted.map_err(|failed| failed.error) {
