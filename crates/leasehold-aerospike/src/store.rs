@@ -445,7 +445,9 @@ impl LockStore for AerospikeStore {
     /// owner-checked, in the background (module `cancel`).
     async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         req.validate()?;
-        self.record_key(&req.key)?;
+        // The key's set, checked before any I/O (what building its record key can refuse),
+        // without the key's digest: the request builds the keys it sends.
+        self.inner.layout.lock_set(&req.key)?;
         self.undone_if_dropped(req, async {
             let result = self.acquire_once(req).await;
             self.trace_acquire(req, result).await
