@@ -100,7 +100,7 @@ impl RedisStore {
             &self.scripts().acquire
         };
         let (lock_key, fence_key) = (self.lock_key(&req.key), self.fence_key(&req.key));
-        let change_channel = self.change_channel(&req.key);
+        let change_channel = self.change_channel_of(&lock_key);
         let trace_key = self.trace_key_for(&req.key, req.trace.as_ref());
         let mut call = ScriptCall::new(
             script,

@@ -67,6 +67,12 @@ impl RedisStore {
     /// [`LockStore::watch_changes`](leasehold_core::LockStore::watch_changes)
     /// subscribes to it.
     pub fn change_channel(&self, key: &LockKey) -> String {
-        self.inner.waiting.changes().channel(&self.lock_key(key))
+        self.change_channel_of(&self.lock_key(key))
+    }
+
+    /// [`change_channel`](Self::change_channel) from the lock's Redis key, for an operation
+    /// that has it already.
+    pub(crate) fn change_channel_of(&self, lock_key: &str) -> String {
+        self.inner.waiting.changes().channel(lock_key)
     }
 }

@@ -76,7 +76,7 @@ impl RedisStore {
         let (queue_key, deadlines_key) =
             (self.queue_key(&req.key), self.queue_deadline_key(&req.key));
         let channel = self.inner.waiting.channel(&lock_key);
-        let change_channel = self.change_channel(&req.key);
+        let change_channel = self.change_channel_of(&lock_key);
         let trace_key = self.trace_key_for(&req.key, req.trace.as_ref());
         let mut call = ScriptCall::new(
             script,
@@ -144,7 +144,7 @@ impl RedisStore {
         };
         let (fence_key, queue_key) = (self.fence_key(&req.key), self.queue_key(&req.key));
         let deadlines_key = self.queue_deadline_key(&req.key);
-        let change_channel = self.change_channel(&req.key);
+        let change_channel = self.change_channel_of(&lock_key);
         let trace_key = self.trace_key_for(&req.key, req.trace.as_ref());
         let mut call = ScriptCall::new(
             script,

@@ -20,7 +20,7 @@ impl RedisStore {
             (false, false, false) => &self.scripts().release,
             (false, false, true) => &self.scripts().release_traced,
         };
-        let change_channel = self.change_channel(lease.key());
+        let change_channel = self.change_channel_of(&lock_key);
         let trace_key = self.trace_key_for(lease.key(), lease.trace());
         let mut call = if shared || fair {
             let queue_key = self.queue_key(lease.key());
