@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::acquire::{LineRule, Seen};
 use crate::error::{classify, Cause, Class};
-use crate::layout::{fence_set, COUNTER_BIN, FENCE_BIN, OWNER_BIN, TOKEN_BIN};
+use crate::layout::{Record, COUNTER_BIN, FENCE_BIN, OWNER_BIN, TOKEN_BIN};
 use crate::line::Line;
 use crate::refused::{Step, Stop};
 use crate::retry::Backoff;
@@ -34,13 +34,7 @@ const LATE_CREATE_POLL: std::time::Duration = std::time::Duration::from_millis(2
 
 impl AerospikeStore {
     pub(crate) fn fence_key(&self, key: &LockKey) -> Result<Key> {
-        let set = fence_set(&self.inner.layout.lock_set(key)?);
-        Key::new(
-            self.inner.config.namespace.clone(),
-            set,
-            Value::from(key.lock_id()),
-        )
-        .map_err(|e| Error::invalid_argument("cannot build the fence key").with_source(e))
+        self.key_of(key, Record::Fence)
     }
 
     /// The fence step when nothing else wrote the fence record since `generation` was read with

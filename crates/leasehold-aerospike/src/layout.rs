@@ -78,17 +78,22 @@ impl Layout {
             data_bin: format!("{farm_id}##data"),
             uat_bin: format!("{farm_id}##uat"),
         };
-        layout.check_set(&fence_set(&layout.dc_set(farm_id)))?;
-        layout.check_set(&fence_set(&layout.xdc_set()))?;
+        for lock_set in [layout.dc_set(farm_id), layout.xdc_set()] {
+            Self::check_len(lock_set.len(), || lock_set.clone())?;
+        }
         Ok(layout)
     }
 
-    fn check_set(&self, set: &str) -> Result<()> {
-        if set.len() > MAX_SET_NAME {
+    /// Checks that every record set of a lock set `lock_len` bytes long fits Aerospike's
+    /// set-name limit (the suffixes are as long as the fence set's); `lock_set` names it for the
+    /// message.
+    fn check_len(lock_len: usize, lock_set: impl FnOnce() -> String) -> Result<()> {
+        let len = lock_len + Record::Fence.suffix().len();
+        if len > MAX_SET_NAME {
             return Err(Error::invalid_argument(format!(
-                "set name {set:?} is {} bytes, longer than Aerospike's {MAX_SET_NAME}: shorten the \
+                "set name {:?} is {len} bytes, longer than Aerospike's {MAX_SET_NAME}: shorten the \
                  set suffix or the farm id",
-                set.len()
+                fence_set(&lock_set())
             )));
         }
         Ok(())
@@ -110,22 +115,45 @@ impl Layout {
     }
 
     fn dc_set(&self, farm_id: &str) -> String {
-        format!("DC#{farm_id}#{}", self.set_suffix)
+        ["DC#", farm_id, "#", &self.set_suffix].concat()
     }
 
     fn xdc_set(&self) -> String {
-        format!("XDC#{}", self.set_suffix)
+        ["XDC#", &self.set_suffix].concat()
     }
 
     /// The lock set of `key`: `DC#<farmId>#<setSuffix>` (farm id of the key) or
     /// `XDC#<setSuffix>`. Checked against the set-name limit before any I/O.
     pub fn lock_set(&self, key: &LockKey) -> Result<String> {
-        let set = match (key.level(), key.farm_id()) {
-            (LockLevel::Dc, Some(farm)) => self.dc_set(farm),
-            _ => self.xdc_set(),
-        };
-        self.check_set(&fence_set(&set))?;
+        self.set_of(key, Record::Lock)
+    }
+
+    /// The set of `key`'s `record`: its lock set, with the record's suffix. Every record of a
+    /// key is checked against the set-name limit (the longest suffix is the fence set's), so
+    /// that a key whose lock set fits has every record's set fit too. One allocation, of the
+    /// exact size: a lock operation names three or four sets.
+    pub fn set_of(&self, key: &LockKey, record: Record) -> Result<String> {
+        let parts = self.lock_set_parts(key);
+        let lock_len: usize = parts.iter().map(|part| part.len()).sum();
+        Self::check_len(lock_len, || parts.concat())?;
+        let mut set = String::with_capacity(lock_len + record.suffix().len());
+        parts.iter().for_each(|part| set.push_str(part));
+        set.push_str(record.suffix());
         Ok(set)
+    }
+
+    /// Checks `key` against the set-name limit, as [`Self::set_of`] does, naming no set.
+    pub fn check_key(&self, key: &LockKey) -> Result<()> {
+        let parts = self.lock_set_parts(key);
+        Self::check_len(parts.iter().map(|part| part.len()).sum(), || parts.concat())
+    }
+
+    /// The pieces of `key`'s lock set's name, in order.
+    fn lock_set_parts<'a>(&'a self, key: &'a LockKey) -> [&'a str; 4] {
+        match (key.level(), key.farm_id()) {
+            (LockLevel::Dc, Some(farm)) => ["DC#", farm, "#", &self.set_suffix],
+            _ => ["XDC#", &self.set_suffix, "", ""],
+        }
     }
 
     /// The sets `list` scans: this farm's DC set and the XDC set.
@@ -137,21 +165,56 @@ impl Layout {
     }
 }
 
+/// A key's records, each in a set of its own named after the lock set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// The lock record, the Java manager's (`<lock set>`).
+    Lock,
+    /// The fence counter record (`<lock set>#fence`).
+    Fence,
+    /// The waiter line of fair waiting (`<lock set>#queue`).
+    Queue,
+    /// The lock history, the lock trace (`<lock set>#trace`).
+    Trace,
+}
+
+impl Record {
+    /// What the record's set name adds to the lock set's.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Record::Lock => "",
+            Record::Fence => "#fence",
+            Record::Queue => "#queue",
+            Record::Trace => "#trace",
+        }
+    }
+
+    /// What the record is, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Record::Lock => "record",
+            Record::Fence => "fence",
+            Record::Queue => "queue",
+            Record::Trace => "trace",
+        }
+    }
+}
+
 /// The fence counter set of a lock set: `<lock set>#fence`.
 pub fn fence_set(lock_set: &str) -> String {
-    format!("{lock_set}#fence")
+    [lock_set, Record::Fence.suffix()].concat()
 }
 
 /// The queue set of a lock set (fair waiting's lines): `<lock set>#queue`, as long as the fence
 /// set, so the set-name check of [`Layout::lock_set`] covers it.
 pub fn queue_set(lock_set: &str) -> String {
-    format!("{lock_set}#queue")
+    [lock_set, Record::Queue.suffix()].concat()
 }
 
 /// The lock history set of a lock set: `<lock set>#trace` (as long as the fence set's name, so
 /// the set-name check of [`Layout::lock_set`] covers it too).
 pub fn trace_set(lock_set: &str) -> String {
-    format!("{lock_set}#trace")
+    [lock_set, Record::Trace.suffix()].concat()
 }
 
 #[cfg(test)]
@@ -179,6 +242,23 @@ mod tests {
             trace_set("XDC#distributed_lock").len(),
             fence_set("XDC#distributed_lock").len()
         );
+        for key in [&dc, &xdc] {
+            let lock_set = layout.lock_set(key).unwrap();
+            assert_eq!(layout.set_of(key, Record::Lock).unwrap(), lock_set);
+            assert_eq!(
+                layout.set_of(key, Record::Fence).unwrap(),
+                fence_set(&lock_set)
+            );
+            assert_eq!(
+                layout.set_of(key, Record::Queue).unwrap(),
+                queue_set(&lock_set)
+            );
+            assert_eq!(
+                layout.set_of(key, Record::Trace).unwrap(),
+                trace_set(&lock_set)
+            );
+            layout.check_key(key).unwrap();
+        }
     }
 
     #[test]
@@ -196,6 +276,28 @@ mod tests {
         );
         let layout = Layout::new("f", &"x".repeat(40)).unwrap();
         let key = LockKey::dc(&"g".repeat(30), "c", "e").unwrap();
-        assert!(layout.lock_set(&key).is_err(), "checked per key before I/O");
+        let err = layout.lock_set(&key).unwrap_err();
+        assert!(err.to_string().contains("is 80 bytes"), "{err}");
+        assert!(
+            err.to_string().contains(&format!(
+                "\"DC#{}#{}#fence\"",
+                "g".repeat(30),
+                "x".repeat(40)
+            )),
+            "names the longest set: {err}"
+        );
+        for record in [Record::Lock, Record::Fence, Record::Queue, Record::Trace] {
+            assert!(
+                layout.set_of(&key, record).is_err(),
+                "checked per key before I/O"
+            );
+        }
+        assert!(layout.check_key(&key).is_err());
+        let fits = LockKey::dc(&"g".repeat(13), "c", "e").unwrap();
+        assert_eq!(
+            layout.set_of(&fits, Record::Fence).unwrap().len(),
+            MAX_SET_NAME
+        );
+        layout.check_key(&fits).unwrap();
     }
 }

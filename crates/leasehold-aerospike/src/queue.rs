@@ -10,24 +10,18 @@ use aerospike::operations::maps::{self, MapOrder, MapPolicy, MapReturnType, MapW
 use aerospike::operations::{self, Operation};
 use aerospike::policy::{Expiration, RecordExistsAction};
 use aerospike::{as_bin, Bins, Key, ReadPolicy, Replica, ResultCode, Value};
-use leasehold_core::{Acquire, Error, Lease, LockKey, ReleaseWatch, Result};
+use leasehold_core::{Acquire, Lease, LockKey, ReleaseWatch, Result};
 use tokio::time::Instant;
 
 use crate::error::{classify, Class};
-use crate::layout::{queue_set, GRANTED_BIN, HOLD_BIN, LINE_BIN};
+use crate::layout::{Record, GRANTED_BIN, HOLD_BIN, LINE_BIN};
 use crate::line::Line;
 use crate::store::{ttl_seconds, AerospikeStore};
 use crate::waiting::{now_us, sampled, us};
 
 impl AerospikeStore {
     pub(crate) fn queue_key(&self, key: &LockKey) -> Result<Key> {
-        let set = queue_set(&self.inner.layout.lock_set(key)?);
-        Key::new(
-            self.inner.config.namespace.clone(),
-            set,
-            Value::from(key.lock_id()),
-        )
-        .map_err(|e| Error::invalid_argument("cannot build the queue key").with_source(e))
+        self.key_of(key, Record::Queue)
     }
 
     fn waiter_timeout(&self) -> Duration {

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::config::AerospikeConfig;
 use crate::error::{classify, failed, map, place, transient_reason, Cause, Class};
-use crate::layout::{Layout, TOKEN_BIN};
+use crate::layout::{Layout, Record, TOKEN_BIN};
 use crate::refused;
 use crate::retry::Backoff;
 use crate::waiting::Waiting;
@@ -207,13 +207,21 @@ impl AerospikeStore {
 
     /// The Aerospike key of a lock: namespace, lock set, lock id (`<clientId>#<entityId>`).
     pub fn record_key(&self, key: &LockKey) -> Result<Key> {
-        let set = self.inner.layout.lock_set(key)?;
+        self.key_of(key, Record::Lock)
+    }
+
+    /// The Aerospike key of one of a lock's records: namespace, the record's set, lock id.
+    pub(crate) fn key_of(&self, key: &LockKey, record: Record) -> Result<Key> {
+        let set = self.inner.layout.set_of(key, record)?;
         Key::new(
             self.inner.config.namespace.clone(),
             set,
             Value::from(key.lock_id()),
         )
-        .map_err(|e| Error::invalid_argument("cannot build the record key").with_source(e))
+        .map_err(|e| {
+            Error::invalid_argument(format!("cannot build the {} key", record.name()))
+                .with_source(e)
+        })
     }
 
     pub(crate) fn base(&self, retries: usize) -> BasePolicy {
@@ -445,9 +453,9 @@ impl LockStore for AerospikeStore {
     /// owner-checked, in the background (module `cancel`).
     async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         req.validate()?;
-        // The key's set, checked before any I/O (what building its record key can refuse),
-        // without the key's digest: the request builds the keys it sends.
-        self.inner.layout.lock_set(&req.key)?;
+        // The key's sets, checked before any I/O (what building its record keys can refuse),
+        // without naming them: the request builds the keys it sends.
+        self.inner.layout.check_key(&req.key)?;
         self.undone_if_dropped(req, async {
             let result = self.acquire_once(req).await;
             self.trace_acquire(req, result).await

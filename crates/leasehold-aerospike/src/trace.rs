@@ -24,19 +24,13 @@ use leasehold_core::{
 };
 
 use crate::error::{classify, map, Class};
-use crate::layout::{trace_set, TRACE_BIN};
+use crate::layout::{Record, TRACE_BIN};
 use crate::store::{ttl_seconds, AerospikeStore};
 
 impl AerospikeStore {
     /// The Aerospike key of a lock's history record: namespace, `<lock set>#trace`, lock id.
     pub fn trace_key(&self, key: &LockKey) -> Result<Key> {
-        let set = trace_set(&self.inner.layout.lock_set(key)?);
-        Key::new(
-            self.inner.config.namespace.clone(),
-            set,
-            Value::from(key.lock_id()),
-        )
-        .map_err(|e| Error::invalid_argument("cannot build the trace key").with_source(e))
+        self.key_of(key, Record::Trace)
     }
 
     /// Writes one entry: one `operate` (insert at the front, trim to the newest

@@ -132,7 +132,7 @@ impl EtcdStore {
 
     /// The etcd key of a lock record: `<prefix><lock key>`.
     pub fn lock_key(&self, key: &LockKey) -> String {
-        format!("{}{}", self.inner.config.prefix, key.as_str())
+        [self.inner.config.prefix.as_str(), key.as_str()].concat()
     }
 
     /// The prefix of a lock's waiter keys: `<prefix><lock key>#waiter#` (a lock key never has a
