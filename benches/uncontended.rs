@@ -4,10 +4,10 @@
 //! Run: `cargo bench -p leasehold-bench --bench uncontended`
 //! (`UNCONTENDED_ONLY=redis|etcd|aerospike` runs one store; `AEROSPIKE_HOSTS` adds a real
 //! Aerospike cluster after the fixture; `UNCONTENDED_CYCLES=<n>:<row label's start>` runs the
-//! rows so labelled `n` cycles each instead of the table, for an instruction count.) The Aerospike rows run twice on the fixture: as it
-//! answers (in memory, on loopback: the client's own cost per round trip), and with every reply
-//! held at least 1 ms (about 2 ms a round trip with tokio's millisecond timer: a store across a
-//! network, where the round trips are the cost).
+//! rows so labelled `n` cycles each instead of the table, for an instruction count.) The
+//! Aerospike rows run twice on the fixture: as it answers (in memory, on loopback: the client's
+//! own cost per round trip), and with every reply held at least 1 ms (about 2 ms a round trip
+//! with tokio's millisecond timer: a store across a network, where the round trips are the cost).
 //!
 //! One process, sequential cycles, nobody else on the key: acquire, then release. Each row locks
 //! a key of its own, so that a background request of one row never lands in another's timing.

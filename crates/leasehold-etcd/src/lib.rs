@@ -82,6 +82,7 @@ mod error;
 mod held;
 mod info;
 mod layout;
+mod leases;
 mod members;
 mod release;
 mod renew;

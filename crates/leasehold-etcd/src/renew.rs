@@ -43,13 +43,7 @@ impl EtcdStore {
         // returns: a lease that is gone is its `LeaseKeepAliveError` ("lease not found"). A
         // keep-alive is safe to send twice, so a member that does not answer (down, paused, cut
         // off) costs one attempt and the next member renews it.
-        let kept = self
-            .members()
-            .run(Retry::Safe, |client| {
-                let mut lease = client.lease_client();
-                async move { lease.keep_alive(held.id).await }
-            })
-            .await;
+        let kept = self.members().keep_lease_alive(held.id).await;
         match kept {
             Ok(_stream) => {}
             // "lease not found", or the stream ended before etcd answered (etcd-client reports

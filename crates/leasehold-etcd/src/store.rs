@@ -220,37 +220,17 @@ impl EtcdStore {
         // A grant whose reply was lost only leaves a lease nothing lives on, which lapses.
         self.inner
             .members
-            .run(Retry::Safe, |client| {
-                let mut lease = client.lease_client();
-                async move { lease.grant(secs, None).await }
-            })
+            .grant_lease(secs)
             .await
-            .map(|granted| granted.id())
             .map_err(|e| self.err(Op::Grant, key, e))
     }
 
     /// Revokes a lease in the background: its record is already gone or was never written, so
     /// nobody waits for this; if it fails, the lease expires at its TTL.
     pub(crate) fn revoke_later(&self, id: i64) {
-        if id == 0 {
-            return;
+        if id != 0 {
+            self.inner.members.revoke_lease_later(id);
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let members = self.inner.members.clone();
-        runtime.spawn(async move {
-            let revoked = members
-                .run(Retry::Safe, |client| {
-                    let mut lease = client.lease_client();
-                    async move { lease.revoke(id).await }
-                })
-                .await;
-            if let Err(failed) = revoked {
-                tracing::debug!(lease = id, at = %failed.at, error = %failed.error,
-                    "could not revoke a lease; it expires at its TTL");
-            }
-        });
     }
 
     /// A spare lease for a hold of `ttl` (see [`crate::spares`]): one of the same whole seconds,
@@ -294,14 +274,7 @@ impl EtcdStore {
         let store = self.clone();
         runtime.spawn(async move {
             let sent_at = Instant::now();
-            let kept_alive = store
-                .inner
-                .members
-                .run(Retry::Safe, |client| {
-                    let mut lease = client.lease_client();
-                    async move { lease.keep_alive(id).await }
-                })
-                .await;
+            let kept_alive = store.inner.members.keep_lease_alive(id).await;
             match kept_alive {
                 Ok(_stream) => store.inner.spares.refreshed(id, sent_at),
                 Err(failed) => {
@@ -517,15 +490,7 @@ impl LockStore for EtcdStore {
     async fn shutdown(&self) -> Result<usize> {
         self.inner.waiting.close().await;
         let revokes = self.inner.spares.close().into_iter().map(|id| async move {
-            if let Err(failed) = self
-                .inner
-                .members
-                .run(Retry::Safe, |client| {
-                    let mut lease = client.lease_client();
-                    async move { lease.revoke(id).await }
-                })
-                .await
-            {
+            if let Err(failed) = self.inner.members.revoke_lease(id).await {
                 tracing::debug!(lease = id, at = %failed.at, error = %failed.error,
                     "could not revoke a spare lease; it lapses at its TTL");
             }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::members::{Failed, Members, Retry};
+use crate::members::Members;
 
 /// How long to wait before opening the keep-alive stream again after it broke.
 const RETRY_DELAY: Duration = Duration::from_millis(200);
@@ -25,13 +25,9 @@ impl WaiterLease {
     /// Grants a lease of `ttl` seconds on a member that answers and starts keeping it alive.
     pub(crate) async fn grant(members: Arc<Members>, ttl: i64) -> Result<Self, etcd_client::Error> {
         let id = members
-            .run(Retry::Safe, |client| {
-                let mut lease = client.lease_client();
-                async move { lease.grant(ttl, None).await }
-            })
+            .grant_lease(ttl)
             .await
-            .map_err(|failed| failed.error)?
-            .id();
+            .map_err(|failed| failed.error)?;
         let alive = Arc::new(AtomicBool::new(true));
         let keeper = tokio::spawn(keep_alive(members, id, ttl, alive.clone()));
         Ok(WaiterLease { id, alive, keeper })
@@ -54,17 +50,6 @@ impl WaiterLease {
     }
 }
 
-/// Revokes lease `id` on a member that answers (revoking twice finds it gone the second time).
-pub(crate) async fn revoke(members: &Members, id: i64) -> Result<(), Failed> {
-    members
-        .run(Retry::Safe, |client| {
-            let mut lease = client.lease_client();
-            async move { lease.revoke(id).await }
-        })
-        .await
-        .map(drop)
-}
-
 /// Keeps the waiter lease alive (every third of its TTL) until it is lost; then marks it dead so
 /// the next waiter grants a new one. The keep-alive stream runs on a member that answers, and
 /// moves to another when a renewal gets no reply in time or that member is found failing.
@@ -77,10 +62,7 @@ async fn keep_alive(members: Arc<Members>, id: i64, ttl: i64, alive: Arc<AtomicB
         let mut on = None;
         let kept: Result<bool, etcd_client::Error> = async {
             let ((mut keeper, mut stream), member) = members
-                .run_at(Retry::Safe, |client| {
-                    let mut lease = client.lease_client();
-                    async move { lease.keep_alive(id).await }
-                })
+                .keep_lease_alive(id)
                 .await
                 .map_err(|failed| failed.error)?;
             on = Some(member);

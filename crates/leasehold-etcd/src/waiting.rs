@@ -34,7 +34,7 @@ use crate::config::{lease_seconds, EtcdConfig};
 use crate::layout::waiter_prefix;
 use crate::members::{Members, Retry};
 use crate::resumable_watch::{self, revision_of, Follower};
-use crate::waiter_lease::{revoke, WaiterLease};
+use crate::waiter_lease::WaiterLease;
 
 /// This process's place in one lock's line: its waiter key and that key's create revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,27 +152,13 @@ impl Waiting {
         }
         let (place, spare) = (entry.place, entry.spare);
         if let Some(spare) = spare {
-            self.revoke_later(spare.id);
+            self.members.revoke_lease_later(spare.id);
         }
         // The last waiter of this process is gone: leave the line, so the next process need not
         // wait for the waiter lease to lapse.
         if let Some(place) = place {
             self.remove_key_later(place.key);
         }
-    }
-
-    /// Revokes a lease nobody holds anything on, in the background (if that fails, it lapses).
-    pub(crate) fn revoke_later(&self, id: i64) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let members = self.members.clone();
-        runtime.spawn(async move {
-            if let Err(failed) = revoke(&members, id).await {
-                tracing::debug!(lease = id, at = %failed.at, error = %failed.error,
-                    "could not revoke a spare lease; it lapses at its TTL");
-            }
-        });
     }
 
     /// Keeps `spare` for the next attempt on `lock_key` while a task of this process waits on it
@@ -194,7 +180,7 @@ impl Waiting {
             })
             .unwrap_or(Some(spare));
         if let Some(unused) = unused {
-            self.revoke_later(unused.id);
+            self.members.revoke_lease_later(unused.id);
         }
     }
 
@@ -210,7 +196,7 @@ impl Waiting {
         if spare.seconds == seconds && spare.granted_at.elapsed() <= max_age {
             return Some(spare);
         }
-        self.revoke_later(spare.id);
+        self.members.revoke_lease_later(spare.id);
         None
     }
 
@@ -366,7 +352,7 @@ impl Waiting {
             spares.extend(entry.spare.take().map(|spare| spare.id));
         });
         for id in spares {
-            if let Err(failed) = revoke(&self.members, id).await {
+            if let Err(failed) = self.members.revoke_lease(id).await {
                 tracing::debug!(lease = id, at = %failed.at, error = %failed.error,
                     "could not revoke a spare lease; it lapses at its TTL");
             }
@@ -375,7 +361,7 @@ impl Waiting {
             return;
         };
         session.stop();
-        if let Err(failed) = revoke(&self.members, session.id()).await {
+        if let Err(failed) = self.members.revoke_lease(session.id()).await {
             tracing::debug!(at = %failed.at, error = %failed.error,
                 "could not revoke the waiter lease; it lapses at its TTL");
         }
