@@ -391,7 +391,7 @@ impl AerospikeStore {
         self.inner.waiting.id()
     }
 
-    async fn acquire_once(&self, req: &Acquire) -> Result<Attempt> {
+    pub(crate) async fn acquire_once(&self, req: &Acquire) -> Result<Attempt> {
         refused::answer(if req.mode.is_shared_record() {
             self.acquire_shared(req).await
         } else if self.inner.config.fair {
@@ -456,12 +456,9 @@ impl LockStore for AerospikeStore {
         // The key's sets, checked before any I/O (what building its record keys can refuse),
         // without naming them: the request builds the keys it sends.
         self.inner.layout.check_key(&req.key)?;
-        self.undone_if_dropped(req, async {
-            let result = self.acquire_once(req).await;
-            self.trace_acquire(req, result).await
-        })
-        .await
-        .map_err(failed(Operation::Acquire))
+        self.acquire_undone_if_cancelled(req)
+            .await
+            .map_err(failed(Operation::Acquire))
     }
 
     /// With fair waiting (the default): registers the waiter with this process's schedule for the

@@ -63,38 +63,45 @@ where
     })
 }
 
-/// Cancel-safe acquisition for a store whose connection applies requests in the order they were
-/// sent (one multiplexed Redis connection per node): `acquire` runs on the caller's task, and
-/// only when the caller stops waiting before its answer does `release` (owner-checked) follow it,
-/// on a task of its own. Sent after the request on the same ordered connection, the release
-/// undoes whatever the request did, so nothing is left under a token nobody knows — at no cost
-/// unless the caller is cancelled, where [`acquire_detached`] spawns a task for every request.
+/// Cancel safety on the caller's task, for a store whose connection applies requests in the
+/// order they were sent (one multiplexed Redis connection per node): armed before the acquire
+/// request is sent, disarmed once its answer is in. Dropped armed — the caller stopped waiting
+/// before the answer — it sends `release` (owner-checked) for whatever the request may have
+/// acquired, on a task of its own. Sent after the request on the same ordered connection, the
+/// release undoes whatever the request did, so nothing is left under a token nobody knows — at no
+/// cost unless the caller is cancelled, where [`acquire_detached`] spawns a task for every
+/// request.
 ///
 /// Where requests may overtake each other (separate streams, pooled connections, a reconnect in
 /// between), an undo sent early could land before the acquisition it undoes: such a store either
-/// gives a `release` that looks again for a while and releases what landed late (as Redis does;
-/// Aerospike's own undo does the same), or uses [`acquire_detached`].
-pub async fn acquire_undone_on_drop<AF, R, RF>(
-    req: &Acquire,
-    acquire: AF,
-    release: R,
-) -> Result<Attempt>
-where
-    AF: Future<Output = Result<Attempt>>,
-    R: FnOnce(Lease) -> RF + Send + 'static,
-    RF: Future<Output = Result<bool>> + Send + 'static,
-{
-    let mut undo = UndoOnDrop {
-        req,
-        release: Some(release),
-    };
-    let answer = acquire.await;
-    undo.release = None; // answered: an in-doubt answer is the caller's to undo
-    answer
-}
-
-/// Sends the owner-checked release of a request whose caller stopped waiting for its answer.
-struct UndoOnDrop<'a, R, RF>
+/// gives a `release` that looks again for a while and releases what landed late (as Redis and
+/// Aerospike do), or uses [`acquire_detached`].
+///
+/// A guard held across the request's `.await`, rather than a function wrapping the request's
+/// future: moving a future moves all of it, and a client's request future can be kilobytes, so a
+/// wrapper taking it by value copied that on every acquire. `release` is called only when the
+/// guard is dropped armed, so it may borrow the store and clone it only then.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_core::{Acquire, Attempt, LockKey, OwnerToken, UndoIfCancelled};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> leasehold_core::Result<()> {
+/// let req = Acquire::new(LockKey::xdc("orders", "o-1")?, OwnerToken::generate(), Duration::from_secs(5));
+/// let undo = UndoIfCancelled::arm(&req, |lease| async move {
+///     // The store's owner-checked release of `lease` goes here.
+///     let _ = lease;
+///     Ok(true)
+/// });
+/// let answer: Attempt = Attempt::refused(); // the store's request, awaited here
+/// undo.disarm(); // answered: nothing to undo
+/// assert!(!answer.is_granted());
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "dropping the guard at once undoes the acquisition: hold it across the request"]
+pub struct UndoIfCancelled<'a, R, RF>
 where
     R: FnOnce(Lease) -> RF,
     RF: Future<Output = Result<bool>> + Send + 'static,
@@ -103,7 +110,41 @@ where
     release: Option<R>,
 }
 
-impl<R, RF> Drop for UndoOnDrop<'_, R, RF>
+impl<'a, R, RF> UndoIfCancelled<'a, R, RF>
+where
+    R: FnOnce(Lease) -> RF,
+    RF: Future<Output = Result<bool>> + Send + 'static,
+{
+    /// Arms the guard for `req`: dropped before [`disarm`](Self::disarm), it runs `release` on
+    /// what `req` may have acquired (its lock under its token, in its mode), in the background.
+    pub fn arm(req: &'a Acquire, release: R) -> Self {
+        UndoIfCancelled {
+            req,
+            release: Some(release),
+        }
+    }
+
+    /// The request was answered: nothing to undo (an in-doubt answer is the caller's to
+    /// resolve).
+    pub fn disarm(mut self) {
+        self.release = None;
+    }
+}
+
+impl<R, RF> std::fmt::Debug for UndoIfCancelled<'_, R, RF>
+where
+    R: FnOnce(Lease) -> RF,
+    RF: Future<Output = Result<bool>> + Send + 'static,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UndoIfCancelled")
+            .field("key", &self.req.key)
+            .field("armed", &self.release.is_some())
+            .finish()
+    }
+}
+
+impl<R, RF> Drop for UndoIfCancelled<'_, R, RF>
 where
     R: FnOnce(Lease) -> RF,
     RF: Future<Output = Result<bool>> + Send + 'static,
@@ -250,28 +291,24 @@ mod tests {
     #[tokio::test]
     async fn an_answered_acquisition_on_the_callers_task_is_never_undone() {
         let released = Arc::new(AtomicBool::new(false));
-        let r = released.clone();
         let req = req().with_mode(crate::mode::LockMode::Shared);
-        let lease = acquire_undone_on_drop(
-            &req,
+        // An acquire request answered (granted, then refused): the guard is disarmed after it.
+        let request = |answer: Attempt| {
+            let r = released.clone();
             async {
-                Ok(Lease::new(req.key.clone(), req.token.clone(), req.ttl, Instant::now()).into())
-            },
-            move |_| async move {
-                r.store(true, Ordering::SeqCst);
-                Ok(true)
-            },
-        )
-        .await
-        .unwrap()
-        .into_lease(&req.key)
-        .unwrap();
+                let undo = UndoIfCancelled::arm(&req, move |_| async move {
+                    r.store(true, Ordering::SeqCst);
+                    Ok(true)
+                });
+                tokio::task::yield_now().await; // the request's round trip
+                undo.disarm();
+                answer
+            }
+        };
+        let granted = Lease::new(req.key.clone(), req.token.clone(), req.ttl, Instant::now());
+        let lease = request(granted.into()).await.into_lease(&req.key).unwrap();
         assert_eq!(lease.token(), &req.token);
-        let refused = acquire_undone_on_drop(&req, async { Ok(Attempt::refused()) }, |_| async {
-            Ok(true)
-        })
-        .await;
-        assert!(!refused.unwrap().is_granted());
+        assert!(!request(Attempt::refused()).await.is_granted());
         tokio::task::yield_now().await;
         assert!(!released.load(Ordering::SeqCst), "nothing to undo");
     }
@@ -280,17 +317,14 @@ mod tests {
     async fn an_acquisition_abandoned_on_the_callers_task_is_released_in_its_mode() {
         let (released_tx, released_rx) = tokio::sync::oneshot::channel();
         let req = req().with_mode(crate::mode::LockMode::Shared);
-        let fut = acquire_undone_on_drop(
-            &req,
-            async {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                Ok(Attempt::refused())
-            },
-            move |lease| async move {
+        let fut = async {
+            let undo = UndoIfCancelled::arm(&req, move |lease| async move {
                 let _ = released_tx.send((lease.token().clone(), lease.mode()));
                 Ok(true)
-            },
-        );
+            });
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            undo.disarm();
+        };
         assert!(tokio::time::timeout(Duration::from_millis(5), fut)
             .await
             .is_err());

@@ -49,7 +49,7 @@ mod watch;
 pub use acquire::{Acquire, HolderId, Wait, WaiterId};
 pub use attempt::Attempt;
 pub use change_watch::ChangeWatch;
-pub use detached::{acquire_detached, acquire_undone_on_drop};
+pub use detached::{acquire_detached, UndoIfCancelled};
 pub use dyn_store::BoxStore;
 pub use error::{Error, ErrorChain, ErrorKind, Result};
 pub use event::{LockEvent, Observer, Observers, SkipReason};

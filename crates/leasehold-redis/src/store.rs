@@ -5,9 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{
-    acquire_undone_on_drop, validate_ttl, Acquire, Attempt, Capabilities, ChangeWatch, Error,
-    HistoryEntry, HistoryEvent, Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result,
-    TraceConfig,
+    validate_ttl, Acquire, Attempt, Capabilities, ChangeWatch, Error, HistoryEntry, HistoryEvent,
+    Lease, LockInfo, LockKey, LockStore, ReleaseWatch, Result, TraceConfig, UndoIfCancelled,
 };
 use redis::aio::ConnectionManager;
 use tokio::time::Instant;
@@ -246,11 +245,13 @@ impl LockStore for RedisStore {
     /// applies requests in order), so no lock is left under a token nobody knows.
     async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         req.validate()?;
-        let releaser = self.clone();
-        acquire_undone_on_drop(req, self.acquire_once(req), move |lease| async move {
-            releaser.undo_abandoned(&lease).await
-        })
-        .await
+        let undo = UndoIfCancelled::arm(req, |lease| {
+            let store = self.clone();
+            async move { store.undo_abandoned(&lease).await }
+        });
+        let answer = self.acquire_once(req).await;
+        undo.disarm();
+        answer
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool> {
