@@ -139,8 +139,10 @@ impl EtcdStore {
                     lease_id = self.grant(&req.key, req.ttl).await?;
                     on_lease.store(lease_id, Ordering::SeqCst);
                 }
-                let rule = Rule::new(req, &lock_key, counted);
-                let txn = self.acquire_txn(req, &lock_key, rule, lease_id, place.as_ref(), &join);
+                let txn = || {
+                    let rule = Rule::new(req, &lock_key, counted);
+                    self.acquire_txn(req, &lock_key, rule, lease_id, place.as_ref(), &join)
+                };
                 match self.txn(Retry::Unsent, txn).await {
                     Err(e) if from_pool && lease_not_found(&e.error) => {
                         // Refused before it was applied: a spare someone revoked (or the waiter
@@ -369,8 +371,8 @@ impl EtcdStore {
 
     /// Takes a place in line without trying (a permit request that found no room).
     async fn join_line(&self, req: &Acquire, lock_key: &str, key: &str, session: i64) {
-        let txn = Txn::new().and_then([join_op(self.waiting(), key, session)]);
-        match self.txn(Retry::Unsent, txn).await {
+        let join = || Txn::new().and_then([join_op(self.waiting(), key, session)]);
+        match self.txn(Retry::Unsent, join).await {
             Ok(response) => {
                 let revision = response.header().map_or(0, |h| h.revision());
                 if let Some(TxnOpResponse::Put(put)) = response.op_responses().first() {

@@ -16,16 +16,18 @@ impl EtcdStore {
     pub(crate) async fn release_once(&self, lease: &Lease) -> Result<bool> {
         let held = self.held_leases().remove(lease.token());
         let hold_key = self.hold_key(lease);
-        let txn = Txn::new()
-            .when([Compare::value(
-                hold_key.as_str(),
-                CompareOp::Equal,
-                lease.token().as_str(),
-            )])
-            .and_then([TxnOp::delete(
-                hold_key.as_str(),
-                Some(DeleteOptions::new().with_prev_key()),
-            )]);
+        let txn = || {
+            Txn::new()
+                .when([Compare::value(
+                    hold_key.as_str(),
+                    CompareOp::Equal,
+                    lease.token().as_str(),
+                )])
+                .and_then([TxnOp::delete(
+                    hold_key.as_str(),
+                    Some(DeleteOptions::new().with_prev_key()),
+                )])
+        };
         let response = self
             .txn(Retry::Unsent, txn)
             .await

@@ -72,10 +72,12 @@ impl EtcdStore {
             }
         }
         let hold_key = self.hold_key(lease);
-        let still_ours = Txn::new().when([
-            Compare::value(hold_key.as_str(), CompareOp::Equal, lease.token().as_str()),
-            Compare::lease(hold_key.as_str(), CompareOp::Equal, held.id),
-        ]);
+        let still_ours = || {
+            Txn::new().when([
+                Compare::value(hold_key.as_str(), CompareOp::Equal, lease.token().as_str()),
+                Compare::lease(hold_key.as_str(), CompareOp::Equal, held.id),
+            ])
+        };
         let response = self
             .txn(Retry::Safe, still_ours)
             .await

@@ -283,7 +283,7 @@ pub(crate) async fn mark_writer(
             req.token.as_str(),
             Some(PutOptions::new().with_lease(lease).with_prev_key()),
         )]);
-    match store.txn(Retry::Unsent, put).await {
+    match store.txn(Retry::Unsent, || put.clone()).await {
         Ok(response) if response.succeeded() => {
             if let Some(TxnOpResponse::Put(put)) = response.op_responses().first() {
                 if let Some(old) = put.prev_key() {
