@@ -81,7 +81,7 @@ impl AerospikeStore {
         }
     }
 
-    /// Whether the key's lock record holds `req`'s token (an exclusive record's owner, or an
+    /// Whether `key`'s lock record holds `token` (an exclusive record's owner, or an
     /// entry of a shared record's holders); `None` when the read failed and cannot tell.
     async fn holds(&self, key: &LockKey, token: &OwnerToken) -> Option<bool> {
         let Ok(record_key) = self.record_key(key) else {
