@@ -1,4 +1,5 @@
-//! Benchmarks of the scenario layers (docs/LAYERS.md has the numbers and how to read them).
+//! Benchmarks of the scenario layers (docs/PERFORMANCE.md has the numbers, docs/LAYERS.md how to
+//! read them).
 //!
 //! Run: `cargo bench -p leasehold-bench --bench layers` (its own package, so tokio is built
 //! without the `test-util` feature the test suites enable, as in a production build).
@@ -7,8 +8,8 @@
 //!     insert + remove (the floor), on the bare embedded store, and through the full default
 //!     stack, store level (as the builder assembles it, and by hand without type erasure) and
 //!     manager level. `per_layer/*`: each layer alone over the embedded store. `parts/*`: the
-//!     building blocks every acquire + release pays for (clock reads, maps, tokens), from which
-//!     docs/PERFORMANCE.md derives the lowest cost the default stack can have.
+//!     building blocks every acquire + release pays for (clock reads, maps, tokens): what the
+//!     default stack's cost is made of.
 //! (b) hand-off latency (printed): a holder releases, a task waiting in `lock()` holds the lock;
 //!     p50/p99 over many rounds, with local competition off, on, and on with hand-off.
 //! (c) hot key (printed): 64 tasks × many acquisitions of one key over a request-counting store

@@ -78,9 +78,9 @@ where
 /// Aerospike do), or uses [`acquire_detached`].
 ///
 /// A guard held across the request's `.await`, rather than a function wrapping the request's
-/// future: moving a future moves all of it, and a client's request future can be kilobytes, so a
-/// wrapper taking it by value copied that on every acquire. `release` is called only when the
-/// guard is dropped armed, so it may borrow the store and clone it only then.
+/// future, so a store's acquire reads as the requests it makes, whatever it awaits between
+/// them. `release` is called only when the guard is dropped armed, so it may borrow the store
+/// and clone it only then: nothing is cloned for an acquire that gets its answer.
 ///
 /// ```
 /// use std::time::Duration;

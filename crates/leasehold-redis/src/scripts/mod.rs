@@ -190,7 +190,7 @@ fn script_text(body: &str, publish: &str) -> String {
 /// The shared functions `body` calls, directly or through another of them, in the prelude's
 /// order. A script defines only those: the server runs every definition on every call, and the
 /// whole prelude made a release cost the server about 1.3 µs more per call than its own four
-/// functions do (Redis 7.0, `INFO commandstats`; a whole call is 3–5 µs).
+/// functions do (Redis 7.0, `INFO commandstats`; a whole release call is about 5 µs).
 fn prelude_for(body: &str) -> String {
     let functions = definitions(PRELUDE);
     let mut used = vec![false; functions.len()];
