@@ -17,16 +17,11 @@ impl EtcdStore {
         let held = self.held_leases().remove(lease.token());
         let hold_key = self.hold_key(lease);
         let txn = || {
-            Txn::new()
-                .when([Compare::value(
-                    hold_key.as_str(),
-                    CompareOp::Equal,
-                    lease.token().as_str(),
-                )])
-                .and_then([TxnOp::delete(
-                    hold_key.as_str(),
-                    Some(DeleteOptions::new().with_prev_key()),
-                )])
+            let delete = TxnOp::delete(
+                hold_key.as_str(),
+                Some(DeleteOptions::new().with_prev_key()),
+            );
+            if_ours(&hold_key, lease, delete)
         };
         let response = self
             .txn(Retry::Unsent, txn)
@@ -53,4 +48,16 @@ impl EtcdStore {
         }
         Ok(true)
     }
+}
+
+/// `then` if the hold at `hold_key` is still `lease`'s (its value is the lease's owner token):
+/// the owner check of every write to a hold.
+pub(crate) fn if_ours(hold_key: &str, lease: &Lease, then: TxnOp) -> Txn {
+    Txn::new()
+        .when([Compare::value(
+            hold_key,
+            CompareOp::Equal,
+            lease.token().as_str(),
+        )])
+        .and_then([then])
 }

@@ -272,18 +272,21 @@ pub(crate) async fn mark_writer(
             }
         }
     };
-    let readers = holder_prefix(lock_key) + &crate::layout::mode_field(LockMode::Shared) + "#";
-    let put = Txn::new()
-        .when([
-            Compare::create_revision(lock_key, CompareOp::Equal, 0),
-            Compare::create_revision(readers, CompareOp::Greater, 0).with_prefix(),
-        ])
-        .and_then([TxnOp::put(
-            writer_key(lock_key, store.waiting().id()),
-            req.token.as_str(),
-            Some(PutOptions::new().with_lease(lease).with_prev_key()),
-        )]);
-    match store.txn(Retry::Unsent, || put.clone()).await {
+    let readers = mode_prefix(lock_key, LockMode::Shared);
+    let writer = writer_key(lock_key, store.waiting().id());
+    let put = || {
+        Txn::new()
+            .when([
+                Compare::create_revision(lock_key, CompareOp::Equal, 0),
+                Compare::create_revision(readers.as_str(), CompareOp::Greater, 0).with_prefix(),
+            ])
+            .and_then([TxnOp::put(
+                writer.as_str(),
+                req.token.as_str(),
+                Some(PutOptions::new().with_lease(lease).with_prev_key()),
+            )])
+    };
+    match store.txn(Retry::Unsent, put).await {
         Ok(response) if response.succeeded() => {
             if let Some(TxnOpResponse::Put(put)) = response.op_responses().first() {
                 if let Some(old) = put.prev_key() {

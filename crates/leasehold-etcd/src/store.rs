@@ -5,9 +5,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{
-    Compare, CompareOp, GetOptions, GetResponse, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
-};
+use etcd_client::{GetOptions, GetResponse, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use leasehold_core::{
     acquire_detached, validate_ttl, Acquire, Attempt, Capabilities, ChangeWatch, Error, Lease,
     LockInfo, LockKey, LockMode, LockStore, ReleaseWatch, Result,
@@ -23,6 +21,7 @@ use crate::error::{map, Op};
 use crate::held::{HeldLease, HeldLeases};
 use crate::layout::{holder_key, waiter_prefix};
 use crate::members::{Failed, Members, Retry};
+use crate::release::if_ours;
 use crate::spares::{Fate, SpareLeases};
 use crate::waiting::{Spare, Waiting};
 
@@ -434,18 +433,15 @@ impl LockStore for EtcdStore {
         let hold_key = self.hold_key(lease);
         let sent_at = Instant::now();
         let new_lease = self.grant(lease.key(), ttl).await?;
-        let txn = Txn::new()
-            .when([Compare::value(
-                hold_key.as_str(),
-                CompareOp::Equal,
-                lease.token().as_str(),
-            )])
-            .and_then([TxnOp::put(
+        let move_hold = || {
+            let put = TxnOp::put(
                 hold_key.as_str(),
                 lease.token().as_str(),
                 Some(PutOptions::new().with_lease(new_lease).with_prev_key()),
-            )]);
-        let response = match self.txn(Retry::Unsent, || txn.clone()).await {
+            );
+            if_ours(&hold_key, lease, put)
+        };
+        let response = match self.txn(Retry::Unsent, move_hold).await {
             Ok(response) => response,
             Err(e) => {
                 // In doubt, the hold may be on either lease: forget which, so the next renewal
