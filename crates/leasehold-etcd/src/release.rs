@@ -21,7 +21,7 @@ impl EtcdStore {
                 hold_key.as_str(),
                 Some(DeleteOptions::new().with_prev_key()),
             );
-            if_ours(&hold_key, lease, delete)
+            Self::if_ours(&hold_key, lease, delete)
         };
         let response = self
             .txn(Retry::Unsent, txn)
@@ -48,16 +48,16 @@ impl EtcdStore {
         }
         Ok(true)
     }
-}
 
-/// `then` if the hold at `hold_key` is still `lease`'s (its value is the lease's owner token):
-/// the owner check of every write to a hold.
-pub(crate) fn if_ours(hold_key: &str, lease: &Lease, then: TxnOp) -> Txn {
-    Txn::new()
-        .when([Compare::value(
-            hold_key,
-            CompareOp::Equal,
-            lease.token().as_str(),
-        )])
-        .and_then([then])
+    /// `then` if the hold at `hold_key` is still `lease`'s (its value is the lease's owner
+    /// token): the owner check of every write to a hold.
+    pub(crate) fn if_ours(hold_key: &str, lease: &Lease, then: TxnOp) -> Txn {
+        Txn::new()
+            .when([Compare::value(
+                hold_key,
+                CompareOp::Equal,
+                lease.token().as_str(),
+            )])
+            .and_then([then])
+    }
 }

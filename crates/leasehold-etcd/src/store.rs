@@ -21,7 +21,6 @@ use crate::error::{map, Op};
 use crate::held::{HeldLease, HeldLeases};
 use crate::layout::{holder_key, waiter_prefix};
 use crate::members::{Failed, Members, Retry};
-use crate::release::if_ours;
 use crate::spares::{Fate, SpareLeases};
 use crate::waiting::{Spare, Waiting};
 
@@ -439,7 +438,7 @@ impl LockStore for EtcdStore {
                 lease.token().as_str(),
                 Some(PutOptions::new().with_lease(new_lease).with_prev_key()),
             );
-            if_ours(&hold_key, lease, put)
+            Self::if_ours(&hold_key, lease, put)
         };
         let response = match self.txn(Retry::Unsent, move_hold).await {
             Ok(response) => response,
