@@ -6,8 +6,11 @@
 //! Adding and removing an entry takes a mutex and wakes nobody, unless the new entry is due
 //! before the driver means to wake (with one period for every entry, only when the schedule was
 //! empty). The driver exits once the schedule is empty when it wakes, and the next entry starts
-//! it again, so an idle schedule keeps no task. It holds nothing of what its entries start: each
-//! entry starts itself.
+//! it again, so an idle schedule keeps no task. A driver keeps the wake it planned even if every
+//! entry was removed before then: the entry that started it is usually gone before the driver
+//! first runs (a lock taken and released at once), and ending it there would spawn a task, and
+//! wake an idle worker thread to run it, for every lock taken. It holds nothing of what its
+//! entries start: each entry starts itself.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -74,6 +77,10 @@ impl Schedule {
             queue.due.insert(place, entry);
             let earlier = queue.wakes_at.is_none_or(|wakes| at < wakes);
             let start_driver = !std::mem::replace(&mut queue.driving, true);
+            if start_driver {
+                // The new driver's first wake, kept even if this entry is removed before then.
+                queue.wakes_at = Some(at);
+            }
             (place, start_driver, earlier)
         };
         if start_driver {
@@ -98,9 +105,10 @@ impl Schedule {
         self.queue().due.remove(&place);
     }
 
-    /// Takes every entry due by `now` off the schedule and says when the next is due. `None`
-    /// with nothing due and nothing left: the driver stops (marked under the lock, so the next
-    /// entry added starts a new one).
+    /// Takes every entry due by `now` off the schedule and says when the driver wakes next: when
+    /// the next entry is due, or, with none left, at the wake it planned if that is still ahead.
+    /// `None` with nothing due and nothing left to wait for: the driver stops (marked under the
+    /// lock, so the next entry added starts a new one).
     fn take_due(&self, now: Instant) -> Option<Taken> {
         let mut queue = self.queue();
         let mut due = Vec::new();
@@ -110,7 +118,10 @@ impl Schedule {
             }
             due.push(first.remove());
         }
-        let next = queue.due.keys().next().map(|(at, _)| *at);
+        let next = match queue.due.keys().next() {
+            Some((at, _)) => Some(*at),
+            None => queue.wakes_at.filter(|planned| *planned > now),
+        };
         queue.wakes_at = next;
         if next.is_none() && due.is_empty() {
             queue.driving = false;
@@ -159,5 +170,118 @@ async fn drive(schedule: Arc<Schedule>, lifecycle: Lifecycle) {
             () = &mut earlier => {}
             () = tokio::time::sleep_until(next) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Counts its starts.
+    #[derive(Debug, Default)]
+    struct Counted {
+        started: AtomicUsize,
+    }
+
+    impl Due for Counted {
+        fn scheduled(&self, _place: Place) {}
+        fn start(&self) {
+            self.started.fetch_add(1, Ordering::SeqCst);
+        }
+        fn shut_down(&self) {}
+    }
+
+    /// Lets every ready task run (the driver included) on the test's one thread.
+    async fn settle() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn driving(schedule: &Schedule) -> bool {
+        schedule.queue().driving
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_entry_starts_when_due_and_the_driver_then_ends() {
+        let (schedule, lifecycle) = (Arc::new(Schedule::default()), Lifecycle::new());
+        let entry = Arc::new(Counted::default());
+        assert!(schedule.add(
+            &lifecycle,
+            entry.clone(),
+            Instant::now() + Duration::from_secs(10)
+        ));
+        settle().await;
+        assert_eq!(entry.started.load(Ordering::SeqCst), 0);
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        settle().await;
+        assert_eq!(entry.started.load(Ordering::SeqCst), 1);
+        assert!(!driving(&schedule), "an empty schedule keeps no driver");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_driver_whose_entry_left_before_it_ran_waits_out_its_planned_wake() {
+        let (schedule, lifecycle) = (Arc::new(Schedule::default()), Lifecycle::new());
+        let first = Arc::new(Counted::default());
+        let due = Instant::now() + Duration::from_secs(10);
+        schedule.add(&lifecycle, first.clone(), due);
+        // Released at once, before the driver first looked.
+        let place = *schedule.queue().due.keys().next().expect("scheduled");
+        schedule.remove(place);
+        settle().await;
+        assert!(
+            driving(&schedule),
+            "the driver waits for its planned wake rather than ending at once"
+        );
+
+        // The next lock's entry, later than the planned wake: no new driver, nothing woken.
+        let second = Arc::new(Counted::default());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        schedule.add(
+            &lifecycle,
+            second.clone(),
+            Instant::now() + Duration::from_secs(15),
+        );
+        assert_eq!(schedule.queue().wakes_at, Some(due));
+
+        // The driver wakes as planned, finds the second entry not due, sleeps until it is.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        settle().await;
+        assert!(driving(&schedule));
+        assert_eq!(second.started.load(Ordering::SeqCst), 0);
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        settle().await;
+        assert_eq!(second.started.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            first.started.load(Ordering::SeqCst),
+            0,
+            "removed: never started"
+        );
+        assert!(!driving(&schedule));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_entry_due_before_the_planned_wake_wakes_the_driver() {
+        let (schedule, lifecycle) = (Arc::new(Schedule::default()), Lifecycle::new());
+        let late = Arc::new(Counted::default());
+        schedule.add(
+            &lifecycle,
+            late.clone(),
+            Instant::now() + Duration::from_secs(30),
+        );
+        settle().await;
+        let soon = Arc::new(Counted::default());
+        schedule.add(
+            &lifecycle,
+            soon.clone(),
+            Instant::now() + Duration::from_secs(1),
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        settle().await;
+        assert_eq!(soon.started.load(Ordering::SeqCst), 1);
+        assert_eq!(late.started.load(Ordering::SeqCst), 0);
     }
 }
