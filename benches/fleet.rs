@@ -14,8 +14,9 @@
 //! - Jain's fairness index over acquisitions per process (1.0 = equal shares);
 //! - store requests per acquisition (requests that reached the store, counted in each process),
 //!   and the server's own count per acquisition: Redis commands (scripts' commands included), or
-//!   Aerospike requests (round trips, as the fixture counts them); on one Redis server, also
-//!   those commands by command (`INFO commandstats`).
+//!   Aerospike requests (round trips, as the fixture counts them), over the whole run and in
+//!   the steady state (from 1 s in to 0.5 s before the end: without each process's start and
+//!   shutdown); on one Redis server, also those commands by command (`INFO commandstats`).
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -172,7 +173,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 /// Runs one configuration and prints its row; returns the acquisitions made.
-fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) -> u64 {
+fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64> + Sync) -> u64 {
     let before = commands();
     let me = std::env::current_exe().unwrap();
     let env = format!(
@@ -195,11 +196,32 @@ fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) -> u64 
                 .expect("spawn a process")
         })
         .collect();
+    let spawned = Instant::now();
+    // The server's count in the steady state too: from 1 s into the run (every process
+    // connected, subscribed and in line) to 0.5 s before its end (none shutting down yet), as
+    // (when, count) at each end. The whole run's count also carries each process's start and
+    // shutdown once, which a short run with many processes spreads over few acquisitions.
+    let sample_at = |after: Duration| {
+        std::thread::sleep((spawned + after).saturating_duration_since(Instant::now()));
+        commands().map(|count| (now_ns(), count))
+    };
+    let (from, to) = (
+        Duration::from_secs(1),
+        shape.run.saturating_sub(Duration::from_millis(500)),
+    );
+    let (outputs, steady) = std::thread::scope(|scope| {
+        let sampler = (to > from).then(|| scope.spawn(|| Some((sample_at(from)?, sample_at(to)?))));
+        let outputs: Vec<_> = children
+            .into_iter()
+            .map(|child| child.wait_with_output().expect("process"))
+            .collect();
+        let steady = sampler.and_then(|sampler| sampler.join().expect("sampler"));
+        (outputs, steady)
+    });
     let mut holds = Vec::new();
     let (mut requests, mut acquires, mut releases) = (0u64, 0u64, 0u64);
     let mut per_process = Vec::new();
-    for (process, child) in children.into_iter().enumerate() {
-        let out = child.wait_with_output().expect("process");
+    for (process, out) in outputs.into_iter().enumerate() {
         assert!(out.status.success(), "a process failed");
         let mut count = 0u64;
         for line in String::from_utf8_lossy(&out.stdout).lines() {
@@ -276,8 +298,15 @@ fn run(shape: &Shape, address: &str, commands: impl Fn() -> Option<u64>) -> u64 
         .iter()
         .max_by_key(|h| h.wait_us)
         .map_or(0.0, |h| h.start.saturating_sub(first) as f64 / 1e9);
+    let steady = steady.map_or(String::new(), |((t1, c1), (t2, c2))| {
+        let granted = holds.iter().filter(|h| (t1..t2).contains(&h.start)).count();
+        format!(
+            "; server commands per acquisition from 1 s in to 0.5 s before the end: {:.1}",
+            c2.saturating_sub(c1) as f64 / granted.max(1) as f64
+        )
+    });
     println!(
-        "  (acquisitions per process: {per_process:?}; store acquires / releases per acquisition: {:.2} / {:.2}; worst wait ended {worst_at:.2} s into the run)",
+        "  (acquisitions per process: {per_process:?}; store acquires / releases per acquisition: {:.2} / {:.2}; worst wait ended {worst_at:.2} s into the run{steady})",
         acquires as f64 / n.max(1) as f64,
         releases as f64 / n.max(1) as f64
     );
