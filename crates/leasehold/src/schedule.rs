@@ -6,11 +6,12 @@
 //! Adding and removing an entry takes a mutex and wakes nobody, unless the new entry is due
 //! before the driver means to wake (with one period for every entry, only when the schedule was
 //! empty). The driver exits once the schedule is empty when it wakes, and the next entry starts
-//! it again, so an idle schedule keeps no task. A driver keeps the wake it planned even if every
-//! entry was removed before then: the entry that started it is usually gone before the driver
-//! first runs (a lock taken and released at once), and ending it there would spawn a task, and
-//! wake an idle worker thread to run it, for every lock taken. It holds nothing of what its
-//! entries start: each entry starts itself.
+//! it again, so an idle schedule keeps no task past the wake its driver last planned (at most
+//! one renewal period; a shutdown ends it at once). A driver keeps that wake even if every entry
+//! was removed before then: the entry that started it is usually gone before the driver first
+//! runs (a lock taken and released at once), and ending it there would spawn a task, and wake an
+//! idle worker thread to run it, for every lock taken. It holds nothing of what its entries
+//! start: each entry starts itself.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
