@@ -69,8 +69,8 @@ pub struct GracefulShutdownLayer {
     /// How often expired entries are purged. Default [`DEFAULT_PURGE_INTERVAL`].
     pub purge_interval: Duration,
     /// The exit status a signal-triggered shutdown reports for the process
-    /// ([`SignalShutdown::exit_code`](crate::SignalShutdown::exit_code), feature `signal`). Default
-    /// 130 (128 + SIGINT; `ctrlc` does not say whether SIGINT or SIGTERM arrived).
+    /// (`SignalShutdown::exit_code`, with the `signal` feature). Default 130 (128 + SIGINT;
+    /// `ctrlc` does not say whether SIGINT or SIGTERM arrived).
     pub exit_code: i32,
 }
 
