@@ -33,9 +33,18 @@
 //!   token (the Java manager's own delete is unfiltered; the filter is what makes it correct):
 //!   2 round trips.
 //!
+//! Floor rows, the same crate again, measure what fencing and fair waiting cost the server before
+//! any client code of leasehold's runs:
+//! - Redis: the fewest commands a fenced, fair acquire needs (the line's head read, `SET NX PX`,
+//!   the fence's `INCR`) as one script, and as one `MULTI` transaction (the script-free fast path
+//!   a design could take while nobody waits), each with the raw release.
+//! - etcd: leasehold's own two transactions built by hand (the hold's compares against holders,
+//!   readers and the line, the writer markers' delete; the owner-checked delete).
+//!
 //! After the timed batches, each store's rows run once more with the server's own count: Redis
 //! commands per cycle (`INFO stats`, a script counting with the commands it runs) and the time
-//! the Redis server spent running scripts per cycle (`INFO commandstats`: `EVALSHA`), and Aerospike
+//! the Redis server spent running scripts and transactions per cycle (`INFO commandstats`:
+//! `EVALSHA` and `EXEC`, each with the commands it runs), and Aerospike
 //! round trips per cycle (data requests, as the fixture counts them; background requests that
 //! land after the row's cycles count with the next row).
 
@@ -44,7 +53,7 @@ use std::time::{Duration, Instant};
 use aerospike::expressions::{eq, string_bin, string_val};
 use aerospike::policy::{AuthMode, Expiration, RecordExistsAction};
 use aerospike::{as_bin, Client, ClientPolicy, Key, Value, WritePolicy};
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp};
 use leasehold::{LockManager, LockManagerBuilder, LockStore};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
@@ -57,18 +66,41 @@ use leasehold_testkit::redis::RedisServer;
 const BATCHES: usize = 7;
 const RELEASE_SCRIPT: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+/// The least a fenced, fair acquire can run as one script: nobody in line (`KEYS[3]`), the hold
+/// set, the fence counter (`KEYS[2]`) moved with it.
+const FLOOR_ACQUIRE_SCRIPT: &str = "if redis.call('LINDEX', KEYS[3], 0) then return false end \
+    if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end \
+    return redis.call('INCR', KEYS[2])";
+
+/// How a raw Redis row acquires.
+enum RawRedisAcquire {
+    /// `SET key token NX PX 30000`: the raw baseline.
+    Set,
+    /// [`FLOOR_ACQUIRE_SCRIPT`]: the floor of any fenced, fair acquire written as a script.
+    Script(redis::Script),
+    /// The same three commands in a `MULTI` transaction: the floor of a script-free fast path
+    /// (on its own it is not fair: a hold taken while the line is not empty would have to be
+    /// given back).
+    Multi,
+}
 
 /// One way to take and give back a lock.
 enum Cycle {
     RawRedis {
         conn: redis::aio::MultiplexedConnection,
+        acquire: RawRedisAcquire,
         release: redis::Script,
         key: String,
+        /// The floor rows' fence counter and waiter line.
+        fence: String,
+        line: String,
     },
     RawEtcd {
         kv: Box<etcd_client::KvClient>,
         lease: i64,
         key: String,
+        /// The floor row: leasehold's transactions, built by hand.
+        floor: bool,
     },
     RawAerospike(Box<RawAerospike>),
     /// The store alone, no manager: `try_acquire` + `release`.
@@ -87,18 +119,58 @@ struct RawAerospike {
 impl Cycle {
     async fn run(&mut self, i: usize) {
         match self {
-            Cycle::RawRedis { conn, release, key } => {
+            Cycle::RawRedis {
+                conn,
+                acquire,
+                release,
+                key,
+                fence,
+                line,
+            } => {
                 let token = format!("raw-{i}");
-                let ok: Option<String> = redis::cmd("SET")
-                    .arg(key.as_str())
-                    .arg(&token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(30_000)
-                    .query_async(conn)
-                    .await
-                    .expect("SET");
-                assert!(ok.is_some(), "the raw key was free");
+                let taken = match acquire {
+                    RawRedisAcquire::Set => redis::cmd("SET")
+                        .arg(key.as_str())
+                        .arg(&token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(30_000)
+                        .query_async::<Option<String>>(conn)
+                        .await
+                        .expect("SET")
+                        .is_some(),
+                    RawRedisAcquire::Script(script) => script
+                        .key(key.as_str())
+                        .key(fence.as_str())
+                        .key(line.as_str())
+                        .arg(&token)
+                        .arg(30_000)
+                        .invoke_async::<Option<u64>>(conn)
+                        .await
+                        .expect("acquire script")
+                        .is_some(),
+                    RawRedisAcquire::Multi => {
+                        let (set, head, _fence): (Option<String>, Option<String>, u64) =
+                            redis::pipe()
+                                .atomic()
+                                .cmd("SET")
+                                .arg(key.as_str())
+                                .arg(&token)
+                                .arg("NX")
+                                .arg("PX")
+                                .arg(30_000)
+                                .cmd("LINDEX")
+                                .arg(line.as_str())
+                                .arg(0)
+                                .cmd("INCR")
+                                .arg(fence.as_str())
+                                .query_async(conn)
+                                .await
+                                .expect("MULTI");
+                        set.is_some() && head.is_none()
+                    }
+                };
+                assert!(taken, "the raw key was free");
                 let deleted: i64 = release
                     .key(key.as_str())
                     .arg(&token)
@@ -107,23 +179,51 @@ impl Cycle {
                     .expect("release script");
                 assert_eq!(deleted, 1);
             }
-            Cycle::RawEtcd { kv, lease, key } => {
+            Cycle::RawEtcd {
+                kv,
+                lease,
+                key,
+                floor,
+            } => {
                 let token = format!("raw-{i}");
-                let acquire = Txn::new()
-                    .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(
-                        key.as_str(),
-                        token.as_str(),
-                        Some(PutOptions::new().with_lease(*lease)),
-                    )]);
+                let put = TxnOp::put(
+                    key.as_str(),
+                    token.as_str(),
+                    Some(PutOptions::new().with_lease(*lease)),
+                );
+                let absent = |key: String| Compare::create_revision(key, CompareOp::Equal, 0);
+                let acquire = if *floor {
+                    // No hold, no reader or permit holder, nobody in line; the hold, and the
+                    // waiting writers' markers cleared.
+                    Txn::new()
+                        .when([
+                            absent(key.clone()),
+                            absent(format!("{key}#holder#")).with_prefix(),
+                            absent(format!("{key}#waiter#")).with_prefix(),
+                        ])
+                        .and_then([
+                            put,
+                            TxnOp::delete(
+                                format!("{key}#writer#"),
+                                Some(DeleteOptions::new().with_prefix().with_prev_key()),
+                            ),
+                        ])
+                } else {
+                    Txn::new().when([absent(key.clone())]).and_then([put])
+                };
                 assert!(kv.txn(acquire).await.expect("txn").succeeded());
+                let delete = if *floor {
+                    Some(DeleteOptions::new().with_prev_key())
+                } else {
+                    None
+                };
                 let release = Txn::new()
                     .when([Compare::value(
                         key.as_str(),
                         CompareOp::Equal,
                         token.as_str(),
                     )])
-                    .and_then([TxnOp::delete(key.as_str(), None)]);
+                    .and_then([TxnOp::delete(key.as_str(), delete)]);
                 assert!(kv.txn(release).await.expect("txn").succeeded());
             }
             Cycle::RawAerospike(raw) => {
@@ -356,14 +456,31 @@ async fn redis_rows() {
             manager(store(|c| c.fencing(false)).await, |b| b),
         ),
     ];
-    let mut rows = vec![Row::new(
-        "raw: SET NX PX + compare-and-delete script",
-        Cycle::RawRedis {
-            conn,
-            release: redis::Script::new(RELEASE_SCRIPT),
-            key: "bench:raw".to_owned(),
-        },
-    )];
+    let raw = |acquire, key: &str| Cycle::RawRedis {
+        conn: conn.clone(),
+        acquire,
+        release: redis::Script::new(RELEASE_SCRIPT),
+        key: key.to_owned(),
+        fence: format!("{key}:fence"),
+        line: format!("{key}:line"),
+    };
+    let mut rows = vec![
+        Row::new(
+            "raw: SET NX PX + compare-and-delete script",
+            raw(RawRedisAcquire::Set, "bench:raw"),
+        ),
+        Row::new(
+            "floor, script: LINDEX, SET NX PX, INCR + release",
+            raw(
+                RawRedisAcquire::Script(redis::Script::new(FLOOR_ACQUIRE_SCRIPT)),
+                "bench:floor-script",
+            ),
+        ),
+        Row::new(
+            "floor, MULTI: SET NX PX, LINDEX, INCR + release",
+            raw(RawRedisAcquire::Multi, "bench:floor-multi"),
+        ),
+    ];
     rows.push(Row::new(
         "the store alone (no manager): try_acquire + release",
         Cycle::Store(
@@ -386,9 +503,9 @@ async fn redis_rows() {
             .unwrap_or_default()
     );
     // The server's commands (the INFO call itself is one), and the time it spent running
-    // scripts (`EVALSHA`, the commands a script runs included; Redis's own measure, without
-    // reading requests and writing replies): the raw cycle's release, leasehold's acquire and
-    // release. One INFO call reads both.
+    // scripts and transactions (`EVALSHA` and `EXEC`, the commands they run included; Redis's own
+    // measure, without reading requests and writing replies): the raw cycle's release, the
+    // floors' acquire and release, leasehold's acquire and release. One INFO call reads both.
     let counters = || -> Vec<f64> {
         let info = server
             .command(&["INFO", "stats", "commandstats"])
@@ -398,20 +515,25 @@ async fn redis_rows() {
             .find_map(|line| line.strip_prefix("total_commands_processed:"))
             .and_then(|v| v.trim().parse::<f64>().ok())
             .unwrap_or(0.0);
-        let scripts = info
-            .lines()
-            .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
-            .and_then(|stats| stats.split(',').find_map(|f| f.strip_prefix("usec=")))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0);
-        vec![commands - 1.0, scripts]
+        let usec = |command: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(command))
+                .and_then(|stats| stats.split(',').find_map(|f| f.strip_prefix("usec=")))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        // A transaction's `EXEC`, as a script's `EVALSHA`, counts the commands it runs.
+        vec![
+            commands - 1.0,
+            usec("cmdstat_evalsha:") + usec("cmdstat_exec:"),
+        ]
     };
     measure(
         "redis",
         &mut rows,
         400,
         Some((
-            &["Redis commands / cycle", "µs in scripts / cycle"],
+            &["Redis commands / cycle", "µs in scripts and EXEC / cycle"],
             &counters,
         )),
     )
@@ -437,14 +559,22 @@ async fn etcd_rows() {
     let store = EtcdStore::connect(EtcdConfig::new([endpoint.as_str()]))
         .await
         .expect("etcd store");
-    let mut rows = vec![Row::new(
-        "raw: put-if-absent Txn (reused lease) + delete Txn",
-        Cycle::RawEtcd {
-            kv: Box::new(client.kv_client()),
-            lease,
-            key: "bench:raw".to_owned(),
-        },
-    )];
+    let raw = |key: &str, floor| Cycle::RawEtcd {
+        kv: Box::new(client.kv_client()),
+        lease,
+        key: key.to_owned(),
+        floor,
+    };
+    let mut rows = vec![
+        Row::new(
+            "raw: put-if-absent Txn (reused lease) + delete Txn",
+            raw("bench:raw", false),
+        ),
+        Row::new(
+            "floor: leasehold's two Txns, by hand (reused lease)",
+            raw("bench:floor", true),
+        ),
+    ];
     rows.extend(leasehold_rows(
         vec![("default", manager(store, |b| b))],
         "bench",

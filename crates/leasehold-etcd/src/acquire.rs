@@ -197,7 +197,10 @@ impl EtcdStore {
             if let (Some((key, _)), Some(TxnOpResponse::Put(put))) = (&join, responses.last()) {
                 self.took_place(&lock_key, key, put, revision);
             }
-            if let Some(place) = place.as_ref().filter(|_| place_lapsed(&responses)) {
+            if let Some(place) = place
+                .as_ref()
+                .filter(|_| place_lapsed(req.mode, &responses))
+            {
                 // The waiter lease lapsed (etcd unreachable for its TTL, or revoked): the next
                 // attempt, at once, joins the line again instead of comparing against a key that
                 // is gone — and takes the lock if it is free, as this one could not.
@@ -469,10 +472,10 @@ enum Turn {
     Lapsed,
 }
 
-/// Whether a refused attempt with a place in line found its waiter key gone (the read after
-/// [`shared::why_refused`]'s).
-fn place_lapsed(responses: &[TxnOpResponse]) -> bool {
-    matches!(responses.get(shared::REFUSAL_READS), Some(TxnOpResponse::Get(mine)) if mine.count() == 0)
+/// Whether a refused attempt of `mode` with a place in line found its waiter key gone (the read
+/// after [`shared::why_refused`]'s).
+fn place_lapsed(mode: LockMode, responses: &[TxnOpResponse]) -> bool {
+    matches!(responses.get(shared::refusal_reads(mode)), Some(TxnOpResponse::Get(mine)) if mine.count() == 0)
 }
 
 /// Puts our waiter key in a lock's line, on the waiter lease.

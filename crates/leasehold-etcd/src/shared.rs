@@ -93,12 +93,20 @@ impl Rule {
     }
 }
 
-/// How many reads [`why_refused`] adds to a transaction's else branch.
-pub(crate) const REFUSAL_READS: usize = 5;
+/// How many reads [`why_refused`] adds to a transaction's else branch for a request of `mode`.
+pub(crate) fn refusal_reads(mode: LockMode) -> usize {
+    match mode {
+        LockMode::Semaphore { .. } => 5,
+        _ => 4,
+    }
+}
 
 /// The reads a refused acquisition sends in its `else` branch, to say why: the record, the first
 /// holder (its key names the mode), whether a writer waits, the head of the line and, for a
-/// permit, how many of its mode are taken. [`Seen::read`] decodes them in this order.
+/// permit, how many of its mode are taken. [`Seen::read`] decodes them in this order. Every
+/// acquire request carries them, so a request that would never read an answer does not ask: only
+/// a permit counts its mode's holders (that count would be an eighth of an exclusive acquire
+/// request's bytes).
 pub(crate) fn why_refused(lock_key: &str, mode: LockMode) -> Vec<TxnOp> {
     let count = || GetOptions::new().with_prefix().with_count_only();
     let first = || {
@@ -107,7 +115,7 @@ pub(crate) fn why_refused(lock_key: &str, mode: LockMode) -> Vec<TxnOp> {
             .with_keys_only()
             .with_limit(1)
     };
-    vec![
+    let mut reads = vec![
         TxnOp::get(lock_key, Some(GetOptions::new().with_count_only())),
         TxnOp::get(holder_prefix(lock_key), Some(first())),
         TxnOp::get(writer_prefix(lock_key), Some(count())),
@@ -115,8 +123,11 @@ pub(crate) fn why_refused(lock_key: &str, mode: LockMode) -> Vec<TxnOp> {
             waiter_prefix(lock_key),
             Some(first().with_sort(SortTarget::Create, SortOrder::Ascend)),
         ),
-        TxnOp::get(mode_prefix(lock_key, mode), Some(count())),
-    ]
+    ];
+    if refusal_reads(mode) > reads.len() {
+        reads.push(TxnOp::get(mode_prefix(lock_key, mode), Some(count())));
+    }
+    reads
 }
 
 /// What a refused acquisition found.
@@ -152,20 +163,27 @@ impl Seen {
         store_prefix: &str,
         responses: &[TxnOpResponse],
     ) -> Result<Seen> {
+        let expected = refusal_reads(req.mode);
         let gets: Vec<&etcd_client::GetResponse> = responses
             .iter()
-            .take(REFUSAL_READS)
+            .take(expected)
             .filter_map(|r| match r {
                 TxnOpResponse::Get(g) => Some(g),
                 _ => None,
             })
             .collect();
-        let [record, holder, writers, head, taken] = gets[..] else {
-            return Err(unexpected(
-                Op::Acquire,
-                req.key.as_str(),
-                "a refusal without its five reads",
-            ));
+        let (record, holder, writers, head, taken) = match gets[..] {
+            [record, holder, writers, head] if expected == 4 => (record, holder, writers, head, 0),
+            [record, holder, writers, head, taken] => {
+                (record, holder, writers, head, taken.count())
+            }
+            _ => {
+                return Err(unexpected(
+                    Op::Acquire,
+                    req.key.as_str(),
+                    "a refusal without its reads",
+                ))
+            }
         };
         let holders = holder.kvs().first().and_then(|kv| {
             let name = std::str::from_utf8(kv.key()).ok()?;
@@ -179,7 +197,7 @@ impl Seen {
             holders,
             writer_waiting: writers.count() > 0,
             head: head.kvs().first().map(|kv| kv.key().to_vec()),
-            taken: taken.count(),
+            taken,
         })
     }
 
