@@ -94,24 +94,35 @@ impl RedisStore {
         }
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let script = if req.trace.is_some() {
+        let traced = req.trace.is_some();
+        let script = if traced {
             &self.scripts().acquire_traced
         } else {
             &self.scripts().acquire
         };
         let (lock_key, fence_key) = (self.lock_key(&req.key), self.fence_key(&req.key));
-        let change_channel = self.change_channel_of(&lock_key);
+        // The change channel only for a grant that is announced (or traced: the trace's key is
+        // counted from the end).
+        let change_channel = (req.announce || traced).then(|| self.change_channel_of(&lock_key));
+        let keys = [
+            lock_key.as_str(),
+            &fence_key,
+            change_channel.as_deref().unwrap_or_default(),
+        ];
+        let keys = if change_channel.is_some() {
+            &keys[..]
+        } else {
+            &keys[..2]
+        };
         let trace_key = self.trace_key_for(&req.key, req.trace.as_ref());
-        let mut call = ScriptCall::new(
-            script,
-            &[&lock_key, &fence_key, &change_channel],
-            trace_key.as_deref(),
-        );
+        let mut call = ScriptCall::new(script, keys, trace_key.as_deref());
         call.arg(req.token.as_str())
             .arg(ttl_millis(req.ttl))
             .arg(if self.inner.config.fencing { "1" } else { "0" })
-            .arg(writer_wait_millis(req, sent_at))
-            .arg(if req.announce { "1" } else { "0" });
+            .optional_args(
+                &[writer_wait_millis(req, sent_at), u64::from(req.announce)],
+                traced,
+            );
         self.trace_acquire(&mut call, req);
         let (acquired, value, mine): (i64, Option<u64>, u64) = call
             .invoke(&mut conn)

@@ -137,39 +137,49 @@ impl RedisStore {
             (requeue || stay) && self.inner.waiting.place_due(&lock_key, waiter_timeout / 2);
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let script = if req.trace.is_some() {
+        let traced = req.trace.is_some();
+        let script = if traced {
             &self.scripts().acquire_fair_traced
         } else {
             &self.scripts().acquire_fair
         };
         let (fence_key, queue_key) = (self.fence_key(&req.key), self.queue_key(&req.key));
         let deadlines_key = self.queue_deadline_key(&req.key);
-        let change_channel = self.change_channel_of(&lock_key);
+        // The change channel only for a grant that is announced (or traced: the trace's key
+        // is counted from the end).
+        let change_channel = (req.announce || traced).then(|| self.change_channel_of(&lock_key));
+        let keys = [
+            lock_key.as_str(),
+            &fence_key,
+            &queue_key,
+            &deadlines_key,
+            change_channel.as_deref().unwrap_or_default(),
+        ];
+        let keys = if change_channel.is_some() {
+            &keys[..]
+        } else {
+            &keys[..4]
+        };
         let trace_key = self.trace_key_for(&req.key, req.trace.as_ref());
-        let mut call = ScriptCall::new(
-            script,
-            &[
-                &lock_key,
-                &fence_key,
-                &queue_key,
-                &deadlines_key,
-                &change_channel,
-            ],
-            trace_key.as_deref(),
-        );
+        let mut call = ScriptCall::new(script, keys, trace_key.as_deref());
         call.arg(req.token.as_str())
             .arg(ttl_millis(req.ttl))
             .arg(self.inner.waiting.entry(&place))
             .arg(waiter_timeout.as_millis() as u64)
             .arg(if self.inner.config.fencing { "1" } else { "0" })
-            .arg(match (requeue, stay) {
-                (true, _) => "1",
-                (false, true) => "2",
-                (false, false) => "0",
-            })
-            .arg(writer_wait_millis(req, sent_at))
-            .arg(if renew { "1" } else { "0" })
-            .arg(if req.announce { "1" } else { "0" });
+            .optional_args(
+                &[
+                    match (requeue, stay) {
+                        (true, _) => 1,
+                        (false, true) => 2,
+                        (false, false) => 0,
+                    },
+                    writer_wait_millis(req, sent_at),
+                    u64::from(renew),
+                    u64::from(req.announce),
+                ],
+                traced,
+            );
         self.trace_acquire(&mut call, req);
         let (acquired, value, others): (i64, Option<u64>, Option<u64>) = call
             .invoke(&mut conn)

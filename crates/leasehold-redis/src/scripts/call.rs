@@ -2,8 +2,8 @@
 //! `NOSCRIPT` the script loaded and the command sent again (what `redis::ScriptInvocation` does).
 //!
 //! `ScriptInvocation` keeps every key and argument in a buffer of its own and copies them into
-//! the command when it sends it; a fair acquire passes fourteen, and those buffers were a tenth
-//! of the client's instructions in an uncontended acquire + release. Here each argument is
+//! the command when it sends it; a fair acquire passes up to fourteen, and those buffers were a
+//! tenth of the client's instructions in an uncontended acquire + release. Here each argument is
 //! written once, into the command itself. `EVALSHA` puts the number of keys before the keys, so
 //! the keys come first, at once: [`ScriptCall::new`].
 
@@ -51,6 +51,25 @@ impl<'a> ScriptCall<'a> {
     /// Appends an argument (`ARGV`).
     pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
         self.cmd.arg(arg);
+        self
+    }
+
+    /// Appends a script's last arguments, numbers that default to 0, up to the last one that is
+    /// not 0: a script reads an `ARGV` past the end as `nil`, and takes it as 0. Each argument is
+    /// a string the server makes for the script on every call, so an uncontended acquire and
+    /// release leave out the options they do not use. With `all` (a traced call, whose trace
+    /// arguments follow and are counted from the end) every one is sent.
+    pub(crate) fn optional_args(&mut self, args: &[u64], all: bool) -> &mut Self {
+        let sent = if all {
+            args.len()
+        } else {
+            args.iter()
+                .rposition(|&arg| arg != 0)
+                .map_or(0, |last| last + 1)
+        };
+        for arg in &args[..sent] {
+            self.cmd.arg(*arg);
+        }
         self
     }
 

@@ -21,7 +21,9 @@
 /// to renew the deadline of a place that goes back to the end of the line (the caller sends it
 /// once half the waiter timeout has passed since it last renewed it: a place a process
 /// is served from again and again need not be renewed at every turn); `ARGV[9]` `1` to announce
-/// the grant (see `changed`).
+/// the grant (see `changed`). `KEYS[5]` is sent only for a grant that is announced, and
+/// `ARGV[6]` to `ARGV[9]` only up to the last that is not 0: absent, each reads as `nil`, taken
+/// as 0 (the server makes a string of every key and argument on every call).
 ///
 /// A waiter that stopped asking (crashed) is dropped once its deadline passes, when it reaches the
 /// head. The caller may take the lock if the queue is empty or it is at the head. Its own entry
@@ -114,7 +116,7 @@ if (not head) or head == me then
   local value = ARGV[1] .. '\n' .. (next or '')
   local taken = redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
   if not taken then
-    local refused = writer_on_shared(KEYS[1], tonumber(ARGV[7]))
+    local refused = writer_on_shared(KEYS[1], tonumber(ARGV[7] or '0'))
     if type(refused) == 'table' and refused.err then
       if moved then put_back(me) end
       return refused
@@ -193,7 +195,8 @@ return {0, left, 0}
 /// the one the hold's value names (see `token_of`; none named: nobody waits), or for a bare
 /// token the line's head. An uncontended release reads no line.
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`), `KEYS[4]`
-/// change channel (see `changed`); `ARGV[1]` token, `ARGV[2]` `1` to announce the release.
+/// change channel (see `changed`); `ARGV[1]` token, `ARGV[2]` `1` to announce the release
+/// (`KEYS[4]` and `ARGV[2]` are sent only then).
 /// Returns 1 if deleted, 0 otherwise.
 pub(super) const RELEASE_FAIR_LUA: &str = r"
 local value = redis.pcall('GET', KEYS[1])

@@ -108,7 +108,8 @@ return {1, 0, 0}
 /// Shared release: remove our holder field if it is live; the record goes with its last entry
 /// (a waiting writer's marker keeps it until the writer comes). Tells the next process in line.
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`), `KEYS[4]`
-/// change channel (see `changed`); `ARGV[1]` token, `ARGV[2]` `1` to announce the release.
+/// change channel (see `changed`); `ARGV[1]` token, `ARGV[2]` `1` to announce the release
+/// (`KEYS[4]` and `ARGV[2]` are sent only then).
 /// Returns 1 if our hold was live and is gone, 0 otherwise.
 pub(super) const RELEASE_SHARED_LUA: &str = r"
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
