@@ -75,4 +75,16 @@ impl RedisStore {
     pub(crate) fn change_channel_of(&self, lock_key: &str) -> String {
         self.inner.waiting.changes().channel(lock_key)
     }
+
+    /// The change channel a script call on `lock_key` names: only a call that announces (the
+    /// server makes a string of every key on every call, and most locks are never announced), or
+    /// a traced one (its script counts the trace's key from the end, after the channel).
+    pub(crate) fn change_channel_if(
+        &self,
+        lock_key: &str,
+        announce: bool,
+        traced: bool,
+    ) -> Option<String> {
+        (announce || traced).then(|| self.change_channel_of(lock_key))
+    }
 }

@@ -145,23 +145,14 @@ impl RedisStore {
         };
         let (fence_key, queue_key) = (self.fence_key(&req.key), self.queue_key(&req.key));
         let deadlines_key = self.queue_deadline_key(&req.key);
-        // The change channel only for a grant that is announced (or traced: the trace's key
-        // is counted from the end).
-        let change_channel = (req.announce || traced).then(|| self.change_channel_of(&lock_key));
-        let keys = [
-            lock_key.as_str(),
-            &fence_key,
-            &queue_key,
-            &deadlines_key,
-            change_channel.as_deref().unwrap_or_default(),
-        ];
-        let keys = if change_channel.is_some() {
-            &keys[..]
-        } else {
-            &keys[..4]
-        };
+        let change_channel = self.change_channel_if(&lock_key, req.announce, traced);
         let trace_key = self.trace_key_for(&req.key, req.trace.as_ref());
-        let mut call = ScriptCall::new(script, keys, trace_key.as_deref());
+        let mut call = ScriptCall::announcing(
+            script,
+            &[&lock_key, &fence_key, &queue_key, &deadlines_key],
+            change_channel.as_deref(),
+            trace_key.as_deref(),
+        );
         call.arg(req.token.as_str())
             .arg(ttl_millis(req.ttl))
             .arg(self.inner.waiting.entry(&place))

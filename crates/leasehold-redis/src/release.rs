@@ -20,35 +20,20 @@ impl RedisStore {
             (false, false, false) => &self.scripts().release,
             (false, false, true) => &self.scripts().release_traced,
         };
-        // The change channel only for a release that is announced (or traced: the trace's key
-        // is counted from the end).
-        let change_channel =
-            (lease.announces() || traced).then(|| self.change_channel_of(&lock_key));
+        let change_channel = self.change_channel_if(&lock_key, lease.announces(), traced);
         let change_channel = change_channel.as_deref();
         let trace_key = self.trace_key_for(lease.key(), lease.trace());
         let mut call = if shared || fair {
             let queue_key = self.queue_key(lease.key());
             let channel = self.inner.waiting.channel(&lock_key);
-            let keys = [
-                lock_key.as_str(),
-                &queue_key,
-                &channel,
-                change_channel.unwrap_or_default(),
-            ];
-            let keys = if change_channel.is_some() {
-                &keys[..]
-            } else {
-                &keys[..3]
-            };
-            ScriptCall::new(script, keys, trace_key.as_deref())
+            ScriptCall::announcing(
+                script,
+                &[&lock_key, &queue_key, &channel],
+                change_channel,
+                trace_key.as_deref(),
+            )
         } else {
-            let keys = [lock_key.as_str(), change_channel.unwrap_or_default()];
-            let keys = if change_channel.is_some() {
-                &keys[..]
-            } else {
-                &keys[..1]
-            };
-            ScriptCall::new(script, keys, trace_key.as_deref())
+            ScriptCall::announcing(script, &[&lock_key], change_channel, trace_key.as_deref())
         };
         call.arg(lease.token().as_str())
             .optional_args(&[u64::from(lease.announces())], traced);

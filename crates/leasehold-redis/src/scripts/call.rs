@@ -28,22 +28,32 @@ impl<'a> ScriptCall<'a> {
     /// A call of `script` on `keys`, and last the lock trace's key if the call is traced (a
     /// traced script reads it as its last key: see `traced`).
     pub(crate) fn new(script: &'a Script, keys: &[&str], trace_key: Option<&str>) -> Self {
-        let key_bytes: usize = keys.iter().chain(&trace_key).map(|k| k.len()).sum();
+        Self::announcing(script, keys, None, trace_key)
+    }
+
+    /// A call of `script` on `keys`, then the lock's change channel if the call names it (see
+    /// `RedisStore::change_channel_if`), then the lock trace's key if the call is traced.
+    pub(crate) fn announcing(
+        script: &'a Script,
+        keys: &[&str],
+        change_channel: Option<&str>,
+        trace_key: Option<&str>,
+    ) -> Self {
+        let last = [change_channel, trace_key];
+        let last = last.iter().flatten();
+        let key_bytes: usize = keys.iter().chain(last.clone()).map(|k| k.len()).sum();
         // Room for every argument at once (growing the command's buffers one argument at a time
         // cost as much as the copies saved): the keys, and the most arguments a script takes
         // with an owner token among them.
         let mut cmd = Cmd::with_capacity(
-            3 + keys.len() + 1 + MOST_ARGS,
+            3 + keys.len() + 2 + MOST_ARGS,
             "EVALSHA".len() + 40 + 4 + key_bytes + ARGS_BYTES,
         );
         cmd.arg("EVALSHA")
             .arg(script.get_hash())
-            .arg(keys.len() + usize::from(trace_key.is_some()));
-        for key in keys {
+            .arg(keys.len() + last.clone().count());
+        for key in keys.iter().chain(last) {
             cmd.arg(*key);
-        }
-        if let Some(key) = trace_key {
-            cmd.arg(key);
         }
         ScriptCall { script, cmd }
     }
