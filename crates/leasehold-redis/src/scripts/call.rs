@@ -98,3 +98,56 @@ impl<'a> ScriptCall<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The command's words after `EVALSHA <sha>`: the key count, the keys, the arguments.
+    fn words(call: &ScriptCall<'_>) -> Vec<String> {
+        call.cmd
+            .args_iter()
+            .skip(2)
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<not a plain argument>".to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn optional_args_stop_at_the_last_one_set() {
+        let script = Script::new("return 1");
+        let mut call = ScriptCall::announcing(&script, &["lock", "fence"], None, None);
+        call.arg("token").optional_args(&[0, 250, 0, 0], false);
+        assert_eq!(words(&call), ["2", "lock", "fence", "token", "0", "250"]);
+
+        let mut call = ScriptCall::new(&script, &["lock"], None);
+        call.arg("token").optional_args(&[0, 0], false);
+        assert_eq!(words(&call), ["1", "lock", "token"]);
+    }
+
+    #[test]
+    fn an_announced_call_names_its_channel_and_sends_the_flag() {
+        let script = Script::new("return 1");
+        let mut call = ScriptCall::announcing(&script, &["lock"], Some("changed:lock"), None);
+        call.arg("token").optional_args(&[0, 1], false);
+        assert_eq!(
+            words(&call),
+            ["2", "lock", "changed:lock", "token", "0", "1"]
+        );
+    }
+
+    #[test]
+    fn a_traced_call_sends_every_option_and_its_trace_key_last() {
+        // A traced script counts its trace's arguments and key from the end.
+        let script = Script::new("return 1");
+        let mut call =
+            ScriptCall::announcing(&script, &["lock"], Some("changed:lock"), Some("trace:lock"));
+        call.arg("token").optional_args(&[0, 0], true);
+        assert_eq!(
+            words(&call),
+            ["3", "lock", "changed:lock", "trace:lock", "token", "0", "0"]
+        );
+    }
+}
