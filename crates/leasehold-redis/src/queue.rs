@@ -68,7 +68,8 @@ impl RedisStore {
         };
         let sent_at = Instant::now();
         let mut conn = self.conn();
-        let script = if req.trace.is_some() {
+        let traced = req.trace.is_some();
+        let script = if traced {
             &self.scripts().acquire_shared_traced
         } else {
             &self.scripts().acquire_shared
@@ -76,17 +77,12 @@ impl RedisStore {
         let (queue_key, deadlines_key) =
             (self.queue_key(&req.key), self.queue_deadline_key(&req.key));
         let channel = self.inner.waiting.channel(&lock_key);
-        let change_channel = self.change_channel_of(&lock_key);
+        let change_channel = self.change_channel_if(&lock_key, req.announce, traced);
         let trace_key = self.trace_key_for(&req.key, req.trace.as_ref());
-        let mut call = ScriptCall::new(
+        let mut call = ScriptCall::announcing(
             script,
-            &[
-                &lock_key,
-                &queue_key,
-                &deadlines_key,
-                &channel,
-                &change_channel,
-            ],
+            &[&lock_key, &queue_key, &deadlines_key, &channel],
+            change_channel.as_deref(),
             trace_key.as_deref(),
         );
         call.arg(req.token.as_str())
@@ -95,9 +91,10 @@ impl RedisStore {
             .arg(req.mode.permits().unwrap_or(0))
             .arg(self.inner.waiting.entry(&place))
             .arg(self.inner.config.waiter_timeout.as_millis() as u64)
-            .arg(if requeue { "1" } else { "0" })
-            .arg(if fair { "1" } else { "0" })
-            .arg(if req.announce { "1" } else { "0" });
+            .optional_args(
+                &[u64::from(requeue), u64::from(fair), u64::from(req.announce)],
+                traced,
+            );
         self.trace_acquire(&mut call, req);
         let (acquired, left, mine): (i64, u64, u64) = call
             .invoke(&mut conn)

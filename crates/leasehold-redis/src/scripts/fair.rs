@@ -21,7 +21,7 @@
 /// to renew the deadline of a place that goes back to the end of the line (the caller sends it
 /// once half the waiter timeout has passed since it last renewed it: a place a process
 /// is served from again and again need not be renewed at every turn); `ARGV[9]` `1` to announce
-/// the grant (see `changed`). `KEYS[5]` is sent only for a grant that is announced, and
+/// the grant (see `changed`). `KEYS[5]` is sent only for a grant that is announced or traced, and
 /// `ARGV[6]` to `ARGV[9]` only up to the last that is not 0: absent, each reads as `nil`, taken
 /// as 0 (the server makes a string of every key and argument on every call).
 ///
@@ -196,7 +196,7 @@ return {0, left, 0}
 /// token the line's head. An uncontended release reads no line.
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`), `KEYS[4]`
 /// change channel (see `changed`); `ARGV[1]` token, `ARGV[2]` `1` to announce the release
-/// (`KEYS[4]` and `ARGV[2]` are sent only then).
+/// (`KEYS[4]` and `ARGV[2]` are sent only then, or for a traced call).
 /// Returns 1 if deleted, 0 otherwise.
 pub(super) const RELEASE_FAIR_LUA: &str = r"
 local value = redis.pcall('GET', KEYS[1])

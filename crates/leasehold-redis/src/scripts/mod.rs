@@ -241,8 +241,8 @@ fn calls(text: &str, name: &str) -> bool {
 /// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` change channel (see `changed`); `ARGV[1]`
 /// token, `ARGV[2]` TTL ms, `ARGV[3]` `1` to fence, `ARGV[4]` ms a refused blocking writer keeps
 /// new readers out (0: a try), `ARGV[5]` `1` to announce the grant (see `changed`); `KEYS[3]` is
-/// sent only for a grant that is announced, and `ARGV[4]` and `ARGV[5]` only up to the last that
-/// is not 0 (absent, each reads as `nil`, taken as 0).
+/// sent only for a grant that is announced or traced, and `ARGV[4]` and `ARGV[5]` only up to the
+/// last that is not 0 (absent, each reads as `nil`, taken as 0).
 /// Returns `{1, fence or false, 0}`, or `{0, ms, mine}` when held (`ms`: the holder's TTL left;
 /// `mine`: 1 when the holder is this very token, see "A second run" in the module docs).
 ///
@@ -276,8 +276,8 @@ return {1, false, 0}
 /// Release: delete the lock only if it still holds our token (a fair hold's value read as well,
 /// see `token_of`, so stores of either mode on one key release their own holds).
 /// `KEYS[1]` lock key, `KEYS[2]` change channel (see `changed`); `ARGV[1]` token, `ARGV[2]` `1`
-/// to announce the release (`KEYS[2]` and `ARGV[2]` are sent only then). Returns 1 if deleted, 0
-/// otherwise.
+/// to announce the release (`KEYS[2]` and `ARGV[2]` are sent only then, or for a traced call).
+/// Returns 1 if deleted, 0 otherwise.
 const RELEASE_LUA: &str = r"
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'string' and token_of(value) == ARGV[1] then

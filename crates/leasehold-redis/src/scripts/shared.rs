@@ -12,6 +12,8 @@
 /// timeout ms, `ARGV[7]` `1` to re-queue (other tasks of this process still wait), `ARGV[8]` `1`
 /// for fair waiting (the queue of `ACQUIRE_FAIR`, shared with writers), `ARGV[9]` `1` to announce
 /// the grant (see `changed`).
+/// `KEYS[5]` is sent only for a grant that is announced or traced, and `ARGV[7]` to `ARGV[9]`
+/// only up to the last that is not 0 (absent, each reads as `nil`, taken as 0).
 ///
 /// With fair waiting, only the head of the line (or anyone, if nobody waits) may enter; after an
 /// entry that leaves room (a permit left, or readers still admitted) the next process in line is
@@ -109,7 +111,7 @@ return {1, 0, 0}
 /// (a waiting writer's marker keeps it until the writer comes). Tells the next process in line.
 /// `KEYS[1]` lock, `KEYS[2]` waiter queue, `KEYS[3]` channel base (see `announce`), `KEYS[4]`
 /// change channel (see `changed`); `ARGV[1]` token, `ARGV[2]` `1` to announce the release
-/// (`KEYS[4]` and `ARGV[2]` are sent only then).
+/// (`KEYS[4]` and `ARGV[2]` are sent only then, or for a traced call).
 /// Returns 1 if our hold was live and is gone, 0 otherwise.
 pub(super) const RELEASE_SHARED_LUA: &str = r"
 if redis.call('TYPE', KEYS[1]).ok ~= 'hash' then
