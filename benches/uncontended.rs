@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 use aerospike::expressions::{eq, string_bin, string_val};
 use aerospike::policy::{AuthMode, Expiration, RecordExistsAction};
 use aerospike::{as_bin, Client, ClientPolicy, Key, Value, WritePolicy};
-use etcd_client::{Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
 use leasehold::{LockManager, LockManagerBuilder, LockStore};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
@@ -101,6 +101,8 @@ enum Cycle {
         key: String,
         /// The floor row: leasehold's transactions, built by hand.
         floor: bool,
+        /// The floor with the refusal's reads in the acquire's `else` branch.
+        reads: bool,
     },
     RawAerospike(Box<RawAerospike>),
     /// The store alone, no manager: `try_acquire` + `release`.
@@ -184,6 +186,7 @@ impl Cycle {
                 lease,
                 key,
                 floor,
+                reads,
             } => {
                 let token = format!("raw-{i}");
                 let put = TxnOp::put(
@@ -208,6 +211,25 @@ impl Cycle {
                                 Some(DeleteOptions::new().with_prefix().with_prev_key()),
                             ),
                         ])
+                        .or_else(if *reads {
+                            let first = || {
+                                GetOptions::new()
+                                    .with_prefix()
+                                    .with_keys_only()
+                                    .with_limit(1)
+                            };
+                            vec![
+                                TxnOp::get(key.as_str(), Some(GetOptions::new().with_count_only())),
+                                TxnOp::get(format!("{key}#holder#"), Some(first())),
+                                TxnOp::get(
+                                    format!("{key}#writer#"),
+                                    Some(GetOptions::new().with_prefix().with_count_only()),
+                                ),
+                                TxnOp::get(format!("{key}#waiter#"), Some(first())),
+                            ]
+                        } else {
+                            Vec::new()
+                        })
                 } else {
                     Txn::new().when([absent(key.clone())]).and_then([put])
                 };
@@ -559,20 +581,25 @@ async fn etcd_rows() {
     let store = EtcdStore::connect(EtcdConfig::new([endpoint.as_str()]))
         .await
         .expect("etcd store");
-    let raw = |key: &str, floor| Cycle::RawEtcd {
+    let raw = |key: &str, floor, reads| Cycle::RawEtcd {
         kv: Box::new(client.kv_client()),
         lease,
         key: key.to_owned(),
         floor,
+        reads,
     };
     let mut rows = vec![
         Row::new(
             "raw: put-if-absent Txn (reused lease) + delete Txn",
-            raw("bench:raw", false),
+            raw("bench:raw", false, false),
         ),
         Row::new(
             "floor: leasehold's two Txns, by hand (reused lease)",
-            raw("bench:floor", true),
+            raw("bench:floor", true, false),
+        ),
+        Row::new(
+            "floor + the refusal's reads",
+            raw("bench:floor-reads", true, true),
         ),
     ];
     rows.extend(leasehold_rows(
