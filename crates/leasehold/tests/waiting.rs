@@ -239,6 +239,10 @@ async fn tasks_looping_on_a_hot_key_take_turns() {
 /// while it waited: in a line served in turn that is at most the tasks ahead of it (and the few
 /// served between its first try and its joining the line), whatever the number of keys. A waiter that loses to newcomers again and again (no line, or a line that
 /// forgets it) shows as hundreds of grants: the others lap the ring and pass it again.
+///
+/// Every lease is twice as long as a call waits, so a key refused in memory after its release
+/// until its lease's end (a slot the cache evicted while a release looked for it) fails the
+/// call that waits for it, instead of only slowing the ring down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_waiter_on_a_ring_of_keys_is_passed_more_than_once_by_each_other_task() {
     use leasehold::layers::LocalCompetitionLayer;
@@ -252,7 +256,7 @@ async fn no_waiter_on_a_ring_of_keys_is_passed_more_than_once_by_each_other_task
         LockManager::builder()
             .client_id("test")
             .farm_id("f1")
-            .lock_ttl(Duration::from_secs(10))
+            .lock_ttl(2 * WAIT)
     };
     let settings = [
         ("default layers", base().build().unwrap()),
