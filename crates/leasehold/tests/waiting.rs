@@ -235,7 +235,7 @@ async fn tasks_looping_on_a_hot_key_take_turns() {
 /// The ring: 64 tasks walk a ring of keys (task `t` starts at key `t`; each step a blocking
 /// acquire, then a release), on the embedded store, with the default layers, with local
 /// competition off, and with local competition's cache far smaller than the ring (so most keys
-/// have no entry in it). For every acquisition it counts the grants of the same key to others
+/// have no entry in it), without and with hand-off. For every acquisition it counts the grants of the same key to others
 /// while it waited: in a line served in turn that is at most the tasks ahead of it (and the few
 /// served between its first try and its joining the line), whatever the number of keys. A waiter that loses to newcomers again and again (no line, or a line that
 /// forgets it) shows as hundreds of grants: the others lap the ring and pass it again.
@@ -268,6 +268,17 @@ async fn no_waiter_on_a_ring_of_keys_is_passed_more_than_once_by_each_other_task
             "a ring larger than local competition's cache",
             base()
                 .local_competition(LocalCompetitionLayer::new().capacity(KEYS as u64 / 16))
+                .build()
+                .unwrap(),
+        ),
+        (
+            "a ring larger than the cache, with hand-off",
+            base()
+                .local_competition(
+                    LocalCompetitionLayer::new()
+                        .capacity(KEYS as u64 / 16)
+                        .hand_off(true),
+                )
                 .build()
                 .unwrap(),
         ),

@@ -199,23 +199,25 @@ pub(super) fn cache(capacity: u64, kept: Arc<Kept>) -> Cache<LockKey, Arc<Slot>,
     Cache::builder()
         .max_capacity(capacity)
         .expire_after(WhileInUse)
-        .eviction_listener(move |key: Arc<LockKey>, slot: Arc<Slot>, cause| {
-            if cause == RemovalCause::Replaced {
-                return;
-            }
-            // Decided under the slot's lock, as every change of its state is; `Kept` takes the
-            // lock itself, so it is let go first.
-            let in_use = {
-                let mut st = slot.lock();
-                let in_use = st.in_use(Instant::now());
-                st.gone |= !in_use;
-                in_use
-            };
-            if in_use {
-                kept.keep((*key).clone(), slot);
-            }
-            kept.removed_from_cache();
-        })
+        .eviction_listener(
+            move |key: Arc<LockKey>, slot: Arc<Slot>, _cause: RemovalCause| {
+                // Every cause, `Replaced` included: slots are inserted once and never replaced,
+                // so a replaced one had expired in the cache, not yet removed, when a new one was
+                // inserted for its key (moka reports that as `Replaced` under a per-entry expiry).
+                // Decided under the slot's lock, as every change of its state is; `Kept` takes
+                // the lock itself, so it is let go first.
+                let in_use = {
+                    let mut st = slot.lock();
+                    let in_use = st.in_use(Instant::now());
+                    st.gone |= !in_use;
+                    in_use
+                };
+                if in_use {
+                    kept.keep((*key).clone(), slot);
+                }
+                kept.removed_from_cache();
+            },
+        )
         .build_with_hasher(Hasher::default())
 }
 
@@ -262,13 +264,18 @@ impl Kept {
         }
         self.since_sweep.store(0, Ordering::Relaxed);
         let now = Instant::now();
+        let mut let_go = 0;
         self.slots.retain(|_, slot| {
             let mut st = slot.lock();
             let keep = st.in_use(now);
             st.gone |= !keep;
+            let_go += usize::from(!keep);
             keep
         });
-        self.count.store(self.slots.len(), Ordering::SeqCst);
+        // Counted down by what this sweep removed, as `in_use` counts down what it removes: a
+        // count set from the map's length here could miss a removal by `in_use` between its
+        // remove and its count, and a count of 0 hides the slots kept (see `get`).
+        self.count.fetch_sub(let_go, Ordering::SeqCst);
     }
 
     /// The slot kept for `key`, if it is still in use; an idle one is let go (marked gone, so a

@@ -85,26 +85,8 @@ impl<S: LockStore> LocalCompetition<S> {
 
     /// A holder's release decided in its slot: hand the lease to a waiting task of this process,
     /// or let the store release it.
-    ///
-    /// A release that finds no slot of its own looks again once moka's maintenance is done:
-    /// moka takes an entry it evicts out of the cache before its eviction listener runs, so a
-    /// release in between finds the holder's slot neither in the cache nor yet among the slots
-    /// kept aside (`Kept`, in `entry.rs`), and the slot, kept aside right after, would then refuse this process's
-    /// contenders until the lease's end. The listener runs under moka's maintenance lock, which
-    /// [`Cache::run_pending_tasks`](moka::sync::Cache::run_pending_tasks) waits for.
     pub(super) fn release_locally(&self, lease: &Lease) -> Released {
-        match self.release_in_slot(lease) {
-            Released::NotHolder => {
-                self.cache.run_pending_tasks();
-                self.release_in_slot(lease)
-            }
-            decided => decided,
-        }
-    }
-
-    /// [`release_locally`](Self::release_locally) in the slot the key has now.
-    fn release_in_slot(&self, lease: &Lease) -> Released {
-        let Some(slot) = self.existing_slot(lease.key()) else {
+        let Some(slot) = self.slot_of(lease) else {
             return Released::NotHolder;
         };
         let now = Instant::now();
@@ -157,6 +139,9 @@ impl<S: LockStore> LocalCompetition<S> {
             return watch;
         }
         let (slot, ()) = self.with_slot(key, |st| st.waiters += 1);
+        // The cache's expiry of the slot follows its waiters too (`entry::State::keep_for`):
+        // read once more, so that a slot waited on outlasts a quiet spell.
+        self.refresh(key);
         let (inner, lifecycle) = (self.inner.clone(), self.lifecycle.clone());
         watch.also_on_drop(move || {
             let orphan = {

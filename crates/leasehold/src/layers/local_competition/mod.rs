@@ -71,6 +71,12 @@ use permits::LocalPermits;
 /// key its fast path for this acquisition only (the store decides).
 const MAX_LOOKS: u32 = 4;
 
+/// How close to its bound the cache counts as possibly evicting (see `slot_of`): moka applies
+/// at most a few hundred writes per maintenance run (its write log holds 384), and its entry
+/// count is updated at the end of each, so a cache further below its bound than this evicts
+/// nothing in the run under way.
+const EVICTION_MARGIN: u64 = 1024;
+
 /// Default bound of consecutive local hand-offs of one store lease.
 pub const DEFAULT_MAX_HAND_OFFS: u32 = 8;
 /// Default bound of how long one store lease may be passed around by local hand-offs.
@@ -358,10 +364,15 @@ impl<S: LockStore> LocalCompetition<S> {
                 .in_use(key)
                 .or_else(|| self.cache.get(key))
                 .unwrap_or_else(|| {
-                    self.cache
+                    let new = self
+                        .cache
                         .entry_by_ref(key)
                         .or_insert_with(|| Arc::new(Slot::default()))
-                        .into_value()
+                        .into_value();
+                    // The insert may have replaced a slot the cache had let expire but not yet
+                    // removed, and that one, still in use, been kept aside meanwhile: it is the
+                    // key's (one slot per key in use).
+                    self.kept.in_use(key).unwrap_or(new)
                 });
             let mut st = slot.lock();
             if !st.gone || looks == MAX_LOOKS {
@@ -374,9 +385,41 @@ impl<S: LockStore> LocalCompetition<S> {
         }
     }
 
-    /// The key's slot if it has one (in the cache, or kept aside while in use).
-    fn existing_slot(&self, key: &LockKey) -> Option<Arc<Slot>> {
-        self.kept.get(key).or_else(|| self.cache.get(key))
+    /// The slot holding `lease`'s state (its asker's mark or its hold), if any: the one kept
+    /// aside or the cache's (an idle slot kept aside can shadow the cache's for a moment).
+    ///
+    /// One that finds neither looks again once moka's maintenance is done, while the cache may be
+    /// evicting: moka takes an entry it evicts out of the cache before its eviction listener
+    /// keeps it aside (see `entry.rs`), so a lookup in between finds the slot in neither place,
+    /// and the slot kept aside right after would go on saying the lease is this process's (for a
+    /// release: refusing its contenders until the lease's end). The listener runs under moka's
+    /// maintenance lock, which [`Cache::run_pending_tasks`] waits for.
+    fn slot_of(&self, lease: &Lease) -> Option<Arc<Slot>> {
+        let key = lease.key();
+        let find = || {
+            [self.kept.get(key), self.cache.get(key)]
+                .into_iter()
+                .flatten()
+                .find(|slot| {
+                    slot.lock()
+                        .current(Instant::now())
+                        .is_some_and(|local| local.is_of(lease.token()))
+                })
+        };
+        find().or_else(|| {
+            if !self.may_be_evicting() {
+                return None;
+            }
+            self.cache.run_pending_tasks();
+            find()
+        })
+    }
+
+    /// Whether the cache may be evicting slots: it is within [`EVICTION_MARGIN`] of its bound
+    /// (as of its last maintenance), or has dropped slots in use already.
+    fn may_be_evicting(&self) -> bool {
+        let bound = self.cache.policy().max_capacity().unwrap_or(u64::MAX);
+        self.kept.len() > 0 || self.cache.entry_count().saturating_add(EVICTION_MARGIN) >= bound
     }
 
     /// Brings the cache's expiry of the key's slot up to its state (a read: the expiry reads the
@@ -462,9 +505,9 @@ impl<S: LockStore> LayeredStore for LocalCompetition<S> {
             return renewed;
         }
         let lost = matches!(&renewed, Err(e) if e.kind() == ErrorKind::NotHeld);
-        let Some(slot) = self
-            .existing_slot(lease.key())
-            .filter(|_| renewed.is_ok() || lost)
+        let Some(slot) = (renewed.is_ok() || lost)
+            .then(|| self.slot_of(lease))
+            .flatten()
         else {
             return renewed;
         };
