@@ -235,10 +235,11 @@ async fn tasks_looping_on_a_hot_key_take_turns() {
 /// The ring: 64 tasks walk a ring of keys (task `t` starts at key `t`; each step a blocking
 /// acquire, then a release), on the embedded store, with the default layers, with local
 /// competition off, and with local competition's cache far smaller than the ring (so most keys
-/// have no entry in it), without and with hand-off. For every acquisition it counts the grants of the same key to others
-/// while it waited: in a line served in turn that is at most the tasks ahead of it (and the few
-/// served between its first try and its joining the line), whatever the number of keys. A waiter that loses to newcomers again and again (no line, or a line that
-/// forgets it) shows as hundreds of grants: the others lap the ring and pass it again.
+/// have no entry in it), without and with hand-off. For every acquisition it counts the grants
+/// of the same key to others while it waited: in a line served in turn that is at most the
+/// tasks ahead of it (and the few served between its first try and its joining the line),
+/// whatever the number of keys. A waiter that loses to newcomers again and again (no line, or a
+/// line that forgets it) shows as hundreds of grants: the others lap the ring and pass it again.
 ///
 /// Every lease is twice as long as a call waits, so a key refused in memory after its release
 /// until its lease's end (a slot the cache evicted while a release looked for it) fails the
