@@ -659,6 +659,10 @@ async fn aerospike_rows(
             "fencing(false)",
             manager(store(|c| c.fencing(false)).await, |b| b),
         ),
+        (
+            "fair(false), fencing(false)",
+            manager(store(|c| c.fair(false).fencing(false)).await, |b| b),
+        ),
     ];
     let mut rows = vec![Row::new(
         "raw: create-only put + filtered delete (Java's)",
