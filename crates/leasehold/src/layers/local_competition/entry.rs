@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use dashmap::Entry;
 use moka::notification::RemovalCause;
 use moka::sync::Cache;
 use moka::Expiry;
@@ -243,14 +244,31 @@ const MIN_SWEEP: usize = 64;
 impl Kept {
     /// Keeps `slot`, which the cache dropped while it was in use.
     fn keep(&self, key: LockKey, slot: Arc<Slot>) {
-        match self.slots.insert(key, slot.clone()) {
-            None => {
+        match self.slots.entry(key) {
+            Entry::Vacant(vacant) => {
+                vacant.insert(slot);
                 self.count.fetch_add(1, Ordering::SeqCst);
             }
-            // An earlier slot of the key, kept and since idle (a new one is made only when no
-            // kept slot is in use): nobody's any more.
-            Some(earlier) if !Arc::ptr_eq(&earlier, &slot) => earlier.lock().gone = true,
-            Some(_) => {}
+            Entry::Occupied(mut kept) => {
+                if Arc::ptr_eq(kept.get(), &slot) {
+                    return;
+                }
+                // Two slots of one key in use: the later one was made while the earlier was
+                // between the cache and here (moka removes an entry before its listener runs).
+                // The earlier stays the key's, or its state (an offered lease, a hold) would be
+                // lost to every lookup; the later one, asked for meanwhile, is nobody's. An
+                // earlier one since idle is let go instead.
+                let earlier_in_use = {
+                    let mut st = kept.get().lock();
+                    !st.gone && st.in_use(Instant::now())
+                };
+                let let_go = if earlier_in_use {
+                    slot
+                } else {
+                    kept.insert(slot)
+                };
+                let_go.lock().gone = true;
+            }
         }
     }
 
