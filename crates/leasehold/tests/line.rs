@@ -446,3 +446,44 @@ async fn a_waiter_is_woken_at_once_after_a_flood_of_keys_beyond_the_cache() {
         guard.release().await.unwrap();
     }
 }
+
+/// A first try whose caller stops waiting while its request is out (a `timeout` around `lock()`,
+/// a request handler dropped) wakes the head it kept refused in memory: the head asks at once,
+/// instead of at its next look (on a store that notifies, the poll net: a second), with nothing
+/// released to wake it.
+#[tokio::test(start_paused = true)]
+async fn a_first_try_cancelled_mid_request_wakes_the_head() {
+    let scripted = ScriptedStore::new();
+    let this = scripted.clone();
+    scripted
+        // The first try's request never answers: its caller stops waiting first.
+        .expect_acquire_after(std::future::pending(), move |req| {
+            Ok(this.lease_for(req).into())
+        })
+        // The manager undoes the cancelled try (owner-checked, in the background): not held.
+        .expect_release(Ok(false))
+        .grant_acquire();
+    let (locks, _) = manager(&scripted, LocalCompetitionLayer::new());
+    let first = spawn_waiter(&locks, "a", 60);
+    settle().await;
+    let head = spawn_waiter(&locks, "a", 60);
+    settle().await;
+    assert_eq!(
+        scripted.count(Op::Acquire),
+        1,
+        "the head is refused in memory while the first try asks"
+    );
+    let started = Instant::now();
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    let second = head.await.unwrap().unwrap();
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "woken when the try was cancelled, not by polling"
+    );
+    settle().await;
+    assert_eq!(scripted.ops(), [Op::Acquire, Op::Release, Op::Acquire]);
+    std::mem::forget(second);
+    scripted.verify();
+}

@@ -435,9 +435,17 @@ impl LockManager {
     }
 
     /// Releases a lease a first try took from under this process's waiters (owner-checked: it is
-    /// this call's own token) and wakes the head; in the background if the release fails.
+    /// this call's own token) and wakes the head; in the background if the release fails, or if
+    /// the caller stops waiting midway (the stack forgets the lease as its release begins, so
+    /// nothing else would release it before its TTL).
     async fn give_back(&self, handle: &Handle, lease: Lease) {
-        if !matches!(handle.store.release(&lease).await, Ok(true)) {
+        let mut unfinished = GiveBack {
+            handle,
+            lease: Some(lease.clone()),
+        };
+        let released = handle.store.release(&lease).await;
+        unfinished.lease = None;
+        if !matches!(released, Ok(true)) {
             handle.release_in_background(lease.clone(), "a take given back to the waiters");
         }
         handle.waiters.wake(lease.key());
@@ -477,6 +485,24 @@ impl LockManager {
                     looked = true;
                 }
             }
+        }
+    }
+}
+
+/// A take being given back: dropped with the lease still in it (the caller stopped waiting
+/// during the release), it releases the lease in the background and wakes the head.
+struct GiveBack<'a> {
+    handle: &'a Handle,
+    lease: Option<Lease>,
+}
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            let key = lease.key().clone();
+            self.handle
+                .release_in_background(lease, "a take given back to the waiters, cancelled");
+            self.handle.waiters.wake(&key);
         }
     }
 }

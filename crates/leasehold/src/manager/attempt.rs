@@ -45,18 +45,21 @@ impl LockManager {
     }
 
     /// An attempt by a call that is not the head of the line (a try, or a first try). While it
-    /// asked, local competition refused this process's waiters in memory; if it got nothing,
-    /// the line's head is woken to ask for itself (it would otherwise wait for a release or a
-    /// word from the store that may never come).
+    /// asked, local competition refused this process's waiters in memory; if it got nothing, or
+    /// its caller stopped waiting midway, the line's head is woken to ask for itself (it would
+    /// otherwise wait for a release or a word from the store that may never come).
     pub(super) async fn attempt_outside_line(
         &self,
         handle: &Handle,
         req: &Acquire,
     ) -> Result<Attempt> {
+        let mut wake = WakeHead {
+            handle,
+            req,
+            armed: true,
+        };
         let result = self.attempt(handle, req).await;
-        if !matches!(result, Ok(Attempt::Granted(_))) {
-            handle.waiters.wake(&req.key);
-        }
+        wake.armed = !matches!(result, Ok(Attempt::Granted(_)));
         result
     }
 
@@ -75,6 +78,22 @@ impl LockManager {
             });
         }
         result
+    }
+}
+
+/// Wakes the head of this process's line for the key when dropped armed: an attempt outside the
+/// line that got nothing, or was cancelled midway (its future dropped during the request).
+struct WakeHead<'a> {
+    handle: &'a Handle,
+    req: &'a Acquire,
+    armed: bool,
+}
+
+impl Drop for WakeHead<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.handle.waiters.wake(&self.req.key);
+        }
     }
 }
 
