@@ -84,6 +84,17 @@ enum RawRedisAcquire {
     Multi,
 }
 
+/// Which transactions a raw etcd row sends.
+#[derive(Clone, Copy, PartialEq)]
+enum RawEtcdTxns {
+    /// A put-if-absent and a compare-and-delete: the raw baseline.
+    Raw,
+    /// The floor: leasehold's transactions, built by hand, without the refusal's reads.
+    Floor,
+    /// The floor with the refusal's reads in the acquire's `else` branch.
+    FloorWithReads,
+}
+
 /// One way to take and give back a lock.
 enum Cycle {
     RawRedis {
@@ -99,10 +110,7 @@ enum Cycle {
         kv: Box<etcd_client::KvClient>,
         lease: i64,
         key: String,
-        /// The floor row: leasehold's transactions, built by hand.
-        floor: bool,
-        /// The floor with the refusal's reads in the acquire's `else` branch.
-        reads: bool,
+        txns: RawEtcdTxns,
     },
     RawAerospike(Box<RawAerospike>),
     /// The store alone, no manager: `try_acquire` + `release`.
@@ -185,9 +193,9 @@ impl Cycle {
                 kv,
                 lease,
                 key,
-                floor,
-                reads,
+                txns,
             } => {
+                let floor = *txns != RawEtcdTxns::Raw;
                 let token = format!("raw-{i}");
                 let put = TxnOp::put(
                     key.as_str(),
@@ -195,7 +203,7 @@ impl Cycle {
                     Some(PutOptions::new().with_lease(*lease)),
                 );
                 let absent = |key: String| Compare::create_revision(key, CompareOp::Equal, 0);
-                let acquire = if *floor {
+                let acquire = if floor {
                     // No hold, no reader or permit holder, nobody in line; the hold, and the
                     // waiting writers' markers cleared.
                     Txn::new()
@@ -211,7 +219,7 @@ impl Cycle {
                                 Some(DeleteOptions::new().with_prefix().with_prev_key()),
                             ),
                         ])
-                        .or_else(if *reads {
+                        .or_else(if *txns == RawEtcdTxns::FloorWithReads {
                             let first = || {
                                 GetOptions::new()
                                     .with_prefix()
@@ -234,7 +242,7 @@ impl Cycle {
                     Txn::new().when([absent(key.clone())]).and_then([put])
                 };
                 assert!(kv.txn(acquire).await.expect("txn").succeeded());
-                let delete = if *floor {
+                let delete = if floor {
                     Some(DeleteOptions::new().with_prev_key())
                 } else {
                     None
@@ -581,25 +589,24 @@ async fn etcd_rows() {
     let store = EtcdStore::connect(EtcdConfig::new([endpoint.as_str()]))
         .await
         .expect("etcd store");
-    let raw = |key: &str, floor, reads| Cycle::RawEtcd {
+    let raw = |key: &str, txns| Cycle::RawEtcd {
         kv: Box::new(client.kv_client()),
         lease,
         key: key.to_owned(),
-        floor,
-        reads,
+        txns,
     };
     let mut rows = vec![
         Row::new(
             "raw: put-if-absent Txn (reused lease) + delete Txn",
-            raw("bench:raw", false, false),
+            raw("bench:raw", RawEtcdTxns::Raw),
         ),
         Row::new(
             "floor: leasehold's two Txns, by hand (reused lease)",
-            raw("bench:floor", true, false),
+            raw("bench:floor", RawEtcdTxns::Floor),
         ),
         Row::new(
             "floor + the refusal's reads",
-            raw("bench:floor-reads", true, true),
+            raw("bench:floor-reads", RawEtcdTxns::FloorWithReads),
         ),
     ];
     rows.extend(leasehold_rows(

@@ -332,4 +332,9 @@ impl Kept {
     pub(super) fn len(&self) -> usize {
         self.slots.len()
     }
+
+    /// Whether no slot is kept (one atomic read, the count `get` reads).
+    pub(super) fn is_empty(&self) -> bool {
+        self.count.load(Ordering::SeqCst) == 0
+    }
 }

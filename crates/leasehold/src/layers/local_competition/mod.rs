@@ -415,11 +415,12 @@ impl<S: LockStore> LocalCompetition<S> {
         })
     }
 
-    /// Whether the cache may be evicting slots: it is within [`EVICTION_MARGIN`] of its bound
-    /// (as of its last maintenance), or has dropped slots in use already.
+    /// Whether the cache may be dropping slots in use: it is within [`EVICTION_MARGIN`] of its
+    /// bound (as of its last maintenance), or has dropped some already. Otherwise a slot in use
+    /// stays, its expiry following its state.
     fn may_be_evicting(&self) -> bool {
         let bound = self.cache.policy().max_capacity().unwrap_or(u64::MAX);
-        self.kept.len() > 0 || self.cache.entry_count().saturating_add(EVICTION_MARGIN) >= bound
+        !self.kept.is_empty() || self.cache.entry_count().saturating_add(EVICTION_MARGIN) >= bound
     }
 
     /// Brings the cache's expiry of the key's slot up to its state (a read: the expiry reads the
