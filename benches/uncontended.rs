@@ -38,8 +38,11 @@
 //! - Redis: the fewest commands a fenced, fair acquire needs (the line's head read, `SET NX PX`,
 //!   the fence's `INCR`) as one script, and as one `MULTI` transaction (the script-free fast path
 //!   a design could take while nobody waits), each with the raw release.
-//! - etcd: leasehold's own two transactions built by hand (the hold's compares against holders,
-//!   readers and the line, the writer markers' delete; the owner-checked delete).
+//! - etcd: leasehold's own two transactions as a plain try sends them, built by hand (the hold's
+//!   compares against holders, readers and the line, the writer markers' delete, the record read
+//!   that says why a refusal was refused; the owner-checked delete), and the same with the four
+//!   reads a waiting attempt sends in its `else` branch instead (the record, the first holder,
+//!   the writers' count, the line's head).
 //!
 //! After the timed batches, each store's rows run once more with the server's own count: Redis
 //! commands per cycle (`INFO stats`, a script counting with the commands it runs) and the time
@@ -89,9 +92,10 @@ enum RawRedisAcquire {
 enum RawEtcdTxns {
     /// A put-if-absent and a compare-and-delete: the raw baseline.
     Raw,
-    /// The floor: leasehold's transactions, built by hand, without the refusal's reads.
+    /// The floor: leasehold's transactions as a plain try sends them, built by hand (the
+    /// acquire's `else` branch asks only whether the record exists).
     Floor,
-    /// The floor with the refusal's reads in the acquire's `else` branch.
+    /// The floor with the reads a waiting attempt sends in its `else` branch instead.
     FloorWithReads,
 }
 
@@ -236,7 +240,10 @@ impl Cycle {
                                 TxnOp::get(format!("{key}#waiter#"), Some(first())),
                             ]
                         } else {
-                            Vec::new()
+                            vec![TxnOp::get(
+                                key.as_str(),
+                                Some(GetOptions::new().with_count_only()),
+                            )]
                         })
                 } else {
                     Txn::new().when([absent(key.clone())]).and_then([put])
@@ -605,8 +612,15 @@ async fn etcd_rows() {
             raw("bench:floor", RawEtcdTxns::Floor),
         ),
         Row::new(
-            "floor + the refusal's reads",
+            "floor + a waiting attempt's refusal reads",
             raw("bench:floor-reads", RawEtcdTxns::FloorWithReads),
+        ),
+        Row::new(
+            "the store alone (no manager): try_acquire + release",
+            Cycle::Store(
+                leasehold::BoxStore::new(store.clone()),
+                "bench-store".to_owned(),
+            ),
         ),
     ];
     rows.extend(leasehold_rows(

@@ -210,7 +210,12 @@ impl EtcdStore {
             }
             // With a place, a lost turn (between the read and the transaction) reads again on the
             // next attempt (and rejoins if the waiter lease lapsed).
-            let seen = match Seen::read(req, &self.config().prefix, &responses) {
+            let seen = if place.is_none() && join.is_none() {
+                self.why_try_refused(req, &lock_key, &responses).await
+            } else {
+                Seen::read(req, &self.config().prefix, &responses)
+            };
+            let seen = match seen {
                 Ok(seen) => seen,
                 Err(error) => {
                     set_aside(lease_id, sent_at); // refused: nothing holds on it
@@ -304,7 +309,11 @@ impl EtcdStore {
                 Some(GetOptions::new().with_prefix().with_count_only()),
             ));
         }
-        let mut otherwise = shared::why_refused(lock_key, req.mode);
+        // A plain try asks only whether the record exists (see `shared::whether_record`).
+        let mut otherwise = match (place, join) {
+            (None, None) => vec![shared::whether_record(lock_key)],
+            _ => shared::why_refused(lock_key, req.mode),
+        };
         if let Some((key, session)) = join {
             otherwise.push(join_op(self.waiting(), key, *session));
         }
@@ -317,6 +326,29 @@ impl EtcdStore {
             ));
         }
         Txn::new().when(when).and_then(then).or_else(otherwise)
+    }
+
+    /// Why a plain try was refused: its record read says so if another writer holds the key;
+    /// else one read-only transaction of [`shared::why_refused`]'s reads (no Raft write) tells.
+    /// That read comes after the refusal, so it may find the key freed since: a refusal then,
+    /// and the caller's next attempt decides.
+    async fn why_try_refused(
+        &self,
+        req: &Acquire,
+        lock_key: &str,
+        responses: &[TxnOpResponse],
+    ) -> Result<Seen> {
+        if let Some(TxnOpResponse::Get(record)) = responses.first() {
+            if record.count() > 0 {
+                return Ok(Seen::held_by_record());
+            }
+        }
+        let reads = shared::why_refused(lock_key, req.mode);
+        let response = self
+            .txn(Retry::Safe, || Txn::new().and_then(reads.clone()))
+            .await
+            .map_err(|e| self.err(Op::AcquireRead, &req.key, e))?;
+        Seen::read(req, &self.config().prefix, &response.op_responses())
     }
 
     /// The lease of a granted acquisition; a writer's marker (deleted with it) loses its lease.
@@ -414,7 +446,7 @@ impl EtcdStore {
         let ([record, ahead, mine], read_at) = self
             .read_ranges_at(
                 key,
-                Op::Acquire,
+                Op::AcquireRead,
                 [
                     TxnOp::get(lock_key, Some(GetOptions::new().with_count_only())),
                     TxnOp::get(

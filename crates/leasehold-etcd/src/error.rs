@@ -12,6 +12,9 @@ pub(crate) enum Op {
     /// Granting the lease a lock or a waiter key lives on (nothing held yet if it fails).
     Grant,
     Acquire,
+    /// A read an acquisition makes around its transaction (whether it is its turn, why it was
+    /// refused, how many permits are taken): nothing was written if it fails.
+    AcquireRead,
     Release,
     Extend,
     Inspect,
@@ -24,6 +27,7 @@ impl Op {
             Op::Connect => "connection",
             Op::Grant => "lease grant",
             Op::Acquire => "acquire",
+            Op::AcquireRead => "acquire's read",
             Op::Release => "release",
             Op::Extend => "extend",
             Op::Inspect => "inspect",
@@ -31,16 +35,16 @@ impl Op {
         }
     }
 
-    /// Writes whose lost reply matters to the lock: acquire, release, extend.
+    /// Writes whose lost reply matters to the lock: acquire (its transaction), release, extend.
     fn writes(self) -> bool {
-        self != Op::Grant && self.operation().is_write()
+        !matches!(self, Op::Grant | Op::AcquireRead) && self.operation().is_write()
     }
 
     /// The store operation this is, or is a step of.
     fn operation(self) -> Operation {
         match self {
             Op::Connect => Operation::Connect,
-            Op::Grant | Op::Acquire => Operation::Acquire,
+            Op::Grant | Op::Acquire | Op::AcquireRead => Operation::Acquire,
             Op::Release => Operation::Release,
             Op::Extend => Operation::Extend,
             Op::Inspect => Operation::Inspect,
@@ -254,6 +258,12 @@ mod tests {
             map(Op::Acquire, "k", "a", timed_out).kind(),
             ErrorKind::InDoubt
         );
+        // A read around an acquire's transaction wrote nothing: not in doubt, and it says
+        // which step failed.
+        let timed_out = status(Code::Unavailable, "etcdserver: request timed out");
+        let read = map(Op::AcquireRead, "k", "a", timed_out);
+        assert_eq!(read.kind(), ErrorKind::Connection);
+        assert!(read.to_string().contains("acquire's read"), "{read}");
     }
 
     #[test]
