@@ -1,6 +1,7 @@
 //! Waiting across processes on a real etcd. The shared suite (`tests/suites/fairness.rs`): every
 //! process gets a hot key (none starves), and a crashed waiter leaves the line when its waiter
-//! lease lapses. Here: how waiters in line are woken, and what becomes of their leases.
+//! lease lapses. Here: how waiters in line are woken, what becomes of their leases, and that a
+//! try never passes the line.
 
 use std::time::{Duration, Instant};
 
@@ -454,4 +455,37 @@ async fn until_queued_exactly(raw: &mut etcd_client::Client, key: &str, n: i64) 
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A plain try asks etcd only whether the record exists. Refused with the record gone (in a
+/// hand-over, the line is not empty) it reads why after its transaction: it is refused, not
+/// failed, it writes nothing, and once the line is empty the same try is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_is_refused_while_the_lock_is_free_but_another_process_is_in_line() {
+    let (_server, endpoint, mut raw) = private_etcd().await;
+    let key = "in-line";
+    let record = format!("leasehold:DC#f1#fair#{key}");
+    // Another process's place, as its waiter key stands in line: on its own lease.
+    let lease = raw.lease_grant(30, None).await.unwrap().id();
+    let place = format!("{record}#waiter#{lease:x}");
+    raw.put(
+        place.as_str(),
+        "another-process",
+        Some(etcd_client::PutOptions::new().with_lease(lease)),
+    )
+    .await
+    .unwrap();
+    let locks = manager(&endpoint).await;
+    let refused = locks
+        .try_lock(key)
+        .await
+        .expect_err("a try passed the line");
+    assert_eq!(refused.kind(), ErrorKind::LockUnavailable, "{refused}");
+    let held = raw.get(record.as_str(), None).await.unwrap();
+    assert_eq!(held.count(), 0, "the refused try wrote the record");
+    assert_eq!(line_length(&mut raw, key).await, 1, "the line changed");
+
+    raw.delete(place.as_str(), None).await.unwrap();
+    let guard = locks.try_lock(key).await.expect("free, nobody in line");
+    assert!(guard.release().await.unwrap());
 }
