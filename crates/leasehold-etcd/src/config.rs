@@ -204,7 +204,9 @@ impl EtcdConfig {
     }
 
     /// How long to wait for a reply (default 2 s). A write without a reply by then is
-    /// [`ErrorKind::InDoubt`](leasehold_core::ErrorKind::InDoubt).
+    /// [`ErrorKind::InDoubt`](leasehold_core::ErrorKind::InDoubt). Requests in flight look at
+    /// their deadlines eight times per timeout, not from a timer each, so one may end up to an
+    /// eighth of it later.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self

@@ -78,6 +78,7 @@ mod ahead;
 mod changes;
 mod config;
 mod connect;
+mod deadlines;
 mod error;
 mod held;
 mod info;

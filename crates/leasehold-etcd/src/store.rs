@@ -59,8 +59,9 @@ impl EtcdStore {
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
         config.validate()?;
         let address = config.address();
+        // No per-request timeout here: the members bound every request themselves (see
+        // `crate::deadlines`), and the client's would set a timer per request.
         let mut options = etcd_client::ConnectOptions::new()
-            .with_timeout(config.response_timeout)
             .with_connect_timeout(config.connect_timeout)
             .with_keep_alive(Duration::from_secs(10), config.response_timeout)
             // A member cut off from the others refuses at once ("no leader") instead of letting
