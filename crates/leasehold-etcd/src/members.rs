@@ -36,11 +36,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
-
-use crate::deadlines::Deadlines;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
+use crate::deadlines::Deadlines;
 use crate::error::{classify, Verdict};
 
 /// How long a member that failed is tried last (unless every member failed since).
