@@ -8,7 +8,7 @@ use std::time::Duration;
 use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, PutResponse, Txn, TxnOp, TxnOpResponse,
 };
-use leasehold_core::{Acquire, Attempt, Lease, LockKey, LockMode, Result};
+use leasehold_core::{Acquire, Attempt, ErrorKind, Lease, LockKey, LockMode, Result};
 use tokio::time::Instant;
 
 use crate::config::lease_seconds;
@@ -210,7 +210,8 @@ impl EtcdStore {
             }
             // With a place, a lost turn (between the read and the transaction) reads again on the
             // next attempt (and rejoins if the waiter lease lapsed).
-            let seen = if place.is_none() && join.is_none() {
+            let plain = place.is_none() && join.is_none();
+            let seen = if plain {
                 self.why_try_refused(req, &lock_key, &responses).await
             } else {
                 Seen::read(req, &self.config().prefix, &responses)
@@ -219,6 +220,13 @@ impl EtcdStore {
                 Ok(seen) => seen,
                 Err(error) => {
                     set_aside(lease_id, sent_at); // refused: nothing holds on it
+                    if plain && error.kind() != ErrorKind::Internal {
+                        // The refusal is certain; only why is unknown (the read after it
+                        // failed). A refusal says what is sure; the next attempt reads again.
+                        tracing::debug!(key = %req.key, %error,
+                            "could not read why a try was refused; refused");
+                        return Ok(Attempt::refused());
+                    }
                     return Err(error);
                 }
             };
@@ -331,7 +339,7 @@ impl EtcdStore {
     /// Why a plain try was refused: its record read says so if another writer holds the key;
     /// else one read-only transaction of [`shared::why_refused`]'s reads (no Raft write) tells.
     /// That read comes after the refusal, so it may find the key freed since: a refusal then,
-    /// and the caller's next attempt decides.
+    /// and the caller's next attempt decides. If it fails, the caller answers a plain refusal.
     async fn why_try_refused(
         &self,
         req: &Acquire,

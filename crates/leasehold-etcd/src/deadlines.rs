@@ -12,15 +12,16 @@
 //! one tick. While the ticker runs its own timer is always due within one tick, so a timer due
 //! later (a hedge's, with the default timeout) does not wake the driver either.
 //!
-//! The ticker runs on the runtime of the request that started it. If that runtime shuts down
-//! (a store shared between runtimes), the ticker's end wakes the requests in flight, and the next
-//! to look starts a new one on its own runtime.
+//! The ticker runs on the runtime of the request that started it. A request on another runtime
+//! (a store shared between runtimes) sets a timer of its own, since the ticker's runtime may not
+//! be running while it waits. If the ticker's runtime shuts down, the ticker's end wakes the
+//! requests in flight, and the next to look starts a new one on its own runtime.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use tokio::runtime::{Handle, Id};
 use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -39,8 +40,17 @@ pub(crate) struct Deadlines {
 struct Shared {
     /// Notified every tick, and when the ticker ends.
     tick: Notify,
-    /// A ticker is running (or being started).
-    ticking: AtomicBool,
+    /// The runtime the ticker runs on, while it runs.
+    ticker: Mutex<Option<Id>>,
+}
+
+/// Where the ticker runs, seen from a request's runtime.
+enum Ticker {
+    /// On this runtime: the request waits for its ticks.
+    Here,
+    /// On another runtime, which may not be running this one's tasks: the request sets a timer
+    /// of its own.
+    Elsewhere,
 }
 
 impl Deadlines {
@@ -50,6 +60,11 @@ impl Deadlines {
             timeout,
             shared: Arc::new(Shared::default()),
         }
+    }
+
+    /// How long a request may take (it may run up to a tick more).
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// `request`'s output, or `None` if it did not finish within the timeout (plus at most one
@@ -65,6 +80,10 @@ impl Deadlines {
 
     /// Resolves at the first tick at or after `deadline`.
     async fn passed(&self, deadline: Instant) {
+        let Ok(runtime) = Handle::try_current() else {
+            // Outside a runtime no timer can run, and the client cannot send either.
+            return std::future::pending().await;
+        };
         loop {
             // Made before the look, so a tick between the two is not missed: `notify_waiters`
             // reaches every `Notified` made before it, polled or not.
@@ -72,31 +91,44 @@ impl Deadlines {
             if Instant::now() >= deadline {
                 return;
             }
-            self.start_ticker();
-            tick.await;
+            match self.ticker_on(&runtime) {
+                Ticker::Here => tick.await,
+                Ticker::Elsewhere => return tokio::time::sleep_until(deadline).await,
+            }
         }
     }
 
-    /// Starts the ticker on the current runtime unless one runs.
-    fn start_ticker(&self) {
-        if self.shared.ticking.swap(true, Ordering::AcqRel) {
-            return;
+    /// Where the ticker runs; started on `runtime` if none runs.
+    fn ticker_on(&self, runtime: &Handle) -> Ticker {
+        {
+            let mut ticker = self
+                .shared
+                .ticker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match *ticker {
+                Some(id) if id == runtime.id() => return Ticker::Here,
+                Some(_) => return Ticker::Elsewhere,
+                None => *ticker = Some(runtime.id()),
+            }
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // Only reachable from a request polled outside a runtime, which the client cannot
-            // send anyway; the next look tries again.
-            self.shared.ticking.store(false, Ordering::Release);
-            return;
-        };
+        // Made before the task, so that it runs even if the task is dropped unpolled; spawned
+        // with the lock released, as a runtime shutting down drops the task (and runs `Ended`,
+        // which takes the lock) within `spawn`.
+        let ended = Ended(Arc::downgrade(&self.shared));
         let every = (self.timeout / TICKS_PER_TIMEOUT).max(Duration::from_millis(1));
-        runtime.spawn(tick(Arc::downgrade(&self.shared), every));
+        let task = runtime.spawn(tick(Arc::downgrade(&self.shared), every, ended));
+        if task.is_finished() {
+            // Dropped at once: this runtime is shutting down. A timer of the request's own
+            // bounds it meanwhile, rather than starting tickers that end as they start.
+            return Ticker::Elsewhere;
+        }
+        Ticker::Here
     }
 }
 
 /// Wakes the requests in flight every `every`, while their store lives.
-async fn tick(shared: Weak<Shared>, every: Duration) {
-    // Runs when this task ends, however it ends: with its store, or dropped with its runtime.
-    let _ended = Ended(shared.clone());
+async fn tick(shared: Weak<Shared>, every: Duration, _ended: Ended) {
     let mut ticks = tokio::time::interval_at(Instant::now() + every, every);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -108,13 +140,15 @@ async fn tick(shared: Weak<Shared>, every: Duration) {
     }
 }
 
-/// Marks the ticker stopped and wakes the requests in flight, so the next look starts another.
+/// Runs when the ticker's task ends, however it ends (with its store, or dropped with its
+/// runtime, polled or not): marks the ticker stopped and wakes the requests in flight, so the
+/// next to look starts another.
 struct Ended(Weak<Shared>);
 
 impl Drop for Ended {
     fn drop(&mut self) {
         if let Some(shared) = self.0.upgrade() {
-            shared.ticking.store(false, Ordering::Release);
+            *shared.ticker.lock().unwrap_or_else(PoisonError::into_inner) = None;
             shared.tick.notify_waiters();
         }
     }
@@ -169,12 +203,41 @@ mod tests {
             assert_eq!(deadlines.bound(quick).await, Some(()));
         });
         drop(first);
-        assert!(!deadlines.shared.ticking.load(Ordering::Acquire));
+        assert!(deadlines.shared.ticker.lock().unwrap().is_none());
         // A request on another runtime is still bounded.
         paused().block_on(async {
             let started = Instant::now();
             assert_eq!(deadlines.bound(std::future::pending::<()>()).await, None);
             assert!(started.elapsed() <= TIMEOUT + TIMEOUT / TICKS_PER_TIMEOUT);
         });
+    }
+
+    #[test]
+    fn a_request_on_another_runtime_than_the_tickers_sets_its_own_timer() {
+        let deadlines = Deadlines::new(TIMEOUT);
+        let paused = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap()
+        };
+        // The ticker starts on this runtime, which lives on but runs nothing while the other
+        // one waits.
+        let idle = paused();
+        idle.block_on(async {
+            let quick = async {
+                tokio::time::sleep(TIMEOUT / 4).await;
+            };
+            assert_eq!(deadlines.bound(quick).await, Some(()));
+        });
+        assert!(deadlines.shared.ticker.lock().unwrap().is_some());
+        paused().block_on(async {
+            let started = Instant::now();
+            assert_eq!(deadlines.bound(std::future::pending::<()>()).await, None);
+            let took = started.elapsed();
+            assert!(took >= TIMEOUT && took <= TIMEOUT + TIMEOUT / TICKS_PER_TIMEOUT);
+        });
+        drop(idle);
     }
 }

@@ -85,7 +85,7 @@ pub(crate) struct Members {
     preferred: AtomicUsize,
     /// How long one attempt on one member may take.
     timeout: Duration,
-    /// Bounds each attempt sent by [`round`](Self::round) by `timeout`, without a timer each.
+    /// Bounds the reply of each attempt sent by [`round`](Self::round), without a timer each.
     deadlines: Deadlines,
     options: ConnectOptions,
     /// Bumped every time a member is found failing: streams check whether theirs is suspect.
@@ -106,8 +106,13 @@ impl std::fmt::Debug for Members {
 
 impl Members {
     /// The members at `endpoints` (`http://host:port`), each reached with `options`; one attempt
-    /// on one member may take `timeout`.
-    pub(crate) fn new(endpoints: &[String], options: ConnectOptions, timeout: Duration) -> Self {
+    /// on one member may take `timeout`, of which waiting for a write's reply `reply_timeout`.
+    pub(crate) fn new(
+        endpoints: &[String],
+        options: ConnectOptions,
+        timeout: Duration,
+        reply_timeout: Duration,
+    ) -> Self {
         let members = endpoints
             .iter()
             .map(|endpoint| Member {
@@ -124,7 +129,7 @@ impl Members {
             members,
             preferred: AtomicUsize::new(0),
             timeout,
-            deadlines: Deadlines::new(timeout),
+            deadlines: Deadlines::new(reply_timeout),
             options,
             failures: tokio::sync::watch::Sender::new(0),
         }
@@ -353,7 +358,7 @@ impl Members {
                     None => Err(etcd_client::Error::GRpcStatus(
                         tonic::Status::deadline_exceeded(format!(
                             "no reply within {:?}",
-                            self.timeout
+                            self.deadlines.timeout()
                         )),
                     )),
                 },
@@ -565,7 +570,8 @@ mod tests {
 
     fn members() -> Members {
         let endpoints: Vec<String> = (1..=3).map(|i| format!("http://10.0.0.{i}:2379")).collect();
-        Members::new(&endpoints, ConnectOptions::new(), Duration::from_secs(1))
+        let second = Duration::from_secs(1);
+        Members::new(&endpoints, ConnectOptions::new(), second, second)
     }
 
     #[test]

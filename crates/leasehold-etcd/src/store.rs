@@ -79,6 +79,7 @@ impl EtcdStore {
             &config.endpoints,
             options,
             config.connect_timeout.max(config.response_timeout),
+            config.response_timeout,
         ));
         // One read proves the cluster answers (and the credentials work) before the store is
         // handed out.
