@@ -171,9 +171,9 @@ mod tests {
         assert_eq!(deadlines.bound(slow).await, Some(8));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_request_that_never_answers_ends_within_a_tick_of_its_timeout() {
-        let deadlines = Deadlines::new(TIMEOUT);
+    /// Bounds a request that never answers on the current runtime, and checks it ends within a
+    /// tick of its timeout.
+    async fn never_answers_within_a_tick(deadlines: &Deadlines) {
         let started = Instant::now();
         assert_eq!(deadlines.bound(std::future::pending::<()>()).await, None);
         let took = started.elapsed();
@@ -184,60 +184,46 @@ mod tests {
         );
     }
 
+    /// A runtime of its own, on paused time.
+    fn paused_runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    }
+
+    /// Starts the ticker on `runtime` with a request that answers after a quarter of the timeout.
+    fn start_ticker_on(runtime: &tokio::runtime::Runtime, deadlines: &Deadlines) {
+        runtime.block_on(async {
+            let quick = tokio::time::sleep(TIMEOUT / 4);
+            assert_eq!(deadlines.bound(quick).await, Some(()));
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_never_answers_ends_within_a_tick_of_its_timeout() {
+        never_answers_within_a_tick(&Deadlines::new(TIMEOUT)).await;
+    }
+
     #[test]
     fn a_ticker_lost_with_its_runtime_is_started_again_on_the_next() {
         let deadlines = Deadlines::new(TIMEOUT);
-        let paused = || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .start_paused(true)
-                .build()
-                .unwrap()
-        };
-        // The first request starts the ticker on this runtime, which then goes away with it.
-        let first = paused();
-        first.block_on(async {
-            let quick = async {
-                tokio::time::sleep(TIMEOUT / 4).await;
-            };
-            assert_eq!(deadlines.bound(quick).await, Some(()));
-        });
+        let first = paused_runtime();
+        start_ticker_on(&first, &deadlines);
         drop(first);
         assert!(deadlines.shared.ticker.lock().unwrap().is_none());
-        // A request on another runtime is still bounded.
-        paused().block_on(async {
-            let started = Instant::now();
-            assert_eq!(deadlines.bound(std::future::pending::<()>()).await, None);
-            assert!(started.elapsed() <= TIMEOUT + TIMEOUT / TICKS_PER_TIMEOUT);
-        });
+        paused_runtime().block_on(never_answers_within_a_tick(&deadlines));
     }
 
     #[test]
     fn a_request_on_another_runtime_than_the_tickers_sets_its_own_timer() {
         let deadlines = Deadlines::new(TIMEOUT);
-        let paused = || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .start_paused(true)
-                .build()
-                .unwrap()
-        };
-        // The ticker starts on this runtime, which lives on but runs nothing while the other
-        // one waits.
-        let idle = paused();
-        idle.block_on(async {
-            let quick = async {
-                tokio::time::sleep(TIMEOUT / 4).await;
-            };
-            assert_eq!(deadlines.bound(quick).await, Some(()));
-        });
+        // The ticker's runtime lives on, but runs nothing while the other one waits.
+        let idle = paused_runtime();
+        start_ticker_on(&idle, &deadlines);
         assert!(deadlines.shared.ticker.lock().unwrap().is_some());
-        paused().block_on(async {
-            let started = Instant::now();
-            assert_eq!(deadlines.bound(std::future::pending::<()>()).await, None);
-            let took = started.elapsed();
-            assert!(took >= TIMEOUT && took <= TIMEOUT + TIMEOUT / TICKS_PER_TIMEOUT);
-        });
+        paused_runtime().block_on(never_answers_within_a_tick(&deadlines));
         drop(idle);
     }
 }
