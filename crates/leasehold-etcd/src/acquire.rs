@@ -8,7 +8,7 @@ use std::time::Duration;
 use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, PutResponse, Txn, TxnOp, TxnOpResponse,
 };
-use leasehold_core::{Acquire, Attempt, ErrorKind, Lease, LockKey, LockMode, Result};
+use leasehold_core::{Acquire, Attempt, Lease, LockKey, LockMode, Result};
 use tokio::time::Instant;
 
 use crate::config::lease_seconds;
@@ -210,23 +210,20 @@ impl EtcdStore {
             }
             // With a place, a lost turn (between the read and the transaction) reads again on the
             // next attempt (and rejoins if the waiter lease lapsed).
-            let plain = place.is_none() && join.is_none();
-            let seen = if plain {
+            let seen = if place.is_none() && join.is_none() {
                 self.why_try_refused(req, &lock_key, &responses).await
             } else {
-                Seen::read(req, &self.config().prefix, &responses)
+                Seen::read(req, &self.config().prefix, &responses).map(Some)
             };
             let seen = match seen {
-                Ok(seen) => seen,
+                Ok(Some(seen)) => seen,
+                // Refused for sure, why unknown: a plain refusal; the next attempt reads again.
+                Ok(None) => {
+                    set_aside(lease_id, sent_at);
+                    return Ok(Attempt::refused());
+                }
                 Err(error) => {
                     set_aside(lease_id, sent_at); // refused: nothing holds on it
-                    if plain && error.kind() != ErrorKind::Internal {
-                        // The refusal is certain; only why is unknown (the read after it
-                        // failed). A refusal says what is sure; the next attempt reads again.
-                        tracing::debug!(key = %req.key, %error,
-                            "could not read why a try was refused; refused");
-                        return Ok(Attempt::refused());
-                    }
                     return Err(error);
                 }
             };
@@ -339,24 +336,33 @@ impl EtcdStore {
     /// Why a plain try was refused: its record read says so if another writer holds the key;
     /// else one read-only transaction of [`shared::why_refused`]'s reads (no Raft write) tells.
     /// That read comes after the refusal, so it may find the key freed since: a refusal then,
-    /// and the caller's next attempt decides. If it fails, the caller answers a plain refusal.
+    /// and the caller's next attempt decides. `None` if that read failed: the refusal is certain,
+    /// only why is unknown.
     async fn why_try_refused(
         &self,
         req: &Acquire,
         lock_key: &str,
         responses: &[TxnOpResponse],
-    ) -> Result<Seen> {
+    ) -> Result<Option<Seen>> {
         if let Some(TxnOpResponse::Get(record)) = responses.first() {
             if record.count() > 0 {
-                return Ok(Seen::held_by_record());
+                return Ok(Some(Seen::held_by_record()));
             }
         }
         let reads = shared::why_refused(lock_key, req.mode);
-        let response = self
+        match self
             .txn(Retry::Safe, || Txn::new().and_then(reads.clone()))
             .await
-            .map_err(|e| self.err(Op::AcquireRead, &req.key, e))?;
-        Seen::read(req, &self.config().prefix, &response.op_responses())
+        {
+            Ok(response) => {
+                Seen::read(req, &self.config().prefix, &response.op_responses()).map(Some)
+            }
+            Err(failed) => {
+                let error = self.err(Op::AcquireRead, &req.key, failed);
+                tracing::debug!(key = %req.key, %error, "could not read why a try was refused");
+                Ok(None)
+            }
+        }
     }
 
     /// The lease of a granted acquisition; a writer's marker (deleted with it) loses its lease.

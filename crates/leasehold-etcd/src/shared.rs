@@ -105,7 +105,7 @@ pub(crate) fn refusal_reads(mode: LockMode) -> usize {
 /// the record exists. That is the common refusal (another writer holds the key), and it says why
 /// alone ([`Seen::held_by_record`]); any other refusal reads [`why_refused`] after it. Every
 /// request carries its `else` branch into the Raft log whether it runs or not, and an uncontended
-/// acquire never runs it: the full reads, with leasehold's key names, were a third of the
+/// acquire never runs it: with leasehold's key names the full reads would be a third of the
 /// request's bytes.
 pub(crate) fn whether_record(lock_key: &str) -> TxnOp {
     TxnOp::get(lock_key, Some(GetOptions::new().with_count_only()))
