@@ -14,6 +14,13 @@ pub const DEFAULT_PREFIX: &str = "leasehold:";
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default time to wait for a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default time [`EtcdStore::connect`](crate::EtcdStore::connect) waits for a cluster that is
+/// reached but does not serve yet (its members elect a leader, or wait for a quorum). etcd's
+/// own election timeout is 1 s by default, and an election takes one to two of them, more on a
+/// loaded machine or with split votes.
+pub const DEFAULT_LEADER_WAIT: Duration = Duration::from_secs(10);
+/// The longest leader wait accepted: a longer one is a mistake (a unit), not a wait.
+const MAX_LEADER_WAIT: Duration = Duration::from_secs(600);
 /// Default TTL of the lease a store keeps its waiter keys on (kept alive in the background while
 /// the process runs): a crashed waiter holds the line up at most this long.
 pub const DEFAULT_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,6 +45,7 @@ pub struct EtcdConfig {
     pub(crate) prefix: String,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) leader_wait: Duration,
     pub(crate) fair: bool,
     pub(crate) waiter_timeout: Duration,
     pub(crate) tls: Option<TlsFiles>,
@@ -73,6 +81,7 @@ impl EtcdConfig {
             prefix: DEFAULT_PREFIX.to_owned(),
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            leader_wait: DEFAULT_LEADER_WAIT,
             fair: true,
             waiter_timeout: DEFAULT_WAITER_TIMEOUT,
             tls: None,
@@ -218,6 +227,17 @@ impl EtcdConfig {
         self
     }
 
+    /// How long [`EtcdStore::connect`](crate::EtcdStore::connect) waits for a cluster that is
+    /// reached but does not serve yet — its members elect a leader, or a quorum is not back —
+    /// before it fails (default [`DEFAULT_LEADER_WAIT`], at most 10 minutes; never less than one
+    /// attempt). A store connected while its cluster re-forms is handed out once the cluster
+    /// serves. When no member can be reached at all, `connect` fails at once: no cluster
+    /// listens at those endpoints. Wrap `connect` in a timeout of your own to give up sooner.
+    pub fn leader_wait(mut self, wait: Duration) -> Self {
+        self.leader_wait = wait;
+        self
+    }
+
     /// Fair waiting across processes (default on): a waiting process puts a waiter key in the
     /// lock's line (create revision order, as etcd's own mutex does), only the first in line may
     /// take a released lock, and a try-lock never passes a waiter. Off: first come, first served,
@@ -313,6 +333,13 @@ impl EtcdConfig {
                 self.waiter_timeout
             )));
         }
+        if self.leader_wait > MAX_LEADER_WAIT {
+            return Err(Error::invalid_argument(format!(
+                "leader wait {:?} is longer than {MAX_LEADER_WAIT:?}: it is how long connecting \
+                 waits for an etcd election (default {DEFAULT_LEADER_WAIT:?})",
+                self.leader_wait
+            )));
+        }
         if self.response_timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::invalid_argument(
                 "etcd timeouts must be greater than zero (default 2s)",
@@ -330,6 +357,7 @@ impl fmt::Debug for EtcdConfig {
             .field("prefix", &self.prefix)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("leader_wait", &self.leader_wait)
             .field("fair", &self.fair)
             .field("waiter_timeout", &self.waiter_timeout)
             .field("tls", &self.tls)
@@ -395,6 +423,14 @@ mod tests {
             .response_timeout(Duration::ZERO)
             .validate()
             .is_err());
+        let err = ok
+            .clone()
+            .leader_wait(Duration::from_secs(3600))
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("leader wait"), "{err}");
+        // No wait beyond one attempt is a choice, not a mistake.
+        assert!(ok.clone().leader_wait(Duration::ZERO).validate().is_ok());
         assert!(EtcdConfig::new(Vec::<String>::new()).validate().is_err());
         if !cfg!(feature = "tls") {
             let err = EtcdConfig::from_url("etcds://h:1")

@@ -24,7 +24,8 @@
 //!   quarter of the timeout (see [`Members::run`]); a write is returned (`InDoubt`: the readback
 //!   resolves it, on a live member).
 //! - while the members elect a leader (every one refuses with "no leader"), the request is asked
-//!   again, with a growing pause, for up to one timeout.
+//!   again, with a growing pause, for up to one timeout — or, for the check a store makes when
+//!   it connects, until a longer deadline of the caller's ([`Members::run_until`]).
 //!
 //! A member that failed is *suspect* for a while: it is tried last, and streams (watches, the
 //! waiter lease's keep-alive) that run on it are told to re-open on another member. Every failure
@@ -62,6 +63,9 @@ pub(crate) struct Failed {
     pub(crate) at: String,
     /// The last error.
     pub(crate) error: etcd_client::Error,
+    /// No member could be reached (nothing was sent to any): no cluster answers at these
+    /// endpoints, as opposed to one that answers without a leader.
+    pub(crate) unreached: bool,
 }
 
 /// One member: its endpoint and its client, connected when first used.
@@ -162,7 +166,9 @@ impl Members {
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         if retry == Retry::Safe {
-            return self.hedged(&mut request).await;
+            return self
+                .hedged(&mut request, Instant::now() + self.timeout)
+                .await;
         }
         // While the members elect a leader they refuse ("no leader"): the round is tried again
         // for up to one member timeout, so an election costs a wait, not a failure.
@@ -180,23 +186,65 @@ impl Members {
         }
     }
 
+    /// A request that is safe to send twice (a read), sent as [`run`](Self::run) sends it and
+    /// sent again while the cluster is reached but does not serve — its members elect a leader,
+    /// or have no quorum yet — until `until` (at least one member timeout). It fails at once
+    /// with the cluster's answer (bad credentials, a bad request), and when no member can be
+    /// reached at all: no cluster is listening there, and waiting would only hide a wrong
+    /// address.
+    ///
+    /// An election can take longer than one member timeout (several seconds, on a busy
+    /// machine or with etcd's default election timeout); a store connected while its cluster
+    /// re-forms waits it out with this.
+    pub(crate) async fn run_until<T, F, Fut>(
+        &self,
+        until: Instant,
+        mut request: F,
+    ) -> Result<T, Failed>
+    where
+        F: FnMut(&Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let pause = Duration::from_millis(100);
+        let until = until.max(Instant::now() + self.timeout);
+        loop {
+            let deadline = (Instant::now() + self.timeout).min(until);
+            match self.hedged(&mut request, deadline).await {
+                Ok((answer, _)) => return Ok(answer),
+                Err(failed)
+                    if !failed.unreached
+                        && classify(&failed.error) != Verdict::Answer
+                        && Instant::now() + pause < until =>
+                {
+                    tracing::debug!(at = %failed.at,
+                        "the etcd cluster is reached but does not serve yet; asking again");
+                    tokio::time::sleep(pause).await;
+                }
+                Err(failed) => return Err(failed),
+            }
+        }
+    }
+
     /// A request that is safe to send twice, hedged: sent to the preferred member, and if no
     /// answer came within a quarter of the member timeout (at most 500 ms), sent again to the
     /// next member (and so on, round the members, the earlier attempts still running); a failed
     /// attempt sends the next one at once. The first answer wins, for up to one member timeout
-    /// in all.
+    /// in all, or until `deadline`.
     ///
     /// This is what keeps a renewal alive through a paused leader: a follower forwards a lease
     /// keep-alive to the leader, and a request it forwarded to a leader that stopped answering
     /// waits for its whole timeout, while the same request sent after the election goes to the
     /// new leader.
-    async fn hedged<T, F, Fut>(&self, request: &mut F) -> Result<(T, usize), Failed>
+    async fn hedged<T, F, Fut>(
+        &self,
+        request: &mut F,
+        deadline: Instant,
+    ) -> Result<(T, usize), Failed>
     where
         F: FnMut(&Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let started = Instant::now();
-        let deadline = started + self.timeout;
         let hedge = (self.timeout / 4).clamp(Duration::from_millis(50), Duration::from_millis(500));
         let order = self.order();
         let n = order.len();
@@ -204,6 +252,7 @@ impl Members {
             return Err(Failed {
                 at: String::new(),
                 error: etcd_client::Error::InvalidArgs("no etcd endpoint configured".to_owned()),
+                unreached: true,
             });
         }
         // Attempts in flight: (id, member, when sent).
@@ -299,12 +348,15 @@ impl Members {
                 timer.as_mut().reset(Instant::now() + wait);
             }
         }
-        tried.dedup();
+        // Each member and failure once, in the order met (an election repeats them every round).
+        let mut seen = std::collections::HashSet::new();
+        tried.retain(|failure| seen.insert(failure.clone()));
         Err(Failed {
             at: tried.join(", "),
             error: last.unwrap_or_else(|| {
                 etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded("no reply"))
             }),
+            unreached: order.iter().all(|&i| down[i]),
         })
     }
 
@@ -323,6 +375,7 @@ impl Members {
             return Err(Failed {
                 at: self.name(i).to_owned(),
                 error,
+                unreached: false,
             });
         }
         self.failed(i);
@@ -379,6 +432,7 @@ impl Members {
                     let failed = Failed {
                         at: member.name.clone(),
                         error,
+                        unreached: false,
                     };
                     return Err((failed, false));
                 }
@@ -395,6 +449,7 @@ impl Members {
                         let failed = Failed {
                             at: member.name.clone(),
                             error,
+                            unreached: false,
                         };
                         return Err((failed, false));
                     }
@@ -410,6 +465,7 @@ impl Members {
             error: last.unwrap_or_else(|| {
                 etcd_client::Error::InvalidArgs("no etcd endpoint configured".to_owned())
             }),
+            unreached: !refused && !other,
         };
         Err((failed, refused && !other))
     }

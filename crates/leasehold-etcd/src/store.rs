@@ -47,13 +47,16 @@ struct Inner {
 }
 
 impl EtcdStore {
-    /// Validates `config` (before any I/O), connects, and checks the cluster answers (any one
+    /// Validates `config` (before any I/O), connects, and checks the cluster serves (any one
     /// member is enough: every request goes to a member that answers, whatever the endpoint
-    /// order; see docs/ETCD.md, "Clusters").
+    /// order; see docs/ETCD.md, "Clusters"). A cluster that is reached but has no leader yet (an
+    /// election, a quorum coming back) is waited for, up to
+    /// [`EtcdConfig::leader_wait`].
     ///
     /// Bad configuration:
     /// [`ErrorKind::InvalidArgument`](leasehold_core::ErrorKind::InvalidArgument). Cluster
-    /// unreachable: [`ErrorKind::Connection`](leasehold_core::ErrorKind::Connection), naming the
+    /// unreachable, at once, or not serving by the end of the leader wait:
+    /// [`ErrorKind::Connection`](leasehold_core::ErrorKind::Connection), naming the
     /// endpoints. Wrong credentials:
     /// [`ErrorKind::StoreSetup`](leasehold_core::ErrorKind::StoreSetup).
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
@@ -81,11 +84,12 @@ impl EtcdStore {
             config.connect_timeout.max(config.response_timeout),
             config.response_timeout,
         ));
-        // One read proves the cluster answers (and the credentials work) before the store is
-        // handed out.
+        // One read proves the cluster serves (and the credentials work) before the store is
+        // handed out; a cluster that is reached but has no leader yet is waited for.
         let prefix = config.prefix.clone();
+        let started = Instant::now();
         members
-            .run(Retry::Safe, |client| {
+            .run_until(started + config.leader_wait, |client| {
                 let (prefix, mut kv) = (prefix.clone(), client.kv_client());
                 async move {
                     kv.get(
@@ -96,10 +100,7 @@ impl EtcdStore {
                 }
             })
             .await
-            .map_err(|failed| {
-                tls_error(&failed.at, &failed.error)
-                    .unwrap_or_else(|| setup_or(map(Op::Connect, "", &failed.at, failed.error)))
-            })?;
+            .map_err(|failed| connect_failed(&config, started, failed))?;
         let waiting = Waiting::new(&config, members.clone());
         let changes = Changes::new(&config, members.clone());
         Ok(EtcdStore {
@@ -518,6 +519,28 @@ impl fmt::Debug for EtcdStore {
             .field("config", &self.inner.config)
             .finish()
     }
+}
+
+/// Why [`EtcdStore::connect`] failed, from its check read that failed.
+fn connect_failed(config: &EtcdConfig, started: Instant, failed: Failed) -> Error {
+    if let Some(tls) = tls_error(&failed.at, &failed.error) {
+        return tls;
+    }
+    let unreached = failed.unreached;
+    let error = setup_or(map(Op::Connect, "", &failed.at, failed.error));
+    if unreached || error.kind() != leasehold_core::ErrorKind::Connection {
+        return error;
+    }
+    // Reached, and still not serving once the wait ran out: say so, and what to look at.
+    let waited = Duration::from_millis(started.elapsed().as_millis().try_into().unwrap_or(0));
+    Error::connection(format!(
+        "the etcd cluster at {} was reached but did not serve for {waited:?} (no leader: an \
+         election that does not end, or no quorum); check its members' health (`etcdctl \
+         endpoint status`), or wait longer with EtcdConfig::leader_wait",
+        config.address()
+    ))
+    .with_operation(leasehold_core::Operation::Connect)
+    .with_source(error)
 }
 
 #[cfg(test)]

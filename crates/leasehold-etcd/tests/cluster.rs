@@ -282,6 +282,65 @@ async fn without_quorum_errors_are_temporary_and_name_the_members() {
     assert!(guard.release().await.expect("released"));
 }
 
+/// A store connected while the cluster has no leader (quorum lost) waits for one, for as long
+/// as its leader wait, however many member timeouts that is: with a short wait it fails with an
+/// error that says the cluster was reached but did not serve; with a long one it is handed out
+/// once a quorum is back, and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_waits_for_a_leader_within_the_leader_wait() {
+    let (cluster, _turn) = whole_cluster().await;
+    cluster.kill(1).expect("kill member 1");
+    cluster.kill(2).expect("kill member 2");
+    let config = |wait: Duration| {
+        EtcdConfig::from_url(&cluster.url())
+            .unwrap()
+            .prefix("leader-wait:")
+            .response_timeout(MEMBER_TIMEOUT)
+            .connect_timeout(Duration::from_millis(500))
+            .leader_wait(wait)
+    };
+
+    // Too short a wait: a connection error that says what was wrong, the members' own
+    // failures kept as its cause.
+    let Err(err) = EtcdStore::connect(config(2 * MEMBER_TIMEOUT)).await else {
+        panic!("a store without quorum");
+    };
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("was reached but did not serve for") && text.contains("leader_wait"),
+        "{text}"
+    );
+    let cause = std::error::Error::source(&err).expect("the members' failure is kept");
+    assert!(cause.to_string().contains(&cluster.endpoint(0)), "{cause}");
+
+    // A long wait outlasts several member timeouts, and ends when a quorum is back.
+    let connecting = tokio::spawn(EtcdStore::connect(config(Duration::from_secs(60))));
+    tokio::time::sleep(3 * MEMBER_TIMEOUT).await;
+    assert!(
+        !connecting.is_finished(),
+        "connect gave up while the cluster had no leader: {:?}",
+        connecting.await.map(|r| r.err())
+    );
+    let healing = cluster.clone();
+    blocking(move || healing.heal_all())
+        .await
+        .expect("the cluster heals");
+    let store = tokio::time::timeout(Duration::from_secs(30), connecting)
+        .await
+        .expect("connect ends once the cluster serves")
+        .expect("the connect task")
+        .expect("connected once a leader was elected");
+    let locks = LockManager::builder()
+        .client_id("cluster")
+        .farm_id("f1")
+        .store(store)
+        .build()
+        .expect("manager");
+    let guard = locks.try_lock("w").await.expect("the store serves");
+    assert!(guard.release().await.expect("released"));
+}
+
 /// No member reachable at all: a connection error naming every endpoint it tried.
 #[tokio::test]
 async fn an_unreachable_cluster_names_every_endpoint() {
