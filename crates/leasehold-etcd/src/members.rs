@@ -261,6 +261,9 @@ impl Members {
         let mut running = FuturesUnordered::new();
         let mut launched = 0;
         let mut down = vec![false; self.members.len()];
+        // Whether a member was reached: it refused, lost or never answered a request it was
+        // sent. Attempts still connecting when the deadline comes reached nobody.
+        let (mut reached, mut sent) = (false, Vec::new());
         let (mut tried, mut last) = (Vec::new(), None);
         let mut failures = 0;
         let mut pause = Duration::from_millis(25);
@@ -292,11 +295,13 @@ impl Members {
                     match client {
                         Ok(client) => {
                             let attempt = request(&client);
+                            sent.push(id);
                             running.push(async move { (id, i, attempt.await) });
                             continue;
                         }
                         Err(error) => {
                             in_flight.retain(|(other, _, _)| *other != id);
+                            reached |= classify(&error) != Verdict::Unsent;
                             last = Some(self.attempt_failed(i, error, &mut tried, &mut down)?);
                         }
                     }
@@ -317,11 +322,13 @@ impl Members {
                             return Ok((answer, i));
                         }
                         Err(error) => {
+                            reached |= classify(&error) != Verdict::Unsent;
                             last = Some(self.attempt_failed(i, error, &mut tried, &mut down)?);
                         }
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => {
+                    reached |= in_flight.iter().any(|(id, _, _)| sent.contains(id));
                     for &(_, j, _) in &in_flight {
                         self.failed(j);
                         tried.push(format!("{} (no reply within {:?})", self.name(j), self.timeout));
@@ -356,7 +363,7 @@ impl Members {
             error: last.unwrap_or_else(|| {
                 etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded("no reply"))
             }),
-            unreached: order.iter().all(|&i| down[i]),
+            unreached: !reached,
         })
     }
 
