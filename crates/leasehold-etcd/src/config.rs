@@ -231,8 +231,9 @@ impl EtcdConfig {
     /// reached but does not serve yet — its members elect a leader, or a quorum is not back —
     /// before it fails (default [`DEFAULT_LEADER_WAIT`], at most 10 minutes; never less than one
     /// attempt). A store connected while its cluster re-forms is handed out once the cluster
-    /// serves. When no member can be reached at all (nothing listens, or no connection
-    /// within the connect timeout), `connect` fails as soon as each has failed. Wrap `connect` in a timeout of your own to give up sooner.
+    /// serves. When no member can be reached at all (nothing listens, or no connection within
+    /// the connect timeout), `connect` fails as soon as each has failed. Wrap `connect` in a
+    /// timeout of your own to give up sooner.
     pub fn leader_wait(mut self, wait: Duration) -> Self {
         self.leader_wait = wait;
         self
