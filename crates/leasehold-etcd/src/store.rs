@@ -535,8 +535,9 @@ fn connect_failed(config: &EtcdConfig, started: Instant, failed: Failed) -> Erro
     let waited = Duration::from_millis(started.elapsed().as_millis().try_into().unwrap_or(0));
     Error::connection(format!(
         "the etcd cluster at {} was reached but did not serve for {waited:?} (no leader: an \
-         election that does not end, or no quorum); check its members' health (`etcdctl \
-         endpoint status`), or wait longer with EtcdConfig::leader_wait",
+         election that does not end, or no quorum; or members that do not answer); check its \
+         members' health (`etcdctl endpoint status`), or wait longer with \
+         EtcdConfig::leader_wait",
         config.address()
     ))
     .with_operation(leasehold_core::Operation::Connect)
