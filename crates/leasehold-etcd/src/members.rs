@@ -263,7 +263,7 @@ impl Members {
         let mut down = vec![false; self.members.len()];
         // Whether a member was reached: it refused, lost or never answered a request it was
         // sent. Attempts still connecting when the deadline comes reached nobody.
-        let (mut reached, mut sent) = (false, Vec::new());
+        let mut reached = false;
         let (mut tried, mut last) = (Vec::new(), None);
         let mut failures = 0;
         let mut pause = Duration::from_millis(25);
@@ -295,14 +295,18 @@ impl Members {
                     match client {
                         Ok(client) => {
                             let attempt = request(&client);
-                            sent.push(id);
                             running.push(async move { (id, i, attempt.await) });
                             continue;
                         }
                         Err(error) => {
                             in_flight.retain(|(other, _, _)| *other != id);
-                            reached |= classify(&error) != Verdict::Unsent;
-                            last = Some(self.attempt_failed(i, error, &mut tried, &mut down)?);
+                            last = Some(self.attempt_failed(
+                                i,
+                                error,
+                                &mut tried,
+                                &mut down,
+                                &mut reached,
+                            )?);
                         }
                     }
                 }
@@ -322,13 +326,18 @@ impl Members {
                             return Ok((answer, i));
                         }
                         Err(error) => {
-                            reached |= classify(&error) != Verdict::Unsent;
-                            last = Some(self.attempt_failed(i, error, &mut tried, &mut down)?);
+                            last = Some(self.attempt_failed(
+                                i,
+                                error,
+                                &mut tried,
+                                &mut down,
+                                &mut reached,
+                            )?);
                         }
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => {
-                    reached |= in_flight.iter().any(|(id, _, _)| sent.contains(id));
+                    reached |= !running.is_empty(); // sent, and no reply yet
                     for &(_, j, _) in &in_flight {
                         self.failed(j);
                         tried.push(format!("{} (no reply within {:?})", self.name(j), self.timeout));
@@ -368,13 +377,15 @@ impl Members {
     }
 
     /// An attempt on member `i` failed with `error`: the cluster's answer ends the request
-    /// (`Err`); anything else marks the member and is kept for the message.
+    /// (`Err`); anything else marks the member (`down` if it could not be sent to, else
+    /// `reached`) and is kept for the message.
     fn attempt_failed(
         &self,
         i: usize,
         error: etcd_client::Error,
         tried: &mut Vec<String>,
         down: &mut [bool],
+        reached: &mut bool,
     ) -> Result<etcd_client::Error, Failed> {
         let verdict = classify(&error);
         if verdict == Verdict::Answer {
@@ -388,6 +399,8 @@ impl Members {
         self.failed(i);
         if verdict == Verdict::Unsent {
             down[i] = true;
+        } else {
+            *reached = true;
         }
         tracing::debug!(member = self.name(i), %error, ?verdict,
             "an etcd member failed a request; asking another");
