@@ -14,6 +14,12 @@ pub const DEFAULT_PREFIX: &str = "leasehold:";
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default time to wait for a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default time [`RedisStore::connect`](crate::RedisStore::connect) waits for a master the
+/// sentinels name to answer as one: a failover under way when a service starts takes Sentinel's
+/// `down-after-milliseconds` (30 s by default) and the promotion after it.
+pub const DEFAULT_MASTER_WAIT: Duration = Duration::from_secs(60);
+/// The longest master wait accepted: a longer one is a mistake (a unit), not a wait.
+const MAX_MASTER_WAIT: Duration = Duration::from_secs(600);
 /// Default time a waiting process keeps its place in a key's waiter queue without asking again
 /// (Redisson's fair lock uses the same 5 s): a crashed waiter holds up the queue at most this long.
 pub const DEFAULT_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -27,6 +33,7 @@ pub struct RedisConfig {
     pub(crate) prefix: String,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) master_wait: Duration,
     pub(crate) fencing: bool,
     pub(crate) fair: bool,
     pub(crate) strict_fifo: bool,
@@ -71,6 +78,7 @@ impl RedisConfig {
             prefix: DEFAULT_PREFIX.to_owned(),
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            master_wait: DEFAULT_MASTER_WAIT,
             fencing: true,
             fair: true,
             strict_fifo: false,
@@ -195,6 +203,19 @@ impl RedisConfig {
     /// How long to wait for a connection (default 1 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long [`RedisStore::connect`](crate::RedisStore::connect) waits, on a Sentinel URL,
+    /// while the sentinels name a master that does not answer as one — it is down or restarting
+    /// and the sentinels have not failed it over yet, or they are promoting a replica (default
+    /// [`DEFAULT_MASTER_WAIT`], at most 10 minutes; never less than twice the connect timeout).
+    /// A store connected during a failover is handed out once the new master answers. When no
+    /// sentinel names a master (none answers, or none monitors the name), `connect` fails after
+    /// twice the connect timeout. Wrap `connect` in a timeout of your own to give up sooner. Not
+    /// used by one server or a Redis Cluster.
+    pub fn master_wait(mut self, wait: Duration) -> Self {
+        self.master_wait = wait;
         self
     }
 
@@ -351,6 +372,13 @@ impl RedisConfig {
                 "Redis timeouts must be greater than zero (default 1s)",
             ));
         }
+        if self.master_wait > MAX_MASTER_WAIT {
+            return Err(Error::invalid_argument(format!(
+                "master wait {:?} is longer than {MAX_MASTER_WAIT:?}: it is how long connecting \
+                 waits for a Sentinel failover (default {DEFAULT_MASTER_WAIT:?})",
+                self.master_wait
+            )));
+        }
         if let Some(min) = self.min_replicas {
             if min.timeout.is_zero() || min.timeout >= self.response_timeout {
                 return Err(Error::invalid_argument(format!(
@@ -384,6 +412,7 @@ impl fmt::Debug for RedisConfig {
             .field("prefix", &self.prefix)
             .field("response_timeout", &self.response_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("master_wait", &self.master_wait)
             .field("fencing", &self.fencing)
             .field("fair", &self.fair)
             .field("strict_fifo", &self.strict_fifo)
@@ -449,6 +478,15 @@ mod tests {
             .validate()
             .is_ok());
         assert!(RedisConfig::new("redis+unix:///tmp/r.sock")
+            .validate()
+            .is_ok());
+        let err = RedisConfig::new("redis+sentinel://h:1/m")
+            .master_wait(Duration::from_secs(3600))
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("master wait 3600s"), "{err}");
+        assert!(RedisConfig::new("redis+sentinel://h:1/m")
+            .master_wait(Duration::ZERO)
             .validate()
             .is_ok());
         let err = RedisConfig::new("redis://h:1")

@@ -263,6 +263,7 @@ async fn connect_sentinel(config: &RedisConfig, spec: &SentinelSpec) -> Result<C
         certificates: tls_certificates(config)?,
         connect_timeout: config.connect_timeout,
         response_timeout: config.response_timeout,
+        master_wait: config.master_wait,
     };
     let link = SentinelLink::connect(access).await.map_err(|e| {
         tls_error(&address, &e).unwrap_or_else(|| {

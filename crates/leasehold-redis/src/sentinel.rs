@@ -23,7 +23,7 @@ use redis::{Cmd, Pipeline, RedisError, RedisResult, Value};
 use tokio::time::Instant;
 
 pub(crate) use access::SentinelAccess;
-use master::Master;
+use master::{Master, Unfound};
 
 mod access;
 mod master;
@@ -56,7 +56,7 @@ struct State {
     /// Whether a search runs.
     searching: bool,
     /// Why the last search round found no master, naming the node or sentinel, for messages.
-    problem: Option<String>,
+    problem: Option<Unfound>,
     /// The node of the latest failure, and when.
     failed: Option<(String, Instant)>,
     /// When the master in use was found.
@@ -75,13 +75,38 @@ pub(crate) struct SentinelLink {
 }
 
 impl SentinelLink {
-    /// Finds the master through the sentinels and connects to it, waiting up to twice the
-    /// connect timeout (the first round may meet a failover in progress).
+    /// Finds the master through the sentinels and connects to it. The first round may meet a
+    /// failover in progress, so it waits up to twice the connect timeout; and while the sentinels
+    /// name a master that does not answer as one (down, restarting, or being failed over), up to
+    /// the master wait in all. When no sentinel names one (none answers, or none monitors the
+    /// name), waiting would only hide a wrong address: it fails after the first wait.
     pub(crate) async fn connect(access: SentinelAccess) -> RedisResult<Arc<SentinelLink>> {
-        let wait = access.connect_timeout.saturating_mul(2);
+        let started = Instant::now();
+        let first = access.connect_timeout.saturating_mul(2);
+        let whole = access.master_wait.max(first);
         let link = Self::unconnected(access);
-        link.master_within(wait).await?;
-        Ok(link)
+        let mut wait = first;
+        loop {
+            let Err(error) = link.master_within(wait).await else {
+                return Ok(link);
+            };
+            let unfound = link.read().problem.clone();
+            let left = whole.saturating_sub(started.elapsed());
+            match unfound {
+                Some(unfound) if unfound.named && !left.is_zero() => wait = left,
+                Some(unfound) if unfound.named && wait != first => {
+                    return Err(no_master(format!(
+                        "the sentinels name a master {:?}, but it did not answer as one within \
+                         {:?}: {unfound}; a failover takes the sentinels' \
+                         down-after-milliseconds and more: raise RedisConfig::master_wait to \
+                         wait longer",
+                        link.access.spec.master,
+                        started.elapsed()
+                    )))
+                }
+                _ => return Err(error),
+            }
+        }
     }
 
     /// A link with no master yet (the search has not started).
@@ -191,11 +216,10 @@ impl SentinelLink {
         match waited {
             Ok(Some(master)) => Ok(master),
             _ => {
-                let problem = self
-                    .read()
-                    .problem
-                    .clone()
-                    .unwrap_or_else(|| "the sentinels have not answered yet".to_owned());
+                let problem = self.read().problem.as_ref().map_or_else(
+                    || "the sentinels have not answered yet".to_owned(),
+                    ToString::to_string,
+                );
                 Err(no_master(format!(
                     "no master of {:?} answered as one within {wait:?}: {problem}",
                     self.access.spec.master
@@ -429,6 +453,7 @@ mod tests {
             certificates: None,
             connect_timeout: Duration::from_millis(200),
             response_timeout: Duration::from_millis(200),
+            master_wait: Duration::from_secs(1),
         })
     }
 

@@ -204,3 +204,83 @@ async fn a_killed_master_restarted_as_a_replica_is_left_for_the_new_master() {
         assert!(done > 0);
     }
 }
+
+/// A service that starts while its master is down connects once the sentinels have promoted a
+/// replica — within the master wait — instead of failing after twice its connect timeout, long
+/// before the sentinels even call the master down. A wait too short for the failover fails
+/// naming the master that does not answer and the setting to raise; a master name no sentinel
+/// monitors fails without waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_during_a_failover_waits_for_the_new_master() {
+    let mut group = tokio::task::spawn_blocking(RedisSentinel::start)
+        .await
+        .unwrap()
+        .expect("start Redis Sentinel (redis-server, redis-sentinel)");
+    let url = group.url();
+    let config = |wait: Duration| {
+        RedisConfig::new(&url)
+            .connect_timeout(Duration::from_millis(200))
+            .master_wait(wait)
+    };
+
+    // A name no sentinel monitors: nothing to wait for, whatever the master wait.
+    let unknown = url.replace("/mymaster", "/nosuchmaster");
+    assert_ne!(unknown, url, "the URL names the master: {url}");
+    let started = Instant::now();
+    let err = RedisStore::connect(
+        RedisConfig::new(&unknown)
+            .connect_timeout(Duration::from_millis(200))
+            .master_wait(Duration::from_secs(60)),
+    )
+    .await
+    .expect_err("no sentinel monitors that name");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "failed without the master wait ({:?}): {err}",
+        started.elapsed()
+    );
+
+    let old = group.master_port().unwrap();
+    group.kill(old).unwrap();
+    // The sentinels call a master down after a second (down-after-milliseconds): a master wait
+    // of 600 ms ends before any failover.
+    let err = RedisStore::connect(config(Duration::from_millis(600)))
+        .await
+        .expect_err("no master answers within 600 ms of the kill");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("127.0.0.1:{old}")) && message.contains("master_wait"),
+        "names the master that does not answer and what to raise: {message}"
+    );
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the cause is kept: {err}"
+    );
+
+    let store = RedisStore::connect(config(Duration::from_secs(60)))
+        .await
+        .expect("connects once the sentinels have promoted a replica");
+    let (group, new) = tokio::task::spawn_blocking(move || {
+        let new = group.wait_new_master(old);
+        (group, new)
+    })
+    .await
+    .unwrap();
+    let new = new.expect("the sentinels promote a replica");
+    let key: LockKey = "DC#f1#t#starting".parse().unwrap();
+    let lease = store
+        .try_acquire(&Acquire::new(
+            key.clone(),
+            OwnerToken::generate(),
+            Duration::from_secs(10),
+        ))
+        .await
+        .expect("the store serves from the new master");
+    let held = group
+        .node(new)
+        .expect("the new master")
+        .command(&["EXISTS", &store.lock_key(&key)])
+        .expect("EXISTS");
+    assert_eq!(held, ":1", "the lock is on the new master {new}");
+    store.release(&lease).await.unwrap();
+}

@@ -19,6 +19,9 @@ pub(crate) struct SentinelAccess {
     pub(crate) certificates: Option<redis::TlsCertificates>,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// How long connecting waits for a named master to answer as one
+    /// ([`RedisConfig::master_wait`](crate::RedisConfig::master_wait)).
+    pub(crate) master_wait: Duration,
 }
 
 impl SentinelAccess {

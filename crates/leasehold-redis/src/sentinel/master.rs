@@ -23,6 +23,23 @@ pub(crate) struct Master {
     pub(super) generation: u64,
 }
 
+/// Why one round of the search found no master.
+#[derive(Debug, Clone)]
+pub(super) struct Unfound {
+    /// A sentinel named a master, which did not answer as one: the node is down or restarting,
+    /// or a failover is under way. Not set when no sentinel named one (none answered, or none
+    /// monitors the master's name), which waiting does not mend.
+    pub(super) named: bool,
+    /// What went wrong, naming the sentinels or the node.
+    pub(super) problem: String,
+}
+
+impl std::fmt::Display for Unfound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.problem)
+    }
+}
+
 /// One round of the search: asks every sentinel, takes the master named under the highest
 /// configuration epoch, connects to it and checks it answers as a master. `on_disconnect` runs
 /// when the connection to the master found drops (its disconnection push), after the master is
@@ -30,7 +47,7 @@ pub(crate) struct Master {
 pub(super) async fn find(
     access: &SentinelAccess,
     on_disconnect: impl Fn() + Send + Sync + 'static,
-) -> Result<Master, String> {
+) -> Result<Master, Unfound> {
     let asked = futures::future::join_all(
         access
             .spec
@@ -51,7 +68,14 @@ pub(super) async fn find(
         }
     }
     let Some(named) = best else {
-        return Err(format!("no sentinel answered ({})", problems.join("; ")));
+        return Err(Unfound {
+            named: false,
+            problem: format!("no sentinel answered ({})", problems.join("; ")),
+        });
+    };
+    let unanswered = |problem| Unfound {
+        named: true,
+        problem,
     };
     let address = format!("{}:{}", named.host, named.port);
     let broken = Arc::new(AtomicBool::new(false));
@@ -83,8 +107,8 @@ pub(super) async fn find(
     let (client, connection, role) =
         tokio::time::timeout(access.connect_timeout + access.response_timeout, checked)
             .await
-            .map_err(|_| format!("{named_by} did not answer"))?
-            .map_err(|e| format!("{named_by} could not be used: {e}"))?;
+            .map_err(|_| unanswered(format!("{named_by} did not answer")))?
+            .map_err(|e| unanswered(format!("{named_by} could not be used: {e}")))?;
     match role {
         Role::Primary { .. } => Ok(Master {
             connection,
@@ -97,11 +121,15 @@ pub(super) async fn find(
             primary_ip,
             primary_port,
             ..
-        } => Err(format!(
+        } => Err(unanswered(format!(
             "{named_by} answers role=slave (a replica of {primary_ip}:{primary_port}): the \
              sentinels have not named the new master yet"
-        )),
-        Role::Sentinel { .. } => Err(format!("{named_by} is a sentinel, not a data node")),
-        other => Err(format!("{named_by} answers an unknown role ({other:?})")),
+        ))),
+        Role::Sentinel { .. } => Err(unanswered(format!(
+            "{named_by} is a sentinel, not a data node"
+        ))),
+        other => Err(unanswered(format!(
+            "{named_by} answers an unknown role ({other:?})"
+        ))),
     }
 }
