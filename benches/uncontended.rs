@@ -4,7 +4,9 @@
 //! Run: `cargo bench -p leasehold-bench --bench uncontended`
 //! (`UNCONTENDED_ONLY=redis|etcd|aerospike` runs one store; `AEROSPIKE_HOSTS` adds a real
 //! Aerospike cluster after the fixture; `UNCONTENDED_CYCLES=<n>:<row label's start>` runs the
-//! rows so labelled `n` cycles each instead of the table, for an instruction count.) The
+//! rows so labelled `n` cycles each instead of the table, for an instruction count; the private
+//! redis-server is then shut down with `SHUTDOWN NOSAVE`, so one started under a profiler by a
+//! wrapper `redis-server` first on `PATH` writes the server's count too.) The
 //! Aerospike rows run twice on the fixture: as it answers (in memory, on loopback: the client's
 //! own cost per round trip), and with every reply held at least 1 ms (about 2 ms a round trip
 //! with tokio's millisecond timer: a store across a network, where the round trips are the cost).
@@ -575,6 +577,12 @@ async fn redis_rows() {
         )),
     )
     .await;
+    if cycles_only().is_some() {
+        // Ends the server on its own terms, not by a kill, so a `redis-server` run under a
+        // profiler (a wrapper first on `PATH` that starts it under `valgrind --tool=callgrind`)
+        // writes its counts: the server's instructions per cycle, as the client's.
+        let _ = server.command(&["SHUTDOWN", "NOSAVE"]);
+    }
 }
 
 async fn etcd_rows() {

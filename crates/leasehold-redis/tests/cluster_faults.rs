@@ -211,6 +211,26 @@ async fn an_error_on_a_cluster_names_the_node_that_failed_and_the_slot() {
         .unwrap_err();
     assert!(err.is_temporary(), "{err}");
     assert!(err.to_string().contains(&format!(":{master}")), "{err}");
+    // A store started now (a service restarting during the outage) connects, and serves the
+    // slots whose masters are up; the dead master's slot fails as above.
+    let started = RedisStore::connect(RedisConfig::new(cluster.url()))
+        .await
+        .expect("connects with a master down");
+    let elsewhere = (0..100)
+        .map(|i| key(&format!("elsewhere-{i}")))
+        .find(|k| cluster.master_of(&started.lock_key(k)).unwrap() != master)
+        .expect("a key on another master");
+    let lease = started
+        .try_acquire(&Acquire::new(elsewhere, OwnerToken::generate(), TTL))
+        .await
+        .expect("a slot whose master is up is served");
+    assert!(started.release(&lease).await.unwrap());
+    let err = started
+        .try_acquire(&Acquire::new(k.clone(), OwnerToken::generate(), TTL))
+        .await
+        .unwrap_err();
+    assert!(err.is_temporary(), "{err}");
+    assert!(err.to_string().contains(&format!(":{master}")), "{err}");
     // The master comes back: the store reconnects to it and locks work again.
     let _cluster = tokio::task::spawn_blocking(move || cluster.restart(master).map(|()| cluster))
         .await
