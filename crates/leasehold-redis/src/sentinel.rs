@@ -86,6 +86,7 @@ impl SentinelLink {
         let whole = access.master_wait.max(first);
         let link = Self::unconnected(access);
         let mut wait = first;
+        let mut waited_on = false;
         loop {
             let Err(error) = link.master_within(wait).await else {
                 return Ok(link);
@@ -93,8 +94,11 @@ impl SentinelLink {
             let unfound = link.read().problem.clone();
             let left = whole.saturating_sub(started.elapsed());
             match unfound {
-                Some(unfound) if unfound.named && !left.is_zero() => wait = left,
-                Some(unfound) if unfound.named && wait != first => {
+                Some(unfound) if unfound.named && !left.is_zero() => {
+                    wait = left;
+                    waited_on = true;
+                }
+                Some(unfound) if unfound.named && waited_on => {
                     return Err(no_master(format!(
                         "the sentinels name a master {:?}, but it did not answer as one within \
                          {:?}: {unfound}; a failover takes the sentinels' \
