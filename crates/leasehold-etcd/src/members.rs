@@ -260,11 +260,8 @@ impl Members {
         let mut connecting = FuturesUnordered::new();
         let mut running = FuturesUnordered::new();
         let mut launched = 0;
-        let mut down = vec![false; self.members.len()];
-        // Whether a member was reached: it refused, lost or never answered a request it was
-        // sent. Attempts still connecting when the deadline comes reached nobody.
-        let mut reached = false;
-        let (mut tried, mut last) = (Vec::new(), None);
+        let mut misses = Misses::new(self.members.len());
+        let mut last = None;
         let mut failures = 0;
         let mut pause = Duration::from_millis(25);
         let connect = |id: usize, i: usize| async move { (id, i, self.client(i).await) };
@@ -276,7 +273,7 @@ impl Members {
         let timer = tokio::time::sleep_until(started + hedge);
         tokio::pin!(timer);
         loop {
-            if in_flight.is_empty() && order.iter().all(|&i| down[i]) {
+            if in_flight.is_empty() && order.iter().all(|&i| misses.down[i]) {
                 break; // every member is down (nothing was sent): no use waiting
             }
             if std::mem::take(&mut launch_now) && in_flight.len() < 2 * n {
@@ -300,13 +297,7 @@ impl Members {
                         }
                         Err(error) => {
                             in_flight.retain(|(other, _, _)| *other != id);
-                            last = Some(self.attempt_failed(
-                                i,
-                                error,
-                                &mut tried,
-                                &mut down,
-                                &mut reached,
-                            )?);
+                            last = Some(self.attempt_failed(i, error, &mut misses)?);
                         }
                     }
                 }
@@ -326,21 +317,15 @@ impl Members {
                             return Ok((answer, i));
                         }
                         Err(error) => {
-                            last = Some(self.attempt_failed(
-                                i,
-                                error,
-                                &mut tried,
-                                &mut down,
-                                &mut reached,
-                            )?);
+                            last = Some(self.attempt_failed(i, error, &mut misses)?);
                         }
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => {
-                    reached |= !running.is_empty(); // sent, and no reply yet
+                    misses.reached |= !running.is_empty(); // sent, and no reply yet
                     for &(_, j, _) in &in_flight {
                         self.failed(j);
-                        tried.push(format!("{} (no reply within {:?})", self.name(j), self.timeout));
+                        misses.tried.push(format!("{} (no reply within {:?})", self.name(j), self.timeout));
                     }
                     last = Some(etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded(
                         format!("no reply within {:?}", self.timeout),
@@ -366,26 +351,24 @@ impl Members {
         }
         // Each member and failure once, in the order met (an election repeats them every round).
         let mut seen = std::collections::HashSet::new();
-        tried.retain(|failure| seen.insert(failure.clone()));
+        misses.tried.retain(|failure| seen.insert(failure.clone()));
         Err(Failed {
-            at: tried.join(", "),
+            at: misses.tried.join(", "),
             error: last.unwrap_or_else(|| {
                 etcd_client::Error::GRpcStatus(tonic::Status::deadline_exceeded("no reply"))
             }),
-            unreached: !reached,
+            unreached: !misses.reached,
         })
     }
 
     /// An attempt on member `i` failed with `error`: the cluster's answer ends the request
-    /// (`Err`); anything else marks the member (`down` if it could not be sent to, else
-    /// `reached`) and is kept for the message.
+    /// (`Err`); anything else is recorded in `misses` (the member down if it could not be sent
+    /// to, else reached) and kept for the message.
     fn attempt_failed(
         &self,
         i: usize,
         error: etcd_client::Error,
-        tried: &mut Vec<String>,
-        down: &mut [bool],
-        reached: &mut bool,
+        misses: &mut Misses,
     ) -> Result<etcd_client::Error, Failed> {
         let verdict = classify(&error);
         if verdict == Verdict::Answer {
@@ -398,13 +381,15 @@ impl Members {
         }
         self.failed(i);
         if verdict == Verdict::Unsent {
-            down[i] = true;
+            misses.down[i] = true;
         } else {
-            *reached = true;
+            misses.reached = true;
         }
         tracing::debug!(member = self.name(i), %error, ?verdict,
             "an etcd member failed a request; asking another");
-        tried.push(format!("{} ({})", self.name(i), short(&error)));
+        misses
+            .tried
+            .push(format!("{} ({})", self.name(i), short(&error)));
         Ok(error)
     }
 
@@ -615,6 +600,27 @@ impl Member {
 /// A member refused because it has no leader (an election is under way, or it is cut off).
 fn is_no_leader(error: &etcd_client::Error) -> bool {
     matches!(error, etcd_client::Error::GRpcStatus(status) if status.message().contains("no leader"))
+}
+
+/// What a hedged request's failed attempts left behind, for its next step and its message.
+struct Misses {
+    /// Each member that could not be sent to (no use waiting for it again).
+    down: Vec<bool>,
+    /// Whether a member was reached: it refused, lost or never answered a request it was sent.
+    /// Attempts still connecting when the deadline comes reached nobody.
+    reached: bool,
+    /// Each failed attempt: the member and why, in the order met.
+    tried: Vec<String>,
+}
+
+impl Misses {
+    fn new(members: usize) -> Self {
+        Misses {
+            down: vec![false; members],
+            reached: false,
+            tried: Vec::new(),
+        }
+    }
 }
 
 /// A failure in a few words, for the list of members tried.
