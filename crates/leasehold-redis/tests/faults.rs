@@ -200,22 +200,31 @@ async fn scripts_are_reloaded_after_script_flush() {
 #[tokio::test]
 async fn a_foreign_value_at_the_fence_key_fails_the_acquire_with_nothing_applied() {
     let server = RedisServer::start().unwrap();
-    let store = connect(server.url()).await;
-    let lock_key = format!("leasehold:{}", key("clash").as_str());
-    let fence_key = format!("leasehold:fence:{}", key("clash").as_str());
-    assert_eq!(server.command(&["SET", &fence_key, "x"]).unwrap(), "+OK");
-    let err = store.try_acquire(&acquire("clash")).await.unwrap_err();
-    assert!(
-        err.chain().to_string().contains("non-integer"),
-        "{}",
-        err.chain()
-    );
-    assert!(!err.is_in_doubt(), "a definite failure: {err}");
-    assert_eq!(
-        server.command(&["EXISTS", &lock_key]).unwrap(),
-        ":0",
-        "no lock taken without a fencing token"
-    );
+    // Both acquire scripts, fair (the default) and first-come, on a free key: their common case.
+    for (name, fair) in [("clash-fair", true), ("clash-first-come", false)] {
+        let store = RedisStore::connect(
+            RedisConfig::new(server.url())
+                .response_timeout(Duration::from_millis(300))
+                .fair(fair),
+        )
+        .await
+        .expect("connect");
+        let lock_key = format!("leasehold:{}", key(name).as_str());
+        let fence_key = format!("leasehold:fence:{}", key(name).as_str());
+        assert_eq!(server.command(&["SET", &fence_key, "x"]).unwrap(), "+OK");
+        let err = store.try_acquire(&acquire(name)).await.unwrap_err();
+        assert!(
+            err.chain().to_string().contains("non-integer"),
+            "fair {fair}: {}",
+            err.chain()
+        );
+        assert!(!err.is_in_doubt(), "fair {fair}: a definite failure: {err}");
+        assert_eq!(
+            server.command(&["EXISTS", &lock_key]).unwrap(),
+            ":0",
+            "fair {fair}: no lock taken without a fencing token"
+        );
+    }
 }
 
 #[tokio::test]

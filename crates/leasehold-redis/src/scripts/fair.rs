@@ -45,6 +45,37 @@
 /// as it was, never a lock taken without a token.
 pub(super) const ACQUIRE_FAIR_LUA: &str = r"
 local me = ARGV[3]
+-- The grant's end, on either path: the fencing token (false when not fencing), or an error
+-- reply with the hold deleted again when the counter holds a non-integer; then the grant is
+-- announced.
+local function grant()
+  local fence = false
+  if ARGV[5] == '1' then
+    fence = next_fence(KEYS[2], ARGV[2])
+    if not fence then
+      -- Never a lock without its token: undo the hold (the key was free or a dead record).
+      redis.call('DEL', KEYS[1])
+      return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
+    end
+  end
+  changed(KEYS[5], ARGV[1], ARGV[9])
+  return fence
+end
+-- The common case: a try on a key nobody holds and nobody waits for. A refused `SET NX`
+-- changed nothing; the rest of the script decides the refusal without sending it again.
+local head, tried = nil, false
+if me == '' then
+  head = redis.call('LINDEX', KEYS[3], 0)
+  if not head then
+    if redis.call('SET', KEYS[1], ARGV[1] .. '\n', 'NX', 'PX', ARGV[2]) then
+      local fence = grant()
+      if type(fence) == 'table' then return fence end
+      return {1, fence, 0}
+    end
+    tried = true
+  end
+end
+-- The rest.
 local requeue = ARGV[6] == '1' and me ~= ''
 local stay = ARGV[6] == '2' and me ~= ''
 local rotate = requeue or stay
@@ -76,10 +107,7 @@ local function put_back(entry)
     redis.call('LPUSH', KEYS[3], entry)
   end
 end
-local head
-if me == '' then
-  head = redis.call('LINDEX', KEYS[3], 0)
-else
+if me ~= '' then
   head = move_head()
   if head == me then
     moved = true
@@ -114,7 +142,7 @@ if (not head) or head == me then
     next = me
   end
   local value = ARGV[1] .. '\n' .. (next or '')
-  local taken = redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
+  local taken = (not tried) and redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
   if not taken then
     local refused = writer_on_shared(KEYS[1], tonumber(ARGV[7] or '0'))
     if type(refused) == 'table' and refused.err then
@@ -128,15 +156,10 @@ if (not head) or head == me then
     end
   end
   if taken then
-    local fence = false
-    if ARGV[5] == '1' then
-      fence = next_fence(KEYS[2], ARGV[2])
-      if not fence then
-        -- Never a lock without its token: undo the hold (the key was free or a dead record).
-        redis.call('DEL', KEYS[1])
-        if moved then put_back(me) end
-        return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
-      end
+    local fence = grant()
+    if type(fence) == 'table' then
+      if moved then put_back(me) end
+      return fence
     end
     -- A served waiting call's deadline goes with it (strict FIFO entries, `<id>#<n>`, are new
     -- for every wait); a process's is overwritten when it joins again, and expires with the
@@ -147,7 +170,6 @@ if (not head) or head == me then
     if joined or (rotate and moved and ARGV[8] == '1') then
       keep_place()
     end
-    changed(KEYS[5], ARGV[1], ARGV[9])
     local others = 0
     if next and next ~= me then others = 1 end
     return {1, fence, others}
@@ -200,6 +222,13 @@ return {0, left, 0}
 /// Returns 1 if deleted, 0 otherwise.
 pub(super) const RELEASE_FAIR_LUA: &str = r"
 local value = redis.pcall('GET', KEYS[1])
+-- The common case: our hold, naming nobody next (nobody waits).
+if value == ARGV[1] .. '\n' then
+  redis.call('DEL', KEYS[1])
+  changed(KEYS[4], ARGV[1], ARGV[2])
+  return 1
+end
+-- The rest.
 if type(value) == 'string' and token_of(value) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   changed(KEYS[4], ARGV[1], ARGV[2])
