@@ -550,6 +550,10 @@ mod tests {
         assert!(common.contains("redis.call('SPUBLISH'"));
         assert_eq!(defined(rest), ["token_of", "next_of", "announce"]);
         assert!(rest.contains("redis.call('SPUBLISH'"));
+        // The shared acquire's: the clock's and the announcement's.
+        let text = script_text(ACQUIRE_SHARED_LUA, "PUBLISH");
+        let (common, _) = text.split_once(REST).expect("the rest's line");
+        assert_eq!(defined(common), ["changed", "now_ms"]);
         // The first-come acquire's: the fence's, the announcement's and the grant's.
         let text = script_text(ACQUIRE_LUA, "PUBLISH");
         let (common, rest) = text.split_once(REST).expect("the rest's line");

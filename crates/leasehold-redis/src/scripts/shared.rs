@@ -26,11 +26,22 @@
 pub(super) const ACQUIRE_SHARED_LUA: &str = r"
 local me = ARGV[5]
 local fair = ARGV[8] == '1'
-local permits = tonumber(ARGV[4])
-local now = now_ms()
-local head, head_deadline, dropped = nil, nil, false
+local head = nil
 if fair then
   head = redis.call('LINDEX', KEYS[2], 0)
+end
+-- The common case: a try on a key nobody holds and nobody waits for.
+if me == '' and not head and redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'mode', ARGV[3], 'h:' .. ARGV[1], now_ms() + tonumber(ARGV[2]))
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  changed(KEYS[5], ARGV[1], ARGV[9])
+  return {1, 0, 0}
+end
+-- The rest.
+local permits = tonumber(ARGV[4])
+local now = now_ms()
+local head_deadline, dropped = nil, false
+if fair then
   head, head_deadline, dropped = drop_lapsed(KEYS[2], KEYS[3], head, me, function() return now end)
 end
 local function refuse(ms)
