@@ -484,7 +484,7 @@ pub(crate) fn scripts(cluster: bool) -> &'static Scripts {
 mod tests {
     use super::*;
 
-    /// The prelude's functions `text` defines, in order.
+    /// The functions `text` defines (each `local function` starting a line), in order.
     fn defined(text: &str) -> Vec<&str> {
         definitions(text)
             .into_iter()
@@ -516,7 +516,10 @@ mod tests {
         assert!(names(&used_by("return 1", &[])).is_empty());
         // One defined already is not defined again, nor followed to those it calls.
         let token_of = used_by("return token_of(ARGV[1])", &[]);
-        assert!(names(&used_by("return held_by(KEYS[1], ARGV[1])", &token_of)) == ["held_by"]);
+        assert_eq!(
+            names(&used_by("return held_by(KEYS[1], ARGV[1])", &token_of)),
+            ["held_by"]
+        );
     }
 
     #[test]
