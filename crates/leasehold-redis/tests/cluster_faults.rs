@@ -175,6 +175,16 @@ async fn acquisitions_in_a_loop_ride_out_a_killed_master() {
     );
 }
 
+/// A try on `k`, whose master (port `master`) is down, fails as temporary and names that master.
+async fn try_fails_naming(store: &RedisStore, k: &LockKey, master: u16) {
+    let err = store
+        .try_acquire(&Acquire::new(k.clone(), OwnerToken::generate(), TTL))
+        .await
+        .unwrap_err();
+    assert!(err.is_temporary(), "{err}");
+    assert!(err.to_string().contains(&format!(":{master}")), "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_on_a_cluster_names_the_node_that_failed_and_the_slot() {
     // No replicas: a killed master's slots stay without one until it comes back.
@@ -205,12 +215,7 @@ async fn an_error_on_a_cluster_names_the_node_that_failed_and_the_slot() {
         "the Redis error is kept as the cause"
     );
     // A write names it too, and reports nothing held.
-    let err = store
-        .try_acquire(&Acquire::new(k.clone(), OwnerToken::generate(), TTL))
-        .await
-        .unwrap_err();
-    assert!(err.is_temporary(), "{err}");
-    assert!(err.to_string().contains(&format!(":{master}")), "{err}");
+    try_fails_naming(&store, &k, master).await;
     // A store started now (a service restarting during the outage) connects, and serves the
     // slots whose masters are up; the dead master's slot fails as above.
     let started = RedisStore::connect(RedisConfig::new(cluster.url()))
@@ -225,12 +230,7 @@ async fn an_error_on_a_cluster_names_the_node_that_failed_and_the_slot() {
         .await
         .expect("a slot whose master is up is served");
     assert!(started.release(&lease).await.unwrap());
-    let err = started
-        .try_acquire(&Acquire::new(k.clone(), OwnerToken::generate(), TTL))
-        .await
-        .unwrap_err();
-    assert!(err.is_temporary(), "{err}");
-    assert!(err.to_string().contains(&format!(":{master}")), "{err}");
+    try_fails_naming(&started, &k, master).await;
     // The master comes back: the store reconnects to it and locks work again.
     let _cluster = tokio::task::spawn_blocking(move || cluster.restart(master).map(|()| cluster))
         .await
