@@ -95,10 +95,11 @@ impl<S: LockStore> DynLockStore for S {
 }
 
 /// Boxes the future `make` returns, made in its box: the box is allocated first and the future
-/// written into it, where `Box::pin(future)` makes it on the stack and copies it over. A
-/// network store's futures are large (an Aerospike acquire's is about 9 KB, an etcd one's about
-/// 7 KB: the client crates' request futures are inside), and that copy was the largest single
-/// cost a call added on the client.
+/// written into it, which lets the compiler make it there, where `Box::pin(future)` makes it on
+/// the stack and copies it over. A network store's futures are large (an Aerospike acquire's is
+/// about 9 KB, an etcd one's about 7 KB: the client crates' request futures are inside), and on
+/// Aerospike that copy was the largest single cost a call added on the client (*Counted*, in
+/// docs/PERFORMANCE.md).
 fn in_box<'a, F: Future + Send + 'a>(make: impl FnOnce() -> F) -> BoxFuture<'a, F::Output> {
     let slot = Box::<F>::new_uninit();
     let future: Box<F> = Box::write(slot, make());
