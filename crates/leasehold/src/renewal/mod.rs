@@ -21,7 +21,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::core::{Error, ErrorKind, Lease, LockEvent, LockStore};
+use crate::core::{instant_after, Error, ErrorKind, Lease, LockEvent, LockStore};
 use crate::handle::Handle;
 use crate::schedule::{Due, Place, Schedule};
 
@@ -113,8 +113,9 @@ pub(crate) struct Renewer {
 }
 
 impl Renewer {
-    /// Renews `state`'s lease every `every` (default: a third of its TTL) while the guard lives:
-    /// the first renewal is scheduled; its task starts when it is due. `None` outside a tokio
+    /// Renews `state`'s lease every `every` (default: a third of its TTL), counted from when each
+    /// lease started, while the guard lives: the first renewal is scheduled; its task starts
+    /// when it is due. `None` outside a tokio
     /// runtime (logged: the lease expires at its TTL).
     pub(crate) fn start(
         handle: &Arc<Handle>,
@@ -122,8 +123,12 @@ impl Renewer {
         every: Option<Duration>,
         scenario: Arc<str>,
     ) -> Option<Self> {
-        let interval = every.unwrap_or(state.lease().ttl() / 3);
-        let key = state.lease().key().clone();
+        let lease = state.lease();
+        let interval = every.unwrap_or(lease.ttl() / 3);
+        // Counted from when the lease's TTL started (its request was sent), not from now: a
+        // slow reply must not push the first renewal past the lease's expiry.
+        let due = instant_after(lease.acquired_at(), interval);
+        let key = lease.key().clone();
         let entry = Arc::new(Entry {
             phase: Mutex::new(Phase::Done),
             handle: Arc::downgrade(handle),
@@ -131,7 +136,6 @@ impl Renewer {
             every,
             scenario,
         });
-        let due = Instant::now() + interval;
         if !handle.renewals.add(&handle.lifecycle, entry.clone(), due) {
             tracing::warn!(%key, "no tokio runtime to renew on; the lease expires at its TTL");
             return None;
@@ -305,7 +309,13 @@ async fn renew(
     loop {
         let lease = state.lease();
         let interval = every.unwrap_or(lease.ttl() / 3);
-        let pause = first.take().unwrap_or(interval);
+        // Each renewal is due `interval` after the current lease started (when the last extend
+        // was sent), however long its reply took: counted from the reply instead, a slow one
+        // would delay every renewal after it, up to past the lease's expiry.
+        let due = match first.take() {
+            Some(pause) => Instant::now() + pause,
+            None => instant_after(lease.acquired_at(), interval),
+        };
         tokio::select! {
             _ = &mut stopped => return,
             _ = handle.lifecycle.closing() => {
@@ -316,7 +326,7 @@ async fn renew(
                 state.mark_lost(SHUT_DOWN.to_owned());
                 return;
             }
-            _ = tokio::time::sleep(pause) => {}
+            _ = tokio::time::sleep_until(due) => {}
         }
         // Extend, retrying transient failures until the lease would have expired.
         loop {
@@ -489,6 +499,35 @@ mod tests {
         tokio::time::sleep(TTL * 2).await;
         assert!(early.is_held(), "kept alive by its task");
         assert!(late.is_held());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_count_from_when_the_lease_started_not_from_a_slow_reply() {
+        let store = MemoryStore::new();
+        let handle = handle(&store);
+        let state = held(&store, "slow").await;
+        let expires = state.lease().expires_at();
+        // The acquire's reply came late: most of the TTL was gone when the guard was made.
+        // Counted from now, the first renewal (every 1 s) would come after the lease expired.
+        tokio::time::sleep(TTL - Duration::from_millis(500)).await;
+        let _renewer = renew(&handle, &state, EVERY);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            state.lease().expires_at() > expires,
+            "renewed at once: the renewal was due a second after the lease started"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(state.is_held());
+        let rival = Acquire::new(state.lease().key().clone(), OwnerToken::generate(), TTL);
+        assert!(
+            store.try_acquire(&rival).await.is_err(),
+            "still held in the store past the first lease's expiry"
+        );
+        // Later renewals follow each renewed lease's start: one per second of paused time.
+        let renewed = state.lease().acquired_at();
+        tokio::time::sleep(EVERY).await;
+        assert!(state.lease().acquired_at() > renewed);
+        assert!(state.lease().acquired_at() <= renewed + EVERY);
     }
 
     #[tokio::test(start_paused = true)]
