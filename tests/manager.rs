@@ -431,6 +431,24 @@ async fn bad_input_is_rejected_before_any_store_io() {
         .default_level(leasehold::LockLevel::Xdc)
         .build()
         .is_ok());
+    // Settings a deadline is made from: an absurd one is an error at build, never a panic at
+    // the first release or wait.
+    let builder = || LockManager::builder().client_id("test").farm_id("f1");
+    for (built, says) in [
+        (
+            builder().release_retry(Duration::MAX).build(),
+            "release_retry",
+        ),
+        (
+            builder().retry_interval(Duration::MAX).build(),
+            "retry_interval",
+        ),
+        (builder().min_backoff(Duration::ZERO).build(), "min_backoff"),
+    ] {
+        let err = built.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.to_string().contains(says), "{err}");
+    }
 }
 
 #[tokio::test]

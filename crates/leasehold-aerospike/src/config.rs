@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aerospike::policy::{CommitLevel, Replica};
-use leasehold_core::{Error, Result};
+use leasehold_core::{validate_at_most, Error, Result, MAX_TIMEOUT, MAX_TTL};
 
 use crate::layout::Layout;
 
@@ -522,6 +522,18 @@ impl AerospikeConfig {
                 self.waiter_timeout
             )));
         }
+        for (name, value) in [
+            ("total timeout", self.total_timeout),
+            ("socket timeout", self.socket_timeout),
+            ("connect timeout", self.connect_timeout),
+            ("retry delay", self.retry_delay),
+            ("waiter timeout", self.waiter_timeout),
+        ] {
+            validate_at_most(name, value, MAX_TIMEOUT)?;
+        }
+        // A write is never retried past its lease's expiry, so the longest TTL is the most a
+        // budget can use.
+        validate_at_most("retry budget", self.retry_budget, MAX_TTL)?;
         Layout::new(&self.farm_id, &self.set_suffix)
     }
 }
@@ -557,6 +569,23 @@ impl fmt::Debug for AerospikeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_timeouts_and_budgets_are_rejected_before_io() {
+        let base = || AerospikeConfig::new("127.0.0.1:3000", "test", "f");
+        for config in [
+            base().socket_timeout(Duration::MAX),
+            base().total_timeout(Duration::from_secs(601)),
+            base().connect_timeout(Duration::MAX),
+            base().waiter_timeout(Duration::MAX),
+        ] {
+            let err = config.validate().unwrap_err();
+            assert!(err.to_string().contains("10 minutes"), "{err}");
+        }
+        let err = base().retry_budget(Duration::MAX).validate().unwrap_err();
+        assert!(err.to_string().contains("30 days"), "{err}");
+        assert!(base().retry_budget(MAX_TTL).validate().is_ok());
+    }
 
     #[test]
     fn tls_names_go_to_every_host_without_one() {

@@ -123,7 +123,9 @@ impl Line {
     /// keeps it from `now`.
     fn hold_left(&self, now: i64) -> i64 {
         self.granted
-            .map_or(0, |granted| granted.saturating_add(self.hold_us()) - now)
+            .map_or(0, |granted| {
+                granted.saturating_add(self.hold_us()).saturating_sub(now)
+            })
             .max(0)
     }
 

@@ -77,7 +77,7 @@ impl AerospikeStore {
         let line = Line::parse(results.get(1), results.get(2), results.get(3));
         let now = now_us();
         if let Some(mine) = line.entry(me) {
-            if mine.deadline - now < us(self.waiter_timeout()) / 2 {
+            if mine.deadline.saturating_sub(now) < us(self.waiter_timeout()) / 2 {
                 let refreshed = Value::List(vec![
                     Value::Int(mine.ticket),
                     Value::Int(now.saturating_add(us(self.waiter_timeout()))),

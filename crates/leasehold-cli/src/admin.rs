@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::cli::{Global, InspectArgs, ListArgs, ReleaseArgs};
 use crate::exit::{self, CliError};
-use crate::store::Target;
+use crate::store::{Names, Target};
 
 /// A lock as printed (`--json` prints exactly these fields).
 #[derive(Debug, Serialize)]
@@ -151,8 +151,9 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 }
 
 pub(crate) async fn inspect(global: &Global, args: InspectArgs) -> Result<u8, CliError> {
-    let target = Target::connect(global).await?;
-    let key = target.key(&args.key)?;
+    let names = Names::parse(global)?;
+    let key = names.key(&args.key)?;
+    let target = names.connect().await?;
     let info = target
         .store
         .inspect(&key)
@@ -312,8 +313,9 @@ pub(crate) async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, Cl
             args.key
         )));
     }
-    let target = Target::connect(global).await?;
-    let key = target.key(&args.key)?;
+    let names = Names::parse(global)?;
+    let key = names.key(&args.key)?;
+    let target = names.connect().await?;
     let Some(info) = target
         .store
         .inspect(&key)

@@ -53,9 +53,9 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> Result<u8, CliErr
     let counting = CountingLayer::new();
     let counts = counting.counts();
     let locks = LockManager::builder()
-        .client_id(&target.client_id)
-        .farm_id(&target.farm_id)
-        .default_level(target.level)
+        .client_id(&target.names.client_id)
+        .farm_id(&target.names.farm_id)
+        .default_level(target.names.level)
         .store(target.store.clone())
         .layer(counting)
         .observer(events.clone())
@@ -138,7 +138,7 @@ pub(crate) async fn bench(global: &Global, args: BenchArgs) -> Result<u8, CliErr
     let acquisitions = acquired.load(Ordering::Relaxed);
     let requests = counts.total();
     let summary = Summary {
-        store: target.url.to_string(),
+        store: target.url().to_string(),
         tasks: args.tasks,
         keys: args.keys,
         hand_off: args.hand_off,

@@ -308,11 +308,16 @@ pub(crate) struct ReleaseArgs {
     pub(crate) force: bool,
 }
 
-/// Parses `30s`, `1m30s`, `500ms`; bare numbers are seconds.
+/// Parses `30s`, `1m30s`, `500ms`; bare numbers are seconds. At most 30 days (the longest lock
+/// TTL): no option of the command means more, and a longer one is a unit mistake.
 pub(crate) fn parse_duration(raw: &str) -> Result<Duration, String> {
     let parsed = match raw.parse::<u64>() {
         Ok(secs) => Ok(Duration::from_secs(secs)),
         Err(_) => humantime::parse_duration(raw).map_err(|e| e.to_string()),
     };
-    parsed.map_err(|e| format!("{e}; expected a duration such as 30s, 1m30s or 500ms"))
+    let parsed =
+        parsed.map_err(|e| format!("{e}; expected a duration such as 30s, 1m30s or 500ms"))?;
+    leasehold::core::validate_at_most("the duration", parsed, leasehold::core::MAX_TTL)
+        .map_err(|e| format!("{}; e.g. 30s, 10m or 2h", e.chain()))?;
+    Ok(parsed)
 }

@@ -11,14 +11,15 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::admin::LockView;
 use crate::cli::{Global, RunArgs};
 use crate::exit::{self, CliError};
-use crate::store::Target;
+use crate::store::Names;
 
 /// The lease TTL of `run` without `--ttl` or a scenario.
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> {
-    let target = Target::connect(global).await?;
-    let key = target.key(&args.key)?;
+    // Everything the arguments say is checked before the store is asked anything.
+    let names = Names::parse(global)?;
+    let key = names.key(&args.key)?;
     let registry = match &args.config {
         Some(path) => crate::scenarios::load(path)?,
         None => leasehold::scenario::ScenarioRegistry::new(),
@@ -39,7 +40,6 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
             )));
         }
     }
-    let manager = target.manager_with(registry)?;
     let mode = match (args.shared, args.permits) {
         (true, _) => LockMode::Shared,
         (false, Some(permits)) => {
@@ -47,6 +47,15 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
         }
         (false, None) => LockMode::Exclusive,
     };
+    if let Some(ttl) = args.ttl {
+        leasehold::core::validate_ttl(ttl).map_err(|e| CliError::usage(e.chain().to_string()))?;
+    }
+    if let Some(label) = &args.label {
+        leasehold::core::TokenLabel::new(label.as_str())
+            .map_err(|e| CliError::usage(e.chain().to_string()))?;
+    }
+    let target = names.connect().await?;
+    let manager = target.manager_with(registry)?;
     let mut opts = LockOptions::new().renew(true);
     if mode != LockMode::Exclusive {
         opts = opts.mode(mode);

@@ -7,7 +7,7 @@ use leasehold::scenario::{Scenario, ScenarioRegistry};
 
 use crate::cli::{Global, HistoryArgs, ScenariosArgs};
 use crate::exit::{self, CliError};
-use crate::store::Target;
+use crate::store::Names;
 
 /// Loads a scenario file; a bad one is a usage error (exit 2) naming the file, line and field.
 pub(crate) fn load(path: &Path) -> Result<ScenarioRegistry, CliError> {
@@ -90,8 +90,9 @@ pub(crate) fn scenarios(args: ScenariosArgs) -> Result<u8, CliError> {
 }
 
 pub(crate) async fn history(global: &Global, args: HistoryArgs) -> Result<u8, CliError> {
-    let target = Target::connect(global).await?;
-    let key = target.key(&args.key)?;
+    let names = Names::parse(global)?;
+    let key = names.key(&args.key)?;
+    let target = names.connect().await?;
     let manager = target.manager()?;
     let entries = manager.history(&key).await.map_err(|e| target.error(e))?;
     if args.json {

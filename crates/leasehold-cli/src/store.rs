@@ -12,19 +12,18 @@ use crate::store_url::StoreUrl;
 /// Farm id when neither `--farm-id` nor the URL's `farm=` gives one.
 const DEFAULT_FARM: &str = "local";
 
-/// The store a command talks to, with what it needs to name keys and report errors.
-pub(crate) struct Target {
-    pub(crate) url: StoreUrl,
-    pub(crate) store: BoxStore,
+/// What the global options say, checked, before anything is sent: the store's URL and how
+/// keys are named. A command checks its own arguments against it, then connects.
+pub(crate) struct Names {
+    url: StoreUrl,
     pub(crate) client_id: String,
     pub(crate) farm_id: String,
     pub(crate) level: LockLevel,
 }
 
-impl Target {
-    /// Parses the options (bad input: exit 2 before any I/O) and connects (exit 69 naming the
-    /// address when the store cannot be reached).
-    pub(crate) async fn connect(global: &Global) -> Result<Self, CliError> {
+impl Names {
+    /// Parses the global options (bad input: exit 2, before any I/O).
+    pub(crate) fn parse(global: &Global) -> Result<Self, CliError> {
         let url = StoreUrl::parse(&global.store).map_err(|e| CliError::usage(e.to_string()))?;
         let farm_id = global
             .farm_id
@@ -35,17 +34,14 @@ impl Target {
             Level::Dc => LockLevel::Dc,
             Level::Xdc => LockLevel::Xdc,
         };
-        // Check the ids before connecting.
         LockKey::dc(&farm_id, &global.client_id, "probe").map_err(|e| {
             CliError::usage(format!(
                 "{} (e.g. --client-id billing --farm-id eu1)",
                 e.chain()
             ))
         })?;
-        let store = connect(&url, &farm_id).await?;
-        Ok(Target {
+        Ok(Names {
             url,
-            store,
             client_id: global.client_id.clone(),
             farm_id,
             level,
@@ -67,6 +63,31 @@ impl Target {
         })
     }
 
+    /// Connects (exit 69 naming the address when the store cannot be reached).
+    pub(crate) async fn connect(self) -> Result<Target, CliError> {
+        let store = connect(&self.url, &self.farm_id).await?;
+        Ok(Target { names: self, store })
+    }
+}
+
+/// The store a command talks to, with what it needs to name keys and report errors.
+pub(crate) struct Target {
+    pub(crate) names: Names,
+    pub(crate) store: BoxStore,
+}
+
+impl Target {
+    /// Parses the options (bad input: exit 2 before any I/O) and connects (exit 69 naming the
+    /// address when the store cannot be reached).
+    pub(crate) async fn connect(global: &Global) -> Result<Self, CliError> {
+        Names::parse(global)?.connect().await
+    }
+
+    /// The store's URL, as given.
+    pub(crate) fn url(&self) -> &StoreUrl {
+        &self.names.url
+    }
+
     /// A manager over this store, with the default layer stack.
     pub(crate) fn manager(&self) -> Result<LockManager, CliError> {
         self.manager_with(leasehold::scenario::ScenarioRegistry::new())
@@ -79,9 +100,9 @@ impl Target {
     ) -> Result<LockManager, CliError> {
         LockManager::builder()
             .scenarios(scenarios)
-            .client_id(&self.client_id)
-            .farm_id(&self.farm_id)
-            .default_level(self.level)
+            .client_id(&self.names.client_id)
+            .farm_id(&self.names.farm_id)
+            .default_level(self.names.level)
             .store(self.store.clone())
             .default_layers()
             .build()
@@ -90,7 +111,7 @@ impl Target {
 
     /// Maps a library error, naming this store's address.
     pub(crate) fn error(&self, error: leasehold::Error) -> CliError {
-        CliError::from_lock(error, &self.url.address())
+        CliError::from_lock(error, &self.names.url.address())
     }
 }
 

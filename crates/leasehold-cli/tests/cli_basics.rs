@@ -88,6 +88,35 @@ fn bad_input_exits_2_with_one_line_and_an_example() {
 }
 
 #[test]
+fn bad_arguments_are_refused_before_the_store_is_asked() {
+    // Nothing listens on port 1: a command that connected first would fail with 69, not 2.
+    let store = "redis://127.0.0.1:1";
+    for (args, expect) in [
+        (vec!["run", "has space", "--", "true"], "whitespace"),
+        (vec!["run", "--permits", "0", "k", "--", "true"], "permit"),
+        (
+            vec!["run", "--ttl", "0s", "k", "--", "true"],
+            "greater than zero",
+        ),
+        (vec!["run", "--label", "", "k", "--", "true"], "label"),
+        (
+            vec!["run", "--kill-grace", "100000d", "k", "--", "true"],
+            "30 days",
+        ),
+        (vec!["inspect", "a#b"], "not a lock key"),
+        (vec!["history", "has space"], "whitespace"),
+    ] {
+        let mut all = vec!["--store", store];
+        all.extend(args.iter().copied());
+        let out = leasehold(&all);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(expect), "{args:?}: {err}");
+        assert!(!err.contains("127.0.0.1:1"), "not a store error: {err}");
+    }
+}
+
+#[test]
 fn credentials_never_appear_in_output() {
     let out = leasehold(&["--store", "zoo://alice:s3cret@h:1", "inspect", "k"]);
     assert_eq!(out.status.code(), Some(2));

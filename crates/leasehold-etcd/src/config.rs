@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold_core::{redact_url, Error, Result};
+use leasehold_core::{redact_url, validate_at_most, Error, Result, MAX_TIMEOUT};
 
 /// Default key prefix: lock records are `leasehold:<lock key>` (the Redis store's default too).
 pub const DEFAULT_PREFIX: &str = "leasehold:";
@@ -141,7 +141,7 @@ impl EtcdConfig {
             let (name, port) = host
                 .rsplit_once(':')
                 .ok_or_else(|| bad("every host needs a port (host:2379)"))?;
-            if name.is_empty() || port.parse::<u16>().is_err() {
+            if name.is_empty() || !matches!(port.parse::<u16>(), Ok(1..)) {
                 return Err(bad("every host is host:port with a port 1-65535"));
             }
             let scheme = if tls { "https" } else { "http" };
@@ -346,6 +346,13 @@ impl EtcdConfig {
                 "etcd timeouts must be greater than zero (default 2s)",
             ));
         }
+        for (name, value) in [
+            ("response timeout", self.response_timeout),
+            ("connect timeout", self.connect_timeout),
+            ("waiter timeout", self.waiter_timeout),
+        ] {
+            validate_at_most(name, value, MAX_TIMEOUT)?;
+        }
         Ok(())
     }
 }
@@ -375,6 +382,22 @@ pub(crate) fn lease_seconds(ttl: Duration) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_timeouts_and_port_zero_are_rejected_before_io() {
+        let base = || EtcdConfig::new(["127.0.0.1:2379"]);
+        for config in [
+            base().response_timeout(Duration::MAX),
+            base().connect_timeout(Duration::from_secs(601)),
+            base().waiter_timeout(Duration::MAX),
+        ] {
+            let err = config.validate().unwrap_err();
+            assert!(err.to_string().contains("10 minutes"), "{err}");
+        }
+        assert!(base().response_timeout(MAX_TIMEOUT).validate().is_ok());
+        let err = EtcdConfig::from_url("etcd://h:0").unwrap_err();
+        assert!(err.to_string().contains("1-65535"), "{err}");
+    }
 
     #[test]
     fn urls_parse_with_hosts_credentials_and_prefix() {

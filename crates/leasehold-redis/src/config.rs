@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use leasehold_core::{redact_url, Error, Result};
+use leasehold_core::{redact_url, validate_at_most, Error, Result, MAX_TIMEOUT};
 
 use crate::topology::Topology;
 
@@ -372,6 +372,13 @@ impl RedisConfig {
                 "Redis timeouts must be greater than zero (default 1s)",
             ));
         }
+        for (name, value) in [
+            ("response timeout", self.response_timeout),
+            ("connect timeout", self.connect_timeout),
+            ("waiter timeout", self.waiter_timeout),
+        ] {
+            validate_at_most(name, value, MAX_TIMEOUT)?;
+        }
         if self.master_wait > MAX_MASTER_WAIT {
             return Err(Error::invalid_argument(format!(
                 "master wait {:?} is longer than {MAX_MASTER_WAIT:?}: it is how long connecting \
@@ -429,6 +436,20 @@ impl fmt::Debug for RedisConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_timeouts_are_rejected_before_io() {
+        let base = || RedisConfig::new("redis://h:1");
+        for config in [
+            base().response_timeout(Duration::MAX),
+            base().connect_timeout(Duration::from_secs(601)),
+            base().waiter_timeout(Duration::MAX),
+        ] {
+            let err = config.validate().unwrap_err();
+            assert!(err.to_string().contains("10 minutes"), "{err}");
+        }
+        assert!(base().response_timeout(MAX_TIMEOUT).validate().is_ok());
+    }
 
     #[test]
     fn passwords_are_redacted() {

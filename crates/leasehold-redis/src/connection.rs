@@ -41,7 +41,8 @@ impl Connection {
         timeout: Duration,
     ) -> RedisResult<u32> {
         let mut wait = redis::cmd("WAIT");
-        wait.arg(replicas).arg(timeout.as_millis() as u64);
+        // Rounded up: `WAIT n 0` would block until the replicas answer, however long.
+        wait.arg(replicas).arg(leasehold_core::ttl_millis(timeout));
         match self {
             // The cluster client would send WAIT to every master and keep the least answer;
             // the write went to the key's master alone, on the connection WAIT must use.

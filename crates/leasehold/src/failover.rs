@@ -36,7 +36,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::core::{Error, ErrorKind, Lease, LockEvent, LockStore, Observers, Result};
+use crate::core::{
+    instant_after, Error, ErrorKind, Lease, LockEvent, LockStore, Observers, Result,
+};
 
 /// Whether an error means the store could not be reached or answer for now (what a failover
 /// looks like, and what `on_store_down` is about): a connection failure, a store's retries
@@ -86,14 +88,16 @@ impl Retry {
     /// that the lock is the store's to let go, and nothing we send can matter), at most the
     /// release budget from now.
     pub(crate) fn give_up_at(&self, lease: &Lease, now: Instant) -> Instant {
-        lease.expires_at().min(now + self.release_budget)
+        lease
+            .expires_at()
+            .min(instant_after(now, self.release_budget))
     }
 
     /// The pause before trying again, or `None` if the next attempt would not start before
     /// `give_up_at`.
     fn pause(&self, failures: u32, give_up_at: Instant) -> Option<Duration> {
         let pause = self.delay(failures);
-        (Instant::now() + pause < give_up_at).then_some(pause)
+        (instant_after(Instant::now(), pause) < give_up_at).then_some(pause)
     }
 }
 

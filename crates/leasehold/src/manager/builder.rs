@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::core::{
-    validate_ttl, BoxStore, Either, Error, Layer, Lifecycle, LockKey, LockLevel, LockStore,
-    Observer, Observers, Result, MAX_TTL,
+    validate_at_most, validate_ttl, BoxStore, Either, Error, Layer, Lifecycle, LockKey, LockLevel,
+    LockStore, Observer, Observers, Result, MAX_TTL,
 };
 use crate::failover::{Failover, Retry};
 use crate::handle::Handle;
@@ -162,13 +162,14 @@ impl LockManagerBuilder {
         self
     }
 
-    /// Longest sleep between attempts of a blocking acquire. Default 1 s.
+    /// Longest sleep between attempts of a blocking acquire; above zero, at most 30 days.
+    /// Default 1 s.
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = interval;
         self
     }
 
-    /// First sleep between attempts of a blocking acquire. Default 10 ms.
+    /// First sleep between attempts of a blocking acquire; above zero. Default 10 ms.
     pub fn min_backoff(mut self, backoff: Duration) -> Self {
         self.min_backoff = backoff;
         self
@@ -180,7 +181,8 @@ impl LockManagerBuilder {
     /// the release's error says the lock is left to expire, and a
     /// [`LockEvent::LeftToExpire`](crate::LockEvent::LeftToExpire) is emitted. An explicit
     /// [`LockGuard::extend`](crate::LockGuard::extend) retries within the same bound. Zero: one
-    /// attempt. Default 10 s ([`DEFAULT_RELEASE_RETRY`](crate::DEFAULT_RELEASE_RETRY)).
+    /// attempt; at most 30 days. Default 10 s
+    /// ([`DEFAULT_RELEASE_RETRY`](crate::DEFAULT_RELEASE_RETRY)).
     pub fn release_retry(mut self, budget: Duration) -> Self {
         self.release_retry = budget;
         self
@@ -358,6 +360,16 @@ impl LockManagerBuilder {
                 "retry_interval must be greater than zero (default 1s)",
             ));
         }
+        validate_at_most("retry_interval", self.retry_interval, MAX_TTL)?;
+        if self.min_backoff.is_zero() {
+            return Err(Error::invalid_argument(
+                "min_backoff must be greater than zero (default 10ms): a waiter would ask the \
+                 store again at once, in a loop",
+            ));
+        }
+        // A release never retries past its lease's expiry, so the longest TTL is the most any
+        // budget can use.
+        validate_at_most("release_retry", self.release_retry, MAX_TTL)?;
         let lifecycle = Lifecycle::new();
         let wiring = Wiring::new(self.observers.clone(), lifecycle.clone());
         let backoff = Backoff::new(self.min_backoff, self.retry_interval);

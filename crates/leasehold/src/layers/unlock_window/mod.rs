@@ -30,7 +30,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::core::{
-    HistoryEntry, HistoryEvent, Layer, Lease, LockEvent, LockStore, Observers, Result, SkipReason,
+    instant_after, HistoryEntry, HistoryEvent, Layer, Lease, LockEvent, LockStore, Observers,
+    Result, SkipReason,
 };
 
 use super::wiring::{WiredLayer, Wiring};
@@ -104,7 +105,8 @@ pub struct UnlockWindow<S> {
 impl<S> UnlockWindow<S> {
     /// The last instant at which a release of `lease` is still sent.
     pub fn window_closes_at(&self, lease: &Lease) -> Instant {
-        lease.acquired_at() + lease.ttl().saturating_sub(self.margin)
+        // Saturating: a lease is a public type, and any TTL can be put in one.
+        instant_after(lease.acquired_at(), lease.ttl().saturating_sub(self.margin))
     }
 
     /// The wrapped store.
