@@ -97,7 +97,7 @@ pub(crate) enum Command {
     /// Show who holds a lock: owner token (host, pid, time), TTL left, fencing token.
     /// Exit status 0 when held, 1 when free.
     Inspect(InspectArgs),
-    /// List held locks (stores with listing: memory, redis, aerospike).
+    /// List held locks (every store: memory, redis, etcd, aerospike).
     List(ListArgs),
     /// Break a stuck lock. Refuses without --force; prints what it removed.
     Release(ReleaseArgs),

@@ -27,8 +27,8 @@
 //! - fencing token: the record's `create_revision`, which etcd makes strictly greater for every
 //!   new key in the cluster: hold-ordered and monotonic without a second counter.
 //! - readers and permits: `<prefix><lock key>#holder#<mode>#<token>` each, on its own lease;
-//!   a blocking writer refused by readers: `<prefix><lock key>#writer#<token>`, on a lease of its
-//!   wait left (new readers stay out while it lives).
+//!   a blocking writer refused by readers: `<prefix><lock key>#writer#<store id>`, one per
+//!   process, on a lease of its wait left (new readers stay out while it lives).
 //! - fair waiting: `<prefix><lock key>#waiter#<lease id>` per waiting process, on a waiter lease
 //!   the store keeps alive (default 5 s). The oldest waiter key (by create revision) is next;
 //!   writers, readers and permits share the line.

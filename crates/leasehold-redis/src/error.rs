@@ -27,7 +27,8 @@ const NOT_SERVING_NOW: [&str; 9] = [
 ///   [`ErrorKind::InDoubt`] (the readback layer resolves it). For reads: `Connection`.
 /// - Authentication or permission failures: [`ErrorKind::StoreSetup`].
 /// - A script calling a command the server does not have (fair waiting's `LMOVE` on Redis
-///   before 6.2; it is the first write of the script, so nothing was applied):
+///   before 6.2, sent by an attempt that keeps its process's place in line; it is the first
+///   command such an attempt runs, so nothing was applied):
 ///   [`ErrorKind::StoreSetup`], naming the version needed and the way out.
 /// - Refused for now (`LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`, `BUSY`, `CLUSTERDOWN`,
 ///   `MOVED`/`ASK` left over from a slot moving during a failover, and `NOSCRIPT` after the

@@ -60,7 +60,8 @@ impl RedisStore {
         self.key_of("queue-deadline:", key)
     }
 
-    /// The pub/sub channel on which every grant and release of a lock is announced:
+    /// The pub/sub channel on which every grant and release of a lock taken with
+    /// [`Acquire::announce`](leasehold_core::Acquire::announce) (an election's) is announced:
     /// `<prefix>changed:<Redis lock key>`, e.g. `leasehold:changed:leasehold:DC#f1#orders#o-42`
     /// (on a cluster a sharded channel sharing the lock's hash
     /// tag), with the token granted or released as the message.

@@ -5,12 +5,12 @@
 //!
 //! | operation | Redis |
 //! |---|---|
-//! | acquire | fair (default): a script that lets only the first entry in the key's waiter queue take it (`SET NX PX`, `INCR` of the fence counter), else queues this process (strict FIFO: this waiting call) and returns the holder's TTL left; `fair(false)`: `SET key token NX PX ttl`, with fencing in a script that also `INCR`s the fence counter; readers and semaphore permits: a field each in the key's hash. A grant `PUBLISH`es the new holder's token on the key's change channel, in the same script |
-//! | release | a script: `DEL` only if the value is our token (a reader or permit: its field), then `PUBLISH` the token on the key's change channel; fair: and `PUBLISH` the next entry's id on its process's channel |
+//! | acquire | fair (default): a script that lets only the first entry in the key's waiter queue take it (`SET NX PX`, `INCR` of the fence counter), else queues this process (strict FIFO: this waiting call) and returns the holder's TTL left; `fair(false)`: `SET key token NX PX ttl`, with fencing in a script that also `INCR`s the fence counter; readers and semaphore permits: a field each in the key's hash. A grant of a lock taken with `Acquire::announce` (an election's) `PUBLISH`es the new holder's token on the key's change channel, in the same script |
+//! | release | a script: `DEL` only if the value is our token (a reader or permit: its field), then, for an announced lock, `PUBLISH` the token on the key's change channel; fair: and, when someone is next in line, `PUBLISH` the next entry's id on its process's channel |
 //! | extend | a script: `PEXPIRE` only if the value is our token (no holder changes: nothing is announced) |
 //! | watch changes | `SUBSCRIBE` to the key's change channel on the store's subscriber connection (one subscription per key and store, shared by its watches, ended with the last); never queues |
 //! | inspect | a script: token, `PTTL` and fence counter |
-//! | list | `SCAN MATCH <prefix><filter>*` (never `KEYS`), then one pipeline of `GET`/`PTTL` per batch |
+//! | list | `SCAN MATCH <prefix><filter>*` (never `KEYS`), then the inspect script for each key found, concurrently on the multiplexed connection |
 //!
 //! ## Key layout
 //! - lock: `<prefix><lock key>`, e.g. `leasehold:DC#farm1#orders#order-42`, value = owner token,
@@ -20,13 +20,15 @@
 //!   outlives its locks;
 //! - fair waiting: the waiter queue `<prefix>queue:<lock key>` (a list), waiter deadlines
 //!   `<prefix>queue-deadline:<lock key>` (a hash), and one channel per waiting process,
-//!   `<prefix>released:<lock key>:<process id>`
+//!   `<prefix>released:<Redis lock key>:<process id>`, e.g.
+//!   `leasehold:released:leasehold:DC#farm1#orders#order-42:<process id>`
 //!   (one subscriber connection per store; see docs/REDIS.md). An entry is a process (the
 //!   store's id) by default, one waiting call (`<store id>#<n>`) with
 //!   [`RedisConfig::strict_fifo`];
 //! - change announcements: the channel `<prefix>changed:<Redis lock key>`
-//!   ([`RedisStore::change_channel`]), on which every grant and release publishes its token for
-//!   readers of who holds the lock (an election's observers).
+//!   ([`RedisStore::change_channel`]), on which every grant and release of a lock taken with
+//!   `Acquire::announce` (an election's) publishes its token for readers of who holds the lock
+//!   (the election's observers); other locks never pay for a `PUBLISH`.
 //!
 //! On a Redis Cluster both kinds of channel are sharded (`SPUBLISH`/`SSUBSCRIBE`) and carry the
 //! lock's hash tag, so each announcement stays on the lock's shard.
