@@ -21,7 +21,7 @@ use aerospike::{
     as_bin, operations, BatchOperation, BatchReadPolicy, BatchWritePolicy, Bins, Key, Replica,
     ResultCode,
 };
-use leasehold_core::{Acquire, Lease, Result};
+use leasehold_core::{Acquire, Error, ErrorKind, Lease, Result};
 use tokio::time::Instant;
 
 use crate::error::{classify, Class};
@@ -283,8 +283,28 @@ impl AerospikeStore {
         };
         // Given back at once: the line's head may be about to try.
         if let Err(e) = self.delete_owned(lease, record_key).await {
+            // The record is still ours, and stays until its TTL: said in the error, as a fenced
+            // acquisition abandoned midway says it. Not in doubt: a readback would find the
+            // record ours and grant it without its fencing token.
             tracing::warn!(key = %req.key, error = %e.chain(),
-                "could not give back a lock record taken past the waiter line; it expires at its TTL");
+                "could not give back a lock record taken past the waiter line");
+            let kind = match e.kind() {
+                ErrorKind::InDoubt => ErrorKind::RetriesExhausted,
+                kind => kind,
+            };
+            return Err(Stop::Failed(
+                Error::new(
+                    kind,
+                    format!(
+                        "the lock record was created past the waiter line and could not be \
+                         given back: it blocks the key until its TTL ({} s) runs out, and is \
+                         never used",
+                        ttl_seconds(req.ttl)
+                    ),
+                )
+                .with_key(req.key.as_str())
+                .with_source(e),
+            ));
         }
         Err(refusal)
     }

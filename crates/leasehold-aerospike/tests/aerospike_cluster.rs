@@ -480,3 +480,51 @@ async fn a_waiter_line_in_an_unavailable_partition_is_a_temporary_error() {
     assert!(store.release(&lease).await.unwrap());
     assert!(stored(&fixture, "lined").is_none(), "nothing left behind");
 }
+
+/// Fixture only: it fails the lock record's requests on demand. A fair try that created the lock
+/// record, found the waiter line unreadable and could not give the record back either says that
+/// the record blocks the key until its TTL; it is never reported as a plain refusal.
+#[tokio::test]
+async fn a_record_a_fair_try_cannot_give_back_is_reported_as_blocking_the_key() {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let store = AerospikeStore::connect(
+        config_for(&fixture.host_string())
+            .fair(true)
+            .retry_budget(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    let line = aerospike::Key::new(
+        "test",
+        leasehold_aerospike::layout::queue_set(DC_SET),
+        aerospike::Value::from("orders#stuck"),
+    )
+    .unwrap()
+    .digest();
+    let lock = aerospike::Key::new("test", DC_SET, aerospike::Value::from("orders#stuck"))
+        .unwrap()
+        .digest();
+    let faults = fixture.faults();
+    // The first rule that matches a batch decides it, for the rows it matches: the create's
+    // batch (the lock record and its line) has its line read fail and its create go through.
+    // Every request on the lock record after it (the give-back) fails.
+    let unreadable = faults.inject(Fault::ResultCode(11), Target::Digest(line));
+    let stuck = faults.inject(Fault::ResultCode(11), Target::Digest(lock));
+    let err = store
+        .try_acquire(&acquire("stuck", Duration::from_secs(30)))
+        .await
+        .unwrap_err();
+    assert_transient(&err, "blocks the key until its TTL (30 s)");
+    let chain = err.chain().to_string();
+    assert!(
+        chain.contains(fixture.node_name()),
+        "names the node: {chain}"
+    );
+    for rule in [unreadable, stuck] {
+        faults.remove(rule);
+    }
+    assert!(
+        stored(&fixture, "stuck").is_some(),
+        "still there, as the error says"
+    );
+}
