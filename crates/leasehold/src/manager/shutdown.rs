@@ -24,7 +24,9 @@ impl LockManager {
     /// 4. wait for background work started meanwhile, so nothing of this manager runs after this
     ///    returns (bounded by the same timeout).
     ///
-    /// Returns how many locks were released in step 3. Calling it again is harmless.
+    /// Returns how many locks were released in step 3, or an error naming the locks it could not
+    /// release (the store failed, or did not answer within the sweep's deadline): they stay in
+    /// the store until their TTL. Calling it again is harmless.
     pub async fn shutdown(&self) -> Result<usize> {
         let handle = &self.inner.handle;
         handle.lifecycle.close();

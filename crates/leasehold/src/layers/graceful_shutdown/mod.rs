@@ -39,8 +39,8 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use crate::core::{
-    instant_after, Acquire, Attempt, Error, Layer, Lease, Lifecycle, LockEvent, LockStore,
-    Observers, OwnerToken, Result,
+    instant_after, Acquire, Attempt, Error, ErrorKind, Layer, Lease, Lifecycle, LockEvent,
+    LockStore, Observers, OwnerToken, Result,
 };
 use crate::sweep::Sweeper;
 
@@ -63,7 +63,8 @@ pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GracefulShutdownLayer {
-    /// How long the release sweep may take. Locks not released by then expire at their TTL.
+    /// How long the release sweep may take. Locks not released by then expire at their TTL, and
+    /// the shutdown's error names them.
     /// Default [`DEFAULT_SHUTDOWN_DEADLINE`].
     pub deadline: Duration,
     /// How often expired entries are purged. Default [`DEFAULT_PURGE_INTERVAL`].
@@ -177,8 +178,9 @@ impl<S: LockStore> GracefulShutdown<S> {
         self.live.remove(lease.token());
     }
 
-    /// Releases every live tracked lock within the deadline; returns how many were released.
-    async fn sweep(&self) -> usize {
+    /// Releases every live tracked lock within the deadline; returns how many were released, or
+    /// an error naming the locks it could not release (they stay in the store until their TTL).
+    async fn sweep(&self) -> Result<usize> {
         // The lifecycle was closed before this fence; an acquisition that inserts after the scan
         // below fences before reading it, so it sees the close and gives its lease back itself.
         fence(Ordering::SeqCst);
@@ -193,40 +195,91 @@ impl<S: LockStore> GracefulShutdown<S> {
             self.untrack(lease);
         }
         if leases.is_empty() {
-            return 0;
+            return Ok(0);
         }
         let deadline = instant_after(now, self.deadline);
         let mut pending: FuturesUnordered<_> = leases
             .iter()
-            .map(|lease| async move { (lease, self.inner.release(lease).await) })
+            .enumerate()
+            .map(|(i, lease)| async move { (i, self.inner.release(lease).await) })
             .collect();
         let mut released = 0;
+        // Which releases answered (released, or found the lock no longer ours): the others are
+        // left in the store.
+        let mut settled = vec![false; leases.len()];
+        let (mut failed, mut last_error) = (0, None);
         loop {
             match tokio::time::timeout_at(deadline, pending.next()).await {
-                Ok(Some((lease, Ok(true)))) => {
-                    released += 1;
-                    self.observers.emit(|| LockEvent::ReleasedAtShutdown {
-                        key: lease.key().clone(),
-                    });
+                Ok(Some((i, Ok(ours)))) => {
+                    settled[i] = true;
+                    if ours {
+                        released += 1;
+                        self.observers.emit(|| LockEvent::ReleasedAtShutdown {
+                            key: leases[i].key().clone(),
+                        });
+                    } else {
+                        tracing::debug!(key = %leases[i].key(), "at shutdown the lock was no longer ours");
+                    }
                 }
-                Ok(Some((lease, Ok(false)))) => {
-                    tracing::debug!(key = %lease.key(), "at shutdown the lock was no longer ours")
-                }
-                Ok(Some((lease, Err(error)))) => {
-                    tracing::warn!(key = %lease.key(), error = %error.chain(),
-                        "releasing at shutdown failed; the lock expires at its TTL")
+                Ok(Some((i, Err(error)))) => {
+                    tracing::warn!(key = %leases[i].key(), error = %error.chain(),
+                        "releasing at shutdown failed; the lock expires at its TTL");
+                    failed += 1;
+                    last_error = Some(error);
                 }
                 Ok(None) => break,
-                Err(_) => {
-                    tracing::warn!(
-                        unreleased = pending.len(),
-                        "shutdown deadline passed; the remaining locks expire at their TTL"
-                    );
-                    break;
-                }
+                Err(_) => break,
             }
         }
-        released
+        drop(pending);
+        let left: Vec<&Lease> = leases
+            .iter()
+            .zip(&settled)
+            .filter(|(_, settled)| !**settled)
+            .map(|(lease, _)| lease)
+            .collect();
+        if left.is_empty() {
+            return Ok(released);
+        }
+        // At most ten named, in order, so the message stays one readable line.
+        const NAMED: usize = 10;
+        let mut keys: Vec<&str> = left.iter().map(|l| l.key().as_str()).collect();
+        keys.sort_unstable();
+        let more = keys.len().saturating_sub(NAMED);
+        keys.truncate(NAMED);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        // Cut short by the deadline, rather than each failed by the store.
+        let cut = left.len() > failed;
+        tracing::warn!(unreleased = left.len(), keys = %keys.join(", "),
+            "shutdown could not release every lock; the rest expire at their TTL");
+        let why = if cut {
+            format!(
+                "the store did not answer within the shutdown deadline ({:?})",
+                self.deadline
+            )
+        } else {
+            "the store failed the release".to_owned()
+        };
+        let kind = match (&last_error, cut) {
+            (Some(error), false) => error.kind(),
+            _ => ErrorKind::Timeout,
+        };
+        let error = Error::new(
+            kind,
+            format!(
+                "shutdown released {released} lock(s) but not {}{more}: {why}; they stay in the \
+                 store until their TTL runs out",
+                keys.join(", ")
+            ),
+        );
+        Err(match last_error {
+            Some(cause) => error.with_source(cause),
+            None => error,
+        })
     }
 }
 
@@ -292,8 +345,10 @@ impl<S: LockStore> crate::core::LayeredStore for GracefulShutdown<S> {
 
     async fn shutdown(&self) -> Result<usize> {
         self.lifecycle.close();
-        let released = self.sweep().await;
-        Ok(released + self.inner.shutdown().await?)
+        let swept = self.sweep().await;
+        // The store is shut down whatever the sweep left.
+        let inner = self.inner.shutdown().await;
+        Ok(swept? + inner?)
     }
 }
 

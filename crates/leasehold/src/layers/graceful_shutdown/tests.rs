@@ -78,7 +78,16 @@ async fn shutdown_counts_only_what_was_released() {
         .expect_release(Ok(true))
         .expect_release(Ok(false))
         .expect_release(Err(Error::connection("down")));
-    assert_eq!(store.shutdown().await.unwrap(), 1);
+    // One released, one no longer ours, one failed: the failed one is named, with its cause.
+    let err = store.shutdown().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("released 1 lock(s) but not "), "{text}");
+    assert!(text.contains("until their TTL"), "{text}");
+    assert!(
+        err.chain().to_string().contains("down"),
+        "the cause kept: {err}"
+    );
     assert_eq!(seen.names(), ["released_at_shutdown"]);
     scripted.verify();
 }
@@ -90,14 +99,20 @@ async fn shutdown_respects_its_deadline() {
     let store = GracefulShutdownLayer::new()
         .deadline(Duration::from_secs(1))
         .layer(NeverRelease(hung.clone()));
-    store.try_acquire(&req("b", 60_000)).await.unwrap();
+    let lease = store.try_acquire(&req("b", 60_000)).await.unwrap();
     let started = Instant::now();
-    assert_eq!(store.shutdown().await.unwrap(), 0);
+    let err = store.shutdown().await.unwrap_err();
     assert_eq!(
         started.elapsed(),
         Duration::from_secs(1),
         "gave up at the deadline"
     );
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(
+        err.to_string().contains(lease.key().as_str()),
+        "names the lock left behind: {err}"
+    );
+    assert!(err.to_string().contains("shutdown deadline"), "{err}");
     hung.verify();
 }
 
