@@ -133,34 +133,36 @@ impl<S: LockStore> Readback<S> {
         self.inner
     }
 
+    /// Reads the record back after `operation`'s reply was lost: whose it is now. A failed read
+    /// is the readback's own error; [`unresolved`](Self::unresolved) makes the caller's.
     async fn read_back(
         &self,
         key: &LockKey,
         token: &crate::core::OwnerToken,
         operation: &'static str,
-        in_doubt: Error,
     ) -> Result<Found> {
-        match self.inner.inspect(key).await {
-            Ok(found) => {
-                let found = match found {
-                    Some(info) if info.is_owned_by(token) => Found::Ours(info),
-                    Some(_) => Found::Other,
-                    None => Found::Absent,
-                };
-                self.observers.emit(|| LockEvent::RecoveredByReadback {
-                    key: key.clone(),
-                    operation,
-                    held: matches!(found, Found::Ours(_)),
-                });
-                Ok(found)
-            }
-            Err(readback) => Err(Error::in_doubt(format!(
-                "the {operation} reply was lost and reading the record back failed too \
-                 ({readback}); the outcome is unknown"
-            ))
-            .with_key(key.as_str())
-            .with_source(in_doubt)),
-        }
+        let found = match self.inner.inspect(key).await? {
+            Some(info) if info.is_owned_by(token) => Found::Ours(info),
+            Some(_) => Found::Other,
+            None => Found::Absent,
+        };
+        self.observers.emit(|| LockEvent::RecoveredByReadback {
+            key: key.clone(),
+            operation,
+            held: matches!(found, Found::Ours(_)),
+        });
+        Ok(found)
+    }
+
+    /// In doubt still: `operation`'s reply was lost (`in_doubt`, kept whole as the cause) and
+    /// reading the record back failed too (`readback`, said in the message).
+    fn unresolved(key: &LockKey, operation: &str, readback: Error, in_doubt: Error) -> Error {
+        Error::in_doubt(format!(
+            "the {operation} reply was lost and reading the record back failed too \
+             ({readback}); the outcome is unknown"
+        ))
+        .with_key(key.as_str())
+        .with_source(in_doubt)
     }
 
     fn exhausted(&self, key: &LockKey, operation: &str, last: Error) -> Error {
@@ -214,10 +216,13 @@ impl<S: LockStore> crate::core::LayeredStore for Readback<S> {
                 }
                 Ok(attempt) => return Ok(attempt),
                 Err(error) if error.is_in_doubt() => {
-                    match self
-                        .read_back(&req.key, &req.token, "acquire", error.clone_shallow())
-                        .await?
-                    {
+                    let found = match self.read_back(&req.key, &req.token, "acquire").await {
+                        Ok(found) => found,
+                        Err(readback) => {
+                            return Err(Self::unresolved(&req.key, "acquire", readback, error))
+                        }
+                    };
+                    match found {
                         Found::Ours(info) => {
                             return Ok(Attempt::Granted(Self::recovered(req, &info, first_sent)))
                         }
@@ -250,10 +255,13 @@ impl<S: LockStore> crate::core::LayeredStore for Readback<S> {
         loop {
             match self.inner.release(lease).await {
                 Err(error) if error.is_in_doubt() => {
-                    match self
-                        .read_back(lease.key(), lease.token(), "release", error.clone_shallow())
-                        .await?
-                    {
+                    let found = match self.read_back(lease.key(), lease.token(), "release").await {
+                        Ok(found) => found,
+                        Err(readback) => {
+                            return Err(Self::unresolved(lease.key(), "release", readback, error))
+                        }
+                    };
+                    match found {
                         Found::Ours(_) if retries_left == 0 => {
                             return Err(self.exhausted(lease.key(), "release", error))
                         }
@@ -268,21 +276,6 @@ impl<S: LockStore> crate::core::LayeredStore for Readback<S> {
                 Ok(false) if was_in_doubt => return removed_by_us(),
                 other => return other,
             }
-        }
-    }
-}
-
-/// `Error` is not `Clone` (its source is a boxed error): a copy of kind, message and key.
-trait CloneShallow {
-    fn clone_shallow(&self) -> Error;
-}
-
-impl CloneShallow for Error {
-    fn clone_shallow(&self) -> Error {
-        let copy = Error::new(self.kind(), self.message());
-        match self.key() {
-            Some(key) => copy.with_key(key),
-            None => copy,
         }
     }
 }

@@ -142,8 +142,10 @@ async fn in_doubt_acquire_held_by_another_is_unavailable() {
 #[tokio::test(start_paused = true)]
 async fn failed_readback_keeps_the_doubt() {
     let scripted = ScriptedStore::new();
+    // The lost reply keeps its own cause (the I/O error under it), for the caller to read.
+    let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "socket timed out");
     scripted
-        .expect_acquire(Err(reply_lost()))
+        .expect_acquire(Err(reply_lost().with_source(io)))
         .expect_inspect(Err(Error::connection("down")));
     let (store, seen) = readback(&scripted, 1);
     let err = store.try_acquire(&req("a", 2000)).await.unwrap_err();
@@ -151,6 +153,12 @@ async fn failed_readback_keeps_the_doubt() {
     assert!(
         err.message().contains("reading the record back failed"),
         "{err}"
+    );
+    let chain = err.chain().to_string();
+    assert!(chain.contains("down"), "the readback's failure: {chain}");
+    assert!(
+        chain.contains("socket timed out"),
+        "the lost reply's cause: {chain}"
     );
     assert_eq!(scripted.count(Op::Acquire), 1, "no blind retry");
     assert!(seen.names().is_empty());
