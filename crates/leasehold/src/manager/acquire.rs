@@ -362,10 +362,25 @@ impl LockManager {
                     .with_trace(plan.trace)
                     .with_announce(plan.announce);
                 *attempts += 1;
-                match self.attempt(handle, &req).await {
+                // Bounded by the deadline: a store that hangs (a paused node, a reply held up
+                // in a failover) must not keep the caller past its wait. Cut short, the attempt's
+                // undo releases whatever it may have taken (see `attempt`).
+                let Ok(answer) =
+                    tokio::time::timeout_at(deadline, self.attempt(handle, &req)).await
+                else {
+                    return Err(gave_up(plan, down, started, *attempts));
+                };
+                match answer {
                     Ok(Attempt::Refused { retry_after }) => {
                         down = None;
-                        if !in_doubt.is_empty() && self.undo_late(plan, &mut in_doubt).await {
+                        let undone = !in_doubt.is_empty()
+                            && tokio::time::timeout_at(
+                                deadline,
+                                self.undo_late(plan, &mut in_doubt),
+                            )
+                            .await
+                            .unwrap_or(false);
+                        if undone {
                             // The holder was one of our own attempts that landed late, now
                             // released: ask again at once.
                             continue;
