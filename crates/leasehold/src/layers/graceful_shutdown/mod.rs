@@ -10,7 +10,7 @@
 //! (unlock window, readback, store), concurrently, within [`GracefulShutdownLayer::deadline`],
 //! emits [`LockEvent::ReleasedAtShutdown`] for each, then shuts the inner store down. It returns
 //! how many locks were released. After shutdown the layer refuses new acquisitions
-//! ([`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown)); an acquisition that was in flight and
+//! ([`ErrorKind::ShutDown`]); an acquisition that was in flight and
 //! lands after the sweep is released at once.
 //!
 //! With the `signal` feature, [`LockManager::install_signal_handler`] runs the same shutdown on
