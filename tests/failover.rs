@@ -296,26 +296,3 @@ async fn an_attempt_that_lands_after_its_undo_is_released_when_the_wait_finds_it
     assert!(guard.release().await.unwrap());
     store.verify();
 }
-
-#[tokio::test(start_paused = true)]
-async fn an_attempt_the_store_never_answers_ends_at_the_deadline_and_is_undone() {
-    let store = ScriptedStore::new();
-    // Refused once (the first try), then an attempt that hangs (a paused node): the wait ends at
-    // its deadline, not whenever the store answers, and the hung attempt is given back.
-    store
-        .refuse_acquire()
-        .expect_acquire_after(futures::future::pending(), |_| Ok(Attempt::refused()))
-        .expect_release(Ok(false));
-    let (locks, _, _) = manager(&store, ScenarioRegistry::new());
-    let started = Instant::now();
-    let err = locks
-        .lock_with("k", LockOptions::new().wait(Duration::from_secs(2)))
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
-    assert_eq!(started.elapsed(), Duration::from_secs(2), "at the deadline");
-    // The undo of the attempt cut short runs in the background.
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(store.count(Op::Release), 1, "the cut attempt is undone");
-    store.verify();
-}

@@ -362,25 +362,10 @@ impl LockManager {
                     .with_trace(plan.trace)
                     .with_announce(plan.announce);
                 *attempts += 1;
-                // Bounded by the deadline: a store that hangs (a paused node, a reply held up
-                // in a failover) must not keep the caller past its wait. Cut short, the attempt's
-                // undo releases whatever it may have taken (see `attempt`).
-                let Ok(answer) =
-                    tokio::time::timeout_at(deadline, self.attempt(handle, &req)).await
-                else {
-                    return Err(gave_up(plan, down, started, *attempts));
-                };
-                match answer {
+                match self.attempt(handle, &req).await {
                     Ok(Attempt::Refused { retry_after }) => {
                         down = None;
-                        let undone = !in_doubt.is_empty()
-                            && tokio::time::timeout_at(
-                                deadline,
-                                self.undo_late(plan, &mut in_doubt),
-                            )
-                            .await
-                            .unwrap_or(false);
-                        if undone {
+                        if !in_doubt.is_empty() && self.undo_late(plan, &mut in_doubt).await {
                             // The holder was one of our own attempts that landed late, now
                             // released: ask again at once.
                             continue;
