@@ -17,7 +17,7 @@ use crate::store::Names;
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> {
-    // Everything the arguments say is checked before the store is asked anything.
+    // Refused before connecting: a bad key, scenario, lock mode, TTL or label.
     let names = Names::parse(global)?;
     let key = names.key(&args.key)?;
     let registry = match &args.config {

@@ -115,8 +115,7 @@ pub(crate) struct Renewer {
 impl Renewer {
     /// Renews `state`'s lease every `every` (default: a third of its TTL), counted from when each
     /// lease started, while the guard lives: the first renewal is scheduled; its task starts
-    /// when it is due. `None` outside a tokio
-    /// runtime (logged: the lease expires at its TTL).
+    /// when it is due. `None` outside a tokio runtime (logged: the lease expires at its TTL).
     pub(crate) fn start(
         handle: &Arc<Handle>,
         state: Arc<LeaseState>,

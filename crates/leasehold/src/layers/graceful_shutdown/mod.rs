@@ -9,9 +9,10 @@
 //! in-flight ones finished — releases every still-live tracked lock through the layers below
 //! (unlock window, readback, store), concurrently, within [`GracefulShutdownLayer::deadline`],
 //! emits [`LockEvent::ReleasedAtShutdown`] for each, then shuts the inner store down. It returns
-//! how many locks were released. After shutdown the layer refuses new acquisitions
-//! ([`ErrorKind::ShutDown`]); an acquisition that was in flight and
-//! lands after the sweep is released at once.
+//! how many locks were released, or an error naming those it could not release (the store failed
+//! them, or did not answer by the deadline), which stay in the store until their TTL. After
+//! shutdown the layer refuses new acquisitions ([`ErrorKind::ShutDown`]); an acquisition that was
+//! in flight and lands after the sweep is released at once.
 //!
 //! With the `signal` feature, [`LockManager::install_signal_handler`] runs the same shutdown on
 //! SIGINT/SIGTERM.
