@@ -21,10 +21,10 @@ use aerospike::{
     as_bin, operations, BatchOperation, BatchReadPolicy, BatchWritePolicy, Bins, Key, Replica,
     ResultCode,
 };
-use leasehold_core::{Acquire, Error, ErrorKind, Lease, Result};
+use leasehold_core::{Acquire, Error, Lease, Result};
 use tokio::time::Instant;
 
-use crate::error::{classify, Class};
+use crate::error::{classify, left_behind, Class};
 use crate::layout::{GRANTED_BIN, HOLD_BIN, LINE_BIN, TOKEN_BIN};
 use crate::line::Line;
 use crate::refused::{Step, Stop};
@@ -284,17 +284,12 @@ impl AerospikeStore {
         // Given back at once: the line's head may be about to try.
         if let Err(e) = self.delete_owned(lease, record_key).await {
             // The record is still ours, and stays until its TTL: said in the error, as a fenced
-            // acquisition abandoned midway says it. Not in doubt: a readback would find the
-            // record ours and grant it without its fencing token.
+            // acquisition abandoned midway says it (see `left_behind`).
             tracing::warn!(key = %req.key, error = %e.chain(),
                 "could not give back a lock record taken past the waiter line");
-            let kind = match e.kind() {
-                ErrorKind::InDoubt => ErrorKind::RetriesExhausted,
-                kind => kind,
-            };
             return Err(Stop::Failed(
                 Error::new(
-                    kind,
+                    left_behind(e.kind()),
                     format!(
                         "the lock record was created past the waiter line and could not be \
                          given back: it blocks the key until its TTL ({} s) runs out, and is \

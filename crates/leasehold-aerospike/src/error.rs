@@ -167,6 +167,16 @@ pub(crate) fn transient_reason(error: &aerospike::Error) -> &'static str {
     "the node could not be reached"
 }
 
+/// The kind of an acquisition's error when it leaves its lock record behind, unused until its
+/// TTL, and says so: never in doubt, since the readback layer would find the record ours and
+/// grant it without its fencing token (an in-doubt cause becomes `RetriesExhausted`).
+pub(crate) fn left_behind(cause: ErrorKind) -> ErrorKind {
+    match cause {
+        ErrorKind::InDoubt => ErrorKind::RetriesExhausted,
+        kind => kind,
+    }
+}
+
 /// Names the store call an error comes from (`map_err(failed(Operation::Release))`): every
 /// error a [`LockStore`](leasehold_core::LockStore) call of this store returns carries it.
 pub(crate) fn failed(op: Operation) -> impl FnOnce(Error) -> Error {

@@ -23,7 +23,7 @@ use leasehold_core::{Acquire, Error, ErrorKind, Lease, LockKey, Result};
 use tokio::time::Instant;
 
 use crate::acquire::{LineRule, Seen};
-use crate::error::{classify, Cause, Class};
+use crate::error::{classify, left_behind, Cause, Class};
 use crate::layout::{Record, COUNTER_BIN, FENCE_BIN, OWNER_BIN, TOKEN_BIN};
 use crate::line::Line;
 use crate::refused::{Step, Stop};
@@ -370,12 +370,8 @@ impl AerospikeStore {
             ),
         };
         tracing::warn!(key = %req.key, step, error = %error.chain(), "fenced acquisition abandoned");
-        let kind = match error.kind() {
-            ErrorKind::InDoubt => ErrorKind::RetriesExhausted,
-            kind => kind,
-        };
         Error::new(
-            kind,
+            left_behind(error.kind()),
             format!("fenced acquisition abandoned at its {step}; {cleanup}"),
         )
         .with_key(req.key.as_str())

@@ -208,7 +208,8 @@ impl<S: LockStore> GracefulShutdown<S> {
         // Which releases answered (released, or found the lock no longer ours): the others are
         // left in the store.
         let mut settled = vec![false; leases.len()];
-        let (mut failed, mut last_error) = (0, None);
+        // The last release the store failed, and whether the deadline cut the others short.
+        let (mut last_error, mut cut) = (None, false);
         loop {
             match tokio::time::timeout_at(deadline, pending.next()).await {
                 Ok(Some((i, Ok(ours)))) => {
@@ -225,11 +226,13 @@ impl<S: LockStore> GracefulShutdown<S> {
                 Ok(Some((i, Err(error)))) => {
                     tracing::warn!(key = %leases[i].key(), error = %error.chain(),
                         "releasing at shutdown failed; the lock expires at its TTL");
-                    failed += 1;
                     last_error = Some(error);
                 }
                 Ok(None) => break,
-                Err(_) => break,
+                Err(_) => {
+                    cut = true;
+                    break;
+                }
             }
         }
         drop(pending);
@@ -253,8 +256,6 @@ impl<S: LockStore> GracefulShutdown<S> {
         } else {
             String::new()
         };
-        // Cut short by the deadline, rather than each failed by the store.
-        let cut = left.len() > failed;
         tracing::warn!(unreleased = left.len(), keys = %keys.join(", "),
             "shutdown could not release every lock; the rest expire at their TTL");
         let why = if cut {
