@@ -331,3 +331,34 @@ async fn a_release_during_an_extend_waits_for_its_answer() {
     );
     assert_eq!(locks.inspect("a").await.unwrap(), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn without_renewal_the_guard_knows_when_its_lease_ran_out() {
+    let (locks, _store, _) = setup();
+    let ttl = Duration::from_secs(3);
+    let mut guard = locks
+        .try_lock_with("job", LockOptions::new().ttl(ttl).renew(false))
+        .await
+        .unwrap();
+    let acquired = guard.lease();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(guard.is_held(), "within its TTL");
+    // An `extend` moves the expiry on, and `lost()` follows it.
+    guard.extend(ttl).await.unwrap();
+    let extended = guard.lease();
+    assert!(extended.expires_at() > acquired.expires_at());
+    let lost = tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("an unrenewed lease is lost at its TTL");
+    assert_eq!(lost.kind(), ErrorKind::NotHeld);
+    assert!(lost.to_string().contains("nothing renews it"), "{lost}");
+    assert_eq!(
+        tokio::time::Instant::now(),
+        extended.expires_at(),
+        "lost at the extended expiry, not the first one"
+    );
+    assert!(!guard.is_held(), "past its TTL the key may be another's");
+    let thief = locks.try_lock("job").await.expect("the key expired");
+    assert!(!guard.release().await.unwrap(), "nothing of ours to release");
+    thief.release().await.unwrap();
+}

@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 use crate::cli::{ElectArgs, Global, LeaderArgs};
 use crate::exit::{self, CliError};
 use crate::run::Forwarded;
-use crate::store::Target;
+use crate::store::{check_lease, Names};
 
 /// The election lease of `elect` without `--ttl`.
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -21,7 +21,11 @@ const DEFAULT_TTL: Duration = Duration::from_secs(30);
 const WAIT_CHUNK: Duration = Duration::from_secs(3600);
 
 pub(crate) async fn elect(global: &Global, args: ElectArgs) -> Result<u8, CliError> {
-    let target = Target::connect(global).await?;
+    // Refused before connecting: a bad name, TTL or label.
+    let names = Names::parse(global)?;
+    names.election(&args.name)?;
+    check_lease(args.ttl, args.label.as_deref())?;
+    let target = names.connect().await?;
     let manager = target.manager()?;
     // Listened for from the start: once tokio handles a signal it does for the whole process,
     // so a SIGTERM while campaigning (again) must be handled here, not by the default action.
@@ -158,7 +162,9 @@ async fn lead(
 }
 
 pub(crate) async fn leader(global: &Global, args: LeaderArgs) -> Result<u8, CliError> {
-    let target = Target::connect(global).await?;
+    let names = Names::parse(global)?;
+    names.election(&args.name)?; // refused before connecting
+    let target = names.connect().await?;
     let manager = target.manager()?;
     if !args.watch {
         let leader = manager

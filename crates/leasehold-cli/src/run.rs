@@ -11,7 +11,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::admin::LockView;
 use crate::cli::{Global, RunArgs};
 use crate::exit::{self, CliError};
-use crate::store::Names;
+use crate::store::{check_lease, Names};
 
 /// The lease TTL of `run` without `--ttl` or a scenario.
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -47,13 +47,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
         }
         (false, None) => LockMode::Exclusive,
     };
-    if let Some(ttl) = args.ttl {
-        leasehold::core::validate_ttl(ttl).map_err(|e| CliError::usage(e.chain().to_string()))?;
-    }
-    if let Some(label) = &args.label {
-        leasehold::core::TokenLabel::new(label.as_str())
-            .map_err(|e| CliError::usage(e.chain().to_string()))?;
-    }
+    check_lease(args.ttl, args.label.as_deref())?;
     let target = names.connect().await?;
     let manager = target.manager_with(registry)?;
     let mut opts = LockOptions::new().renew(true);

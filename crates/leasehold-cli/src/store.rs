@@ -1,5 +1,7 @@
 //! From global options to a store, keys and a lock manager.
 
+use std::time::Duration;
+
 use leasehold::{BoxStore, LockKey, LockLevel, LockManager, MemoryStore};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_etcd::{EtcdConfig, EtcdStore};
@@ -63,11 +65,34 @@ impl Names {
         })
     }
 
+    /// The lock key of election `name` (as `LockManager::election_key` names it).
+    pub(crate) fn election(&self, name: &str) -> Result<LockKey, CliError> {
+        LockKey::new(
+            self.level,
+            Some(&self.farm_id),
+            &self.client_id,
+            &format!("election/{name}"),
+        )
+        .map_err(|e| CliError::usage(format!("{} (e.g. `invoicer`)", e.chain())))
+    }
+
     /// Connects (exit 69 naming the address when the store cannot be reached).
     pub(crate) async fn connect(self) -> Result<Target, CliError> {
         let store = connect(&self.url, &self.farm_id).await?;
         Ok(Target { names: self, store })
     }
+}
+
+/// Checks a lease's TTL and holder label as given on the command line (exit 2).
+pub(crate) fn check_lease(ttl: Option<Duration>, label: Option<&str>) -> Result<(), CliError> {
+    if let Some(ttl) = ttl {
+        leasehold::core::validate_ttl(ttl).map_err(|e| CliError::usage(e.chain().to_string()))?;
+    }
+    if let Some(label) = label {
+        leasehold::core::TokenLabel::new(label)
+            .map_err(|e| CliError::usage(e.chain().to_string()))?;
+    }
+    Ok(())
 }
 
 /// The store a command talks to, with what it needs to name keys and report errors.

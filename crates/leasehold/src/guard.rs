@@ -167,15 +167,19 @@ impl LockGuard {
     }
 
     /// Whether the lock is still ours as far as this process knows: `false` once renewal found it
-    /// taken or could not reach the store before it expired. Without renewal it stays `true`
-    /// until release; check [`Lease::remaining`] for the TTL.
+    /// taken or could not reach the store before it expired, and once the lease's local expiry
+    /// has passed with no renewal that moved it (renewal off, or the process paused past it).
+    /// The local expiry counts from when the acquire request was sent, so it is never later than
+    /// the store's.
     pub fn is_held(&self) -> bool {
         self.state.is_held()
     }
 
     /// Resolves when the lock is lost (like etcd's session `Done()`), with an
-    /// [`ErrorKind::NotHeld`](crate::core::ErrorKind::NotHeld) error saying why. Never resolves while the
-    /// lock is held; only renewal can notice a loss, so without renewal it does not resolve.
+    /// [`ErrorKind::NotHeld`](crate::core::ErrorKind::NotHeld) error saying why: renewal found it
+    /// taken or gone, the store stayed unreachable until the lease expired, or the lease's local
+    /// expiry passed with no renewal that moved it (without renewal, that is its TTL). Never
+    /// resolves while [`is_held`](Self::is_held) is `true`.
     ///
     /// ```no_run
     /// # async fn demo(locks: leasehold::LockManager) -> leasehold::Result<()> {
@@ -188,7 +192,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) -> Error {
-        self.state.lost().await
+        self.state.lost(self.renewer.is_none()).await
     }
 
     /// Resets the lease's TTL to `ttl`, only if the lock is still ours

@@ -48,13 +48,15 @@ impl MultiGuard {
         self.guards.is_empty()
     }
 
-    /// Whether every key is still held (as far as renewal knows).
+    /// Whether every key is still held as far as this process knows (see
+    /// [`LockGuard::is_held`]).
     pub fn is_held(&self) -> bool {
         self.guards.iter().all(LockGuard::is_held)
     }
 
-    /// Resolves when any of the keys is lost (renewal could not keep it), with the reason; the
-    /// others are still held until released. Pending forever while all are held or if none renews.
+    /// Resolves when any of the keys is lost (see [`LockGuard::lost`]: renewal could not keep it,
+    /// or its lease ran out with no renewal), with the reason; the others are still held until
+    /// released. Pending while all are held.
     pub async fn lost(&self) -> Error {
         let lost = self.guards.iter().map(|guard| Box::pin(guard.lost()));
         futures::future::select_all(lost).await.0

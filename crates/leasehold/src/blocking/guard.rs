@@ -86,7 +86,7 @@ impl LockGuard {
 
     /// Whether the lock is still ours as far as this process knows (see
     /// [`crate::LockGuard::is_held`]): `false` once renewal found it taken or could not reach the
-    /// store before it expired.
+    /// store before it expired, and once its lease ran out with no renewal.
     pub fn is_held(&self) -> bool {
         self.inner.as_ref().is_some_and(crate::LockGuard::is_held)
     }
@@ -101,8 +101,7 @@ impl LockGuard {
 
     /// Blocks until the lock is lost, at most `timeout`: `Some` with an
     /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) error saying why, or `None` if it was
-    /// still held when the timeout passed (see [`crate::LockGuard::lost`]; only renewal notices a
-    /// loss). From async code, `Some` with the error
+    /// still held when the timeout passed (see [`crate::LockGuard::lost`]). From async code, `Some` with the error
     /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument).
     pub fn wait_lost(&self, timeout: Duration) -> Option<Error> {
         let inner = self.inner.as_ref()?;

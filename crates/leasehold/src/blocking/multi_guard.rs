@@ -69,7 +69,8 @@ impl MultiGuard {
         self.keys.is_empty()
     }
 
-    /// Whether every key is still held (as far as renewal knows).
+    /// Whether every key is still held as far as this process knows (see
+    /// [`crate::MultiGuard::is_held`]).
     pub fn is_held(&self) -> bool {
         self.inner.as_ref().is_some_and(crate::MultiGuard::is_held)
     }

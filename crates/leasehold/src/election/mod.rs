@@ -111,7 +111,7 @@ impl Leadership {
     /// lock taken or gone, or once the lease's local expiry has passed without a renewal (even if
     /// the renewal task has not run yet, as after a pause of the process).
     pub fn is_leader(&self) -> bool {
-        self.guard.is_held() && !self.guard.lease().remaining().is_zero()
+        self.guard.is_held()
     }
 
     /// Resolves when leadership is lost, with an [`ErrorKind::NotHeld`] error saying why: renewal
@@ -122,25 +122,7 @@ impl Leadership {
     /// # Cancel safety
     /// Cancel safe: it only waits.
     pub async fn lost(&self) -> Error {
-        loop {
-            let expires_at = self.guard.lease().expires_at();
-            tokio::select! {
-                biased;
-                error = self.guard.lost() => return error,
-                () = tokio::time::sleep_until(expires_at) => {
-                    // A renewal may have moved the expiry meanwhile: only a lease still past its
-                    // expiry is lost.
-                    if self.guard.lease().remaining().is_zero() {
-                        return Error::not_held(format!(
-                            "leadership of `{}` lapsed: its lease expired before it could be \
-                             renewed",
-                            self.name
-                        ))
-                        .with_key(self.guard.key().as_str());
-                    }
-                }
-            }
-        }
+        self.guard.lost().await
     }
 
     /// Gives leadership up now: an owner-checked release of the election lock, so another

@@ -67,8 +67,13 @@ impl LeaseState {
         self.current().lease = lease;
     }
 
+    /// Not marked lost, and the lease's local expiry has not passed. The expiry counts from when
+    /// the lease's request was sent, so it is never later than the store's; past it, with no
+    /// renewal that moved it (renewal off, or a process paused past it), the key may be another
+    /// holder's already.
     pub(crate) fn is_held(&self) -> bool {
-        self.current().lost.is_none()
+        let current = self.current();
+        current.lost.is_none() && Instant::now() < current.lease.expires_at()
     }
 
     /// Marks the lease lost (first reason wins).
@@ -86,21 +91,37 @@ impl LeaseState {
         }
     }
 
-    /// Resolves when the lease is marked lost, with an `ErrorKind::NotHeld` error saying why.
-    pub(crate) async fn lost(&self) -> Error {
+    /// Resolves when the lease is marked lost, with an `ErrorKind::NotHeld` error saying why;
+    /// `unrenewed` (no renewal keeps it: its task marks it lost with the reason it found), also
+    /// when its local expiry passes.
+    pub(crate) async fn lost(&self, unrenewed: bool) -> Error {
         loop {
             // Registered before the check, so a `mark_lost` in between is not missed.
             let signal = self.lost_signal.notified();
             tokio::pin!(signal);
             signal.as_mut().enable();
-            {
+            let expires_at = {
                 let current = self.current();
+                let key = current.lease.key().as_str();
                 if let Some(reason) = &current.lost {
-                    return Error::not_held(format!("the lock was lost: {reason}"))
-                        .with_key(current.lease.key().as_str());
+                    return Error::not_held(format!("the lock was lost: {reason}")).with_key(key);
                 }
+                let expires_at = current.lease.expires_at();
+                if unrenewed && Instant::now() >= expires_at {
+                    return Error::not_held(format!(
+                        "the lock's lease ran out: its TTL of {:?} passed and nothing renews it; \
+                         the key may be another holder's now",
+                        current.lease.ttl()
+                    ))
+                    .with_key(key);
+                }
+                expires_at
+            };
+            // An `extend` moves the expiry on: the loop then looks again.
+            tokio::select! {
+                () = &mut signal => {}
+                () = tokio::time::sleep_until(expires_at), if unrenewed => {}
             }
-            signal.await;
         }
     }
 }
@@ -497,7 +518,10 @@ mod tests {
         );
         tokio::time::sleep(TTL * 2).await;
         assert!(early.is_held(), "kept alive by its task");
-        assert!(late.is_held());
+        // Its renewal is not due yet (every 10 s, past its TTL): not marked lost, only past its
+        // local expiry.
+        assert!(late.current().lost.is_none());
+        assert!(!late.is_held());
     }
 
     #[tokio::test(start_paused = true)]
@@ -538,7 +562,7 @@ mod tests {
         handle.lifecycle.close();
         handle.lifecycle.wait().await;
         assert!(!state.is_held());
-        let lost = state.lost().await.to_string();
+        let lost = state.lost(false).await.to_string();
         assert!(lost.contains("shut down"), "{lost}");
     }
 }
