@@ -359,6 +359,9 @@ async fn without_renewal_the_guard_knows_when_its_lease_ran_out() {
     );
     assert!(!guard.is_held(), "past its TTL the key may be another's");
     let thief = locks.try_lock("job").await.expect("the key expired");
-    assert!(!guard.release().await.unwrap(), "nothing of ours to release");
+    assert!(
+        !guard.release().await.unwrap(),
+        "nothing of ours to release"
+    );
     thief.release().await.unwrap();
 }

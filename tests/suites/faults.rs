@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use leasehold::core::Acquire;
 use leasehold::layers::ReadbackLayer;
-use leasehold::{ErrorKind, LockKey, LockManager, LockStore, OwnerToken};
+use leasehold::{ErrorKind, LockKey, LockManager, LockOptions, LockStore, OwnerToken};
 use leasehold_testkit::fault_proxy::{FaultProxy, ProxyMode};
 
 /// A private server of one store, and how a store connects to it or to a proxy in front of it.
@@ -27,6 +27,9 @@ pub(crate) trait Deployment: Sized {
     fn connect(&self) -> impl Future<Output = Self::Store> + Send;
     /// Connects a store to the server through `proxy`, with the same short timeouts.
     fn connect_through(proxy: &FaultProxy) -> impl Future<Output = Self::Store> + Send;
+    /// Connects a store to the server through `proxy` with a response timeout of 5 s: a store
+    /// slow to give up on a request.
+    fn connect_patient_through(proxy: &FaultProxy) -> impl Future<Output = Self::Store> + Send;
     /// Readies the server before a fault (e.g. loads scripts, so that a proxied request is applied
     /// on its first send); nothing by default.
     fn warm_up(_direct: &Self::Store) -> impl Future<Output = ()> + Send {
@@ -40,6 +43,7 @@ macro_rules! faults_suite {
     ($deployment:ty) => {
         suite::faults_suite!(@tests $deployment;
             a_lost_reply_through_a_manager_with_readback_is_never_a_false_result,
+            a_wait_ends_at_its_deadline_when_the_store_stops_answering,
         );
     };
     (@tests $deployment:ty; $($name:ident,)*) => {
@@ -125,5 +129,71 @@ pub(crate) async fn a_lost_reply_through_a_manager_with_readback_is_never_a_fals
             assert!(info.expect("held").is_owned_by(guard.token()));
             guard.release().await.unwrap();
         }
+    }
+}
+
+/// The store stops answering (its replies held back far longer than its response timeout) while
+/// a blocking call waits: the call ends at its deadline, not at the store's timeouts, and the
+/// attempt it cut off, which the store applied and granted, is undone.
+pub(crate) async fn a_wait_ends_at_its_deadline_when_the_store_stops_answering<D: Deployment>() {
+    let server = D::start();
+    let direct = server.connect().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let patient = D::connect_patient_through(&proxy).await;
+    D::warm_up(&direct).await;
+    let manager = |store| {
+        LockManager::builder()
+            .client_id("faults")
+            .farm_id("f1")
+            .store(store)
+            // Polls often, so an attempt is in flight when the deadline comes.
+            .retry_interval(Duration::from_millis(200))
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (manager(direct.clone()), manager(patient.clone()));
+    heal(&proxy, &patient).await;
+    let held = holder.try_lock("stuck").await.unwrap();
+
+    let wait = Duration::from_secs(2);
+    let started = tokio::time::Instant::now();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock_with("stuck", LockOptions::new().wait(wait))
+            .await
+            .map(|guard| guard.token().clone())
+    });
+    // Its first try is refused and it waits; then the store's replies stop coming (its requests
+    // still arrive and are applied), and the lock is released: the waiter's next attempt is
+    // granted by the store, and its reply never comes in time.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.set_mode(ProxyMode::DelayReplies(Duration::from_secs(60)));
+    assert!(held.release().await.unwrap());
+    let error = waiting
+        .await
+        .unwrap()
+        .expect_err("no answer reached the waiter");
+    let waited = started.elapsed();
+    assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("had not answered the last attempt"),
+        "{error}"
+    );
+    // Not held for the store's 5 s response timeout past its 2 s wait.
+    assert!(waited < wait + Duration::from_millis(1500), "{waited:?}");
+    // The grant it cut off is undone (the release is applied though its reply is held back too).
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let info = direct.inspect(&key("stuck")).await.unwrap();
+        if info.is_none() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the cut-off attempt's grant is still held: {info:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

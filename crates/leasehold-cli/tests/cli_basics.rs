@@ -106,7 +106,10 @@ fn bad_arguments_are_refused_before_the_store_is_asked() {
         (vec!["inspect", "a#b"], "not a lock key"),
         (vec!["history", "has space"], "whitespace"),
         (vec!["elect", "has space", "--", "true"], "whitespace"),
-        (vec!["elect", "--ttl", "0s", "e", "--", "true"], "greater than zero"),
+        (
+            vec!["elect", "--ttl", "0s", "e", "--", "true"],
+            "greater than zero",
+        ),
         (vec!["elect", "--label", "", "e", "--", "true"], "label"),
         (vec!["leader", "has space"], "whitespace"),
         (vec!["leader", "--watch", "has space"], "whitespace"),

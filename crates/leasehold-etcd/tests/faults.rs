@@ -48,6 +48,12 @@ impl suite::Deployment for EtcdServer {
     async fn connect_through(proxy: &FaultProxy) -> EtcdStore {
         connect(proxy.addr().to_string()).await
     }
+
+    async fn connect_patient_through(proxy: &FaultProxy) -> EtcdStore {
+        let config =
+            EtcdConfig::new([proxy.addr().to_string()]).response_timeout(Duration::from_secs(5));
+        EtcdStore::connect(config).await.expect("connect")
+    }
 }
 
 suite::faults_suite!(EtcdServer);

@@ -50,6 +50,11 @@ impl suite::Deployment for RedisServer {
         connect(proxy.redis_url()).await
     }
 
+    async fn connect_patient_through(proxy: &FaultProxy) -> RedisStore {
+        let config = RedisConfig::new(proxy.redis_url()).response_timeout(Duration::from_secs(5));
+        RedisStore::connect(config).await.expect("connect")
+    }
+
     async fn warm_up(direct: &RedisStore) {
         warm_scripts(direct).await;
     }

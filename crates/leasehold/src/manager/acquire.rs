@@ -1,6 +1,7 @@
 //! One acquisition: a single attempt or the wait loop, in a tracing span, reported to observers
 //! (each attempt, and its undo, in `attempt`).
 
+use std::future::Future;
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
@@ -268,6 +269,10 @@ impl LockManager {
                 _ = tokio::time::sleep_until(deadline.min(Instant::now() + pause)) => {}
             }
         }
+        // The first try (or that pause) took the whole wait: nothing is left to wait with.
+        if Instant::now() >= deadline {
+            return Err(gave_up(plan, down, started, *attempts, None));
+        }
         // The process's line for the key: only its head asks the store, the others wait here for
         // their turn. The place is left when this call ends (served, timed out, failed or
         // cancelled), which makes the next in line the head.
@@ -276,7 +281,11 @@ impl LockManager {
         // elsewhere, or this process's turn in the store's waiter queue), registered before the
         // first attempt that waits, by every waiter of the line: the store counts them (a fair
         // store keeps the process in its line while any of them waits).
-        let store = handle.store.watch(&plan.key).await;
+        // Every store call of the wait ends at its deadline (see `Unanswered`).
+        let Some(store) = by_deadline(deadline, handle.store.watch(&plan.key)).await else {
+            let cut = Some(Unanswered::Watch);
+            return Err(gave_up(plan, down, started, *attempts, cut));
+        };
         // A call in the store's line waits for its word first (below): listened for from the
         // registration on, so a turn given before the wait begins is not missed.
         let early = store.notify().notified();
@@ -292,7 +301,8 @@ impl LockManager {
                 .await_turn(plan, place, deadline)
                 .await
                 .map_err(|timed_out| {
-                    timed_out.unwrap_or_else(|| gave_up(plan, down.take(), started, *attempts))
+                    timed_out
+                        .unwrap_or_else(|| gave_up(plan, down.take(), started, *attempts, None))
                 })?;
         } else if !store.is_live() {
             // Not in this process's line, but woken by its releases all the same.
@@ -362,10 +372,18 @@ impl LockManager {
                     .with_trace(plan.trace)
                     .with_announce(plan.announce);
                 *attempts += 1;
-                match self.attempt(handle, &req).await {
+                let Some(answer) = by_deadline(deadline, self.attempt(handle, &req)).await else {
+                    let cut = Some(Unanswered::Attempt);
+                    return Err(gave_up(plan, down, started, *attempts, cut));
+                };
+                match answer {
                     Ok(Attempt::Refused { retry_after }) => {
                         down = None;
-                        if !in_doubt.is_empty() && self.undo_late(plan, &mut in_doubt).await {
+                        if !in_doubt.is_empty()
+                            && by_deadline(deadline, self.undo_late(plan, &mut in_doubt))
+                                .await
+                                .unwrap_or(false)
+                        {
                             // The holder was one of our own attempts that landed late, now
                             // released: ask again at once.
                             continue;
@@ -400,7 +418,7 @@ impl LockManager {
             };
             let now = Instant::now();
             if now >= deadline {
-                return Err(gave_up(plan, down, started, *attempts));
+                return Err(gave_up(plan, down, started, *attempts, None));
             }
             // A store that notifies wakes this waiter when it is its turn, so polling is only the
             // net under a lost notification: the longest backoff step. Without notifications the
@@ -421,6 +439,8 @@ impl LockManager {
             // dropped connection wakes every waiter): the backoff does.
             let store_up = down.is_none();
             tokio::select! {
+                // A wake-up first: one that comes as the last pause ends is acted on.
+                biased;
                 _ = async { if let Some(woken) = woken.as_mut().as_pin_mut() { woken.await } }, if local.is_some() => {}
                 _ = &mut notified, if store_up && local_holder.is_none() => {}
                 _ = &mut early, if early_armed && store_up => {}
@@ -428,7 +448,13 @@ impl LockManager {
                     return Err(Error::shut_down().with_key(plan.key.as_str()))
                 }
                 // The net under a lost wake-up: ask, whoever was thought to hold the key.
-                _ = tokio::time::sleep(pause) => local_holder = None,
+                _ = tokio::time::sleep(pause) => {
+                    local_holder = None;
+                    // The last pause ends at the deadline: no look then, only to be cut off.
+                    if Instant::now() >= deadline {
+                        return Err(gave_up(plan, down, started, *attempts, None));
+                    }
+                }
             }
             early_armed = false;
         }
@@ -507,10 +533,49 @@ impl Drop for GiveBack<'_> {
     }
 }
 
+/// `call`'s answer, or `None` if it had none by `deadline` (see `Unanswered`). A call begun past
+/// the deadline, on a wake-up that came as it passed (a release: the store answered a moment
+/// ago), is acted on, not cut at once.
+async fn by_deadline<T>(deadline: Instant, call: impl Future<Output = T>) -> Option<T> {
+    if Instant::now() >= deadline {
+        return Some(call.await);
+    }
+    tokio::time::timeout_at(deadline, call).await.ok()
+}
+
+/// A store call of a wait that had no answer when the wait's deadline came, and was abandoned
+/// there: a store that stopped answering (a hung or paused member, a partition) must not keep
+/// the caller past the wait it asked for, as the store's own request timeouts would. An attempt
+/// cut off is undone in the background (an owner-checked release of its token: see `attempt`);
+/// a registration cut off is dropped like any other.
+#[derive(Debug, Clone, Copy)]
+enum Unanswered {
+    /// The registration for the store's notifications.
+    Watch,
+    /// An attempt.
+    Attempt,
+}
+
 /// The error of a wait that ran out: the store's last error if it was down at the end (its kind,
-/// and it as the source), else a timeout.
-fn gave_up(plan: &Plan, down: Option<(Error, u32)>, started: Instant, attempts: u32) -> Error {
+/// and it as the source), else a timeout; `cut` names the store call the deadline cut off.
+fn gave_up(
+    plan: &Plan,
+    down: Option<(Error, u32)>,
+    started: Instant,
+    attempts: u32,
+    cut: Option<Unanswered>,
+) -> Error {
     let waited = started.elapsed();
+    let unanswered = match cut {
+        None => "",
+        Some(Unanswered::Watch) => {
+            "; the store had not answered its registration for notifications by the deadline"
+        }
+        Some(Unanswered::Attempt) => {
+            "; the store had not answered the last attempt by the deadline (it is undone in the \
+             background)"
+        }
+    };
     if let Some((last, failures)) = down {
         tracing::warn!(key = %plan.key, error = %last.chain(), attempts,
             "the store stayed down for the whole wait");
@@ -518,18 +583,22 @@ fn gave_up(plan: &Plan, down: Option<(Error, u32)>, started: Instant, attempts: 
             last.kind(),
             format!(
                 "the store was still down after waiting {waited:?} ({attempts} attempts, the \
-                 last {failures} failed on the store); the last error is the cause"
+                 last {failures} failed on the store{unanswered}); the last error is the cause"
             ),
         )
         .with_key(plan.key.as_str())
         .with_source(last);
     }
-    Error::new(
-        ErrorKind::Timeout,
-        format!(
+    let what = match cut {
+        // No answer since the last refusal: the store may be the trouble, not the holder.
+        Some(_) => format!(
+            "not acquired after waiting {waited:?} ({attempts} attempts, refused while \
+             answered{unanswered}); check the store, or wait longer"
+        ),
+        None => format!(
             "still held by another owner after waiting {waited:?} ({attempts} attempts); wait \
              longer or inspect the holder"
         ),
-    )
-    .with_key(plan.key.as_str())
+    };
+    Error::new(ErrorKind::Timeout, what).with_key(plan.key.as_str())
 }
