@@ -129,13 +129,17 @@ pub enum LockEvent {
         /// Why the store was considered down.
         error: crate::error::ErrorKind,
     },
-    /// A release met temporary store errors (connection refused or reset, a failover, an outcome
-    /// in doubt) until its retry budget ran out: the lock may still be held in the store under
-    /// our token and is left to expire at its TTL. Other holders can take it then, not before.
+    /// A release gave up: the lock may still be held in the store under our token and is left to
+    /// expire at its TTL (other holders can take it then, not before). Either it met temporary
+    /// store errors (connection refused or reset, a failover, an outcome in doubt) until its retry
+    /// budget ran out, or an error that retrying cannot cure (a permission the store refused, an
+    /// unexpected reply). Emitted for every release, including a dropped guard's and an
+    /// abandoned attempt's undo, which have no caller to return the error to.
     LeftToExpire {
         /// The lock.
         key: LockKey,
-        /// The last store error's kind: `Connection`, `RetriesExhausted` or `InDoubt`.
+        /// The last store error's kind: `Connection`, `RetriesExhausted` or `InDoubt` when the
+        /// budget ran out, else the error that ended the release.
         error: crate::error::ErrorKind,
         /// How long the lease had left when the release gave up (at most this long until the
         /// store lets it go).

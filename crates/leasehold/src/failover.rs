@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | blocking acquire (`lock`) | the caller's wait | the last store error (a refusal last: `Timeout`) |
 //! | try-lock | none: one attempt | that attempt's error, at once |
-//! | release (every path: a guard's, a dropped guard's, an undo) | until the lease expires, at most [`LockManagerBuilder::release_retry`] | an error saying the lock is left to expire, and [`LockEvent::LeftToExpire`] |
+//! | release (every path: a guard's, a dropped guard's, an undo) | until the lease expires, at most [`LockManagerBuilder::release_retry`] | an error saying the lock is left to expire, and [`LockEvent::LeftToExpire`] (also for an error retrying cannot cure, returned at once) |
 //! | [`LockGuard::extend`](crate::LockGuard::extend) | until the lease expires, at most the release budget | the last store error |
 //! | renewal | until the lease expires | the guard is marked lost |
 //!
@@ -118,6 +118,18 @@ impl<S> Failover<S> {
             observers,
         }
     }
+
+    /// Reports a release that gave up with the lock possibly still held under our token: the
+    /// caller of an explicit release gets the error too, but a dropped guard's or an undo's has
+    /// no caller, and this event is how it is seen.
+    fn left_to_expire(&self, lease: &Lease, error: &Error, attempts: u32) {
+        self.observers.emit(|| LockEvent::LeftToExpire {
+            key: lease.key().clone(),
+            error: error.kind(),
+            expires_in: lease.remaining(),
+            attempts,
+        });
+    }
 }
 
 impl<S: LockStore> crate::core::LayeredStore for Failover<S> {
@@ -147,7 +159,14 @@ impl<S: LockStore> crate::core::LayeredStore for Failover<S> {
                     return Ok(released);
                 }
                 Err(error) if is_store_down(error.kind()) => error,
-                Err(error) => return Err(error),
+                Err(error) => {
+                    // Retrying cannot cure it (a permission refused, an unexpected reply): the
+                    // lock may be held still, and is left to its TTL all the same.
+                    tracing::warn!(key = %lease.key(), error = %error.chain(), attempts,
+                        "could not release; the lock is left to expire at its TTL");
+                    self.left_to_expire(lease, &error, attempts);
+                    return Err(error);
+                }
             };
             was_in_doubt |= error.kind() != ErrorKind::Connection;
             if let Some(pause) = self.retry.pause(attempts, give_up_at) {
@@ -159,12 +178,7 @@ impl<S: LockStore> crate::core::LayeredStore for Failover<S> {
             let expires_in = lease.remaining();
             tracing::warn!(key = %lease.key(), error = %error.chain(), attempts, ?expires_in,
                 "could not release: the store stayed down; the lock is left to expire at its TTL");
-            self.observers.emit(|| LockEvent::LeftToExpire {
-                key: lease.key().clone(),
-                error: error.kind(),
-                expires_in,
-                attempts,
-            });
+            self.left_to_expire(lease, &error, attempts);
             return Err(Error::new(
                 error.kind(),
                 format!(

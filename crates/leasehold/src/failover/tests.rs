@@ -143,19 +143,6 @@ async fn gone_after_a_release_in_doubt_is_ours_while_the_lease_lives() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn other_errors_are_not_retried() {
-    let store = ScriptedStore::new();
-    store.expect_release(Err(Error::internal("bad reply")));
-    let (failover, lease, events) = layer(&store, Duration::from_secs(10), TTL);
-    assert_eq!(
-        failover.release(&lease).await.unwrap_err().kind(),
-        ErrorKind::Internal
-    );
-    assert!(events.lock().unwrap().is_empty());
-    store.verify();
-}
-
-#[tokio::test(start_paused = true)]
 async fn an_extend_retries_until_the_lease_expires() {
     let store = ScriptedStore::new();
     store
@@ -197,4 +184,32 @@ fn an_in_doubt_write_or_a_readback_that_gave_up_on_one_may_have_applied() {
         Error::new(ErrorKind::RetriesExhausted, "5 attempts").with_source(refused());
     assert!(!may_have_applied(&never_applied));
     assert!(!may_have_applied(&refused()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_that_retrying_cannot_cure_says_the_lock_is_left_to_expire_at_once() {
+    let store = ScriptedStore::new();
+    let denied = Error::new(
+        ErrorKind::StoreSetup,
+        "NOPERM this user has no permissions to run the 'evalsha' command",
+    );
+    store.expect_release(Err(denied));
+    let (failover, lease, events) = layer(&store, Duration::from_secs(10), TTL);
+    let error = failover.release(&lease).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::StoreSetup, "returned as it is");
+    assert_eq!(store.count(Op::Release), 1, "not retried");
+    match events.lock().unwrap().as_slice() {
+        [LockEvent::LeftToExpire {
+            key,
+            error,
+            expires_in,
+            attempts: 1,
+        }] => {
+            assert_eq!(key, lease.key());
+            assert_eq!(*error, ErrorKind::StoreSetup);
+            assert_eq!(*expires_in, TTL, "no time passed");
+        }
+        other => panic!("one LeftToExpire event, got {other:?}"),
+    }
+    store.verify();
 }

@@ -134,8 +134,8 @@ impl OtelMetrics {
             left_to_expire: counter(
                 "leasehold.releases.left_to_expire",
                 "{release}",
-                "Releases that gave up on a store that stayed down: the lock is left to expire at \
-                 its TTL",
+                "Releases that gave up (a store that stayed down, or an error retrying cannot \
+                 cure): the lock is left to expire at its TTL",
             ),
             held: meter
                 .i64_up_down_counter("leasehold.locks.held")
