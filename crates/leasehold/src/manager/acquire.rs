@@ -569,11 +569,11 @@ fn gave_up(
     let unanswered = match cut {
         None => "",
         Some(Unanswered::Watch) => {
-            "; the store had not answered its registration for notifications by the deadline"
+            ", and it had not answered the registration for its notifications by the deadline"
         }
         Some(Unanswered::Attempt) => {
-            "; the store had not answered the last attempt by the deadline (it is undone in the \
-             background)"
+            ", and it had not answered the last attempt by the deadline (that attempt is undone \
+             in the background)"
         }
     };
     if let Some((last, failures)) = down {
@@ -592,8 +592,8 @@ fn gave_up(
     let what = match cut {
         // No answer since the last refusal: the store may be the trouble, not the holder.
         Some(_) => format!(
-            "not acquired after waiting {waited:?} ({attempts} attempts, refused while \
-             answered{unanswered}); check the store, or wait longer"
+            "not acquired after waiting {waited:?}: {attempts} attempts, refused while the store \
+             answered{unanswered}; check the store, or wait longer"
         ),
         None => format!(
             "still held by another owner after waiting {waited:?} ({attempts} attempts); wait \
