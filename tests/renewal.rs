@@ -1,5 +1,6 @@
 //! Lease renewal: a short lease stays ours while the guard lives; a stolen lease or an unreachable
-//! store marks the guard lost; the renewal task never outlives its guard. Paused time throughout.
+//! store marks the guard lost; the renewal task never outlives its guard. Paused time throughout,
+//! but for a process paused while its renewal was in flight (a blocked thread, real time).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -364,4 +365,65 @@ async fn without_renewal_the_guard_knows_when_its_lease_ran_out() {
         "nothing of ours to release"
     );
     thief.release().await.unwrap();
+}
+
+/// The embedded store, whose first extend blocks its thread past the lease's expiry before it
+/// answers: a process paused (GC, SIGSTOP, a VM migration) while its renewal was in flight.
+#[derive(Debug, Default)]
+struct Paused {
+    inner: MemoryStore,
+    paused: AtomicBool,
+}
+
+impl leasehold::core::LayeredStore for Paused {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let renewed = self.inner.extend(lease, ttl).await;
+        if !self.paused.swap(true, Ordering::SeqCst) {
+            std::thread::sleep(lease.remaining() + Duration::from_millis(100));
+        }
+        renewed
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_read_after_the_leases_expiry_gives_the_lock_up() {
+    let store = Arc::new(Paused::default());
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .without_layers()
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let guard = locks
+        .try_lock_with(
+            "job",
+            LockOptions::new()
+                .ttl(Duration::from_millis(600))
+                .renew(true),
+        )
+        .await
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("the late renewal is not taken as a renewal");
+    assert_eq!(lost.kind(), ErrorKind::NotHeld);
+    assert!(
+        lost.to_string().contains("after the lease's local expiry"),
+        "{lost}"
+    );
+    assert!(!guard.is_held(), "and it stays not held");
+    // The lease the late renewal extended is given up, not left for its TTL.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while locks.inspect("job").await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "still held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut guard = guard;
+    let refused = guard.extend(Duration::from_secs(1)).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::NotHeld, "{refused}");
 }

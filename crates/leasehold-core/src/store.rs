@@ -199,6 +199,10 @@ pub trait LockStore: Send + Sync + 'static {
     /// this process (a release, or this process's turn in the store's waiter queue). Never fails:
     /// a store that cannot subscribe returns [`ReleaseWatch::none`] and the waiter polls. The
     /// default returns [`ReleaseWatch::none`].
+    ///
+    /// Cancel safe: the manager drops the call when the wait's deadline comes first (and a
+    /// caller may drop its acquisition at any point), so whatever it registers before its first
+    /// `.await` is undone by dropping the future as by dropping the watch.
     fn watch(&self, key: &LockKey) -> impl Future<Output = ReleaseWatch> + Send {
         let _ = key;
         async { ReleaseWatch::none() }

@@ -130,6 +130,12 @@ impl Waiting {
                 Some(rx)
             },
         );
+        // Undone by the watch's drop from here on: a caller that stops waiting before etcd
+        // confirms (its deadline came, or it was cancelled) leaves nothing registered.
+        let watch = {
+            let (waiting, key) = (self.clone(), lock_key.clone());
+            ReleaseWatch::new(notify, move || waiting.unwatch(&key))
+        };
         if let Some(created) = created {
             if tokio::time::timeout(self.watch_timeout, created)
                 .await
@@ -139,8 +145,7 @@ impl Waiting {
                     "the watch was not confirmed in time; waiting by polling until it is");
             }
         }
-        let (waiting, key) = (self.clone(), lock_key);
-        ReleaseWatch::new(notify, move || waiting.unwatch(&key))
+        watch
     }
 
     fn unwatch(self: &Arc<Self>, lock_key: &str) {

@@ -96,10 +96,11 @@ impl RedisStore {
                 traced,
             );
         self.trace_acquire(&mut call, req);
-        let (acquired, left, mine): (i64, u64, u64) = call
-            .invoke(&mut conn)
-            .await
-            .map_err(|e| self.acquire_err(req, e))?;
+        let dropped = QueuedIfDropped::arm(self, req, &lock_key, &place);
+        let answer = call.invoke(&mut conn).await;
+        dropped.disarm();
+        let (acquired, left, mine): (i64, u64, u64) =
+            answer.map_err(|e| self.acquire_err(req, e))?;
         if mine == 1 {
             return Err(self.ran_twice(req));
         }
@@ -169,10 +170,11 @@ impl RedisStore {
                 traced,
             );
         self.trace_acquire(&mut call, req);
-        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = call
-            .invoke(&mut conn)
-            .await
-            .map_err(|e| self.acquire_err(req, e))?;
+        let dropped = QueuedIfDropped::arm(self, req, &lock_key, &place);
+        let answer = call.invoke(&mut conn).await;
+        dropped.disarm();
+        let (acquired, value, others): (i64, Option<u64>, Option<u64>) =
+            answer.map_err(|e| self.acquire_err(req, e))?;
         // Refused, `others` says whether this very token holds: a second run, which left the
         // line untouched.
         if acquired != 1 && others == Some(1) {
@@ -232,5 +234,37 @@ impl RedisStore {
                     "could not leave the waiter queue; the place lapses after the waiter timeout");
             }
         }))
+    }
+}
+
+/// A blocking attempt's place, marked as possibly queued if the attempt is dropped before its
+/// answer (its wait's deadline came, or its caller was cancelled): the script may have queued
+/// it, and nobody will read the answer that says so. Marked, the place is left when the wait's
+/// watch goes (or at once, for a waiting call's own place whose watch is gone), instead of
+/// staying in the line until the waiter timeout, where the next in line would wait for it.
+struct QueuedIfDropped<'a> {
+    armed: Option<(&'a RedisStore, &'a LockKey, &'a str, &'a Place)>,
+}
+
+impl<'a> QueuedIfDropped<'a> {
+    /// Armed for a blocking attempt that has a place (a try never queues).
+    fn arm(store: &'a RedisStore, req: &'a Acquire, lock_key: &'a str, place: &'a Place) -> Self {
+        let queues = req.wait.is_some() && *place != Place::None;
+        QueuedIfDropped {
+            armed: queues.then_some((store, &req.key, lock_key, place)),
+        }
+    }
+
+    /// The answer is in: its reader records the place.
+    fn disarm(mut self) {
+        self.armed = None;
+    }
+}
+
+impl Drop for QueuedIfDropped<'_> {
+    fn drop(&mut self) {
+        if let Some((store, key, lock_key, place)) = self.armed.take() {
+            store.queued(key, lock_key, place, true, None);
+        }
     }
 }

@@ -22,6 +22,12 @@ impl Backoff {
         }
     }
 
+    /// The shortest step, unjittered: how long past a wait's deadline a store request begun at
+    /// it may still run (see `manager::acquire`).
+    pub(crate) fn shortest(&self) -> Duration {
+        self.min
+    }
+
     /// The longest step, jittered like the others: how often a waiter that expects to be
     /// notified asks anyway, in case the notification was lost.
     pub(crate) fn longest(&self) -> Duration {

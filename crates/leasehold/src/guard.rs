@@ -170,7 +170,13 @@ impl LockGuard {
     /// taken or could not reach the store before it expired, and once the lease's local expiry
     /// has passed with no renewal that moved it (renewal off, or the process paused past it).
     /// The local expiry counts from when the acquire request was sent, so it is never later than
-    /// the store's.
+    /// the store's. Once `false`, it stays `false`: a renewal read after the expiry gives the
+    /// lock up, and [`extend`](Self::extend) refuses.
+    ///
+    /// A reentrant guard (a holder taking a key it holds already) reports its own copy of the
+    /// held lease: with the outer guard renewed and the inner one not, the inner turns `false`
+    /// at its copy's expiry while the key is still held. Check the outer guard, or take the
+    /// inner one with renewal too.
     pub fn is_held(&self) -> bool {
         self.state.is_held()
     }
@@ -196,7 +202,8 @@ impl LockGuard {
     }
 
     /// Resets the lease's TTL to `ttl`, only if the lock is still ours
-    /// ([`ErrorKind::NotHeld`](crate::core::ErrorKind::NotHeld) otherwise).
+    /// ([`ErrorKind::NotHeld`](crate::core::ErrorKind::NotHeld) otherwise, and at once, with no
+    /// store I/O, when [`is_held`](Self::is_held) is already `false`).
     ///
     /// A store that is down (connection refused or reset, a failover, an outcome in doubt) is
     /// retried with backoff until the lease expires, at most the manager's
@@ -209,6 +216,15 @@ impl LockGuard {
                 crate::core::ErrorKind::NotHeld,
                 "this guard was issued without the lock (the store was down and the scenario \
                  proceeds); there is nothing to extend",
+            )
+            .with_key(self.key().as_str()));
+        }
+        // `is_held` only ever turns false: a lease given up as lost (or past its local expiry,
+        // where the key may be another's already) is not extended back to life.
+        if !self.state.is_held() {
+            return Err(Error::not_held(
+                "the lock is no longer held as far as this process knows (renewal found it lost, \
+                 or its lease's local expiry passed); take it again",
             )
             .with_key(self.key().as_str()));
         }

@@ -249,6 +249,13 @@ impl Waiting {
             );
             watched.subscribed
         };
+        // Undone by the watch's drop from here on: a caller that stops waiting during the
+        // subscription below (its deadline came, or it was cancelled) leaves nothing registered.
+        let waiting = self.clone();
+        let watch = watch.also_on_drop({
+            let lock_key = lock_key.clone();
+            move || waiting.unwatch(lock_key, waiter, leave)
+        });
         if !subscribed {
             let dropped = self.dropped.load(Ordering::SeqCst);
             match self.subscribe(self.own_channel(&lock_key)).await {
@@ -266,8 +273,7 @@ impl Waiting {
                     "could not subscribe to release notifications; waiting by polling"),
             }
         }
-        let waiting = self.clone();
-        watch.also_on_drop(move || waiting.unwatch(lock_key, waiter, leave))
+        watch
     }
 
     fn unwatch(self: &Arc<Self>, lock_key: String, waiter: WaiterId, leave: Leave) {

@@ -122,7 +122,25 @@ impl Leadership {
     /// # Cancel safety
     /// Cancel safe: it only waits.
     pub async fn lost(&self) -> Error {
-        self.guard.lost().await
+        loop {
+            let expires_at = self.guard.lease().expires_at();
+            tokio::select! {
+                biased;
+                error = self.guard.lost() => return error,
+                () = tokio::time::sleep_until(expires_at) => {
+                    // A renewal may have moved the expiry meanwhile: only a lease still past its
+                    // expiry is lost.
+                    if !self.guard.is_held() {
+                        return Error::not_held(format!(
+                            "leadership of `{}` lapsed: its lease expired before it could be \
+                             renewed",
+                            self.name
+                        ))
+                        .with_key(self.guard.key().as_str());
+                    }
+                }
+            }
+        }
     }
 
     /// Gives leadership up now: an owner-checked release of the election lock, so another

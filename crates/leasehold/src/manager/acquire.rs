@@ -271,7 +271,7 @@ impl LockManager {
         }
         // The first try (or that pause) took the whole wait: nothing is left to wait with.
         if Instant::now() >= deadline {
-            return Err(gave_up(plan, down, started, *attempts, None));
+            return Err(gave_up(plan, down, started, *attempts));
         }
         // The process's line for the key: only its head asks the store, the others wait here for
         // their turn. The place is left when this call ends (served, timed out, failed or
@@ -281,10 +281,15 @@ impl LockManager {
         // elsewhere, or this process's turn in the store's waiter queue), registered before the
         // first attempt that waits, by every waiter of the line: the store counts them (a fair
         // store keeps the process in its line while any of them waits).
-        // Every store call of the wait ends at its deadline (see `Unanswered`).
-        let Some(store) = by_deadline(deadline, handle.store.watch(&plan.key)).await else {
-            let cut = Some(Unanswered::Watch);
-            return Err(gave_up(plan, down, started, *attempts, cut));
+        // Every store call of the wait ends at its deadline (see `by_deadline`).
+        let grace = self.inner.config.backoff.shortest();
+        let Some(store) = by_deadline(deadline, grace, handle.store.watch(&plan.key)).await else {
+            let failures = down.as_ref().map_or(0, |(_, n)| *n);
+            let cut = Error::connection(
+                "the store had not answered the registration for its release notifications when \
+                 the wait's deadline came",
+            );
+            return Err(gave_up(plan, Some((cut, failures)), started, *attempts));
         };
         // A call in the store's line waits for its word first (below): listened for from the
         // registration on, so a turn given before the wait begins is not missed.
@@ -301,8 +306,7 @@ impl LockManager {
                 .await_turn(plan, place, deadline)
                 .await
                 .map_err(|timed_out| {
-                    timed_out
-                        .unwrap_or_else(|| gave_up(plan, down.take(), started, *attempts, None))
+                    timed_out.unwrap_or_else(|| gave_up(plan, down.take(), started, *attempts))
                 })?;
         } else if !store.is_live() {
             // Not in this process's line, but woken by its releases all the same.
@@ -372,15 +376,21 @@ impl LockManager {
                     .with_trace(plan.trace)
                     .with_announce(plan.announce);
                 *attempts += 1;
-                let Some(answer) = by_deadline(deadline, self.attempt(handle, &req)).await else {
-                    let cut = Some(Unanswered::Attempt);
-                    return Err(gave_up(plan, down, started, *attempts, cut));
+                let Some(answer) = by_deadline(deadline, grace, self.attempt(handle, &req)).await
+                else {
+                    let failures = down.as_ref().map_or(0, |(_, n)| *n) + 1;
+                    let cut = Error::in_doubt(
+                        "the store had not answered the last attempt when the wait's deadline \
+                         came; it is undone in the background (an owner-checked release of its \
+                         token)",
+                    );
+                    return Err(gave_up(plan, Some((cut, failures)), started, *attempts));
                 };
                 match answer {
                     Ok(Attempt::Refused { retry_after }) => {
                         down = None;
                         if !in_doubt.is_empty()
-                            && by_deadline(deadline, self.undo_late(plan, &mut in_doubt))
+                            && by_deadline(deadline, grace, self.undo_late(plan, &mut in_doubt))
                                 .await
                                 .unwrap_or(false)
                         {
@@ -418,7 +428,7 @@ impl LockManager {
             };
             let now = Instant::now();
             if now >= deadline {
-                return Err(gave_up(plan, down, started, *attempts, None));
+                return Err(gave_up(plan, down, started, *attempts));
             }
             // A store that notifies wakes this waiter when it is its turn, so polling is only the
             // net under a lost notification: the longest backoff step. Without notifications the
@@ -439,22 +449,17 @@ impl LockManager {
             // dropped connection wakes every waiter): the backoff does.
             let store_up = down.is_none();
             tokio::select! {
-                // A wake-up first: one that comes as the last pause ends is acted on.
+                // A shutdown first, then a wake-up before the timer: one that comes as the last
+                // pause ends is acted on.
                 biased;
-                _ = async { if let Some(woken) = woken.as_mut().as_pin_mut() { woken.await } }, if local.is_some() => {}
-                _ = &mut notified, if store_up && local_holder.is_none() => {}
-                _ = &mut early, if early_armed && store_up => {}
                 _ = handle.lifecycle.closing() => {
                     return Err(Error::shut_down().with_key(plan.key.as_str()))
                 }
+                _ = async { if let Some(woken) = woken.as_mut().as_pin_mut() { woken.await } }, if local.is_some() => {}
+                _ = &mut notified, if store_up && local_holder.is_none() => {}
+                _ = &mut early, if early_armed && store_up => {}
                 // The net under a lost wake-up: ask, whoever was thought to hold the key.
-                _ = tokio::time::sleep(pause) => {
-                    local_holder = None;
-                    // The last pause ends at the deadline: no look then, only to be cut off.
-                    if Instant::now() >= deadline {
-                        return Err(gave_up(plan, down, started, *attempts, None));
-                    }
-                }
+                _ = tokio::time::sleep(pause) => local_holder = None,
             }
             early_armed = false;
         }
@@ -533,72 +538,49 @@ impl Drop for GiveBack<'_> {
     }
 }
 
-/// `call`'s answer, or `None` if it had none by `deadline` (see `Unanswered`). A call begun past
-/// the deadline, on a wake-up that came as it passed (a release: the store answered a moment
-/// ago), is acted on, not cut at once.
-async fn by_deadline<T>(deadline: Instant, call: impl Future<Output = T>) -> Option<T> {
-    if Instant::now() >= deadline {
-        return Some(call.await);
-    }
-    tokio::time::timeout_at(deadline, call).await.ok()
-}
-
-/// A store call of a wait that had no answer when the wait's deadline came, and was abandoned
-/// there: a store that stopped answering (a hung or paused member, a partition) must not keep
-/// the caller past the wait it asked for, as the store's own request timeouts would. An attempt
-/// cut off is undone in the background (an owner-checked release of its token: see `attempt`);
-/// a registration cut off is dropped like any other.
-#[derive(Debug, Clone, Copy)]
-enum Unanswered {
-    /// The registration for the store's notifications.
-    Watch,
-    /// An attempt.
-    Attempt,
+/// `call`'s answer, or `None` if it had none in time: a store that stops answering (a hung or
+/// paused member, a partition) must not keep the caller past the wait it asked for, as the
+/// store's own request timeouts would. A call ends at the wait's deadline, or `grace` after it
+/// began if that is later: a look at the deadline, or on a wake-up that came as it passed,
+/// still gets a short store round trip. An attempt cut off is undone in the background (an
+/// owner-checked release of its token: see `attempt`); a registration cut off is dropped like
+/// any other (`LockStore::watch` is cancel safe).
+async fn by_deadline<T>(
+    deadline: Instant,
+    grace: Duration,
+    call: impl Future<Output = T>,
+) -> Option<T> {
+    let end = deadline.max(Instant::now() + grace);
+    tokio::time::timeout_at(end, call).await.ok()
 }
 
 /// The error of a wait that ran out: the store's last error if it was down at the end (its kind,
-/// and it as the source), else a timeout; `cut` names the store call the deadline cut off.
-fn gave_up(
-    plan: &Plan,
-    down: Option<(Error, u32)>,
-    started: Instant,
-    attempts: u32,
-    cut: Option<Unanswered>,
-) -> Error {
+/// and it as the source: a request the deadline cut off is one), else a timeout.
+fn gave_up(plan: &Plan, down: Option<(Error, u32)>, started: Instant, attempts: u32) -> Error {
     let waited = started.elapsed();
-    let unanswered = match cut {
-        None => "",
-        Some(Unanswered::Watch) => {
-            ", and it had not answered the registration for its notifications by the deadline"
-        }
-        Some(Unanswered::Attempt) => {
-            ", and it had not answered the last attempt by the deadline (that attempt is undone \
-             in the background)"
-        }
-    };
     if let Some((last, failures)) = down {
         tracing::warn!(key = %plan.key, error = %last.chain(), attempts,
             "the store stayed down for the whole wait");
+        let failed = match failures {
+            0 => String::new(),
+            n => format!(", the last {n} failed on the store"),
+        };
         return Error::new(
             last.kind(),
             format!(
-                "the store was still down after waiting {waited:?} ({attempts} attempts, the \
-                 last {failures} failed on the store{unanswered}); the last error is the cause"
+                "the store was still down after waiting {waited:?} ({attempts} attempts{failed}); \
+                 the last error is the cause"
             ),
         )
         .with_key(plan.key.as_str())
         .with_source(last);
     }
-    let what = match cut {
-        // No answer since the last refusal: the store may be the trouble, not the holder.
-        Some(_) => format!(
-            "not acquired after waiting {waited:?}: {attempts} attempts, refused while the store \
-             answered{unanswered}; check the store, or wait longer"
-        ),
-        None => format!(
+    Error::new(
+        ErrorKind::Timeout,
+        format!(
             "still held by another owner after waiting {waited:?} ({attempts} attempts); wait \
              longer or inspect the holder"
         ),
-    };
-    Error::new(ErrorKind::Timeout, what).with_key(plan.key.as_str())
+    )
+    .with_key(plan.key.as_str())
 }

@@ -76,11 +76,13 @@ impl LockManager {
     /// When the deadline passes the error is [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
     ///
     /// The call returns by its deadline even when the store stops answering (a hung or paused
-    /// member, a partition): every store request of the wait ends at the deadline, and an attempt
-    /// cut off there is undone in the background (an owner-checked release of its own token).
-    /// Only the first attempt, a plain try, always gets its answer, bounded by the store's own
-    /// request timeout as a [`try_lock`](Self::try_lock) is, so that a wait shorter than a round
-    /// trip still asks once.
+    /// member, a partition): every store request of the wait ends at the deadline (or, begun at
+    /// it, one shortest backoff step after it began), and an attempt cut off there is undone in
+    /// the background (an owner-checked release of its own token). The error is then a store
+    /// error ([`InDoubt`](crate::ErrorKind::InDoubt) for a cut attempt), as below. Only the first
+    /// attempt, a plain try, always gets its answer, bounded by the store's own request timeout
+    /// as a [`try_lock`](Self::try_lock) is, so that a wait shorter than a round trip still asks
+    /// once.
     ///
     /// # A store that is down
     /// A blocking acquire rides out a failover: a store error that a failover or an outage gives

@@ -379,6 +379,21 @@ async fn renew(
                 }
             };
             match attempt {
+                // Answered, but read only after the lease's local expiry (the process was
+                // paused, or its runtime starved): the guard may have been seen not held
+                // already, and stays lost; the lease renewed for nobody is released.
+                Ok(renewed) if Instant::now() >= lease.expires_at() => {
+                    handle.release_in_background(renewed, "a renewal read after its lease expired");
+                    lose(
+                        &handle,
+                        &state,
+                        &lease,
+                        "the renewal's answer was read only after the lease's local expiry (was \
+                         the process paused?)"
+                            .to_owned(),
+                    );
+                    return;
+                }
                 Ok(renewed) => {
                     state.set_lease(renewed);
                     handle.observers.emit(|| LockEvent::Renewed {

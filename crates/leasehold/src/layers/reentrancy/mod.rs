@@ -49,7 +49,9 @@
 //!   lease is the one already held, with its own TTL and expiry. To get more time, extend a guard:
 //!   the layer keeps one lease per hold, an extend by any level moves it on, later levels get the
 //!   extended lease, and the last release sends that one to the store. (Each guard still reports
-//!   its own copy in `lease()`/`is_held()`; renew or extend through the outermost guard.)
+//!   its own copy in `lease()`/`is_held()`: an inner guard that is not renewed reads not held
+//!   once its copy's expiry passes, even while the outer guard's renewal keeps the key. Renew or
+//!   extend through the outermost guard, and ask it.)
 //! - **An expired hold** is not re-entered: if the held lease's TTL has passed, the acquisition
 //!   goes to the store as a new one.
 //! - The depth is bounded by [`ReentrancyLayer::max_depth`] (runaway recursion is an error, not
