@@ -427,3 +427,34 @@ async fn a_renewal_read_after_the_leases_expiry_gives_the_lock_up() {
     let refused = guard.extend(Duration::from_secs(1)).await.unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::NotHeld, "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_read_after_the_leases_expiry_gives_the_lock_up() {
+    let store = Arc::new(Paused::default());
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .without_layers()
+        .store(store.clone())
+        .build()
+        .unwrap();
+    let mut guard = locks
+        .try_lock_with(
+            "job",
+            LockOptions::new()
+                .ttl(Duration::from_millis(300))
+                .renew(false),
+        )
+        .await
+        .unwrap();
+    let late = guard.extend(Duration::from_secs(30)).await.unwrap_err();
+    assert_eq!(late.kind(), ErrorKind::NotHeld, "{late}");
+    assert!(late.to_string().contains("only after"), "{late}");
+    assert!(!guard.is_held());
+    // The 30 s the store granted are given back at once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while locks.inspect("job").await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "still held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

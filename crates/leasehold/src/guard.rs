@@ -250,10 +250,21 @@ impl LockGuard {
             },
         );
         match result {
-            Ok(renewed) => {
-                self.state.set_lease(renewed);
-                Ok(())
-            }
+            Ok(renewed) => match self.state.renew_to(renewed) {
+                None => Ok(()),
+                // Read only after the lease's local expiry (or a renewal found it lost
+                // meanwhile): `is_held` may have said `false` already, so the lock is given up.
+                Some(late) => {
+                    self.handle
+                        .release_in_background(late, "an extend read after its lease expired");
+                    Err(Error::not_held(
+                        "the extend was answered only after the lease's local expiry (or the \
+                         lock was found lost meanwhile); the lock is given up (released), take \
+                         it again",
+                    )
+                    .with_key(self.key().as_str()))
+                }
+            },
             Err(error) => {
                 if error.kind() == crate::core::ErrorKind::NotHeld {
                     self.state.mark_lost(error.chain().to_string());

@@ -67,6 +67,18 @@ impl LeaseState {
         self.current().lease = lease;
     }
 
+    /// Moves the lease on to `renewed` (an extend's answer), unless it is lost or its local
+    /// expiry passed before the answer was read: checked under the lock `is_held` reads, so that
+    /// `is_held` never turns `true` again. Gives `renewed` back when it did not take it.
+    pub(crate) fn renew_to(&self, renewed: Lease) -> Option<Lease> {
+        let mut current = self.current();
+        if current.lost.is_some() || Instant::now() >= current.lease.expires_at() {
+            return Some(renewed);
+        }
+        current.lease = renewed;
+        None
+    }
+
     /// Not marked lost, and the lease's local expiry has not passed. The expiry counts from when
     /// the lease's request was sent, so it is never later than the store's; past it, with no
     /// renewal that moved it (renewal off, or a process paused past it), the key may be another
@@ -379,23 +391,23 @@ async fn renew(
                 }
             };
             match attempt {
-                // Answered, but read only after the lease's local expiry (the process was
-                // paused, or its runtime starved): the guard may have been seen not held
-                // already, and stays lost; the lease renewed for nobody is released.
-                Ok(renewed) if Instant::now() >= lease.expires_at() => {
-                    handle.release_in_background(renewed, "a renewal read after its lease expired");
-                    lose(
-                        &handle,
-                        &state,
-                        &lease,
-                        "the renewal's answer was read only after the lease's local expiry (was \
-                         the process paused?)"
-                            .to_owned(),
-                    );
-                    return;
-                }
                 Ok(renewed) => {
-                    state.set_lease(renewed);
+                    // Answered, but read only after the lease's local expiry (the process was
+                    // paused, or its runtime starved): the guard may have been seen not held
+                    // already, and stays lost; the lease renewed for nobody is released.
+                    if let Some(late) = state.renew_to(renewed) {
+                        handle
+                            .release_in_background(late, "a renewal read after its lease expired");
+                        lose(
+                            &handle,
+                            &state,
+                            &lease,
+                            "the renewal's answer was read only after the lease's local expiry \
+                             (was the process paused?)"
+                                .to_owned(),
+                        );
+                        return;
+                    }
                     handle.observers.emit(|| LockEvent::Renewed {
                         key: lease.key().clone(),
                     });
