@@ -1,9 +1,10 @@
 //! Cancel safety of the store itself: an acquisition whose caller stops waiting before its
-//! answer leaves nothing held, even when the request lands after the caller gave up.
+//! answer leaves nothing held, even when the request lands after the caller gave up, and a
+//! blocking one leaves no place in the waiter line.
 
 use std::time::Duration;
 
-use leasehold::core::Acquire;
+use leasehold::core::{Acquire, Wait};
 use leasehold::{LockKey, LockStore, OwnerToken};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::redis::RedisServer;
@@ -50,4 +51,66 @@ async fn a_try_dropped_before_its_answer_leaves_nothing_held() {
         .await
         .expect("free again");
     assert!(store.release(&next).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_attempt_dropped_before_its_answer_leaves_no_place_in_line() {
+    let server = RedisServer::start().expect("start redis");
+    let store = RedisStore::connect(RedisConfig::new(server.url()))
+        .await
+        .expect("connect");
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = LockKey::dc("f1", "cancel", "line").unwrap();
+    let held = store
+        .try_acquire(&Acquire::new(
+            key.clone(),
+            OwnerToken::generate(),
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    // A wait begins: its watch, then its first attempt, which the server applies only after the
+    // caller has given up (writes wait 300 ms): the script queues the process, and nobody reads
+    // the answer that says so.
+    let watch = store.watch(&key).await;
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(300)
+        .arg("WRITE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let req = Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(60))
+        .with_wait(Some(Wait::new(deadline, watch.waiter())));
+    let dropped = tokio::time::timeout(Duration::from_millis(50), store.acquire(&req)).await;
+    assert!(dropped.is_err(), "the caller stopped waiting");
+    drop(watch); // and the wait ended
+                 // The place is left with the wait: once the paused write has run, the line is empty long
+                 // before the waiter timeout (5 s) would have taken the place out.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let queue_key = format!("leasehold:queue:{}", key.as_str());
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let line: Vec<String> = redis::cmd("LRANGE")
+            .arg(&queue_key)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if line.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the dropped attempt's place is still in line: {line:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(store.release(&held).await.unwrap());
 }
