@@ -186,7 +186,9 @@ pub(crate) async fn a_store_down_past_the_wait_gives_the_last_store_error_not_a_
 >() {
     let rig = rig::<D>(|b| b).await;
     rig.proxy.set_mode(ProxyMode::Refuse);
-    let wait = Duration::from_millis(1500);
+    // Long enough for retries after the first try, which a store may spend its own connect
+    // budget on (etcd tries its members again): the wait does not outlast its deadline.
+    let wait = Duration::from_secs(3);
     let started = Instant::now();
     let err = rig
         .locks
