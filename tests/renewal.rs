@@ -10,12 +10,15 @@ use leasehold::{
     Error, ErrorKind, Lease, LockEvent, LockManager, LockOptions, LockStore, MemoryStore, Result,
 };
 
-/// The embedded store, with extend calls counted and failing on demand (an unreachable store).
+/// The embedded store, with extend calls counted and failing on demand (an unreachable store),
+/// or blocking its thread past the lease's expiry before its next answer (a process paused, by
+/// GC, SIGSTOP or a VM migration, while its extend was in flight).
 #[derive(Debug, Default)]
 struct Flaky {
     inner: MemoryStore,
     extends: AtomicU32,
     unreachable: AtomicBool,
+    pause_next: AtomicBool,
 }
 
 impl leasehold::core::LayeredStore for Flaky {
@@ -28,7 +31,11 @@ impl leasehold::core::LayeredStore for Flaky {
         if self.unreachable.load(Ordering::SeqCst) {
             return Err(Error::connection("cannot reach 127.0.0.1:1"));
         }
-        self.inner.extend(lease, ttl).await
+        let renewed = self.inner.extend(lease, ttl).await;
+        if self.pause_next.swap(false, Ordering::SeqCst) {
+            std::thread::sleep(lease.remaining() + Duration::from_millis(100));
+        }
+        renewed
     }
 }
 
@@ -367,38 +374,10 @@ async fn without_renewal_the_guard_knows_when_its_lease_ran_out() {
     thief.release().await.unwrap();
 }
 
-/// The embedded store, whose first extend blocks its thread past the lease's expiry before it
-/// answers: a process paused (GC, SIGSTOP, a VM migration) while its renewal was in flight.
-#[derive(Debug, Default)]
-struct Paused {
-    inner: MemoryStore,
-    paused: AtomicBool,
-}
-
-impl leasehold::core::LayeredStore for Paused {
-    type Inner = MemoryStore;
-    fn inner(&self) -> &MemoryStore {
-        &self.inner
-    }
-    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
-        let renewed = self.inner.extend(lease, ttl).await;
-        if !self.paused.swap(true, Ordering::SeqCst) {
-            std::thread::sleep(lease.remaining() + Duration::from_millis(100));
-        }
-        renewed
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_read_after_the_leases_expiry_gives_the_lock_up() {
-    let store = Arc::new(Paused::default());
-    let locks = LockManager::builder()
-        .client_id("test")
-        .farm_id("f1")
-        .without_layers()
-        .store(store.clone())
-        .build()
-        .unwrap();
+    let (locks, store, _) = setup();
+    store.pause_next.store(true, Ordering::SeqCst);
     let guard = locks
         .try_lock_with(
             "job",
@@ -430,14 +409,8 @@ async fn a_renewal_read_after_the_leases_expiry_gives_the_lock_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extend_read_after_the_leases_expiry_gives_the_lock_up() {
-    let store = Arc::new(Paused::default());
-    let locks = LockManager::builder()
-        .client_id("test")
-        .farm_id("f1")
-        .without_layers()
-        .store(store.clone())
-        .build()
-        .unwrap();
+    let (locks, store, _) = setup();
+    store.pause_next.store(true, Ordering::SeqCst);
     let mut guard = locks
         .try_lock_with(
             "job",

@@ -8,28 +8,40 @@ use leasehold::core::{Acquire, Wait};
 use leasehold::{LockKey, LockStore, OwnerToken};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::redis::RedisServer;
+use redis::aio::MultiplexedConnection;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_try_dropped_before_its_answer_leaves_nothing_held() {
+/// A private server, a store on it, and an admin connection.
+async fn setup() -> (RedisServer, RedisStore, MultiplexedConnection) {
     let server = RedisServer::start().expect("start redis");
     let store = RedisStore::connect(RedisConfig::new(server.url()))
         .await
         .expect("connect");
-    let mut admin = redis::Client::open(server.url())
+    let admin = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let key = LockKey::dc("f1", "cancel", "job").unwrap();
-    // Writes wait on the server for 300 ms: the acquisition is sent, and applied only after its
-    // caller has given up.
+    (server, store, admin)
+}
+
+/// Writes wait on the server for the next 300 ms (`CLIENT PAUSE ... WRITE`).
+async fn pause_writes(admin: &mut MultiplexedConnection) {
     let () = redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(300)
         .arg("WRITE")
-        .query_async(&mut admin)
+        .query_async(admin)
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_dropped_before_its_answer_leaves_nothing_held() {
+    let (_server, store, mut admin) = setup().await;
+    let key = LockKey::dc("f1", "cancel", "job").unwrap();
+    // Writes wait on the server for 300 ms: the acquisition is sent, and applied only after its
+    // caller has given up.
+    pause_writes(&mut admin).await;
     let req = Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(60));
     let dropped = tokio::time::timeout(Duration::from_millis(50), store.try_acquire(&req)).await;
     assert!(dropped.is_err(), "the caller stopped waiting");
@@ -55,15 +67,7 @@ async fn a_try_dropped_before_its_answer_leaves_nothing_held() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocking_attempt_dropped_before_its_answer_leaves_no_place_in_line() {
-    let server = RedisServer::start().expect("start redis");
-    let store = RedisStore::connect(RedisConfig::new(server.url()))
-        .await
-        .expect("connect");
-    let mut admin = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let (_server, store, mut admin) = setup().await;
     let key = LockKey::dc("f1", "cancel", "line").unwrap();
     let held = store
         .try_acquire(&Acquire::new(
@@ -77,13 +81,7 @@ async fn a_blocking_attempt_dropped_before_its_answer_leaves_no_place_in_line() 
     // caller has given up (writes wait 300 ms): the script queues the process, and nobody reads
     // the answer that says so.
     let watch = store.watch(&key).await;
-    let () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(300)
-        .arg("WRITE")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    pause_writes(&mut admin).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let req = Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(60))
         .with_wait(Some(Wait::new(deadline, watch.waiter())));
