@@ -26,13 +26,29 @@ async fn setup() -> (RedisServer, RedisStore, MultiplexedConnection) {
 
 /// Writes wait on the server for the next 300 ms (`CLIENT PAUSE ... WRITE`).
 async fn pause_writes(admin: &mut MultiplexedConnection) {
+    pause(admin, "WRITE").await;
+}
+
+/// Commands of `kind` (`WRITE` or `ALL`) wait on the server for the next 300 ms.
+async fn pause(admin: &mut MultiplexedConnection, kind: &str) {
     let () = redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(300)
-        .arg("WRITE")
+        .arg(kind)
         .query_async(admin)
         .await
         .unwrap();
+}
+
+/// The entries of `key`'s waiter line.
+async fn line(admin: &mut MultiplexedConnection, key: &LockKey) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(format!("leasehold:queue:{}", key.as_str()))
+        .arg(0)
+        .arg(-1)
+        .query_async(admin)
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,16 +107,9 @@ async fn a_blocking_attempt_dropped_before_its_answer_leaves_no_place_in_line() 
                  // The place is left with the wait: once the paused write has run, the line is empty long
                  // before the waiter timeout (5 s) would have taken the place out.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let queue_key = format!("leasehold:queue:{}", key.as_str());
     let give_up = tokio::time::Instant::now() + Duration::from_secs(3);
     loop {
-        let line: Vec<String> = redis::cmd("LRANGE")
-            .arg(&queue_key)
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut admin)
-            .await
-            .unwrap();
+        let line = line(&mut admin, &key).await;
         if line.is_empty() {
             break;
         }
@@ -111,4 +120,41 @@ async fn a_blocking_attempt_dropped_before_its_answer_leaves_no_place_in_line() 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(store.release(&held).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_dropped_while_it_subscribes_leaves_no_waiter_registered() {
+    let (_server, store, mut admin) = setup().await;
+    let key = LockKey::dc("f1", "cancel", "watch").unwrap();
+    // The server answers nothing for 300 ms: the subscription of the wait is sent, and its
+    // caller gives up before it is confirmed.
+    pause(&mut admin, "ALL").await;
+    let dropped = tokio::time::timeout(Duration::from_millis(50), store.watch(&key)).await;
+    assert!(dropped.is_err(), "the caller stopped waiting");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // A wait of its own now, granted at once: had the dropped watch stayed registered, the
+    // process would count another waiter of its own, go back in line with its grant, and stay
+    // there after this wait ends.
+    let watch = store.watch(&key).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let req = Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(60))
+        .with_wait(Some(Wait::new(deadline, watch.waiter())));
+    let lease = match store.acquire(&req).await.unwrap() {
+        leasehold::core::Attempt::Granted(lease) => lease,
+        refused => panic!("the key is free: {refused:?}"),
+    };
+    assert!(store.release(&lease).await.unwrap());
+    drop(watch);
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let line = line(&mut admin, &key).await;
+        if line.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "a place is left in line after every wait ended: {line:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
