@@ -489,3 +489,42 @@ async fn a_try_is_refused_while_the_lock_is_free_but_another_process_is_in_line(
     let guard = locks.try_lock(key).await.expect("free, nobody in line");
     assert!(guard.release().await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_dropped_before_etcd_confirms_it_leaves_no_waiter_registered() {
+    use leasehold::LockStore;
+    let (server, endpoint, mut raw) = private_etcd().await;
+    let (holder, _) = counted(&endpoint).await;
+    let held = holder.try_lock("unconfirmed").await.expect("free");
+    let store = EtcdStore::connect(EtcdConfig::new([endpoint.as_str()]))
+        .await
+        .expect("connect");
+    let (waiter, _) = counted_on(store.clone(), leasehold::DEFAULT_RETRY_INTERVAL);
+    let key = waiter.key("unconfirmed").unwrap();
+    // etcd answers nothing while paused: the watch is asked for, and its caller gives up before
+    // etcd confirms it.
+    server.pause().unwrap();
+    let dropped = tokio::time::timeout(Duration::from_millis(100), store.watch(&key)).await;
+    server.resume().unwrap();
+    assert!(dropped.is_err(), "the caller stopped waiting");
+    // A wait of its own now, which joins the line and gives up: had the dropped watch stayed
+    // registered, the process would still count a waiter on the key, and its place would stay
+    // in line (on its waiter lease, kept alive) after every wait ended.
+    let refused = waiter
+        .lock_with(
+            "unconfirmed",
+            LockOptions::new().wait(Duration::from_secs(1)),
+        )
+        .await
+        .expect_err("held all along");
+    assert_eq!(refused.kind(), ErrorKind::Timeout, "{refused}");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while line_length(&mut raw, "unconfirmed").await != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "a place is left in line after every wait ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    held.release().await.unwrap();
+}
