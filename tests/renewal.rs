@@ -374,6 +374,18 @@ async fn without_renewal_the_guard_knows_when_its_lease_ran_out() {
     thief.release().await.unwrap();
 }
 
+/// Waits (at most 5 s) until nobody holds `key`.
+async fn until_free(locks: &LockManager, key: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while locks.inspect(key).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{key} is still held"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_read_after_the_leases_expiry_gives_the_lock_up() {
     let (locks, store, _) = setup();
@@ -397,11 +409,7 @@ async fn a_renewal_read_after_the_leases_expiry_gives_the_lock_up() {
     );
     assert!(!guard.is_held(), "and it stays not held");
     // The lease the late renewal extended is given up, not left for its TTL.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while locks.inspect("job").await.unwrap().is_some() {
-        assert!(tokio::time::Instant::now() < deadline, "still held");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_free(&locks, "job").await;
     let mut guard = guard;
     let refused = guard.extend(Duration::from_secs(1)).await.unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::NotHeld, "{refused}");
@@ -425,9 +433,5 @@ async fn an_extend_read_after_the_leases_expiry_gives_the_lock_up() {
     assert!(late.to_string().contains("only after"), "{late}");
     assert!(!guard.is_held());
     // The 30 s the store granted are given back at once.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while locks.inspect("job").await.unwrap().is_some() {
-        assert!(tokio::time::Instant::now() < deadline, "still held");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_free(&locks, "job").await;
 }

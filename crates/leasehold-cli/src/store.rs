@@ -55,7 +55,7 @@ impl Names {
         let key = if raw.contains('#') {
             raw.parse::<LockKey>()
         } else {
-            LockKey::new(self.level, Some(&self.farm_id), &self.client_id, raw)
+            self.entity_key(raw)
         };
         key.map_err(|e| {
             CliError::usage(format!(
@@ -67,13 +67,13 @@ impl Names {
 
     /// The lock key of election `name` (as `LockManager::election_key` names it).
     pub(crate) fn election(&self, name: &str) -> Result<LockKey, CliError> {
-        LockKey::new(
-            self.level,
-            Some(&self.farm_id),
-            &self.client_id,
-            &format!("election/{name}"),
-        )
-        .map_err(|e| CliError::usage(format!("{} (e.g. `invoicer`)", e.chain())))
+        self.entity_key(&leasehold::election::entity(name))
+            .map_err(|e| CliError::usage(format!("{} (e.g. `invoicer`)", e.chain())))
+    }
+
+    /// The key of `entity` at the chosen level, farm and client.
+    fn entity_key(&self, entity: &str) -> leasehold::Result<LockKey> {
+        LockKey::new(self.level, Some(&self.farm_id), &self.client_id, entity)
     }
 
     /// Connects (exit 69 naming the address when the store cannot be reached).

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use leasehold::core::{Acquire, Wait};
+use leasehold::core::{Acquire, ReleaseWatch, Wait};
 use leasehold::{LockKey, LockStore, OwnerToken};
 use leasehold_redis::{RedisConfig, RedisStore};
 use leasehold_testkit::redis::RedisServer;
@@ -40,15 +40,34 @@ async fn pause(admin: &mut MultiplexedConnection, kind: &str) {
         .unwrap();
 }
 
-/// The entries of `key`'s waiter line.
-async fn line(admin: &mut MultiplexedConnection, key: &LockKey) -> Vec<String> {
-    redis::cmd("LRANGE")
-        .arg(format!("leasehold:queue:{}", key.as_str()))
-        .arg(0)
-        .arg(-1)
-        .query_async(admin)
-        .await
-        .unwrap()
+/// A blocking attempt on `key` by a new owner, of the wait `watch` registers.
+fn blocking(key: &LockKey, watch: &ReleaseWatch) -> Acquire {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(60))
+        .with_wait(Some(Wait::new(deadline, watch.waiter())))
+}
+
+/// Waits until `key`'s waiter line is empty, within 3 s: well inside the waiter timeout (5 s)
+/// after which a place nobody renews lapses by itself. `what` names what would be left.
+async fn until_line_empty(admin: &mut MultiplexedConnection, key: &LockKey, what: &str) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let line: Vec<String> = redis::cmd("LRANGE")
+            .arg(format!("leasehold:queue:{}", key.as_str()))
+            .arg(0)
+            .arg(-1)
+            .query_async(admin)
+            .await
+            .unwrap();
+        if line.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "{what} is still in line: {line:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,27 +117,14 @@ async fn a_blocking_attempt_dropped_before_its_answer_leaves_no_place_in_line() 
     // the answer that says so.
     let watch = store.watch(&key).await;
     pause_writes(&mut admin).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let req = Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(60))
-        .with_wait(Some(Wait::new(deadline, watch.waiter())));
+    let req = blocking(&key, &watch);
     let dropped = tokio::time::timeout(Duration::from_millis(50), store.acquire(&req)).await;
     assert!(dropped.is_err(), "the caller stopped waiting");
-    drop(watch); // and the wait ended
-                 // The place is left with the wait: once the paused write has run, the line is empty long
-                 // before the waiter timeout (5 s) would have taken the place out.
+    // The wait ends. Its place is left with it: once the paused write has run, the line is empty
+    // long before the waiter timeout would have taken the place out.
+    drop(watch);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(3);
-    loop {
-        let line = line(&mut admin, &key).await;
-        if line.is_empty() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "the dropped attempt's place is still in line: {line:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_line_empty(&mut admin, &key, "the dropped attempt's place").await;
     assert!(store.release(&held).await.unwrap());
 }
 
@@ -136,25 +142,12 @@ async fn a_watch_dropped_while_it_subscribes_leaves_no_waiter_registered() {
     // process would count another waiter of its own, go back in line with its grant, and stay
     // there after this wait ends.
     let watch = store.watch(&key).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let req = Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(60))
-        .with_wait(Some(Wait::new(deadline, watch.waiter())));
+    let req = blocking(&key, &watch);
     let lease = match store.acquire(&req).await.unwrap() {
         leasehold::core::Attempt::Granted(lease) => lease,
         refused => panic!("the key is free: {refused:?}"),
     };
     assert!(store.release(&lease).await.unwrap());
     drop(watch);
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(3);
-    loop {
-        let line = line(&mut admin, &key).await;
-        if line.is_empty() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "a place is left in line after every wait ended: {line:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_line_empty(&mut admin, &key, "a place left after every wait ended").await;
 }

@@ -151,11 +151,21 @@ impl Leadership {
     }
 }
 
+/// The entity whose lock is election `name`'s: `election/<name>` (see
+/// [`LockManager::election_key`] for its key). No I/O, no validation.
+///
+/// ```
+/// assert_eq!(leasehold::election::entity("invoicer"), "election/invoicer");
+/// ```
+pub fn entity(name: &str) -> String {
+    format!("election/{name}")
+}
+
 impl LockManager {
     /// The lock key of election `name`: the entity `election/<name>` at the manager's default
     /// level. No I/O.
     pub fn election_key(&self, name: &str) -> Result<LockKey> {
-        self.key(&format!("election/{name}"))
+        self.key(&entity(name))
     }
 
     /// Campaigns in election `name` until this candidate leads, as long as that takes, with the
