@@ -296,3 +296,35 @@ async fn an_attempt_that_lands_after_its_undo_is_released_when_the_wait_finds_it
     assert!(guard.release().await.unwrap());
     store.verify();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_multi_lock_that_cannot_give_its_keys_back_says_so() {
+    let store = ScriptedStore::new();
+    store
+        .grant_acquire()
+        .refuse_acquire()
+        .expect_release(Err(Error::new(
+            ErrorKind::Internal,
+            "the server refused the script",
+        )));
+    let (locks, events, _) = manager(&store, ScenarioRegistry::new());
+    let err = locks.try_lock_all(["m-1", "m-2"]).await.unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("had taken 1 key(s)") && text.contains("could not release"),
+        "{text}"
+    );
+    assert!(!text.contains("and released them"), "{text}");
+    assert!(
+        text.contains("the server refused the script"),
+        "the release's cause: {text}"
+    );
+    let left = events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, LockEvent::LeftToExpire { .. }));
+    assert!(left, "the key left behind is reported");
+    store.verify();
+}

@@ -297,6 +297,50 @@ async fn a_failed_multi_lock_leaves_nothing_held() {
 }
 
 #[tokio::test]
+async fn a_multi_lock_is_exclusive_whatever_a_matching_scenario_takes() {
+    use leasehold::scenario::{Scenario, ScenarioRegistry};
+    let locks = LockManager::builder()
+        .client_id("kinds")
+        .farm_id("f1")
+        .scenarios(
+            ScenarioRegistry::new()
+                .with(Scenario::new("reads").keys("acct-*").lock(LockMode::Shared))
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let first = locks.try_lock_all(["acct-1", "acct-2"]).await.unwrap();
+    assert!(first.guards().iter().all(|g| g.fencing_token().is_some()));
+    let second = locks
+        .lock_all_with(
+            ["acct-2", "acct-1"],
+            LockOptions::new()
+                .holder(Holder::new())
+                .wait(Duration::from_millis(50)),
+        )
+        .await;
+    assert!(second.is_err(), "a second holder got in beside the first");
+    // The scenario still rules the single-key calls: two readers share.
+    first.release().await.unwrap();
+    let a = locks.try_lock("acct-1").await.unwrap();
+    let b = locks
+        .try_lock_with("acct-1", LockOptions::new().holder(Holder::new()))
+        .await
+        .unwrap();
+    assert_eq!(
+        locks
+            .inspect("acct-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .holders
+            .len(),
+        2
+    );
+    drop((a, b));
+}
+
+#[tokio::test]
 async fn bad_permits_are_refused_before_any_store_io() {
     let locks = manager();
     for permits in [0, leasehold::MAX_PERMITS + 1] {

@@ -220,6 +220,9 @@ impl LockManager {
                 "a multi-lock takes exclusive locks; take shared holds or permits one by one",
             ));
         }
+        // Exclusive whatever a matching scenario's `lock` mode says: a multi-lock's promise is
+        // that its holder is alone on every key.
+        let opts = opts.mode(LockMode::Exclusive);
         // Every key is resolved and every option checked before the first acquisition.
         let mut resolved: Vec<LockKey> = keys
             .into_iter()
@@ -244,12 +247,12 @@ impl LockManager {
                 Ok(guard) => held.push(guard),
                 Err(error) => {
                     let taken = held.len();
-                    let guard = MultiGuard::new(held);
-                    if let Err(undo) = guard.release().await {
-                        tracing::warn!(%undo, "a multi-lock could not give back the keys it \
-                            took before failing; they expire at their TTL");
+                    let given_back = MultiGuard::new(held).release().await;
+                    if let Err(undo) = &given_back {
+                        tracing::warn!(undo = %undo.chain(), "a multi-lock could not give back \
+                            the keys it took before failing; they expire at their TTL");
                     }
-                    return Err(with_progress(error, taken));
+                    return Err(with_progress(error, taken, given_back.err()));
                 }
             }
         }
@@ -257,18 +260,30 @@ impl LockManager {
     }
 }
 
-/// Says how far a failed multi-lock got (its error's key names the key that failed).
-fn with_progress(error: Error, taken: usize) -> Error {
+/// Says how far a failed multi-lock got (its error's key names the key that failed), and
+/// whether the keys it had taken were given back (`undo_failed`: the first release that failed;
+/// those keys then expire at their TTL).
+fn with_progress(error: Error, taken: usize, undo_failed: Option<Error>) -> Error {
     if taken == 0 || error.kind() == ErrorKind::ShutDown {
         return error;
     }
+    let given_back = match &undo_failed {
+        None => "and released them".to_owned(),
+        Some(undo) => format!(
+            "and could not release all of them, so they expire at their TTL: {}",
+            undo.chain()
+        ),
+    };
     let message = format!(
-        "{} (a multi-lock had taken {taken} key(s) before this one and released them)",
+        "{} (a multi-lock had taken {taken} key(s) before this one {given_back})",
         error.message()
     );
     let mut rebuilt = Error::new(error.kind(), message);
     if let Some(key) = error.key() {
         rebuilt = rebuilt.with_key(key.to_owned());
+    }
+    if let Some(operation) = error.operation() {
+        rebuilt = rebuilt.with_operation(operation);
     }
     rebuilt.with_source(error)
 }
