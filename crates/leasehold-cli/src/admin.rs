@@ -355,28 +355,48 @@ pub(crate) async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, Cl
 }
 
 /// Breaks a shared lock or semaphore: every holder read by `inspect`, each release
-/// owner-checked with its own token (a holder that came in since is not touched).
+/// owner-checked with its own token (a holder that came in since is not touched). Every holder is
+/// tried even after one release fails; the count says how far it got. Exit 0 when at least one
+/// holder was removed, 75 when every one had gone by itself, the store's failure otherwise.
 async fn release_holders(
     target: &Target,
     info: &LockInfo,
     view: &LockView,
 ) -> Result<u8, CliError> {
     let mut released = 0;
+    let mut failed = None;
     for holder in &info.holders {
         let lease =
             held_lease(info, holder.token.clone(), holder.ttl_remaining).with_mode(info.mode);
-        if target
-            .store
-            .release(&lease)
-            .await
-            .map_err(|e| target.error(e))?
-        {
-            released += 1;
+        match target.store.release(&lease).await {
+            Ok(true) => released += 1,
+            Ok(false) => {}
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
         }
     }
+    let total = info.holders.len();
+    let key = &info.key;
+    if let Some(e) = failed {
+        let mut error = target.error(e);
+        error.message = format!(
+            "{key}: released {released} of {total} holder(s), then: {}",
+            error.message
+        );
+        return Err(error);
+    }
+    if released == 0 {
+        return Err(CliError::new(
+            exit::DEFAULT_CONFLICT,
+            format!(
+                "{key}: none of its {total} holder(s) still held it; nothing was removed (run \
+                 inspect again)"
+            ),
+        ));
+    }
     println!(
-        "released {released} of {} holder(s): {}",
-        info.holders.len(),
+        "released {released} of {total} holder(s): {}",
         view.sentence()
     );
     Ok(exit::OK)
@@ -392,4 +412,65 @@ fn held_lease(info: &LockInfo, token: OwnerToken, ttl_left: Option<Duration>) ->
             .max(Duration::from_millis(1)),
         tokio::time::Instant::now(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use leasehold::core::Acquire;
+    use leasehold::LockKey;
+
+    use super::*;
+    use crate::cli::Cli;
+
+    async fn memory_target() -> Target {
+        let cli = Cli::try_parse_from(["leasehold", "--store", "memory://", "list"]).unwrap();
+        Target::connect(&cli.global).await.unwrap()
+    }
+
+    /// Two readers of `key`, and what `inspect` read of them.
+    async fn two_readers(target: &Target, key: &LockKey) -> (Vec<Lease>, LockInfo) {
+        let mut leases = Vec::new();
+        for _ in 0..2 {
+            let req = Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(60))
+                .with_mode(LockMode::Shared);
+            leases.push(target.store.try_acquire(&req).await.unwrap());
+        }
+        let info = target.store.inspect(key).await.unwrap().unwrap();
+        assert_eq!(info.holders.len(), 2);
+        (leases, info)
+    }
+
+    #[tokio::test]
+    async fn breaking_a_shared_lock_whose_holders_all_left_meanwhile_is_not_a_success() {
+        let target = memory_target().await;
+        let key = LockKey::xdc("ops", "cfg").unwrap();
+        let (leases, info) = two_readers(&target, &key).await;
+        for lease in &leases {
+            assert!(target.store.release(lease).await.unwrap());
+        }
+        let err = release_holders(&target, &info, &LockView::new(&info))
+            .await
+            .unwrap_err();
+        assert_eq!(err.status, exit::DEFAULT_CONFLICT, "{}", err.message);
+        assert!(
+            err.message.contains("nothing was removed"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[tokio::test]
+    async fn breaking_a_shared_lock_counts_the_holders_it_removed() {
+        let target = memory_target().await;
+        let key = LockKey::xdc("ops", "cfg").unwrap();
+        let (leases, info) = two_readers(&target, &key).await;
+        assert!(target.store.release(&leases[0]).await.unwrap());
+        let status = release_holders(&target, &info, &LockView::new(&info))
+            .await
+            .map_err(|e| e.message)
+            .unwrap();
+        assert_eq!(status, exit::OK);
+        assert_eq!(target.store.inspect(&key).await.unwrap(), None);
+    }
 }

@@ -20,8 +20,9 @@ Examples:
   leasehold --store redis://127.0.0.1:6379 release nightly-report --force
   leasehold --store etcd://127.0.0.1:2379 run nightly-report -- ./report.sh
 
-Exit status: 0 ok (inspect: held), 1 inspect: free, 2 bad input, 69 store unreachable,
-75 lock held by someone else (run: --conflict-exit-code), 70 other failures;
+Exit status: 0 ok (inspect: held), 1 inspect or release: free, 2 bad input, 69 store
+unreachable, 75 lock held by someone else (run: --conflict-exit-code; release: it changed hands
+meanwhile), 70 other failures;
 run exits with its command's status, or 76 if the lock was lost while it ran
 (--lost-exit-code).")]
 pub(crate) struct Cli {

@@ -41,12 +41,28 @@ pub(crate) async fn elect(global: &Global, args: ElectArgs) -> Result<u8, CliErr
             })?,
             sig = forwarded.recv() => return Ok(128u8.saturating_add(sig as u8)),
         };
-        let led = lead(&args, &leadership, &mut forwarded).await?;
-        if let Err(e) = leadership.resign().await {
-            eprintln!(
+        let led = lead(&args, &leadership, &mut forwarded).await;
+        // Resigned whatever became of the command, one that could not start included: a
+        // leadership kept past this process would name a dead leader until its TTL.
+        let resigned = leadership.resign().await;
+        let mut led = led?;
+        match resigned {
+            Ok(true) => {}
+            // Nothing saw the loss while the command ran (an operator broke the election lock
+            // between two renewals, say), but it was not this instance's when the command
+            // ended.
+            Ok(false) if !led.lost => {
+                led.lost = true;
+                eprintln!(
+                    "leasehold: this instance no longer led `{}` when the command ended",
+                    args.name
+                );
+            }
+            Ok(false) => {}
+            Err(e) => eprintln!(
                 "leasehold: resigning failed: {}; leadership expires at its TTL",
                 e.chain()
-            );
+            ),
         }
         if led.lost {
             eprintln!(

@@ -179,12 +179,23 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
         lost_reported = true;
         eprintln!("leasehold: the lock was lost while the command ran");
     }
-    let released = guard.release().await;
-    if let Err(e) = &released {
-        eprintln!(
+    match guard.release().await {
+        Ok(true) => {}
+        // Nothing saw the loss while the command ran (an operator broke the lock between two
+        // renewals, say), but the lock was not ours when it ended: part of the work may have
+        // run unprotected.
+        Ok(false) if !lost_reported => {
+            lost_reported = true;
+            eprintln!(
+                "leasehold: {key} was no longer held by this command when it ended (released \
+                 by someone else, or expired)"
+            );
+        }
+        Ok(false) => {}
+        Err(e) => eprintln!(
             "leasehold: releasing {key} failed: {}; it expires at its TTL",
             e.chain()
-        );
+        ),
     }
     let status = status.map_err(|e| {
         CliError::new(

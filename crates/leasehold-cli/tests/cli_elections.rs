@@ -308,3 +308,55 @@ fn a_sigkilled_leaders_leadership_passes_on_when_its_ttl_runs_out() {
     let term: u64 = text(&out.stdout).trim().parse().unwrap();
     assert!(term > first_term);
 }
+
+#[test]
+fn a_leadership_broken_between_renewals_is_reported_when_the_command_ends() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    // Renewals 40 s apart: only the resignation can notice the broken lock.
+    let done = gate("broken");
+    let (mut leader, _) = leading(
+        &url,
+        "primary",
+        &["--ttl", "120s"],
+        &format!("{}; exit 0", until_file(&done)),
+    );
+    let out = run_leasehold(&url, &["release", "election/primary", "--force"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    std::fs::write(&done, "").unwrap();
+    assert_eq!(wait_for(&mut leader), 76, "not a protected success");
+    let _ = std::fs::remove_file(&done);
+    let mut err = String::new();
+    leader
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("no longer led `primary`"), "{err}");
+}
+
+#[test]
+fn a_leader_whose_command_cannot_start_resigns() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let out = run_leasehold(
+        &url,
+        &[
+            "elect",
+            "primary",
+            "--ttl",
+            "120s",
+            "--",
+            "/nonexistent/leasehold-test-command",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(127), "{}", text(&out.stderr));
+    let out = run_leasehold(&url, &["leader", "primary"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "resigned, not left for its TTL: {}",
+        text(&out.stdout)
+    );
+}

@@ -207,6 +207,39 @@ fn kill_on_lost_follows_up_with_sigkill_when_the_command_ignores_sigterm() {
 }
 
 #[test]
+fn a_lock_broken_between_renewals_is_reported_when_the_command_ends() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let gate = std::env::temp_dir().join(format!("leasehold-run-broken-{}", std::process::id()));
+    let _ = std::fs::remove_file(&gate);
+    // Renewals 40 s apart: only the release at the end can notice the broken lock.
+    let script = format!(
+        "echo ready; while [ ! -f {} ]; do sleep 0.05; done; exit 0",
+        gate.display()
+    );
+    let mut child = leasehold(&url)
+        .args(["run", "fragile", "--ttl", "120s", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let ready = BufReader::new(stdout)
+        .lines()
+        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false));
+    let out = output(leasehold(&url).args(["release", "fragile", "--force"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    std::fs::write(&gate, "").unwrap();
+    let status = child.wait().unwrap();
+    let _ = std::fs::remove_file(&gate);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(ready, "the command never started: {err}");
+    assert_eq!(status.code(), Some(76), "not a protected success: {err}");
+    assert!(err.contains("no longer held by this command"), "{err}");
+}
+
+#[test]
 fn a_command_that_succeeds_after_its_lock_was_lost_does_not_exit_0() {
     // Succeeds 4 s later; the renewal notices the broken lock first.
     let (status, err) =
