@@ -8,8 +8,13 @@ use redis::RedisError;
 /// failover in progress): nothing was applied. `NOSCRIPT` reaches it only when the script was
 /// loaded and the call still met a node without it — a cluster's masters changing between the
 /// two (a promoted replica's script cache starts empty).
-const NOT_SERVING_NOW: [&str; 9] = [
+/// `NOREPLICAS` (fewer replicas in sync than the server's `min-replicas-to-write`, as while a
+/// failover re-forms the replicas) and `MISCONF` (the server cannot persist) refuse a write before
+/// it runs too.
+const NOT_SERVING_NOW: [&str; 11] = [
     "NOSCRIPT",
+    "NOREPLICAS",
+    "MISCONF",
     "LOADING",
     "READONLY",
     "MASTERDOWN",
@@ -24,13 +29,16 @@ const NOT_SERVING_NOW: [&str; 9] = [
 ///
 /// - Connection refused / cannot connect: nothing was sent, so [`ErrorKind::Connection`].
 /// - Timeout or connection lost while a write was in flight: the server may have applied it —
-///   [`ErrorKind::InDoubt`] (the readback layer resolves it). For reads: `Connection`.
+///   [`ErrorKind::InDoubt`] (the readback layer resolves it). For reads: `Connection`. So is a
+///   cluster client that found no connection to the slot's node: a write it had sent before its
+///   connection dropped may have run.
 /// - Authentication or permission failures: [`ErrorKind::StoreSetup`].
 /// - A script calling a command the server does not have (fair waiting's `LMOVE` on Redis
 ///   before 6.2, sent by an attempt that keeps its process's place in line; it is the first
 ///   command such an attempt runs, so nothing was applied):
 ///   [`ErrorKind::StoreSetup`], naming the version needed and the way out.
 /// - Refused for now (`LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`, `BUSY`, `CLUSTERDOWN`,
+///   `NOREPLICAS`, `MISCONF`,
 ///   `MOVED`/`ASK` left over from a slot moving during a failover, and `NOSCRIPT` after the
 ///   reload): nothing applied,
 ///   [`ErrorKind::Connection`] (temporary). So is a `WAIT` its node's demotion cut short
@@ -40,7 +48,11 @@ pub(crate) fn map(op: Operation, key: &str, address: &str, error: RedisError) ->
     let what = op;
     let kind = if error.is_connection_refusal() {
         ErrorKind::Connection
-    } else if error.is_timeout() || error.is_connection_dropped() || error.is_io_error() {
+    } else if error.is_timeout()
+        || error.is_connection_dropped()
+        || error.is_io_error()
+        || error.kind() == redis::ErrorKind::ClusterConnectionNotFound
+    {
         if op.is_write() {
             ErrorKind::InDoubt
         } else {
@@ -137,6 +149,34 @@ mod tests {
         let error = map(Operation::Acquire, "DC#f1#app#k", "the cluster", moved);
         assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
         assert!(error.to_string().contains("MOVED"), "{error}");
+    }
+
+    #[test]
+    fn a_cluster_client_without_a_connection_is_a_temporary_failure() {
+        let lost = || {
+            RedisError::from((
+                RedisKind::ClusterConnectionNotFound,
+                "No connections found for the slot",
+            ))
+        };
+        let write = map(Operation::Acquire, "DC#f1#app#k", "the cluster", lost());
+        assert_eq!(write.kind(), ErrorKind::InDoubt, "{write}");
+        let read = map(Operation::Inspect, "DC#f1#app#k", "the cluster", lost());
+        assert_eq!(read.kind(), ErrorKind::Connection, "{read}");
+    }
+
+    #[test]
+    fn a_write_refused_for_want_of_replicas_or_persistence_is_temporary() {
+        for (code, detail) in [
+            ("NOREPLICAS", "Not enough good replicas to write."),
+            ("MISCONF", "Redis is configured to save RDB snapshots, but it's currently unable to persist to disk."),
+        ] {
+            let refused = redis::make_extension_error(code.to_owned(), Some(detail.to_owned()));
+            assert_eq!(refused.code(), Some(code));
+            let error = map(Operation::Acquire, "DC#f1#app#k", "127.0.0.1:6380", refused);
+            assert_eq!(error.kind(), ErrorKind::Connection, "{code}: {error}");
+            assert!(error.to_string().contains("nothing was applied"), "{error}");
+        }
     }
 
     #[test]

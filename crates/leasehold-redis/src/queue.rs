@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use leasehold_core::{Acquire, Attempt, Lease, LockKey, Result};
+use leasehold_core::{Acquire, Attempt, ErrorKind, Lease, LockKey, Result};
 use tokio::time::Instant;
 
 use crate::reply::{mode_field, writer_wait_millis};
@@ -98,9 +98,9 @@ impl RedisStore {
         self.trace_acquire(&mut call, req);
         let dropped = QueuedIfDropped::arm(self, req, &lock_key, &place);
         let answer = call.invoke(&mut conn).await;
-        dropped.disarm();
-        let (acquired, left, mine): (i64, u64, u64) =
-            answer.map_err(|e| self.acquire_err(req, e))?;
+        let answer = answer.map_err(|e| self.acquire_err(req, e));
+        dropped.answered(&answer);
+        let (acquired, left, mine): (i64, u64, u64) = answer?;
         if mine == 1 {
             return Err(self.ran_twice(req));
         }
@@ -172,9 +172,9 @@ impl RedisStore {
         self.trace_acquire(&mut call, req);
         let dropped = QueuedIfDropped::arm(self, req, &lock_key, &place);
         let answer = call.invoke(&mut conn).await;
-        dropped.disarm();
-        let (acquired, value, others): (i64, Option<u64>, Option<u64>) =
-            answer.map_err(|e| self.acquire_err(req, e))?;
+        let answer = answer.map_err(|e| self.acquire_err(req, e));
+        dropped.answered(&answer);
+        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = answer?;
         // Refused, `others` says whether this very token holds: a second run, which left the
         // line untouched.
         if acquired != 1 && others == Some(1) {
@@ -230,7 +230,8 @@ impl RedisStore {
             .invoke(&mut conn)
             .await;
             if let Err(error) = left {
-                tracing::debug!(%key, %error,
+                // Others are refused behind the place until it lapses: worth an operator's eye.
+                tracing::warn!(%key, %error,
                     "could not leave the waiter queue; the place lapses after the waiter timeout");
             }
         }))
@@ -238,10 +239,12 @@ impl RedisStore {
 }
 
 /// A blocking attempt's place, marked as possibly queued if the attempt is dropped before its
-/// answer (its wait's deadline came, or its caller was cancelled): the script may have queued
-/// it, and nobody will read the answer that says so. Marked, the place is left when the wait's
-/// watch goes (or at once, for a waiting call's own place whose watch is gone), instead of
-/// staying in the line until the waiter timeout, where the next in line would wait for it.
+/// answer (its wait's deadline came, or its caller was cancelled), or its answer was lost (in
+/// doubt): the script may have queued it, and no answer says so. Marked, the place is left when
+/// the wait's watch goes (or at once, for a waiting call's own place whose watch is gone),
+/// instead of staying in the line until the waiter timeout, where every other process would be
+/// refused behind it, a try on a free key included. Leaving a place that was never taken is a
+/// no-op.
 struct QueuedIfDropped<'a> {
     armed: Option<(&'a RedisStore, &'a LockKey, &'a str, &'a Place)>,
 }
@@ -255,9 +258,15 @@ impl<'a> QueuedIfDropped<'a> {
         }
     }
 
-    /// The answer is in: its reader records the place.
-    fn disarm(mut self) {
-        self.armed = None;
+    /// The script's answer is in: read, its reader records the place; lost (in doubt), the
+    /// place stays marked as possibly queued (see the type's docs), when this guard drops.
+    fn answered<T>(mut self, answer: &Result<T>) {
+        if !answer
+            .as_ref()
+            .is_err_and(|e| e.kind() == ErrorKind::InDoubt)
+        {
+            self.armed = None;
+        }
     }
 }
 

@@ -151,3 +151,46 @@ async fn a_watch_dropped_while_it_subscribes_leaves_no_waiter_registered() {
     drop(watch);
     until_line_empty(&mut admin, &key, "a place left after every wait ended").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_attempt_whose_answer_is_lost_leaves_no_place_in_line() {
+    let (server, holder, mut admin) = setup().await;
+    // Replies later than 100 ms are lost: the attempt ends in doubt.
+    let store = RedisStore::connect(
+        RedisConfig::new(server.url()).response_timeout(Duration::from_millis(100)),
+    )
+    .await
+    .expect("connect");
+    let key = LockKey::dc("f1", "cancel", "lost").unwrap();
+    let held = holder
+        .try_acquire(&Acquire::new(
+            key.clone(),
+            OwnerToken::generate(),
+            Duration::from_secs(60),
+        ))
+        .await
+        .unwrap();
+    // The wait's attempt runs only after its reply was given up for lost (writes wait 300 ms):
+    // the script queues the process, and no answer says so.
+    let watch = store.watch(&key).await;
+    pause_writes(&mut admin).await;
+    let err = store.acquire(&blocking(&key, &watch)).await.unwrap_err();
+    assert!(err.is_in_doubt(), "{err}");
+    // The wait ends there, once the paused script has run (a leave sent sooner would be paused
+    // past this store's short timeout too). Its place goes with it, long before the waiter
+    // timeout.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    drop(watch);
+    until_line_empty(&mut admin, &key, "the lost attempt's place").await;
+    // So the key is free for a try the moment its holder lets go.
+    assert!(holder.release(&held).await.unwrap());
+    let next = holder
+        .try_acquire(&Acquire::new(
+            key,
+            OwnerToken::generate(),
+            Duration::from_secs(60),
+        ))
+        .await
+        .expect("free: nobody is in line");
+    assert!(holder.release(&next).await.unwrap());
+}
