@@ -173,6 +173,10 @@ impl EtcdStore {
                     let error = self.err(Op::Acquire, &req.key, e);
                     if !error.is_in_doubt() {
                         self.revoke_later(lease_id);
+                    } else if let Some((key, _)) = join {
+                        // Its refusal may have put our waiter key in line, on the waiter lease
+                        // that outlives this wait: out with the wait, not at the process's end.
+                        waiting.maybe_joined(&lock_key, key);
                     }
                     // In doubt: the hold may live on this lease; it expires at its TTL, or the
                     // caller's release (or the readback layer) revokes it.
@@ -432,6 +436,9 @@ impl EtcdStore {
                 if lease_not_found(&failed.error) {
                     // The waiter lease went before its keeper noticed: the next join takes a new one.
                     self.waiting().session_lost(session);
+                } else {
+                    // It may have been put (a lost reply): out with the wait.
+                    self.waiting().maybe_joined(lock_key, key.to_owned());
                 }
                 tracing::debug!(key = %req.key, at = %failed.at, error = %failed.error,
                     "could not join the waiter line; waiting without a place in line");

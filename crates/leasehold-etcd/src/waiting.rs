@@ -49,6 +49,9 @@ pub(crate) struct Place {
 struct Watched {
     /// Our waiter key, once a blocking attempt put it.
     place: Option<Place>,
+    /// Our waiter key, when an attempt that may have put it ended in doubt (no place known):
+    /// taken out of the line with the last waiter, as a known place is.
+    unconfirmed: Option<String>,
     /// Who is ahead of `place`: which deletions wake this process.
     ahead: Ahead,
     /// A lease a refused attempt granted, kept for the next attempt.
@@ -155,14 +158,13 @@ impl Waiting {
         if let Some(task) = entry.task {
             task.abort(); // dropping the stream cancels the watch
         }
-        let (place, spare) = (entry.place, entry.spare);
-        if let Some(spare) = spare {
+        if let Some(spare) = entry.spare {
             self.members.revoke_lease_later(spare.id);
         }
         // The last waiter of this process is gone: leave the line, so the next process need not
-        // wait for the waiter lease to lapse.
-        if let Some(place) = place {
-            self.remove_key_later(place.key);
+        // wait for the waiter lease to lapse (the process's waiter lease outlives its waits).
+        if let Some(key) = entry.place.map(|place| place.key).or(entry.unconfirmed) {
+            self.remove_key_later(key);
         }
     }
 
@@ -256,9 +258,22 @@ impl Waiting {
                 entry.ahead.forget();
             }
             entry.place = Some(place.clone());
+            entry.unconfirmed = None;
         });
         if unwatched.is_none() {
             self.remove_key_later(place.key);
+        }
+    }
+
+    /// An attempt that would have put waiter key `key` in `lock_key`'s line ended in doubt: the
+    /// key may be there with no place on record. It is taken out with the last waiter (at once
+    /// if nobody of this process waits any more), unless a later attempt records its place.
+    pub(crate) fn maybe_joined(&self, lock_key: &str, key: String) {
+        let unwatched = self.watched.with(lock_key, |entry| {
+            entry.unconfirmed = Some(key.clone());
+        });
+        if unwatched.is_none() {
+            self.remove_key_later(key);
         }
     }
 

@@ -528,3 +528,76 @@ async fn a_watch_dropped_before_etcd_confirms_it_leaves_no_waiter_registered() {
     }
     held.release().await.unwrap();
 }
+
+/// A blocking attempt of `store`'s wait on `entity`, by a new owner.
+fn blocking_attempt(
+    entity: &str,
+    watch: &leasehold::core::ReleaseWatch,
+) -> leasehold::core::Acquire {
+    let key = leasehold::LockKey::dc("f1", "fair", entity).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    leasehold::core::Acquire::new(
+        key,
+        leasehold::OwnerToken::generate(),
+        Duration::from_secs(60),
+    )
+    .with_wait(Some(leasehold::core::Wait::new(deadline, watch.waiter())))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_attempt_whose_reply_is_lost_leaves_no_place_in_line() {
+    use leasehold::core::Attempt;
+    use leasehold::{LockKey, LockStore};
+
+    let (server, endpoint, mut raw) = private_etcd().await;
+    let holder = EtcdStore::connect(EtcdConfig::new([endpoint.as_str()]))
+        .await
+        .expect("connect");
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let store = EtcdStore::connect(
+        EtcdConfig::new([proxy.addr().to_string()]).response_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .expect("connect through the proxy");
+    let hold = |entity: &str| {
+        leasehold::core::Acquire::new(
+            LockKey::dc("f1", "fair", entity).unwrap(),
+            leasehold::OwnerToken::generate(),
+            Duration::from_secs(60),
+        )
+    };
+    let first = holder.try_acquire(&hold("lost-first")).await.unwrap();
+    let second = holder.try_acquire(&hold("lost")).await.unwrap();
+    // A wait elsewhere first: the process's waiter lease is granted and its place taken, so the
+    // attempt below has nothing to ask before its transaction.
+    let watch = store.watch(first.key()).await;
+    let refused = store
+        .acquire(&blocking_attempt("lost-first", &watch))
+        .await
+        .unwrap();
+    assert!(matches!(refused, Attempt::Refused { .. }), "{refused:?}");
+    drop(watch);
+    until_queued_exactly(&mut raw, "lost-first", 0).await;
+    // And a lease of its own to put a hold on, from a hold it released (no grant either).
+    let spare = store.try_acquire(&hold("lost-spare")).await.unwrap();
+    assert!(store.release(&spare).await.unwrap());
+
+    // The attempt is applied (refused: the key is held, so its waiter key joins the line) and
+    // its reply lost: in doubt.
+    let watch = store.watch(second.key()).await;
+    proxy.set_mode(ProxyMode::DropReplies);
+    let err = store
+        .acquire(&blocking_attempt("lost", &watch))
+        .await
+        .unwrap_err();
+    assert!(err.is_in_doubt(), "{err}");
+    proxy.set_mode(ProxyMode::Pass);
+    assert_eq!(line_length(&mut raw, "lost").await, 1, "the attempt joined");
+
+    // The wait ends there; its place goes with it (the waiter lease lives on with the process,
+    // so nothing else would take it out).
+    drop(watch);
+    until_queued_exactly(&mut raw, "lost", 0).await;
+    assert!(holder.release(&second).await.unwrap());
+    assert!(holder.release(&first).await.unwrap());
+}
