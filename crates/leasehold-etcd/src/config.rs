@@ -193,16 +193,26 @@ impl EtcdConfig {
     /// Speaks TLS to every endpoint (they become `https://`), trusting the CA certificate(s) in
     /// this PEM file. Needs the cargo feature `tls`.
     pub fn tls_ca_file(mut self, path: impl AsRef<Path>) -> Self {
-        self.tls.get_or_insert_with(TlsFiles::default).ca = Some(path.as_ref().to_owned());
+        self.tls_files().ca = Some(path.as_ref().to_owned());
         self
     }
 
     /// Speaks TLS and presents this client certificate with its private key (both PEM), for
     /// etcd's `--client-cert-auth`. Needs the cargo feature `tls`.
     pub fn tls_client_cert(mut self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Self {
-        self.tls.get_or_insert_with(TlsFiles::default).client =
-            Some((cert.as_ref().to_owned(), key.as_ref().to_owned()));
+        self.tls_files().client = Some((cert.as_ref().to_owned(), key.as_ref().to_owned()));
         self
+    }
+
+    /// The TLS settings, once every endpoint is `https://`: the client speaks TLS only to an
+    /// `https` endpoint, and would otherwise speak plain HTTP/2 with the files set and unused.
+    fn tls_files(&mut self) -> &mut TlsFiles {
+        for endpoint in &mut self.endpoints {
+            if let Some(host) = endpoint.strip_prefix("http://") {
+                *endpoint = format!("https://{host}");
+            }
+        }
+        self.tls.get_or_insert_with(TlsFiles::default)
     }
 
     /// The prefix of every key leasehold writes (default `leasehold:`). Use one per application
@@ -403,6 +413,14 @@ mod tests {
     fn urls_parse_with_hosts_credentials_and_prefix() {
         let c = EtcdConfig::from_url("etcd://127.0.0.1:2379").unwrap();
         assert_eq!(c.endpoints(), ["http://127.0.0.1:2379"]);
+        let tls = EtcdConfig::new(["h1:1", "http://h2:2", "https://h3:3"]).tls_ca_file("ca.pem");
+        assert_eq!(
+            tls.endpoints(),
+            ["https://h1:1", "https://h2:2", "https://h3:3"],
+            "TLS set in the builder speaks TLS to every endpoint"
+        );
+        let tls = EtcdConfig::new(["h1:1"]).tls_client_cert("c.pem", "k.pem");
+        assert_eq!(tls.endpoints(), ["https://h1:1"]);
         assert_eq!(c.key_prefix(), DEFAULT_PREFIX);
         assert!(c.user.is_none());
         let c = EtcdConfig::from_url("etcd://al%40ce:p%3Ass@h1:1,h2:2/?prefix=x:").unwrap();

@@ -68,3 +68,17 @@ async fn etcds_without_the_ca_is_a_setup_error_saying_so() {
         .expect("the right CA works");
     round_trip(&store).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_set_in_the_builder_speaks_tls_to_plain_endpoints() {
+    let pki = TestPki::generate(&["localhost"]).unwrap();
+    let server = EtcdServer::start_tls(&pki, true).expect("a TLS etcd");
+    let config = EtcdConfig::new([format!("localhost:{}", server.addr().port())])
+        .tls_ca_file(pki.ca_file())
+        .tls_client_cert(pki.client_cert_file(), pki.client_key_file());
+    assert!(config.endpoints()[0].starts_with("https://"), "{config:?}");
+    let store = EtcdStore::connect(config)
+        .await
+        .expect("connect over TLS with a client certificate");
+    round_trip(&store).await;
+}
