@@ -328,3 +328,44 @@ async fn a_failed_multi_lock_that_cannot_give_its_keys_back_says_so() {
     assert!(left, "the key left behind is reported");
     store.verify();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_sweeps_every_scenario_stack_at_once_and_names_what_each_left() {
+    use leasehold::layers::GracefulShutdownLayer;
+    use leasehold::scenario::LayerSettings;
+
+    let store = ScriptedStore::new();
+    // Both releases hang: each stack's sweep ends at its 2 s deadline.
+    store
+        .grant_acquire()
+        .grant_acquire()
+        .expect_release_after(std::future::pending(), Ok(true))
+        .expect_release_after(std::future::pending(), Ok(true));
+    let own = |name: &str, keys: &str| {
+        Scenario::new(name).keys(keys).layers(
+            LayerSettings::new()
+                .graceful_shutdown(GracefulShutdownLayer::new().deadline(Duration::from_secs(2))),
+        )
+    };
+    let registry = ScenarioRegistry::new()
+        .with(own("feeds", "feed-*"))
+        .unwrap()
+        .with(own("polls", "poll-*"))
+        .unwrap();
+    let (locks, _, _) = manager(&store, registry);
+    let feed = locks.try_lock("feed-1").await.unwrap();
+    let poll = locks.try_lock("poll-1").await.unwrap();
+    let started = Instant::now();
+    let err = locks.shutdown().await.unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(2500),
+        "the two 2 s sweeps ran one after the other: {took:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("feed-1") && text.contains("poll-1"),
+        "both stacks' keys named: {text}"
+    );
+    drop((feed, poll));
+}

@@ -380,6 +380,13 @@ impl LockManagerBuilder {
             .filter(|s| s.layer_settings().overrides_any())
             .collect();
         let mut stacks = HashMap::new();
+        let deadline_of = |layers: &LayerStack| {
+            layers
+                .graceful_shutdown
+                .as_ref()
+                .map_or(Duration::ZERO, |g| g.deadline)
+        };
+        let mut sweep_deadline = deadline_of(&self.layers);
         // The default store stays concrete, so the layer stack over it is erased (boxed) once;
         // scenarios with their own layers share one boxed base store.
         let store = match (self.store, own_stacks.is_empty()) {
@@ -389,6 +396,7 @@ impl LockManagerBuilder {
                 let base = base.unwrap_or_else(|| BoxStore::new(MemoryStore::new()));
                 for scenario in own_stacks {
                     let layers = self.layers.with_overrides(scenario.layer_settings());
+                    sweep_deadline = sweep_deadline.max(deadline_of(&layers));
                     let store = assemble(&layers, base.clone(), &wiring, retry);
                     stacks.insert(
                         scenario.name.clone(),
@@ -429,6 +437,7 @@ impl LockManagerBuilder {
                     registry: self.registry,
                     stacks,
                     graceful: self.layers.graceful_shutdown,
+                    sweep_deadline,
                 },
             }),
         })

@@ -11,7 +11,8 @@ use super::state::LockManager;
 use crate::core::Error;
 
 impl LockManager {
-    /// Shuts the manager down, in one lifecycle, all bounded by the shutdown timeout:
+    /// Shuts the manager down, in one lifecycle, bounded by the shutdown timeout (the waits for
+    /// tracked work) and the graceful-shutdown deadline (the release of live locks):
     ///
     /// 1. **stop new work and wake waiters**: new acquisitions fail with
     ///    [`ErrorKind::ShutDown`](crate::ErrorKind::ShutDown), waiting `lock()` calls (and local
@@ -20,7 +21,8 @@ impl LockManager {
     /// 2. **wait for tracked work**: acquisitions in flight and every background release (dropped
     ///    guards, undone attempts, returned hand-offs, renewal cleanup);
     /// 3. **release live locks and shut the store down**: with graceful shutdown (on by default)
-    ///    every live lock is released, within its own deadline;
+    ///    every live lock is released, within its own deadline (the stacks of scenarios with
+    ///    layers of their own are swept at the same time, each within its deadline);
     /// 4. wait for background work started meanwhile, so nothing of this manager runs after this
     ///    returns (bounded by the same timeout).
     ///
@@ -33,16 +35,11 @@ impl LockManager {
         fence(Ordering::SeqCst);
         let deadline = instant_after(Instant::now(), self.inner.config.shutdown_timeout);
         self.wait_for_tracked_work(deadline).await;
-        let mut released = handle.store.shutdown().await;
-        for stack in self.inner.config.stacks.values() {
-            let more = stack.store.shutdown().await;
-            released = match (released, more) {
-                (Ok(a), Ok(b)) => Ok(a + b),
-                (Err(e), _) | (_, Err(e)) => Err(e),
-            };
-        }
+        // Every stack at once: one after another, their deadlines would add up.
+        let stacks = std::iter::once(handle).chain(self.inner.config.stacks.values());
+        let swept = futures::future::join_all(stacks.map(|stack| stack.store.shutdown())).await;
         self.wait_for_tracked_work(deadline).await;
-        released
+        all_released(swept)
     }
 
     async fn wait_for_tracked_work(&self, deadline: Instant) {
@@ -62,6 +59,29 @@ impl LockManager {
     pub fn is_shut_down(&self) -> bool {
         self.inner.handle.lifecycle.is_closing()
     }
+}
+
+/// How many locks the stacks' shutdowns released, or an error naming what each stack that
+/// failed could not release (the first failure is the cause).
+fn all_released(swept: Vec<Result<usize>>) -> Result<usize> {
+    let mut released = 0;
+    let mut failed: Vec<crate::core::Error> = Vec::new();
+    for outcome in swept {
+        match outcome {
+            Ok(count) => released += count,
+            Err(error) => failed.push(error),
+        }
+    }
+    let mut failed = failed.into_iter();
+    let Some(first) = failed.next() else {
+        return Ok(released);
+    };
+    let rest: Vec<String> = failed.map(|e| e.chain().to_string()).collect();
+    if rest.is_empty() {
+        return Err(first);
+    }
+    let message = format!("{}; and: {}", first.message(), rest.join("; and: "));
+    Err(crate::core::Error::new(first.kind(), message).with_source(first))
 }
 
 /// What [`LockManager::install_signal_handler`] returns: resolves once SIGINT or SIGTERM arrived
@@ -141,8 +161,10 @@ impl LockManager {
             Error::internal(what).with_source(e)
         })?;
         let config = self.inner.config.graceful.clone().unwrap_or_default();
-        let budget = config
-            .deadline
+        let budget = self
+            .inner
+            .config
+            .sweep_deadline
             .saturating_add(self.inner.config.shutdown_timeout);
         let manager = self.clone();
         let (done, finished) = tokio::sync::oneshot::channel();

@@ -64,6 +64,10 @@ pub(super) struct Config {
     pub(super) stacks: HashMap<Arc<str>, Arc<Handle>>,
     #[cfg_attr(not(feature = "signal"), allow(dead_code))]
     pub(super) graceful: Option<GracefulShutdownLayer>,
+    /// The longest graceful-shutdown deadline of any stack (zero without graceful shutdown):
+    /// the stacks are swept at once, so a shutdown's sweep takes at most this.
+    #[cfg_attr(not(feature = "signal"), allow(dead_code))]
+    pub(super) sweep_deadline: Duration,
 }
 
 /// Whether guards renew their lease: the manager-wide setting of
