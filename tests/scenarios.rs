@@ -807,3 +807,49 @@ async fn a_scenarios_readback_retries_reach_its_locks() {
     );
     scripted.verify();
 }
+
+#[test]
+fn a_layer_that_cannot_work_with_the_ttl_fails_the_build() {
+    use leasehold::layers::UnlockWindowLayer;
+    let wide = || UnlockWindowLayer::new().margin(Duration::from_secs(5));
+    // The manager's own stack.
+    let err = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .lock_ttl(Duration::from_secs(2))
+        .unlock_window(wide())
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(
+        err.to_string().contains("unlock_window.margin")
+            && err.to_string().contains("every release would be skipped"),
+        "{err}"
+    );
+    // A scenario without a TTL of its own gets the manager's: its window is checked against it.
+    let registry = ScenarioRegistry::new()
+        .with(
+            Scenario::new("wide")
+                .keys("w-*")
+                .layers(LayerSettings::new().unlock_window(wide())),
+        )
+        .unwrap();
+    let err = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .lock_ttl(Duration::from_secs(2))
+        .scenarios(registry.clone())
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("scenario `wide`"), "{err}");
+    // With a TTL longer than the window, both build.
+    LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .lock_ttl(Duration::from_secs(30))
+        .unlock_window(wide())
+        .scenarios(registry)
+        .build()
+        .unwrap();
+}

@@ -370,6 +370,17 @@ impl LockManagerBuilder {
         // A release never retries past its lease's expiry, so the longest TTL is the most any
         // budget can use.
         validate_at_most("release_retry", self.release_retry, MAX_TTL)?;
+        // A layer that cannot work with the TTL (an unlock window wider than the lease skips
+        // every release) fails here, as it does in a scenario file.
+        self.layers
+            .check_ttl(self.lock_ttl)
+            .map_err(|(field, why)| {
+                Error::invalid_argument(format!(
+                    "{}: {why} (lock_ttl is {:?})",
+                    field.trim_start_matches("layers."),
+                    self.lock_ttl
+                ))
+            })?;
         let lifecycle = Lifecycle::new();
         let wiring = Wiring::new(self.observers.clone(), lifecycle.clone());
         let backoff = Backoff::new(self.min_backoff, self.retry_interval);
@@ -396,6 +407,13 @@ impl LockManagerBuilder {
                 let base = base.unwrap_or_else(|| BoxStore::new(MemoryStore::new()));
                 for scenario in own_stacks {
                     let layers = self.layers.with_overrides(scenario.layer_settings());
+                    let ttl = scenario.ttl.unwrap_or(self.lock_ttl);
+                    layers.check_ttl(ttl).map_err(|(field, why)| {
+                        Error::invalid_argument(format!(
+                            "scenario `{}`: {field}: {why}",
+                            scenario.name
+                        ))
+                    })?;
                     sweep_deadline = sweep_deadline.max(deadline_of(&layers));
                     let store = assemble(&layers, base.clone(), &wiring, retry);
                     stacks.insert(

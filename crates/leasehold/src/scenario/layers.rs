@@ -126,8 +126,8 @@ impl ScenarioLayer for UnlockWindowLayer {
             Some(ttl) if self.margin >= ttl => Err((
                 FIELD,
                 format!(
-                    "a margin of {} is not shorter than the scenario's TTL ({}): the window would \
-                     close before the lock is taken and every release would be skipped",
+                    "a margin of {} is not shorter than the TTL ({}): the window would close \
+                     before the lock is taken and every release would be skipped",
                     human(self.margin),
                     human(ttl)
                 ),
@@ -326,6 +326,18 @@ macro_rules! layer_settings {
             }
         }
     };
+}
+
+impl LayerStack {
+    /// Checks what in this stack depends on its locks' TTL (`ttl`): an unlock window wider than
+    /// the lease would skip every release. The builder's stack and each scenario's resolved one
+    /// (a window kept from the manager meets a scenario's shorter TTL too).
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<(), (&'static str, String)> {
+        match &self.unlock_window {
+            Some(window) => window.check(Some(ttl)),
+            None => Ok(()),
+        }
+    }
 }
 
 fn describe<L: ScenarioLayer>(setting: &LayerSetting<L>) -> String {
