@@ -205,8 +205,17 @@ async fn scripts_are_reloaded_after_script_flush() {
 #[tokio::test]
 async fn a_foreign_value_at_the_fence_key_fails_the_acquire_with_nothing_applied() {
     let server = RedisServer::start().unwrap();
-    // Both acquire scripts, fair (the default) and first-come, on a free key: their common case.
-    for (name, fair) in [("clash-fair", true), ("clash-first-come", false)] {
+    // Both acquire scripts, fair (the default) and first-come, on a free key: their common case;
+    // with a value that is plainly not a counter, and with ones that look like digits but that
+    // INCR refuses (a leading zero, past 2^63).
+    let cases = [
+        ("clash-fair", true, "x"),
+        ("clash-first-come", false, "x"),
+        ("clash-fair-zero", true, "007"),
+        ("clash-first-come-zero", false, "007"),
+        ("clash-first-come-huge", false, "99999999999999999999"),
+    ];
+    for (name, fair, foreign) in cases {
         let store = RedisStore::connect(
             RedisConfig::new(server.url())
                 .response_timeout(Duration::from_millis(300))
@@ -216,18 +225,21 @@ async fn a_foreign_value_at_the_fence_key_fails_the_acquire_with_nothing_applied
         .expect("connect");
         let lock_key = format!("leasehold:{}", key(name).as_str());
         let fence_key = format!("leasehold:fence:{}", key(name).as_str());
-        assert_eq!(server.command(&["SET", &fence_key, "x"]).unwrap(), "+OK");
+        assert_eq!(
+            server.command(&["SET", &fence_key, foreign]).unwrap(),
+            "+OK"
+        );
         let err = store.try_acquire(&acquire(name)).await.unwrap_err();
         assert!(
             err.chain().to_string().contains("non-integer"),
-            "fair {fair}: {}",
+            "{name}: {}",
             err.chain()
         );
-        assert!(!err.is_in_doubt(), "fair {fair}: a definite failure: {err}");
+        assert!(!err.is_in_doubt(), "{name}: a definite failure: {err}");
         assert_eq!(
             server.command(&["EXISTS", &lock_key]).unwrap(),
             ":0",
-            "fair {fair}: no lock taken without a fencing token"
+            "{name}: no lock taken without a fencing token"
         );
     }
 }

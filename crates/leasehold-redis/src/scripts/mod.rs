@@ -284,11 +284,18 @@ if ARGV[3] == '1' then
   end
 end
 local function granted()
-  changed(KEYS[3], ARGV[1], ARGV[5])
+  local fence = false
   if ARGV[3] == '1' then
-    return {1, next_fence(KEYS[2], ARGV[2]), 0}
+    fence = next_fence(KEYS[2], ARGV[2])
+    if not fence then
+      -- A counter INCR refuses though it looked like digits ('007', or past 2^63): never a
+      -- lock without its token, so the hold just set goes again.
+      redis.call('DEL', KEYS[1])
+      return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
+    end
   end
-  return {1, false, 0}
+  changed(KEYS[3], ARGV[1], ARGV[5])
+  return {1, fence, 0}
 end
 -- The common case: the key is free.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
