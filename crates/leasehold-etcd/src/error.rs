@@ -105,6 +105,15 @@ fn refused_before_applying(status: &tonic::Status) -> bool {
         || text.contains("not capable")
 }
 
+/// A member not connected within `timeout` (connecting, or with credentials authenticating,
+/// took longer): the request never left this process, so it may go to the next member. Said as
+/// tonic says a connection it could not make, which [`classify`] takes as [`Verdict::Unsent`].
+pub(crate) fn not_connected_within(timeout: std::time::Duration) -> etcd_client::Error {
+    etcd_client::Error::GRpcStatus(tonic::Status::unavailable(format!(
+        "could not connect within {timeout:?} (nothing was sent)"
+    )))
+}
+
 /// Whether a failure surely happened before the request left this process (nothing applied).
 fn before_sending(error: &etcd_client::Error) -> bool {
     match error {
@@ -224,6 +233,14 @@ mod tests {
             map(Op::Acquire, "k", "127.0.0.1:1", refused).kind(),
             ErrorKind::Connection
         );
+    }
+
+    #[test]
+    fn a_member_not_connected_in_time_was_never_sent_to() {
+        let slow = not_connected_within(std::time::Duration::from_secs(2));
+        assert_eq!(classify(&slow), Verdict::Unsent);
+        let error = map(Op::Acquire, "k", "127.0.0.1:1", slow);
+        assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
     }
 
     #[test]

@@ -557,12 +557,7 @@ impl Members {
         }
         match tokio::time::timeout(self.timeout, self.client(i)).await {
             Ok(connected) => connected,
-            Err(_) => Err(etcd_client::Error::GRpcStatus(
-                tonic::Status::deadline_exceeded(format!(
-                    "no connection within {:?}",
-                    self.timeout
-                )),
-            )),
+            Err(_) => Err(crate::error::not_connected_within(self.timeout)),
         }
     }
 
