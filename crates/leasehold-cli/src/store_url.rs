@@ -248,6 +248,13 @@ impl StoreUrl {
                     .password()
                     .map(|raw| decode("password", raw))
                     .transpose()?;
+                // Internal authentication takes both: one alone would connect without any.
+                if user.is_some() != password.is_some() {
+                    return Err(fail(
+                        "give both a user and a password (aerospike://user:password@host:port/ns), \
+                         or neither",
+                    ));
+                }
                 Ok(StoreUrl::Aerospike {
                     host,
                     port: url.port().unwrap_or(3000),
@@ -620,6 +627,14 @@ mod tests {
             .to_string();
         assert!(err.contains("password is not UTF-8"), "{err}");
         assert!(!err.contains("%FF"), "{err}");
+        for one_sided in ["aerospike://app@h:3000/ns", "aerospike://:s3cret@h:3000/ns"] {
+            let err = StoreUrl::parse(one_sided).unwrap_err().to_string();
+            assert!(
+                err.contains("both a user and a password"),
+                "{one_sided}: {err}"
+            );
+            assert!(!err.contains("s3cret"), "{err}");
+        }
     }
 
     #[test]
