@@ -186,6 +186,27 @@ fn bad_files_name_the_file_line_and_field() {
             4,
             "renew_every",
         ),
+        // renewal with no pause, and no TTL to compare it with
+        (
+            "[[scenario]]\nname = \"a\"\nrenew_every = \"0s\"\n",
+            "above zero",
+            3,
+            "renew_every",
+        ),
+        // renewal turned off and timed
+        (
+            "[[scenario]]\nname = \"a\"\nrenew = false\nrenew_every = \"5s\"\n",
+            "renew = false",
+            4,
+            "renew_every",
+        ),
+        // the trace turned off and sized
+        (
+            "[[scenario]]\nname = \"a\"\ntrace = false\ntrace_len = 5\n",
+            "trace = false",
+            4,
+            "trace_len",
+        ),
         // an unknown layer
         (
             "[[scenario]]\nname = \"a\"\n[scenario.layers]\nreadbak = true\n",

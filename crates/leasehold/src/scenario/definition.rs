@@ -265,8 +265,16 @@ impl Scenario {
                     .to_owned(),
             ));
         }
+        if self.renew_every.is_some_and(|every| every.is_zero()) {
+            return Err((
+                "renew_every",
+                "renew_every must be above zero: renewing without a pause would ask the store \
+                 in a loop"
+                    .to_owned(),
+            ));
+        }
         if let (Some(every), Some(ttl)) = (self.renew_every, self.ttl) {
-            if every.is_zero() || every >= ttl {
+            if every >= ttl {
                 return Err((
                     "renew_every",
                     format!("renew_every ({every:?}) must be above zero and shorter than the TTL ({ttl:?})"),

@@ -240,6 +240,14 @@ fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, ScenarioError> {
         };
         scenario.ttl = ttl;
         scenario.wait = wait;
+        if let (Some(false), Some(every)) = (s.renew, &s.renew_every) {
+            return Err(invalid(
+                "renew_every",
+                every.span(),
+                "`renew = false` turns renewal off: remove `renew_every`, or `renew = false`"
+                    .to_owned(),
+            ));
+        }
         scenario.renew = s.renew.or(renew_every.map(|_| true));
         scenario.renew_every = renew_every;
         scenario.on_store_down = match s.on_store_down {
@@ -250,6 +258,20 @@ fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, ScenarioError> {
         let mut spans: Vec<(&str, Range<usize>)> = Vec::new();
         if let Some(layers) = &s.layers {
             scenario.layers = layers.settings(&place, &mut spans)?;
+        }
+        if s.trace == Some(false) {
+            let setting = match (&s.trace_len, &s.trace_ttl) {
+                (Some(len), _) => Some(("trace_len", len.span())),
+                (None, Some(ttl)) => Some(("trace_ttl", ttl.span())),
+                (None, None) => None,
+            };
+            if let Some((field, span)) = setting {
+                return Err(invalid(
+                    field,
+                    span,
+                    format!("`trace = false` turns the lock trace off: remove `{field}`, or `trace = false`"),
+                ));
+            }
         }
         let traced = s.trace.unwrap_or(false) || s.trace_len.is_some() || trace_ttl.is_some();
         if traced {
