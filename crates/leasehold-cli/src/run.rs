@@ -3,7 +3,8 @@
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use leasehold::{ErrorKind, LockMode, LockOptions, LockStore};
+use leasehold::scenario::AcquireMode;
+use leasehold::{BoxStore, ErrorKind, LockMode, LockOptions, LockStore, MemoryStore};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
@@ -48,8 +49,6 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
         (false, None) => LockMode::Exclusive,
     };
     check_lease(args.ttl, args.label.as_deref())?;
-    let target = names.connect().await?;
-    let manager = target.manager_with(registry)?;
     let mut opts = LockOptions::new().renew(true);
     if mode != LockMode::Exclusive {
         opts = opts.mode(mode);
@@ -60,16 +59,21 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
     let scenario = args
         .scenario
         .as_deref()
-        .and_then(|n| manager.scenarios().get(n))
-        .or_else(|| manager.scenarios().matching(key.entity_id()));
+        .and_then(|n| registry.get(n))
+        .or_else(|| registry.matching(key.entity_id()));
     if let Some(ttl) = args.ttl.or(scenario.is_none().then_some(DEFAULT_TTL)) {
         opts = opts.ttl(ttl);
     }
+    let try_only = scenario.is_some_and(|s| s.acquire_mode() == AcquireMode::Try);
     let wait = match (args.wait, scenario) {
-        (Some(wait), _) => wait,
-        (None, Some(s)) if s.acquire_mode() == leasehold::scenario::AcquireMode::Try => {
-            Duration::ZERO
+        (Some(wait), Some(s)) if try_only && !wait.is_zero() => {
+            return Err(CliError::usage(format!(
+                "scenario `{}` is try-only: drop --wait, or make the scenario blocking",
+                s.name()
+            )))
         }
+        (Some(wait), _) => wait,
+        (None, Some(_)) if try_only => Duration::ZERO,
         (None, Some(s)) => s
             .wait_for_lock()
             .unwrap_or(leasehold::DEFAULT_WAIT_FOR_LOCK),
@@ -82,6 +86,14 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
     if let Some(period) = args.at_least {
         opts = opts.hold_at_least(period);
     }
+    // The lock call's own checks (the scenario it resolves to, a renewal against the TTL, a
+    // strict registry), on the embedded store: a bad call is exit 2 before any connection.
+    names
+        .manager_over(BoxStore::new(MemoryStore::new()), registry.clone())
+        .and_then(|probe| probe.check(&key, &opts))
+        .map_err(|e| CliError::usage(e.chain().to_string()))?;
+    let target = names.connect().await?;
+    let manager = target.manager_with(registry)?;
     let acquired = if wait.is_zero() {
         manager.try_lock_with(&key, opts).await
     } else {

@@ -76,6 +76,23 @@ impl Names {
         LockKey::new(self.level, Some(&self.farm_id), &self.client_id, entity)
     }
 
+    /// A manager over `store` naming keys as these options say, resolving lock calls against
+    /// `scenarios`. Over the embedded store, it checks a call before connecting.
+    pub(crate) fn manager_over(
+        &self,
+        store: BoxStore,
+        scenarios: leasehold::scenario::ScenarioRegistry,
+    ) -> leasehold::Result<LockManager> {
+        LockManager::builder()
+            .scenarios(scenarios)
+            .client_id(&self.client_id)
+            .farm_id(&self.farm_id)
+            .default_level(self.level)
+            .store(store)
+            .default_layers()
+            .build()
+    }
+
     /// Connects (exit 69 naming the address when the store cannot be reached).
     pub(crate) async fn connect(self) -> Result<Target, CliError> {
         let store = connect(&self.url, &self.farm_id).await?;
@@ -123,14 +140,8 @@ impl Target {
         &self,
         scenarios: leasehold::scenario::ScenarioRegistry,
     ) -> Result<LockManager, CliError> {
-        LockManager::builder()
-            .scenarios(scenarios)
-            .client_id(&self.names.client_id)
-            .farm_id(&self.names.farm_id)
-            .default_level(self.names.level)
-            .store(self.store.clone())
-            .default_layers()
-            .build()
+        self.names
+            .manager_over(self.store.clone(), scenarios)
             .map_err(|e| self.error(e))
     }
 

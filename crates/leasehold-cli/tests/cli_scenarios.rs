@@ -175,3 +175,32 @@ fn history_prints_what_every_instance_did() {
     assert_eq!(entries[1]["event"], "acquired");
     assert!(entries[1]["pid"].as_u64().is_some());
 }
+
+#[test]
+fn a_lock_call_its_scenarios_refuse_fails_before_the_store_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let strict = file(
+        &dir,
+        "strict.toml",
+        "strict = true\n[[scenario]]\nname = \"jobs\"\nkeys = \"job-*\"\nmode = \"try\"\n\
+         renew_every = \"10s\"\n",
+    );
+    // Nothing listens on port 1: a command that connected first would fail with 69, not 2.
+    let store = "redis://127.0.0.1:1";
+    for (args, expect) in [
+        // a key no scenario of a strict registry covers
+        (vec!["report", "--", "true"], "strict"),
+        // a try-only scenario asked to wait
+        (vec!["--wait", "5s", "job-1", "--", "true"], "--wait"),
+        // its renewal not shorter than the TTL given
+        (vec!["--ttl", "5s", "job-1", "--", "true"], "renew_every"),
+    ] {
+        let mut all = vec!["--store", store, "run", "--config", strict.as_str()];
+        all.extend(args.iter().copied());
+        let out = leasehold(&all);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(expect), "{args:?}: {err}");
+        assert!(!err.contains("127.0.0.1:1"), "not a store error: {err}");
+    }
+}

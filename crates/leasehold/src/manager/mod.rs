@@ -137,6 +137,26 @@ impl LockManager {
         self.execute(plan, wait).await
     }
 
+    /// What every lock call checks of `key` and `opts` before any store I/O: the key, the
+    /// options, and the scenario they resolve to (a strict registry that covers nothing, a
+    /// renewal not shorter than the TTL, …). An `Err` is the error the call would return at once;
+    /// `Ok` says nothing of the store. For a program that checks its configuration at start,
+    /// before it connects, with a manager over the embedded store.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leasehold::{ErrorKind, LockOptions};
+    /// # fn main() -> leasehold::Result<()> {
+    /// let locks = leasehold::LockManager::builder().client_id("docs").farm_id("f1").build()?;
+    /// locks.check("report", &LockOptions::new().ttl(Duration::from_secs(30)))?;
+    /// let slow_renewal = LockOptions::new().ttl(Duration::from_secs(30)).renew_every(Duration::from_secs(40));
+    /// assert_eq!(locks.check("report", &slow_renewal).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    /// # Ok(()) }
+    /// ```
+    pub fn check(&self, key: impl ToLockKey, opts: &LockOptions) -> Result<()> {
+        self.plan(&key, opts).map(drop)
+    }
+
     /// The scenarios this manager resolves lock calls against.
     pub fn scenarios(&self) -> &ScenarioRegistry {
         &self.inner.config.registry
