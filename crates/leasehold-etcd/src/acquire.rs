@@ -385,10 +385,13 @@ impl EtcdStore {
             self.waiting().forget(lock_key, place);
         }
         if revision <= 0 {
+            // The hold was written, but without its revision there is no fencing token to give:
+            // it goes again with its lease, never left held under a token nobody has.
+            self.revoke_later(lease_id);
             return Err(unexpected(
                 Op::Acquire,
                 req.key.as_str(),
-                "no revision in its header",
+                "no revision in its header; the hold it took is being revoked",
             ));
         }
         for response in responses {
