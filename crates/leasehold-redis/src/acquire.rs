@@ -13,10 +13,6 @@ use crate::reply::{describe_mode, writer_wait_millis};
 use crate::scripts::ScriptCall;
 use crate::store::RedisStore;
 
-/// The answer of the `WAIT` that followed a write (replicas that acknowledged it), when replica
-/// acknowledgement is on ([`RedisStore::write`]).
-pub(crate) type Acked = Option<redis::RedisResult<u32>>;
-
 impl RedisStore {
     /// The error for an acquire refused because this very token holds the lock: the request ran
     /// a second time after its first run took the lock (see "A second run" in the scripts'
@@ -31,18 +27,16 @@ impl RedisStore {
         .with_key(req.key.as_str())
     }
 
-    /// One acquisition (see `acquire` for cancel safety): the acquire round trip, with replica
-    /// acknowledgement on followed by `WAIT` on its connection. A grant too few replicas
-    /// confirmed is undone (an owner-checked release of its own token) and reported as a
-    /// temporary error; if the undo fails too, the outcome is in doubt, so the caller's undo
-    /// tries again.
+    /// One acquisition (see `acquire` for cancel safety): the acquire round trip, then, with
+    /// replica acknowledgement on, `WAIT`. A grant too few replicas confirmed is undone (an
+    /// owner-checked release of its own token) and reported as a temporary error; if the undo
+    /// fails too, the outcome is in doubt, so the caller's undo tries again.
     pub(crate) async fn acquire_once(&self, req: &Acquire) -> Result<Attempt> {
-        let (attempt, acked) = self.acquire_unconfirmed(req).await?;
-        let lease = match attempt {
+        let lease = match self.acquire_unconfirmed(req).await? {
             Attempt::Granted(lease) => lease,
             refused => return Ok(refused),
         };
-        if let Err(unconfirmed) = self.confirmed(Operation::Acquire, &req.key, acked) {
+        if let Err(unconfirmed) = self.confirm(Operation::Acquire, &req.key).await {
             return match self.release_once(&lease).await {
                 Ok(_) => Err(unconfirmed),
                 Err(undo) => Err(Error::in_doubt(format!(
@@ -56,33 +50,17 @@ impl RedisStore {
         Ok(Attempt::Granted(lease))
     }
 
-    /// Sends `call`, a write on `key`'s lock; with replica acknowledgement on
-    /// ([`RedisConfig::min_replicas`](crate::RedisConfig::min_replicas)), `WAIT` follows it on the same connection, and its
-    /// answer is the second item (for [`Self::confirmed`]).
-    pub(crate) async fn write<T: redis::FromRedisValue>(
-        &self,
-        call: &ScriptCall<'_>,
-        key: &LockKey,
-    ) -> redis::RedisResult<(T, Acked)> {
-        let mut conn = self.conn();
-        match self.inner.config.min_replicas {
-            None => Ok((call.invoke(&mut conn).await?, None)),
-            Some(min) => {
-                let (answer, acked) = conn
-                    .write_confirmed(call, &self.lock_key(key), min.replicas, min.timeout)
-                    .await?;
-                Ok((answer, Some(acked)))
-            }
-        }
-    }
-
-    /// Whether the replicas confirmed a grant or extend on `key`, by the `WAIT` that followed
-    /// it (`None`: replica acknowledgement is off).
-    pub(crate) fn confirmed(&self, op: Operation, key: &LockKey, acked: Acked) -> Result<()> {
-        let (Some(min), Some(acked)) = (self.inner.config.min_replicas, acked) else {
+    /// With replica acknowledgement on ([`RedisConfig::min_replicas`]): waits until enough
+    /// replicas have every write sent so far on the node holding `key`'s lock.
+    pub(crate) async fn confirm(&self, op: Operation, key: &LockKey) -> Result<()> {
+        let Some(min) = self.inner.config.min_replicas else {
             return Ok(());
         };
-        let acknowledged = acked.map_err(|e| self.err(op, key, e))?;
+        let mut conn = self.conn();
+        let acknowledged = conn
+            .wait_replicas(&self.lock_key(key), min.replicas, min.timeout)
+            .await
+            .map_err(|e| self.err(op, key, e))?;
         if acknowledged >= min.replicas {
             return Ok(());
         }
@@ -107,7 +85,7 @@ impl RedisStore {
     }
 
     /// The acquire round trip itself.
-    pub(crate) async fn acquire_unconfirmed(&self, req: &Acquire) -> Result<(Attempt, Acked)> {
+    pub(crate) async fn acquire_unconfirmed(&self, req: &Acquire) -> Result<Attempt> {
         if req.mode.is_shared_record() {
             return self.acquire_shared(req).await;
         }
@@ -115,6 +93,7 @@ impl RedisStore {
             return self.acquire_fair(req).await;
         }
         let sent_at = Instant::now();
+        let mut conn = self.conn();
         let traced = req.trace.is_some();
         let script = if traced {
             &self.scripts().acquire_traced
@@ -138,19 +117,21 @@ impl RedisStore {
                 traced,
             );
         self.trace_acquire(&mut call, req);
-        let ((acquired, value, mine), acked): ((i64, Option<u64>, u64), _) = self
-            .write(&call, &req.key)
+        let (acquired, value, mine): (i64, Option<u64>, u64) = call
+            .invoke(&mut conn)
             .await
             .map_err(|e| self.acquire_err(req, e))?;
         if acquired == 1 {
-            let lease = Lease::granted(req, sent_at).with_fencing_token(value);
-            return Ok((lease.into(), acked));
+            return Ok(Lease::granted(req, sent_at)
+                .with_fencing_token(value)
+                .into());
         }
         if mine == 1 {
             return Err(self.ran_twice(req));
         }
-        let refused = Attempt::refused_for(Duration::from_millis(value.unwrap_or(1)));
-        Ok((refused, acked))
+        Ok(Attempt::refused_for(Duration::from_millis(
+            value.unwrap_or(1),
+        )))
     }
 
     /// Maps an acquire script's error: `MODECONFLICT <mode>` is the key held as another kind.

@@ -17,7 +17,6 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-use crate::scripts::ScriptCall;
 use crate::sentinel::SentinelLink;
 use crate::slots::Router;
 
@@ -33,33 +32,26 @@ pub(crate) enum Connection {
 }
 
 impl Connection {
-    /// `call`, a write on `key`, then `WAIT replicas timeout` on the connection the write went
-    /// on: the call's answer, and how many replicas acknowledged every write sent before the
-    /// `WAIT` on that connection (this one included). One server or Sentinel's master: both in
-    /// one pipeline, so no reconnection (or new master) can come between them and have `WAIT`
-    /// count a fresh connection's writes, which are none. A cluster: the call on the route the
-    /// store chooses, then `WAIT` on the connection it went on (see `Router::wait_replicas`).
-    pub(crate) async fn write_confirmed<T: redis::FromRedisValue>(
+    /// `WAIT replicas timeout` on the node that holds `key` (the node the last write on `key`
+    /// went to): how many replicas acknowledged every write sent before it on that connection.
+    pub(crate) async fn wait_replicas(
         &mut self,
-        call: &ScriptCall<'_>,
         key: &str,
         replicas: u32,
         timeout: Duration,
-    ) -> RedisResult<(T, RedisResult<u32>)> {
+    ) -> RedisResult<u32> {
         let mut wait = redis::cmd("WAIT");
         // Rounded up: `WAIT n 0` would block until the replicas answer, however long.
         wait.arg(replicas).arg(leasehold_core::ttl_millis(timeout));
-        // The cluster client would send WAIT to every master and keep the least answer; the
-        // write went to the key's master alone, on the connection WAIT must use.
-        if let Connection::Cluster(router) = self {
-            let router = Arc::clone(router);
-            let answer = call.invoke(self).await?;
-            let acked = router.wait_replicas(key, wait).await.and_then(|answer| {
+        match self {
+            // The cluster client would send WAIT to every master and keep the least answer;
+            // the write went to the key's master alone, on the connection WAIT must use.
+            Connection::Cluster(router) => {
+                let answer = router.wait_replicas(key, wait).await?;
                 redis::from_redis_value(answer.extract_error()?).map_err(Into::into)
-            });
-            return Ok((answer, acked));
+            }
+            other => wait.query_async(other).await,
         }
-        call.invoke_then(self, &wait).await
     }
 
     /// Where a command on `redis_key` failed, for messages: on a cluster, the node (and slot)

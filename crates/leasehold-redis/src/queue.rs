@@ -12,7 +12,6 @@ use std::time::Duration;
 use leasehold_core::{Acquire, Attempt, ErrorKind, Lease, LockKey, Result};
 use tokio::time::Instant;
 
-use crate::acquire::Acked;
 use crate::reply::{mode_field, writer_wait_millis};
 use crate::scripts::ScriptCall;
 use crate::store::RedisStore;
@@ -59,7 +58,7 @@ impl RedisStore {
     }
 
     /// A reader or a semaphore permit: one script, in the fair queue when fair waiting is on.
-    pub(crate) async fn acquire_shared(&self, req: &Acquire) -> Result<(Attempt, Acked)> {
+    pub(crate) async fn acquire_shared(&self, req: &Acquire) -> Result<Attempt> {
         let lock_key = self.lock_key(&req.key);
         let fair = self.inner.config.fair;
         let (place, requeue) = if fair {
@@ -68,6 +67,7 @@ impl RedisStore {
             (Place::None, false)
         };
         let sent_at = Instant::now();
+        let mut conn = self.conn();
         let traced = req.trace.is_some();
         let script = if traced {
             &self.scripts().acquire_shared_traced
@@ -97,10 +97,10 @@ impl RedisStore {
             );
         self.trace_acquire(&mut call, req);
         let dropped = QueuedIfDropped::arm(self, req, &lock_key, &place);
-        let answer = self.write(&call, &req.key).await;
+        let answer = call.invoke(&mut conn).await;
         let answer = answer.map_err(|e| self.acquire_err(req, e));
         dropped.answered(&answer);
-        let ((acquired, left, mine), acked): ((i64, u64, u64), _) = answer?;
+        let (acquired, left, mine): (i64, u64, u64) = answer?;
         if mine == 1 {
             return Err(self.ran_twice(req));
         }
@@ -108,15 +108,14 @@ impl RedisStore {
         // The shared script renews the deadline of every place it leaves queued.
         self.queued(&req.key, &lock_key, &place, queued, Some(sent_at));
         if acquired == 1 {
-            return Ok((Lease::granted(req, sent_at).into(), acked));
+            return Ok(Lease::granted(req, sent_at).into());
         }
-        let refused = Attempt::refused_for(Duration::from_millis(left.max(1)));
-        Ok((refused, acked))
+        Ok(Attempt::refused_for(Duration::from_millis(left.max(1))))
     }
 
     /// The fair acquire script: a blocking attempt (with a deadline) queues its process, or in
     /// strict FIFO mode its own waiting call; a try-lock never passes a queued waiter.
-    pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Result<(Attempt, Acked)> {
+    pub(crate) async fn acquire_fair(&self, req: &Acquire) -> Result<Attempt> {
         let lock_key = self.lock_key(&req.key);
         let (place, requeue) = self.queue_place(&lock_key, req).await;
         // The process's last waiter, in a process that keeps asking for the key: granted while
@@ -135,6 +134,7 @@ impl RedisStore {
         let renew =
             (requeue || stay) && self.inner.waiting.place_due(&lock_key, waiter_timeout / 2);
         let sent_at = Instant::now();
+        let mut conn = self.conn();
         let traced = req.trace.is_some();
         let script = if traced {
             &self.scripts().acquire_fair_traced
@@ -171,10 +171,10 @@ impl RedisStore {
             );
         self.trace_acquire(&mut call, req);
         let dropped = QueuedIfDropped::arm(self, req, &lock_key, &place);
-        let answer = self.write(&call, &req.key).await;
+        let answer = call.invoke(&mut conn).await;
         let answer = answer.map_err(|e| self.acquire_err(req, e));
         dropped.answered(&answer);
-        let ((acquired, value, others), acked): ((i64, Option<u64>, Option<u64>), _) = answer?;
+        let (acquired, value, others): (i64, Option<u64>, Option<u64>) = answer?;
         // Refused, `others` says whether this very token holds: a second run, which left the
         // line untouched.
         if acquired != 1 && others == Some(1) {
@@ -195,13 +195,14 @@ impl RedisStore {
             self.inner.waiting.granted(&lock_key, sent_at, kept);
         }
         if acquired == 1 {
-            let lease = Lease::granted(req, sent_at)
+            return Ok(Lease::granted(req, sent_at)
                 .with_fencing_token(value)
-                .with_contended(others);
-            return Ok((lease.into(), acked));
+                .with_contended(others)
+                .into());
         }
-        let refused = Attempt::refused_for(Duration::from_millis(value.unwrap_or(1)));
-        Ok((refused, acked))
+        Ok(Attempt::refused_for(Duration::from_millis(
+            value.unwrap_or(1),
+        )))
     }
 
     /// Gives up `entry`'s place in `key`'s queue (this process's, or one waiting call's), in the

@@ -261,6 +261,7 @@ impl LockStore for RedisStore {
     async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
         validate_ttl(ttl)?;
         let sent_at = Instant::now();
+        let mut conn = self.conn();
         let script = match (lease.mode().is_shared_record(), lease.trace().is_some()) {
             (true, false) => &self.scripts().extend_shared,
             (true, true) => &self.scripts().extend_shared_traced,
@@ -280,12 +281,12 @@ impl LockStore for RedisStore {
             );
             self.trace_args(&mut call, trace, None, Some(lost));
         }
-        let (extended, acked): (i64, _) = self
-            .write(&call, lease.key())
+        let extended: i64 = call
+            .invoke(&mut conn)
             .await
             .map_err(|e| self.err(Operation::Extend, lease.key(), e))?;
         if extended == 1 {
-            self.confirmed(Operation::Extend, lease.key(), acked)?;
+            self.confirm(Operation::Extend, lease.key()).await?;
             Ok(lease.renewed(ttl, sent_at))
         } else {
             Err(Error::not_held(

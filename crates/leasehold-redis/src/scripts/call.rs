@@ -8,10 +8,7 @@
 //! the keys come first, at once: [`ScriptCall::new`].
 
 use redis::aio::ConnectionLike;
-use redis::{
-    Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, ToRedisArgs,
-    Value,
-};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
 
 /// The most arguments (`ARGV`) a script takes: the fair acquire's nine, and four more traced.
 const MOST_ARGS: usize = 13;
@@ -99,36 +96,6 @@ impl<'a> ScriptCall<'a> {
             }
             answer => answer,
         }
-    }
-
-    /// Sends the call and `then` in one pipeline, so both go on one connection, one after the
-    /// other (a `WAIT` after a write then counts the replicas that have this very write); on
-    /// `NOSCRIPT`, loads the script and sends both again. The call's answer, and `then`'s.
-    pub(crate) async fn invoke_then<T: FromRedisValue, U: FromRedisValue>(
-        &self,
-        conn: &mut impl ConnectionLike,
-        then: &Cmd,
-    ) -> RedisResult<(T, RedisResult<U>)> {
-        let mut pipe = redis::pipe();
-        pipe.add_command(self.cmd.clone()).add_command(then.clone());
-        let mut answers = conn.req_packed_commands(&pipe, 0, 2).await?;
-        let no_script = |answers: &[Value]| matches!(answers.first(), Some(Value::ServerError(e)) if e.code() == "NOSCRIPT");
-        if no_script(&answers) {
-            self.script.load_async(conn).await?;
-            answers = conn.req_packed_commands(&pipe, 0, 2).await?;
-        }
-        let mut answers = answers.into_iter();
-        let (Some(answer), Some(then)) = (answers.next(), answers.next()) else {
-            return Err(RedisError::from((
-                ErrorKind::Client,
-                "a pipeline of two commands got fewer than two answers",
-            )));
-        };
-        let answer = T::from_redis_value(answer.extract_error()?)?;
-        let then = then
-            .extract_error()
-            .and_then(|then| U::from_redis_value(then).map_err(Into::into));
-        Ok((answer, then))
     }
 }
 
