@@ -417,6 +417,15 @@ fn code_registration_rejects_what_files_reject() {
         .with(Scenario::new("e").layers(LayerSettings::new().graceful_shutdown(exit)))
         .unwrap_err();
     assert_eq!(error.field(), Some("layers.graceful_shutdown.exit_code"));
+    // Renewal turned off after its interval was set: the interval would be dropped silently.
+    let error = ScenarioRegistry::new()
+        .with(
+            Scenario::new("f")
+                .renew_every(Duration::from_secs(5))
+                .renew(false),
+        )
+        .unwrap_err();
+    assert_eq!(error.field(), Some("renew_every"));
 }
 
 #[tokio::test]
@@ -864,6 +873,23 @@ fn a_layer_that_cannot_work_with_the_ttl_fails_the_build() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(err.to_string().contains("scenario `wide`"), "{err}");
+    // A scenario without layers of its own goes through the manager's: its TTL meets them.
+    let short = ScenarioRegistry::new()
+        .with(
+            Scenario::new("short")
+                .keys("s-*")
+                .ttl(Duration::from_secs(2)),
+        )
+        .unwrap();
+    let err = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .lock_ttl(Duration::from_secs(30))
+        .unlock_window(wide())
+        .scenarios(short)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("scenario `short`"), "{err}");
     // With a TTL longer than the window, both build.
     LockManager::builder()
         .client_id("shop")

@@ -349,6 +349,56 @@ async fn too_few_replicas_undo_the_grant_and_say_so() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_of_one_server_acknowledges_grants_and_extends_until_it_stops() {
+    let master = RedisServer::start().unwrap();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &port]).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while replica
+        .info_field("replication", "master_link_status")
+        .ok()
+        .as_deref()
+        != Some("up")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never synced"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let connect = |fair: bool| {
+        RedisStore::connect(
+            RedisConfig::new(master.url())
+                .fair(fair)
+                .min_replicas(1, Duration::from_millis(500)),
+        )
+    };
+    for (name, fair) in [("acknowledged", true), ("acknowledged-first-come", false)] {
+        let store = connect(fair).await.unwrap();
+        let lease = store
+            .try_acquire(&Acquire::new(key(name), OwnerToken::generate(), TTL))
+            .await
+            .expect("a replica acknowledged the grant");
+        let lease = store.extend(&lease, TTL).await.expect("and the extend");
+        assert!(store.release(&lease).await.unwrap());
+    }
+    // The replica stops answering: the next grant is not confirmed, and undone.
+    let store = connect(true).await.unwrap();
+    replica.pause().unwrap();
+    let k = key("unacknowledged-after-pause");
+    let err = store
+        .try_acquire(&Acquire::new(k.clone(), OwnerToken::generate(), TTL))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("only 0 of the 1"), "{err}");
+    assert!(
+        store.inspect(&k).await.unwrap().is_none(),
+        "the grant was undone"
+    );
+    replica.resume().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_server_url_at_a_cluster_node_names_redis_cluster() {
     let cluster = tokio::task::spawn_blocking(RedisCluster::start)
         .await

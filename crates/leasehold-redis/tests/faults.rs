@@ -245,6 +245,32 @@ async fn a_foreign_value_at_the_fence_key_fails_the_acquire_with_nothing_applied
 }
 
 #[tokio::test]
+async fn a_master_without_enough_replicas_refuses_temporarily_with_nothing_applied() {
+    let server = RedisServer::start().unwrap();
+    let store = connect(server.url()).await;
+    // The server's own guard (`min-replicas-to-write`): with no replica, it refuses writes.
+    let set = |n: &str| {
+        server
+            .command(&["CONFIG", "SET", "min-replicas-to-write", n])
+            .unwrap()
+    };
+    assert_eq!(set("1"), "+OK");
+    let req = acquire("no-replicas");
+    let err = store.try_acquire(&req).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(err.is_temporary());
+    assert!(err.to_string().contains("NOREPLICAS"), "{err}");
+    assert_eq!(set("0"), "+OK");
+    assert_eq!(
+        store.inspect(&req.key).await.unwrap(),
+        None,
+        "nothing applied"
+    );
+    let lease = store.try_acquire(&req).await.expect("served again");
+    assert!(store.release(&lease).await.unwrap());
+}
+
+#[tokio::test]
 async fn a_read_only_replica_refuses_temporarily_with_nothing_applied() {
     let server = RedisServer::start().unwrap();
     let store = connect(server.url()).await;

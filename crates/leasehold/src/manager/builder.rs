@@ -381,6 +381,15 @@ impl LockManagerBuilder {
                     self.lock_ttl
                 ))
             })?;
+        // Every scenario's locks against the stack they go through (its own, or the manager's),
+        // at the scenario's TTL (or the manager's, for one without).
+        for scenario in self.registry.iter() {
+            let layers = self.layers.with_overrides(scenario.layer_settings());
+            let ttl = scenario.ttl.unwrap_or(self.lock_ttl);
+            layers.check_ttl(ttl).map_err(|(field, why)| {
+                Error::invalid_argument(format!("scenario `{}`: {field}: {why}", scenario.name))
+            })?;
+        }
         let lifecycle = Lifecycle::new();
         let wiring = Wiring::new(self.observers.clone(), lifecycle.clone());
         let backoff = Backoff::new(self.min_backoff, self.retry_interval);
@@ -407,13 +416,6 @@ impl LockManagerBuilder {
                 let base = base.unwrap_or_else(|| BoxStore::new(MemoryStore::new()));
                 for scenario in own_stacks {
                     let layers = self.layers.with_overrides(scenario.layer_settings());
-                    let ttl = scenario.ttl.unwrap_or(self.lock_ttl);
-                    layers.check_ttl(ttl).map_err(|(field, why)| {
-                        Error::invalid_argument(format!(
-                            "scenario `{}`: {field}: {why}",
-                            scenario.name
-                        ))
-                    })?;
                     sweep_deadline = sweep_deadline.max(deadline_of(&layers));
                     let store = assemble(&layers, base.clone(), &wiring, retry);
                     stacks.insert(

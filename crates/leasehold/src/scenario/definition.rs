@@ -265,6 +265,13 @@ impl Scenario {
                     .to_owned(),
             ));
         }
+        if self.renew == Some(false) && self.renew_every.is_some() {
+            return Err((
+                "renew_every",
+                "renewal is turned off (`renew = false`): remove `renew_every`, or turn renewal on"
+                    .to_owned(),
+            ));
+        }
         if self.renew_every.is_some_and(|every| every.is_zero()) {
             return Err((
                 "renew_every",

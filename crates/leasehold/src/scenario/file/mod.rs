@@ -240,14 +240,6 @@ fn parse(text: &str, origin: &str) -> Result<ScenarioRegistry, ScenarioError> {
         };
         scenario.ttl = ttl;
         scenario.wait = wait;
-        if let (Some(false), Some(every)) = (s.renew, &s.renew_every) {
-            return Err(invalid(
-                "renew_every",
-                every.span(),
-                "`renew = false` turns renewal off: remove `renew_every`, or `renew = false`"
-                    .to_owned(),
-            ));
-        }
         scenario.renew = s.renew.or(renew_every.map(|_| true));
         scenario.renew_every = renew_every;
         scenario.on_store_down = match s.on_store_down {
