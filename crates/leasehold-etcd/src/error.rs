@@ -162,6 +162,13 @@ pub(crate) fn map(op: Op, key: &str, address: &str, error: etcd_client::Error) -
                 ErrorKind::Connection
             }
             (_, Some(Code::Unauthenticated | Code::PermissionDenied)) => ErrorKind::StoreSetup,
+            // etcd says a wrong user or password (a password rotated since connecting, a member
+            // connected later) with InvalidArgument.
+            (etcd_client::Error::GRpcStatus(status), _)
+                if status.message().contains("authentication failed") =>
+            {
+                ErrorKind::StoreSetup
+            }
             (
                 _,
                 Some(Code::DeadlineExceeded | Code::Unavailable | Code::Cancelled | Code::Unknown),
@@ -233,6 +240,17 @@ mod tests {
             map(Op::Acquire, "k", "127.0.0.1:1", refused).kind(),
             ErrorKind::Connection
         );
+    }
+
+    #[test]
+    fn a_wrong_password_is_a_setup_error_whenever_it_is_found() {
+        let refused = status(
+            Code::InvalidArgument,
+            "etcdserver: authentication failed, invalid user ID or password",
+        );
+        let error = map(Op::Acquire, "k", "127.0.0.1:1", refused);
+        assert_eq!(error.kind(), ErrorKind::StoreSetup, "{error}");
+        assert!(error.to_string().contains("password"), "{error}");
     }
 
     #[test]
