@@ -62,6 +62,18 @@ fn leading(store: &str, name: &str, args: &[&str], script: &str) -> (Reaped, u64
     (child, term)
 }
 
+/// All `child` wrote to stderr (it has ended, or ends to give it).
+fn stderr_of(child: &mut Reaped) -> String {
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr piped")
+        .read_to_string(&mut err)
+        .unwrap();
+    err
+}
+
 fn wait_for(child: &mut Reaped) -> i32 {
     let child = &mut child.0;
     let start = Instant::now();
@@ -177,13 +189,7 @@ fn a_leader_that_loses_leadership_stops_its_command_and_exits_76() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // The next renewal finds it gone: SIGTERM to the command, exit status 76.
     assert_eq!(wait_for(&mut leader), 76);
-    let mut err = String::new();
-    leader
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut leader);
     assert!(err.contains("leadership was lost"), "{err}");
 }
 
@@ -326,13 +332,7 @@ fn a_leadership_broken_between_renewals_is_reported_when_the_command_ends() {
     std::fs::write(&done, "").unwrap();
     assert_eq!(wait_for(&mut leader), 76, "not a protected success");
     let _ = std::fs::remove_file(&done);
-    let mut err = String::new();
-    leader
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut leader);
     assert!(err.contains("no longer led `primary`"), "{err}");
 }
 

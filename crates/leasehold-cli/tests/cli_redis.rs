@@ -151,10 +151,20 @@ fn an_unreachable_store_has_its_own_status_and_names_the_address() {
 /// until it prints `ready`, breaks the lock as an operator would, and returns `run`'s exit status
 /// and stderr once it has ended.
 fn run_and_break_the_lock(options: &[&str], script: &str) -> (Option<i32>, String) {
+    run_and_break_the_lock_then("3s", options, script, || {})
+}
+
+/// [`run_and_break_the_lock`] with the lock's `ttl`, and `then` run once the lock is broken.
+fn run_and_break_the_lock_then(
+    ttl: &str,
+    options: &[&str],
+    script: &str,
+    then: impl FnOnce(),
+) -> (Option<i32>, String) {
     let server = RedisServer::start().unwrap();
     let url = server.url();
     let mut child = leasehold(&url)
-        .args(["run", "fragile", "--ttl", "3s"])
+        .args(["run", "fragile", "--ttl", ttl])
         .args(options)
         .args(["--", "sh", "-c", script])
         .stdout(Stdio::piped())
@@ -171,9 +181,10 @@ fn run_and_break_the_lock(options: &[&str], script: &str) -> (Option<i32>, Strin
         std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
         panic!("the command never started ({status}): {err}");
     }
-    // The next renewal (every ttl/3 = 1 s) finds the lock gone.
+    // The next renewal (every ttl/3) finds the lock gone.
     let out = output(leasehold(&url).args(["release", "fragile", "--force"]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    then();
     let status = child.wait().unwrap();
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
@@ -208,8 +219,6 @@ fn kill_on_lost_follows_up_with_sigkill_when_the_command_ignores_sigterm() {
 
 #[test]
 fn a_lock_broken_between_renewals_is_reported_when_the_command_ends() {
-    let server = RedisServer::start().unwrap();
-    let url = server.url();
     let gate = std::env::temp_dir().join(format!("leasehold-run-broken-{}", std::process::id()));
     let _ = std::fs::remove_file(&gate);
     // Renewals 40 s apart: only the release at the end can notice the broken lock.
@@ -217,25 +226,10 @@ fn a_lock_broken_between_renewals_is_reported_when_the_command_ends() {
         "echo ready; while [ ! -f {} ]; do sleep 0.05; done; exit 0",
         gate.display()
     );
-    let mut child = leasehold(&url)
-        .args(["run", "fragile", "--ttl", "120s", "--", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let ready = BufReader::new(stdout)
-        .lines()
-        .any(|l| l.map(|l| l.trim() == "ready").unwrap_or(false));
-    let out = output(leasehold(&url).args(["release", "fragile", "--force"]));
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    std::fs::write(&gate, "").unwrap();
-    let status = child.wait().unwrap();
+    let (status, err) =
+        run_and_break_the_lock_then("120s", &[], &script, || std::fs::write(&gate, "").unwrap());
     let _ = std::fs::remove_file(&gate);
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    assert!(ready, "the command never started: {err}");
-    assert_eq!(status.code(), Some(76), "not a protected success: {err}");
+    assert_eq!(status, Some(76), "not a protected success: {err}");
     assert!(err.contains("no longer held by this command"), "{err}");
 }
 

@@ -40,6 +40,12 @@ async fn pause(admin: &mut MultiplexedConnection, kind: &str) {
         .unwrap();
 }
 
+/// One try at `key` by a new owner, for 60 s.
+async fn take(store: &RedisStore, key: &LockKey) -> leasehold::Result<leasehold::Lease> {
+    let req = Acquire::new(key.clone(), OwnerToken::generate(), Duration::from_secs(60));
+    store.try_acquire(&req).await
+}
+
 /// A blocking attempt on `key` by a new owner, of the wait `watch` registers.
 fn blocking(key: &LockKey, watch: &ReleaseWatch) -> Acquire {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -89,14 +95,7 @@ async fn a_try_dropped_before_its_answer_leaves_nothing_held() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let next = store
-        .try_acquire(&Acquire::new(
-            key,
-            OwnerToken::generate(),
-            Duration::from_secs(60),
-        ))
-        .await
-        .expect("free again");
+    let next = take(&store, &key).await.expect("free again");
     assert!(store.release(&next).await.unwrap());
 }
 
@@ -104,14 +103,7 @@ async fn a_try_dropped_before_its_answer_leaves_nothing_held() {
 async fn a_blocking_attempt_dropped_before_its_answer_leaves_no_place_in_line() {
     let (_server, store, mut admin) = setup().await;
     let key = LockKey::dc("f1", "cancel", "line").unwrap();
-    let held = store
-        .try_acquire(&Acquire::new(
-            key.clone(),
-            OwnerToken::generate(),
-            Duration::from_secs(60),
-        ))
-        .await
-        .unwrap();
+    let held = take(&store, &key).await.unwrap();
     // A wait begins: its watch, then its first attempt, which the server applies only after the
     // caller has given up (writes wait 300 ms): the script queues the process, and nobody reads
     // the answer that says so.
@@ -162,14 +154,7 @@ async fn a_blocking_attempt_whose_answer_is_lost_leaves_no_place_in_line() {
     .await
     .expect("connect");
     let key = LockKey::dc("f1", "cancel", "lost").unwrap();
-    let held = holder
-        .try_acquire(&Acquire::new(
-            key.clone(),
-            OwnerToken::generate(),
-            Duration::from_secs(60),
-        ))
-        .await
-        .unwrap();
+    let held = take(&holder, &key).await.unwrap();
     // The wait's attempt runs only after its reply was given up for lost (writes wait 300 ms):
     // the script queues the process, and no answer says so.
     let watch = store.watch(&key).await;
@@ -184,13 +169,6 @@ async fn a_blocking_attempt_whose_answer_is_lost_leaves_no_place_in_line() {
     until_line_empty(&mut admin, &key, "the lost attempt's place").await;
     // So the key is free for a try the moment its holder lets go.
     assert!(holder.release(&held).await.unwrap());
-    let next = holder
-        .try_acquire(&Acquire::new(
-            key,
-            OwnerToken::generate(),
-            Duration::from_secs(60),
-        ))
-        .await
-        .expect("free: nobody is in line");
+    let next = take(&holder, &key).await.expect("free: nobody is in line");
     assert!(holder.release(&next).await.unwrap());
 }
