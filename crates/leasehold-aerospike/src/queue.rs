@@ -283,7 +283,13 @@ impl AerospikeStore {
         let fresh = known_head.is_none();
         let line = match known_head {
             Some(line) => line,
-            None => self.enter(req, &queue_key).await?,
+            None => {
+                // Marked before the write: an entry whose reply is lost, or whose caller stops
+                // waiting before it (the wait's deadline), may have taken the place, and the
+                // wait's end must then leave it; leaving a place never taken changes nothing.
+                waiting.attempted(key, true, None);
+                self.enter(req, &queue_key).await?
+            }
         };
         let now = now_us();
         let ahead = line.ahead_of(me, now);

@@ -586,3 +586,68 @@ async fn tokens_stay_above_every_earlier_one_after_the_node_lost_its_data() {
         "{after} after {before:?}: from the clock, not from 1"
     );
 }
+
+/// A blocking attempt whose entry in the line the caller stops waiting for (its wait's deadline)
+/// leaves the line when its wait ends, once the entry has landed: a try by another process then
+/// gets the free key at once, instead of being refused behind the place for the waiter timeout.
+#[tokio::test]
+async fn a_blocking_attempt_abandoned_during_its_entry_leaves_the_line_with_its_wait() {
+    use leasehold::core::{ReleaseWatch, Wait};
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let fair = || {
+        AerospikeConfig::new(fixture.host_string(), "test", FARM)
+            .max_error_rate(0)
+            .total_timeout(Duration::from_secs(2))
+    };
+    let holder = AerospikeStore::connect(fair()).await.unwrap();
+    let waiter = AerospikeStore::connect(fair()).await.unwrap();
+    let held = holder
+        .try_acquire(&acquire("abandoned-entry", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let queue_digest = Key::new(
+        "test",
+        leasehold_aerospike::layout::queue_set("DC#farm1#distributed_lock"),
+        Value::from("orders#abandoned-entry"),
+    )
+    .unwrap()
+    .digest();
+    // The entry waits in the fixture until released: the caller gives up first.
+    fixture
+        .faults()
+        .inject(Fault::Hold, Target::DigestTimes(queue_digest, 1));
+    let watch: ReleaseWatch = waiter.watch(held.key()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let req = acquire("abandoned-entry", Duration::from_secs(30))
+        .with_wait(Some(Wait::new(deadline, watch.waiter())));
+    let dropped = tokio::time::timeout(Duration::from_millis(100), waiter.acquire(&req)).await;
+    assert!(dropped.is_err(), "the caller stopped waiting");
+    // The held entry lands; then the wait ends.
+    fixture.faults().release_held();
+    let landed = tokio::time::Instant::now() + Duration::from_secs(1);
+    while fixture.faults().held() > 0 {
+        assert!(
+            tokio::time::Instant::now() < landed,
+            "the entry was applied"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(watch);
+    assert!(holder.release(&held).await.unwrap());
+    // Well inside the 5 s waiter timeout, a try gets the free key.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
+    let next = loop {
+        match holder
+            .try_acquire(&acquire("abandoned-entry", Duration::from_secs(30)))
+            .await
+        {
+            Ok(lease) => break lease,
+            Err(e) if e.is_unavailable() && tokio::time::Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("the abandoned place still holds the line: {e}"),
+        }
+    };
+    assert!(holder.release(&next).await.unwrap());
+}
