@@ -369,3 +369,38 @@ async fn a_shutdown_sweeps_every_scenario_stack_at_once_and_names_what_each_left
     );
     drop((feed, poll));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_store_that_refuses_to_the_end_times_out_and_never_proceeds_without_the_lock() {
+    let registry = ScenarioRegistry::new()
+        .with(
+            Scenario::new("feed")
+                .keys("feed-*")
+                .wait(Duration::from_millis(300))
+                .on_store_down(StoreDownPolicy::Proceed),
+        )
+        .unwrap();
+    let store = ScriptedStore::new();
+    // Every answer takes 50 ms (a remote store), and every one refuses: the key is held. The
+    // last look, at the deadline, gets a backoff step (10 ms), less than an answer takes.
+    for _ in 0..100 {
+        // The delay starts when the attempt is sent.
+        let answer_time = async { tokio::time::sleep(Duration::from_millis(50)).await };
+        store.expect_acquire_after(answer_time, |_| Ok(Attempt::refused()));
+    }
+    for _ in 0..10 {
+        store.expect_release(Ok(false));
+    }
+    let (locks, events, _) = manager(&store, registry);
+    let err = locks.acquire("feed-1").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let proceeded = events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, LockEvent::ProceededWithoutLock { .. }));
+    assert!(
+        !proceeded,
+        "ran without the lock while another owner held it"
+    );
+}

@@ -38,6 +38,9 @@ struct BeforeWait {
     /// No try was made: this process has a place in the store's line for the key
     /// ([`LockStore::is_in_line_here`]).
     in_store_line: bool,
+    /// How long the first try took to be answered (zero without one): what the store's answers
+    /// take, for telling a slow answer at the deadline from a store that stopped answering.
+    answered_in: Duration,
 }
 
 impl LockManager {
@@ -176,11 +179,15 @@ impl LockManager {
         let in_store_line = !behind_others && handle.store.is_in_line_here(&plan.key);
         let skip_try = (behind_others || in_store_line) && !self.is_reentrant(plan);
         let in_store_line = in_store_line && skip_try;
+        let mut answered_in = Duration::ZERO;
         if skip_try {
             *attempts = 0;
         } else {
             let first = try_once();
-            match self.attempt_outside_line(handle, &first).await {
+            let sent = Instant::now();
+            let answer = self.attempt_outside_line(handle, &first).await;
+            answered_in = sent.elapsed();
+            match answer {
                 Ok(Attempt::Refused { .. }) => {}
                 Err(e) if is_store_down(e.kind()) => {
                     if may_have_applied(&e) {
@@ -200,6 +207,7 @@ impl LockManager {
             down,
             in_doubt,
             in_store_line,
+            answered_in,
         };
         Box::pin(self.wait(plan, started, deadline, before, attempts)).await
     }
@@ -256,7 +264,10 @@ impl LockManager {
             mut down,
             mut in_doubt,
             in_store_line,
+            answered_in,
         } = before;
+        // The slowest answer of this wait so far (see `silent`).
+        let mut slowest = answered_in;
         let handle = &plan.handle;
         if down.is_some() {
             // The store is down: its first backoff step before the next attempt, as in the loop
@@ -283,7 +294,12 @@ impl LockManager {
         // store keeps the process in its line while any of them waits).
         // Every store call of the wait ends at its deadline (see `by_deadline`).
         let grace = self.inner.config.backoff.shortest();
+        let registering = Instant::now();
         let Some(store) = by_deadline(deadline, grace, handle.store.watch(&plan.key)).await else {
+            if down.is_none() && !silent(registering, slowest, grace) {
+                // Only the deadline came: the key was held at the last answer.
+                return Err(gave_up(plan, None, started, *attempts));
+            }
             let failures = down.as_ref().map_or(0, |(_, n)| *n);
             let cut = Error::connection(
                 "the store had not answered the registration for its release notifications when \
@@ -376,8 +392,16 @@ impl LockManager {
                     .with_trace(plan.trace)
                     .with_announce(plan.announce);
                 *attempts += 1;
+                let sent = Instant::now();
                 let Some(answer) = by_deadline(deadline, grace, self.attempt(handle, &req)).await
                 else {
+                    if down.is_none() && !silent(sent, slowest, grace) {
+                        // A look at the deadline that a slow store could not answer in time
+                        // (it is undone like any attempt cut off): the key was held at the last
+                        // answer, so the wait timed out. Never "the store is down", which a
+                        // scenario may proceed without the lock on.
+                        return Err(gave_up(plan, None, started, *attempts));
+                    }
                     let failures = down.as_ref().map_or(0, |(_, n)| *n) + 1;
                     let cut = Error::in_doubt(
                         "the store had not answered the last attempt when the wait's deadline \
@@ -386,6 +410,7 @@ impl LockManager {
                     );
                     return Err(gave_up(plan, Some((cut, failures)), started, *attempts));
                 };
+                slowest = slowest.max(sent.elapsed());
                 match answer {
                     Ok(Attempt::Refused { retry_after }) => {
                         down = None;
@@ -552,6 +577,14 @@ async fn by_deadline<T>(
 ) -> Option<T> {
     let end = deadline.max(Instant::now() + grace);
     tokio::time::timeout_at(end, call).await.ok()
+}
+
+/// Whether a store call cut off at the wait's deadline, sent at `sent`, says the store stopped
+/// answering: it went unanswered for longer than twice the slowest answer of the wait (and a
+/// backoff step, `grace`). A call begun near the deadline that a slow store (a remote one, a
+/// pause) would have answered in its usual time says nothing of the store.
+fn silent(sent: Instant, slowest: Duration, grace: Duration) -> bool {
+    sent.elapsed() > slowest.saturating_mul(2).saturating_add(grace)
 }
 
 /// The error of a wait that ran out: the store's last error if it was down at the end (its kind,

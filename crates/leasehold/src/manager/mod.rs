@@ -79,7 +79,12 @@ impl LockManager {
     /// member, a partition): every store request of the wait ends at the deadline (or, begun at
     /// it, one shortest backoff step after it began), and an attempt cut off there is undone in
     /// the background (an owner-checked release of its own token). The error is then a store
-    /// error ([`InDoubt`](crate::ErrorKind::InDoubt) for a cut attempt), as below. Only the first
+    /// error ([`InDoubt`](crate::ErrorKind::InDoubt) for a cut attempt), as below, if the store
+    /// stopped answering: the request went unanswered for longer than twice the slowest answer
+    /// of the wait (plus that backoff step). A look at the deadline that a slow store could not
+    /// answer in its usual time ends the wait as the last answer left it: a `Timeout` after
+    /// refusals, never "the store is down" (which a scenario may proceed without the lock on).
+    /// Only the first
     /// attempt, a plain try, always gets its answer, bounded by the store's own request timeout
     /// as a [`try_lock`](Self::try_lock) is, so that a wait shorter than a round trip still asks
     /// once.
