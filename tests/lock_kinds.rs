@@ -457,3 +457,42 @@ async fn every_kind_has_a_with_form_that_keeps_its_kind_and_honours_the_options(
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
 }
+
+#[tokio::test]
+async fn with_hand_off_a_writers_release_reaches_a_waiting_reader() {
+    use leasehold::layers::LocalCompetitionLayer;
+    let locks = LockManager::builder()
+        .client_id("kinds")
+        .farm_id("f1")
+        .local_competition(LocalCompetitionLayer::new().hand_off(true))
+        .build()
+        .unwrap();
+    let writer = locks.try_lock("catalog").await.unwrap();
+    let reader = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            let opts = LockOptions::new()
+                .holder(Holder::new())
+                .wait(Duration::from_secs(5));
+            locks.read_with("catalog", opts).await
+        })
+    };
+    // The reader waits behind the writer.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !reader.is_finished(),
+        "the reader waits while the writer holds"
+    );
+    // The writer's lease, offered to this process's waiters, is no use to a reader: it goes
+    // back to the store, and the reader gets the key at once, not after its wait.
+    let released = Instant::now();
+    assert!(writer.release().await.unwrap());
+    let read = tokio::time::timeout(Duration::from_secs(2), reader)
+        .await
+        .expect("the reader got the key long before its 5 s wait ran out")
+        .unwrap()
+        .expect("a read hold");
+    assert!(released.elapsed() < Duration::from_secs(2));
+    assert_eq!(read.mode(), LockMode::Shared);
+    read.release().await.unwrap();
+}

@@ -429,9 +429,35 @@ impl<S: LockStore> LocalCompetition<S> {
         self.cache.get(key);
     }
 
+    /// A writer's lease offered to this process's waiters (hand-off) is of no use to a reader or
+    /// a permit, which the store would refuse while it lasts: it goes back to the store first
+    /// (in a task of its own, so a caller that stops waiting cannot leave it held), and the
+    /// shared request then asks the store like any other.
+    async fn decline_offer(&self, key: &LockKey) {
+        let Some(slot) = self.kept.in_use(key).or_else(|| self.cache.get(key)) else {
+            return;
+        };
+        let offered = {
+            let mut st = slot.lock();
+            match st.take(Instant::now()) {
+                Some(Local::Offered { lease, .. }) => Some(lease),
+                other => {
+                    let _ = st.set(other);
+                    None
+                }
+            }
+        };
+        if let Some(lease) = offered {
+            if let Some(released) = release_in_background(&self.inner, &self.lifecycle, lease) {
+                let _ = released.await;
+            }
+        }
+    }
+
     /// Readers and semaphore permits: many hold at once, so no one-at-a-time entry, but a permit
     /// request fails fast, with no store I/O, when this process already holds every permit.
     async fn acquire_shared(&self, req: &Acquire) -> Result<Attempt> {
+        self.decline_offer(&req.key).await;
         let Some(permits) = req.mode.permits() else {
             return self.inner.acquire(req).await;
         };
@@ -590,7 +616,11 @@ impl<S: LockStore> Drop for Undo<'_, S> {
 
 /// Releases a store lease nobody will use (owner-checked, so harmless if it is gone already),
 /// tracked by the lifecycle so a shutdown can wait for it.
-fn release_in_background<S: LockStore>(inner: &Arc<S>, lifecycle: &Lifecycle, lease: Lease) {
+fn release_in_background<S: LockStore>(
+    inner: &Arc<S>,
+    lifecycle: &Lifecycle,
+    lease: Lease,
+) -> Option<tokio::task::JoinHandle<()>> {
     let inner = inner.clone();
     let key = lease.key().clone();
     let spawned = lifecycle.spawn(async move {
@@ -602,6 +632,7 @@ fn release_in_background<S: LockStore>(inner: &Arc<S>, lifecycle: &Lifecycle, le
     if spawned.is_none() {
         tracing::warn!(%key, "unused hand-off outside a runtime; the lock expires at its TTL");
     }
+    spawned
 }
 
 #[cfg(test)]
