@@ -496,3 +496,48 @@ async fn with_hand_off_a_writers_release_reaches_a_waiting_reader() {
     assert_eq!(read.mode(), LockMode::Shared);
     read.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_handed_off_lease_has_the_ttl_its_taker_asked_for() {
+    use leasehold::layers::LocalCompetitionLayer;
+    let locks = LockManager::builder()
+        .client_id("kinds")
+        .farm_id("f1")
+        .renewal(false)
+        .local_competition(LocalCompetitionLayer::new().hand_off(true))
+        .build()
+        .unwrap();
+    let long = locks
+        .try_lock_with("job", LockOptions::new().ttl(Duration::from_secs(90)))
+        .await
+        .unwrap();
+    let taker = {
+        let locks = locks.clone();
+        tokio::spawn(async move {
+            let opts = LockOptions::new()
+                .holder(Holder::new())
+                .ttl(Duration::from_secs(2))
+                .wait(Duration::from_secs(5));
+            locks.lock_with("job", opts).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(long.release().await.unwrap());
+    let taken = tokio::time::timeout(Duration::from_secs(2), taker)
+        .await
+        .expect("handed off")
+        .unwrap()
+        .unwrap();
+    assert_eq!(taken.lease().ttl(), Duration::from_secs(2));
+    let left = locks
+        .inspect("job")
+        .await
+        .unwrap()
+        .and_then(|info| info.ttl_remaining)
+        .expect("held, with a TTL");
+    assert!(
+        left <= Duration::from_secs(2),
+        "a crash would leave the key held for {left:?}"
+    );
+    taken.release().await.unwrap();
+}

@@ -10,16 +10,18 @@ use super::entry::{Local, Run, Slot};
 use super::{release_in_background, LocalCompetition, Released, Undo};
 
 impl<S: LockStore> LocalCompetition<S> {
-    /// Takes a lease a local holder left for this waiter, extending it first if less than half
-    /// of the requested TTL is left. On error or cancellation the slot is freed and the lease
-    /// released.
+    /// Takes a lease a local holder left for this waiter: as it is when it was taken for the
+    /// TTL this waiter asks for and has at least half of it left; else extended to that TTL
+    /// first (so a waiter asking for 2 s never gets the 90 s its predecessor asked for, which a
+    /// crash would leave the key held for). On error or cancellation the slot is freed and the
+    /// lease released.
     pub(super) async fn take_offer(
         &self,
         req: &Acquire,
         lease: Lease,
         slot: &Slot,
     ) -> Result<Attempt> {
-        if lease.remaining() >= req.ttl / 2 {
+        if lease.ttl() == req.ttl && lease.remaining() >= req.ttl / 2 {
             return Ok(Attempt::Granted(lease));
         }
         let mut undo = Undo::new(self, slot, lease.token().clone());
