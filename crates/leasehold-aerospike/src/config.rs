@@ -515,6 +515,12 @@ impl AerospikeConfig {
                 "Aerospike timeouts must be greater than zero",
             ));
         }
+        if self.max_conns_per_node == 0 {
+            return Err(Error::invalid_argument(
+                "max_conns_per_node must be at least 1: with no connection a node can be sent \
+                 nothing (the default is 256)",
+            ));
+        }
         if self.waiter_timeout < Duration::from_millis(100) {
             return Err(Error::invalid_argument(format!(
                 "waiter timeout {:?} is too short: a waiting process must be able to ask again \
@@ -585,6 +591,9 @@ mod tests {
         let err = base().retry_budget(Duration::MAX).validate().unwrap_err();
         assert!(err.to_string().contains("30 days"), "{err}");
         assert!(base().retry_budget(MAX_TTL).validate().is_ok());
+        let err = base().max_conns_per_node(0).validate().unwrap_err();
+        assert_eq!(err.kind(), leasehold_core::ErrorKind::InvalidArgument);
+        assert!(err.to_string().contains("max_conns_per_node"), "{err}");
     }
 
     #[test]

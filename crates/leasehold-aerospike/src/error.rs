@@ -45,7 +45,8 @@ pub(crate) enum Class {
 }
 
 /// Server answers that mean "not applied, and the cluster is in flux": the request can succeed
-/// once the cluster has re-formed (or the key cooled down).
+/// once the cluster has re-formed (or the key cooled down, or the node has room again: out of
+/// space or memory, `SERVER_MEM_ERROR`, as under stop-writes; a key busy with XDR shipping).
 fn transient_code(code: ResultCode) -> bool {
     matches!(
         code,
@@ -54,6 +55,8 @@ fn transient_code(code: ResultCode) -> bool {
             | ResultCode::Timeout
             | ResultCode::KeyBusy
             | ResultCode::DeviceOverload
+            | ResultCode::ServerMemError
+            | ResultCode::XdrKeyBusy
     )
 }
 
@@ -147,9 +150,12 @@ pub(crate) fn transient_reason(error: &aerospike::Error) -> &'static str {
     }
     if matches!(
         error.server_result_code(),
-        Some(ResultCode::KeyBusy | ResultCode::DeviceOverload)
+        Some(ResultCode::KeyBusy | ResultCode::DeviceOverload | ResultCode::XdrKeyBusy)
     ) {
         return "the node is overloaded";
+    }
+    if matches!(error.server_result_code(), Some(ResultCode::ServerMemError)) {
+        return "the node is out of space or memory (stop-writes)";
     }
     let mut cur = Some(error);
     while let Some(e) = cur {
@@ -215,6 +221,13 @@ pub(crate) fn map(op: &str, key: &str, seeds: &str, error: aerospike::Error) -> 
             format!(
                 "{at} refused the {op}: the user's roles do not allow it (it needs read-write on \
                  the lock sets)"
+            ),
+        ),
+        Class::Server(ResultCode::FailForbidden) => (
+            ErrorKind::StoreSetup,
+            format!(
+                "{at} refused the {op} (FORBIDDEN): a namespace with `nsup-period` 0 refuses \
+                 writes with a TTL; set `nsup-period` (e.g. 120) on the namespace"
             ),
         ),
         Class::Server(ResultCode::InvalidNamespace) => (

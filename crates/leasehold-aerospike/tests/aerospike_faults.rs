@@ -651,3 +651,37 @@ async fn a_blocking_attempt_abandoned_during_its_entry_leaves_the_line_with_its_
     };
     assert!(holder.release(&next).await.unwrap());
 }
+
+/// A node out of space (stop-writes) or with the key busy shipping to XDR refuses before it
+/// applies anything: temporary, retried within the budget. A namespace that refuses writes with
+/// a TTL (`FORBIDDEN`: `nsup-period` 0) is a setup error that says what to set.
+#[tokio::test]
+async fn refusals_for_room_are_temporary_and_a_forbidden_ttl_says_what_to_set() {
+    let (fixture, store) = setup().await;
+    let short = AerospikeStore::connect(config(&fixture).retry_budget(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    for (code, entity) in [(8, "out-of-space"), (32, "xdr-busy")] {
+        let fault = fixture
+            .faults()
+            .inject(Fault::ResultCode(code), Target::Digest(lock_digest(entity)));
+        let err = short
+            .try_acquire(&acquire(entity, Duration::from_secs(30)))
+            .await
+            .unwrap_err();
+        assert!(err.is_temporary(), "{code}: {err}");
+        fixture.faults().remove(fault);
+        assert_eq!(store.inspect(&key(entity)).await.unwrap(), None, "{code}");
+    }
+    let fault = fixture.faults().inject(
+        Fault::ResultCode(22),
+        Target::Digest(lock_digest("forbidden")),
+    );
+    let err = short
+        .try_acquire(&acquire("forbidden", Duration::from_secs(30)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreSetup, "{err}");
+    assert!(err.to_string().contains("nsup-period"), "{err}");
+    fixture.faults().remove(fault);
+}
