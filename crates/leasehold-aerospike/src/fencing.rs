@@ -71,14 +71,20 @@ impl AerospikeStore {
     }
 
     /// The fence counter's unconditional increment (from the server's clock when the counter is
-    /// absent), retried whatever happened to it: applied twice, it only leaves a gap. It leaves
-    /// the record's owner as it was: the token is ours only once the lock record carries it (step
-    /// 3 of the verified steps).
+    /// absent), retried whatever happened to it: applied twice, it only leaves a gap. It clears
+    /// the counter's owner: the token is ours only once the lock record carries it (step 3 of the
+    /// verified steps), and the counter is no longer the token of the owner it had — a holder
+    /// whose token came from the checked step, which `inspect` would otherwise credit with this
+    /// increment (a stale acquirer's, that then fails).
     pub(crate) async fn next_fence(&self, req: &Acquire) -> Result<u64> {
         let fence_key = self.fence_key(&req.key)?;
         let mut policy = self.write_policy(self.inner.config.commit_levels.acquire);
         policy.expiration = fence_expiration(req);
-        let ops = [increment(), operations::get_bin(COUNTER_BIN)];
+        let ops = [
+            increment(),
+            operations::put(&as_bin!(OWNER_BIN, Value::Nil)),
+            operations::get_bin(COUNTER_BIN),
+        ];
         let record = self
             .retrying("fence", &req.key, true, || {
                 self.inner.client.operate(&policy, &fence_key, &ops)

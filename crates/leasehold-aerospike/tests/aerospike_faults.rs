@@ -377,15 +377,23 @@ async fn fencing_tokens_grow_in_hold_order_when_an_acquirer_pauses_between_its_s
         let info = b.inspect(&key(entity)).await.unwrap().unwrap();
         assert_eq!(info.fencing_token, Some(token_b), "{step}");
         holders.push(("B", token_b));
-        assert!(b.release(&lease_b).await.unwrap());
 
-        // A resumes: its acquisition fails, and nothing of A's is held.
+        // A resumes while B holds: its acquisition fails, and what the record says of B's token
+        // is never the counter A's steps moved on.
         fixture.faults().release_held();
         let err = paused
             .await
             .unwrap()
             .expect_err("A lost its record while paused");
         assert_eq!(err.kind(), ErrorKind::LockUnavailable, "{step}: {err}");
+        let info = b.inspect(&key(entity)).await.unwrap().expect("B holds");
+        assert!(info.is_owned_by(lease_b.token()), "{step}");
+        assert!(
+            info.fencing_token.is_none_or(|t| t == token_b),
+            "{step}: B holds {token_b}, inspect says {:?}",
+            info.fencing_token
+        );
+        assert!(b.release(&lease_b).await.unwrap());
         assert_eq!(b.inspect(&key(entity)).await.unwrap(), None, "{step}");
         assert_eq!(fixture.faults().pending(), 0, "{step}: every rule was used");
 
