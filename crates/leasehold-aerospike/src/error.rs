@@ -226,8 +226,9 @@ pub(crate) fn map(op: &str, key: &str, seeds: &str, error: aerospike::Error) -> 
         Class::Server(ResultCode::FailForbidden) => (
             ErrorKind::StoreSetup,
             format!(
-                "{at} refused the {op} (FORBIDDEN): a namespace with `nsup-period` 0 refuses \
-                 writes with a TTL; set `nsup-period` (e.g. 120) on the namespace"
+                "{at} refused the {op} (FORBIDDEN): most often a namespace with `nsup-period` 0, \
+                 which refuses writes with a TTL (set `nsup-period`, e.g. 120); also a set at its \
+                 stop-writes limit, a truncation in progress, or clock skew between nodes"
             ),
         ),
         Class::Server(ResultCode::InvalidNamespace) => (

@@ -38,9 +38,10 @@ struct BeforeWait {
     /// No try was made: this process has a place in the store's line for the key
     /// ([`LockStore::is_in_line_here`]).
     in_store_line: bool,
-    /// How long the first try took to be answered (zero without one): what the store's answers
-    /// take, for telling a slow answer at the deadline from a store that stopped answering.
-    answered_in: Duration,
+    /// How long the first try took to be answered (`None` without a try, or when it failed):
+    /// what the store's answers take, for telling a slow answer at the deadline from a store
+    /// that stopped answering.
+    answered_in: Option<Duration>,
 }
 
 impl LockManager {
@@ -179,14 +180,16 @@ impl LockManager {
         let in_store_line = !behind_others && handle.store.is_in_line_here(&plan.key);
         let skip_try = (behind_others || in_store_line) && !self.is_reentrant(plan);
         let in_store_line = in_store_line && skip_try;
-        let mut answered_in = Duration::ZERO;
+        let mut answered_in = None;
         if skip_try {
             *attempts = 0;
         } else {
             let first = try_once();
             let sent = Instant::now();
             let answer = self.attempt_outside_line(handle, &first).await;
-            answered_in = sent.elapsed();
+            if answer.is_ok() {
+                answered_in = Some(sent.elapsed());
+            }
             match answer {
                 Ok(Attempt::Refused { .. }) => {}
                 Err(e) if is_store_down(e.kind()) => {
@@ -307,6 +310,7 @@ impl LockManager {
             );
             return Err(gave_up(plan, Some((cut, failures)), started, *attempts));
         };
+        slowest = slowest.max(Some(registering.elapsed()));
         // A call in the store's line waits for its word first (below): listened for from the
         // registration on, so a turn given before the wait begins is not missed.
         let early = store.notify().notified();
@@ -410,7 +414,9 @@ impl LockManager {
                     );
                     return Err(gave_up(plan, Some((cut, failures)), started, *attempts));
                 };
-                slowest = slowest.max(sent.elapsed());
+                if answer.is_ok() {
+                    slowest = slowest.max(Some(sent.elapsed()));
+                }
                 match answer {
                     Ok(Attempt::Refused { retry_after }) => {
                         down = None;
@@ -580,11 +586,14 @@ async fn by_deadline<T>(
 }
 
 /// Whether a store call cut off at the wait's deadline, sent at `sent`, says the store stopped
-/// answering: it went unanswered for longer than twice the slowest answer of the wait (and a
-/// backoff step, `grace`). A call begun near the deadline that a slow store (a remote one, a
-/// pause) would have answered in its usual time says nothing of the store.
-fn silent(sent: Instant, slowest: Duration, grace: Duration) -> bool {
-    sent.elapsed() > slowest.saturating_mul(2).saturating_add(grace)
+/// answering: it went unanswered for longer than twice the slowest answer of the wait (`None`:
+/// none answered yet, so nothing says how long an answer takes) and a backoff step, `grace`. A
+/// call begun near the deadline that a slow store (a remote one, a pause) would have answered in
+/// its usual time says nothing of the store; nor does one when no answer was timed: failing
+/// closed, the wait ends as a timeout, never as "the store is down", which a scenario may
+/// proceed without the lock on.
+fn silent(sent: Instant, slowest: Option<Duration>, grace: Duration) -> bool {
+    slowest.is_some_and(|slowest| sent.elapsed() > slowest.saturating_mul(2).saturating_add(grace))
 }
 
 /// The error of a wait that ran out: the store's last error if it was down at the end (its kind,
@@ -616,4 +625,23 @@ fn gave_up(plan: &Plan, down: Option<(Error, u32)>, started: Instant, attempts: 
         ),
     )
     .with_key(plan.key.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_call_unanswered_far_past_the_usual_answer_says_the_store_is_silent() {
+        let grace = Duration::from_millis(10);
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        // Answers took 50 ms: 100 ms unanswered is within twice that and a step.
+        assert!(!silent(sent, Some(Duration::from_millis(50)), grace));
+        // Answers took 1 ms: 100 ms unanswered is far past them.
+        assert!(silent(sent, Some(Duration::from_millis(1)), grace));
+        // Nothing answered yet (a waiter behind others, whose first attempt meets the
+        // deadline): no evidence either way, so never "silent".
+        assert!(!silent(sent, None, grace));
+    }
 }
