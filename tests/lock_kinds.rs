@@ -541,3 +541,27 @@ async fn a_handed_off_lease_has_the_ttl_its_taker_asked_for() {
     );
     taken.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn another_permit_count_is_a_mode_conflict_even_when_every_permit_is_held_here() {
+    let locks = manager();
+    let a = locks.try_semaphore("pool", 2).await.unwrap();
+    let b = locks
+        .try_semaphore_with("pool", 2, LockOptions::new().holder(Holder::new()))
+        .await
+        .unwrap();
+    // Every permit of semaphore(2) is held here: a caller asking for semaphore(1) is told the
+    // count is wrong, not refused from memory (which would make a blocking call wait it out).
+    let err = locks
+        .semaphore_with(
+            "pool",
+            1,
+            LockOptions::new()
+                .holder(Holder::new())
+                .wait(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ModeConflict, "{err}");
+    drop((a, b));
+}

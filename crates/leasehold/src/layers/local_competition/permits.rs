@@ -13,10 +13,11 @@ use std::time::Duration;
 use crate::core::{Acquire, Lease, OwnerToken};
 use crate::KeyMap;
 
-/// Live permits this process holds, per key.
+/// Live permits this process holds, per key: each permit's token, local expiry, and the
+/// semaphore's permit count it was taken under.
 #[derive(Debug, Default)]
 pub(super) struct LocalPermits {
-    held: KeyMap<Vec<(OwnerToken, Instant)>>,
+    held: KeyMap<Vec<(OwnerToken, Instant, u32)>>,
 }
 
 impl LocalPermits {
@@ -25,26 +26,29 @@ impl LocalPermits {
     pub(super) fn all_held(&self, req: &Acquire, permits: u32) -> Option<Duration> {
         let mut held = self.held.get_mut(&req.key)?;
         let now = Instant::now();
-        held.retain(|(_, expires_at)| now < *expires_at);
-        if held.len() < permits as usize {
+        held.retain(|(_, expires_at, _)| now < *expires_at);
+        // Asked with another permit count than the one held: the store answers that (a mode
+        // conflict), not a refusal from memory that would make a blocking caller wait its wait.
+        if held.len() < permits as usize || held.iter().any(|(_, _, count)| *count != permits) {
             return None;
         }
-        let soonest = held.iter().map(|(_, at)| *at).min().unwrap_or(now);
+        let soonest = held.iter().map(|(_, at, _)| *at).min().unwrap_or(now);
         Some(soonest - now)
     }
 
     /// Records a permit the store granted.
     pub(super) fn granted(&self, lease: &Lease) {
-        self.held
-            .entry(lease.key().clone())
-            .or_default()
-            .push((lease.token().clone(), lease.expires_at()));
+        self.held.entry(lease.key().clone()).or_default().push((
+            lease.token().clone(),
+            lease.expires_at(),
+            lease.mode().permits().unwrap_or(0),
+        ));
     }
 
     /// Moves a permit's local expiry after an extend.
     pub(super) fn extended(&self, lease: &Lease) {
         if let Some(mut held) = self.held.get_mut(lease.key()) {
-            if let Some(entry) = held.iter_mut().find(|(token, _)| token == lease.token()) {
+            if let Some(entry) = held.iter_mut().find(|(token, ..)| token == lease.token()) {
                 entry.1 = lease.expires_at();
             }
         }
@@ -53,7 +57,7 @@ impl LocalPermits {
     /// Forgets a permit (released, or no longer ours).
     pub(super) fn forget(&self, lease: &Lease) {
         self.held.remove_if_mut(lease.key(), |_, held| {
-            held.retain(|(token, _)| token != lease.token());
+            held.retain(|(token, ..)| token != lease.token());
             held.is_empty()
         });
     }
