@@ -941,3 +941,23 @@ async fn a_waiter_tries_again_when_the_holders_lease_runs_out() {
     drop(abandoned);
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn after_shutdown_a_guard_without_renewal_is_no_longer_held() {
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .build()
+        .unwrap();
+    let guard = locks
+        .try_lock_with("k", LockOptions::new().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(guard.is_held());
+    assert_eq!(locks.shutdown().await.unwrap(), 1, "released at shutdown");
+    assert!(!guard.is_held(), "its lock was released by the shutdown");
+    let lost = tokio::time::timeout(Duration::from_secs(1), guard.lost())
+        .await
+        .expect("lost() resolves at shutdown, not at the 30 s TTL");
+    assert_eq!(lost.kind(), ErrorKind::NotHeld, "{lost}");
+}

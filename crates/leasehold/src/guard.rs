@@ -173,19 +173,23 @@ impl LockGuard {
     /// the store's. Once `false`, it stays `false`: a renewal read after the expiry gives the
     /// lock up, and [`extend`](Self::extend) refuses.
     ///
+    /// It is `false` too once the manager has shut down
+    /// ([`LockManager::shutdown`](crate::LockManager::shutdown)): its locks were released by
+    /// graceful shutdown, or are left to expire, and either way no longer protect work.
+    ///
     /// A reentrant guard (a holder taking a key it holds already) reports its own copy of the
     /// held lease: with the outer guard renewed and the inner one not, the inner turns `false`
     /// at its copy's expiry while the key is still held. Check the outer guard, or take the
     /// inner one with renewal too.
     pub fn is_held(&self) -> bool {
-        self.state.is_held()
+        self.state.is_held() && !self.handle.lifecycle.is_closing()
     }
 
     /// Resolves when the lock is lost (like etcd's session `Done()`), with an
     /// [`ErrorKind::NotHeld`](crate::core::ErrorKind::NotHeld) error saying why: renewal found it
     /// taken or gone, the store stayed unreachable until the lease expired, or the lease's local
-    /// expiry passed with no renewal that moved it (without renewal, that is its TTL). Never
-    /// resolves while [`is_held`](Self::is_held) is `true`.
+    /// expiry passed with no renewal that moved it (without renewal, that is its TTL), or the
+    /// manager shut down. Never resolves while [`is_held`](Self::is_held) is `true`.
     ///
     /// ```no_run
     /// # async fn demo(locks: leasehold::LockManager) -> leasehold::Result<()> {
@@ -198,7 +202,14 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) -> Error {
-        self.state.lost(self.renewer.is_none()).await
+        tokio::select! {
+            lost = self.state.lost(self.renewer.is_none()) => lost,
+            () = self.handle.lifecycle.closing() => Error::not_held(
+                "the lock manager shut down: its locks were released (graceful shutdown) or are \
+                 left to expire",
+            )
+            .with_key(self.acquired.key().as_str()),
+        }
     }
 
     /// Resets the lease's TTL to `ttl`, only if the lock is still ours
