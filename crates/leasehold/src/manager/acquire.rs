@@ -299,16 +299,17 @@ impl LockManager {
         let grace = self.inner.config.backoff.shortest();
         let registering = Instant::now();
         let Some(store) = by_deadline(deadline, grace, handle.store.watch(&plan.key)).await else {
-            if down.is_none() && !silent(registering, slowest, grace) {
-                // Only the deadline came: the key was held at the last answer.
-                return Err(gave_up(plan, None, started, *attempts));
-            }
-            let failures = down.as_ref().map_or(0, |(_, n)| *n);
             let cut = Error::connection(
                 "the store had not answered the registration for its release notifications when \
                  the wait's deadline came",
             );
-            return Err(gave_up(plan, Some((cut, failures)), started, *attempts));
+            let silent = silent(registering, slowest, grace);
+            return Err(gave_up(
+                plan,
+                after_cut(down, silent, cut, 0),
+                started,
+                *attempts,
+            ));
         };
         slowest = slowest.max(Some(registering.elapsed()));
         // A call in the store's line waits for its word first (below): listened for from the
@@ -399,20 +400,19 @@ impl LockManager {
                 let sent = Instant::now();
                 let Some(answer) = by_deadline(deadline, grace, self.attempt(handle, &req)).await
                 else {
-                    if down.is_none() && !silent(sent, slowest, grace) {
-                        // A look at the deadline that a slow store could not answer in time
-                        // (it is undone like any attempt cut off): the key was held at the last
-                        // answer, so the wait timed out. Never "the store is down", which a
-                        // scenario may proceed without the lock on.
-                        return Err(gave_up(plan, None, started, *attempts));
-                    }
-                    let failures = down.as_ref().map_or(0, |(_, n)| *n) + 1;
+                    // Undone like any attempt cut off (see `attempt`).
                     let cut = Error::in_doubt(
                         "the store had not answered the last attempt when the wait's deadline \
                          came; it is undone in the background (an owner-checked release of its \
                          token)",
                     );
-                    return Err(gave_up(plan, Some((cut, failures)), started, *attempts));
+                    let silent = silent(sent, slowest, grace);
+                    return Err(gave_up(
+                        plan,
+                        after_cut(down, silent, cut, 1),
+                        started,
+                        *attempts,
+                    ));
                 };
                 if answer.is_ok() {
                     slowest = slowest.max(Some(sent.elapsed()));
@@ -594,6 +594,24 @@ async fn by_deadline<T>(
 /// proceed without the lock on.
 fn silent(sent: Instant, slowest: Option<Duration>, grace: Duration) -> bool {
     slowest.is_some_and(|slowest| sent.elapsed() > slowest.saturating_mul(2).saturating_add(grace))
+}
+
+/// What a store call cut off at the deadline (`cut`, the error saying so; `failed`: whether it
+/// counts as one more failed attempt) leaves the wait's end with, for [`gave_up`]: the store down
+/// if it was already, or if the call was `silent`; else, the key held at the last answer, no
+/// store error at all (a timeout: never "the store is down", which a scenario may proceed
+/// without the lock on).
+fn after_cut(
+    down: Option<(Error, u32)>,
+    silent: bool,
+    cut: Error,
+    failed: u32,
+) -> Option<(Error, u32)> {
+    if down.is_none() && !silent {
+        return None;
+    }
+    let failures = down.as_ref().map_or(0, |(_, n)| *n) + failed;
+    Some((cut, failures))
 }
 
 /// The error of a wait that ran out: the store's last error if it was down at the end (its kind,

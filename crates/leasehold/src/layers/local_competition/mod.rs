@@ -359,21 +359,17 @@ impl<S: LockStore> LocalCompetition<S> {
     fn with_slot<R>(&self, key: &LockKey, change: impl FnOnce(&mut State) -> R) -> (Arc<Slot>, R) {
         let mut looks = 1;
         loop {
-            let slot = self
-                .kept
-                .in_use(key)
-                .or_else(|| self.cache.get(key))
-                .unwrap_or_else(|| {
-                    let new = self
-                        .cache
-                        .entry_by_ref(key)
-                        .or_insert_with(|| Arc::new(Slot::default()))
-                        .into_value();
-                    // The insert may have replaced a slot the cache had let expire but not yet
-                    // removed, and that one, still in use, been kept aside meanwhile: it is the
-                    // key's (one slot per key in use).
-                    self.kept.in_use(key).unwrap_or(new)
-                });
+            let slot = self.existing_slot(key).unwrap_or_else(|| {
+                let new = self
+                    .cache
+                    .entry_by_ref(key)
+                    .or_insert_with(|| Arc::new(Slot::default()))
+                    .into_value();
+                // The insert may have replaced a slot the cache had let expire but not yet
+                // removed, and that one, still in use, been kept aside meanwhile: it is the
+                // key's (one slot per key in use).
+                self.kept.in_use(key).unwrap_or(new)
+            });
             let mut st = slot.lock();
             if !st.gone || looks == MAX_LOOKS {
                 let out = change(&mut st);
@@ -383,6 +379,12 @@ impl<S: LockStore> LocalCompetition<S> {
             drop(st);
             looks += 1;
         }
+    }
+
+    /// The key's slot, if it has one: one the cache dropped while in use (kept aside), else the
+    /// cache's.
+    fn existing_slot(&self, key: &LockKey) -> Option<Arc<Slot>> {
+        self.kept.in_use(key).or_else(|| self.cache.get(key))
     }
 
     /// The slot holding `lease`'s state (its asker's mark or its hold), if any: the one kept
@@ -434,7 +436,7 @@ impl<S: LockStore> LocalCompetition<S> {
     /// (in a task of its own, so a caller that stops waiting cannot leave it held), and the
     /// shared request then asks the store like any other.
     async fn decline_offer(&self, key: &LockKey) {
-        let Some(slot) = self.kept.in_use(key).or_else(|| self.cache.get(key)) else {
+        let Some(slot) = self.existing_slot(key) else {
             return;
         };
         let offered = {
