@@ -900,3 +900,43 @@ fn a_layer_that_cannot_work_with_the_ttl_fails_the_build() {
         .build()
         .unwrap();
 }
+
+/// A TTL given with the call meets the unlock window of the stack its lock goes through, before
+/// anything is sent: a lease the window would never let go of is refused, not taken.
+#[tokio::test]
+async fn a_call_ttl_the_unlock_window_cannot_work_with_is_refused_before_io() {
+    use leasehold_testkit::scripted::ScriptedStore;
+    let registry = ScenarioRegistry::from_toml_str(
+        "[[scenario]]\nname = \"tight\"\nkeys = \"tight-*\"\nttl = \"1s\"\n\
+         [scenario.layers]\nunlock_window = { margin = \"600ms\" }\n",
+        "tight.toml",
+    )
+    .unwrap();
+    let scripted = ScriptedStore::new();
+    let locks = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .store(scripted.clone())
+        .scenarios(registry)
+        .build()
+        .unwrap();
+    let refused = |ttl_ms: u64, key: &'static str| {
+        let locks = locks.clone();
+        async move {
+            let opts = LockOptions::new().ttl(Duration::from_millis(ttl_ms));
+            let err = locks.try_lock_with(key, opts).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+            assert!(
+                err.to_string().contains("every release would be skipped"),
+                "{err}"
+            );
+            assert!(err.key().is_some_and(|k| k.ends_with(key)), "{err}");
+        }
+    };
+    // The manager's stack: the default 150 ms margin.
+    refused(150, "plain-1").await;
+    // A scenario with its own window: 600 ms.
+    refused(500, "tight-1").await;
+    assert!(scripted.ops().is_empty(), "{:?}", scripted.ops());
+    scripted.verify();
+}

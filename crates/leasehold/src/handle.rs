@@ -5,6 +5,7 @@
 //! only and the manager depends on them, never the other way round.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::Instrument;
 
@@ -24,6 +25,9 @@ pub(crate) struct Handle {
     pub(crate) renewals: Arc<Schedule>,
     /// How a down store is retried (see [`crate::failover`]).
     pub(crate) retry: Retry,
+    /// The margin of this stack's unlock window, if it has one: a lock whose TTL is not longer
+    /// would have every release skipped, so such a call is refused before it is sent.
+    pub(crate) unlock_margin: Option<Duration>,
 }
 
 impl Handle {

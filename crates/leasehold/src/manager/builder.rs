@@ -427,6 +427,7 @@ impl LockManagerBuilder {
                             lifecycle: lifecycle.clone(),
                             renewals: Arc::default(),
                             retry,
+                            unlock_margin: layers.unlock_window.as_ref().map(|w| w.margin),
                         }),
                     );
                 }
@@ -442,6 +443,7 @@ impl LockManagerBuilder {
                     lifecycle,
                     renewals: Arc::default(),
                     retry,
+                    unlock_margin: self.layers.unlock_window.as_ref().map(|w| w.margin),
                 }),
                 config: Config {
                     client_id,

@@ -361,6 +361,17 @@ impl LockManager {
             .get(&name)
             .unwrap_or(&self.inner.handle)
             .clone();
+        // The builder checked the manager's and every scenario's TTL against their stack's
+        // window; a TTL given with the call is checked here.
+        if let Some(margin) = handle.unlock_margin.filter(|margin| *margin >= ttl) {
+            return Err(Error::invalid_argument(format!(
+                "the TTL ({ttl:?}) is not longer than the unlock window's margin ({margin:?}): \
+                 the window would close before the lock is taken and every release would be \
+                 skipped, leaving the lock until it expires; ask for a longer TTL or narrow the \
+                 margin (UnlockWindowLayer::margin)"
+            ))
+            .with_key(key.as_str()));
+        }
         Ok(Plan {
             key,
             ttl,

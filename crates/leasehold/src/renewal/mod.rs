@@ -479,6 +479,7 @@ mod tests {
                 crate::backoff::Backoff::new(Duration::from_millis(10), Duration::from_secs(1)),
                 Duration::from_secs(10),
             ),
+            unlock_margin: None,
         })
     }
 
