@@ -105,12 +105,12 @@ pub use leasehold_core::{
 pub use election::{Leader, Leadership};
 pub use guard::{LockGuard, ReleaseOutcome};
 pub use holder::Holder;
-#[cfg(feature = "signal")]
-pub use manager::SignalShutdown;
 pub use manager::{
     LockManager, LockManagerBuilder, LockOptions, ToLockKey, DEFAULT_LOCK_TTL, DEFAULT_MIN_BACKOFF,
     DEFAULT_RELEASE_RETRY, DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
 };
+#[cfg(feature = "signal")]
+pub use manager::{SignalOutcome, SignalShutdown};
 pub use memory::MemoryStore;
 pub use multi_guard::MultiGuard;
 

@@ -29,7 +29,7 @@ pub use options::{
     DEFAULT_RETRY_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_FOR_LOCK,
 };
 #[cfg(feature = "signal")]
-pub use shutdown::SignalShutdown;
+pub use shutdown::{SignalOutcome, SignalShutdown};
 pub use state::LockManager;
 
 impl LockManager {

@@ -92,8 +92,23 @@ fn all_released(swept: Vec<Result<usize>>) -> Result<usize> {
 #[derive(Debug)]
 #[must_use = "a signal no longer ends the process by itself: await `exit_code()` and exit with it"]
 pub struct SignalShutdown {
-    done: tokio::sync::oneshot::Receiver<()>,
+    done: tokio::sync::oneshot::Receiver<Result<usize>>,
     exit_code: i32,
+}
+
+/// What a signal-triggered shutdown did: [`SignalShutdown::outcome`].
+#[cfg(feature = "signal")]
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct SignalOutcome {
+    /// The exit status configured with
+    /// [`GracefulShutdownLayer::exit_code`](crate::layers::GracefulShutdownLayer::exit_code),
+    /// whatever the shutdown's result.
+    pub exit_code: i32,
+    /// What [`LockManager::shutdown`] returned: how many locks it released, or the error naming
+    /// what it left behind (those locks stay until their TTL). A shutdown that outran the
+    /// handler's budget is a [`Timeout`](crate::ErrorKind::Timeout).
+    pub shutdown: Result<usize>,
 }
 
 #[cfg(feature = "signal")]
@@ -101,10 +116,42 @@ impl SignalShutdown {
     /// Waits for a signal and for the shutdown it runs, then gives the exit status configured
     /// with [`GracefulShutdownLayer::exit_code`](crate::layers::GracefulShutdownLayer::exit_code)
     /// (default 130 = 128 + SIGINT; `ctrlc` does not say which of the two signals arrived).
+    ///
+    /// The status is the configured one even when the shutdown failed (the failure is logged as
+    /// a warning); use [`outcome`](Self::outcome) to tell a clean shutdown from one that left
+    /// locks behind.
     pub async fn exit_code(self) -> i32 {
-        // An error means the handler's task is gone with its runtime: nothing is left to wait for.
-        let _ = self.done.await;
-        self.exit_code
+        self.outcome().await.exit_code
+    }
+
+    /// Waits for a signal and for the shutdown it runs, then says what the shutdown did and the
+    /// configured exit status. A service whose supervisor must know that locks were left behind
+    /// exits with a status of its own when [`SignalOutcome::shutdown`] is an error:
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> leasehold::Result<()> {
+    /// let locks = leasehold::LockManager::builder().client_id("svc").farm_id("f1").build()?;
+    /// let outcome = locks.install_signal_handler()?.outcome().await;
+    /// match outcome.shutdown {
+    ///     Ok(_released) => std::process::exit(outcome.exit_code),
+    ///     Err(left) => {
+    ///         eprintln!("shutdown left locks behind: {}", left.chain());
+    ///         std::process::exit(75)
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub async fn outcome(self) -> SignalOutcome {
+        let shutdown = match self.done.await {
+            Ok(shutdown) => shutdown,
+            Err(_) => Err(Error::internal(
+                "the signal handler's task ended with its runtime before the shutdown finished",
+            )),
+        };
+        SignalOutcome {
+            exit_code: self.exit_code,
+            shutdown,
+        }
     }
 }
 
@@ -143,7 +190,7 @@ impl LockManager {
             Error::internal("install_signal_handler must be called inside a tokio runtime")
                 .with_source(e)
         })?;
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<()>();
         ctrlc::try_set_handler(move || {
             let _ = tx.send(());
         })
@@ -160,6 +207,16 @@ impl LockManager {
             };
             Error::internal(what).with_source(e)
         })?;
+        Ok(self.shut_down_on_signal(&runtime, rx))
+    }
+
+    /// Spawns the task that runs the shutdown once `signals` receives, and the handle that
+    /// reports it (apart from the process-wide handler, so tests can send the signal).
+    pub(crate) fn shut_down_on_signal(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        mut signals: tokio::sync::mpsc::UnboundedReceiver<()>,
+    ) -> SignalShutdown {
         let config = self.inner.config.graceful.clone().unwrap_or_default();
         let budget = self
             .inner
@@ -169,20 +226,30 @@ impl LockManager {
         let manager = self.clone();
         let (done, finished) = tokio::sync::oneshot::channel();
         runtime.spawn(async move {
-            if rx.recv().await.is_none() {
+            if signals.recv().await.is_none() {
                 return;
             }
             tracing::info!("signal received: releasing live locks");
-            match tokio::time::timeout(budget, manager.shutdown()).await {
-                Ok(Ok(released)) => tracing::info!(released, "locks released"),
-                Ok(Err(error)) => tracing::warn!(error = %error.chain(), "shutdown failed"),
-                Err(_) => tracing::warn!("shutdown took too long"),
+            let shutdown = match tokio::time::timeout(budget, manager.shutdown()).await {
+                Ok(shutdown) => shutdown,
+                Err(_) => Err(Error::new(
+                    crate::ErrorKind::Timeout,
+                    format!(
+                        "the shutdown took longer than {budget:?} (the longest graceful-shutdown \
+                         deadline plus the shutdown timeout): locks not released yet stay until \
+                         their TTL"
+                    ),
+                )),
+            };
+            match &shutdown {
+                Ok(released) => tracing::info!(released, "locks released"),
+                Err(error) => tracing::warn!(error = %error.chain(), "shutdown failed"),
             }
-            let _ = done.send(());
+            let _ = done.send(shutdown);
         });
-        Ok(SignalShutdown {
+        SignalShutdown {
             done: finished,
             exit_code: config.exit_code,
-        })
+        }
     }
 }

@@ -146,6 +146,55 @@ fn signal_handler_needs_a_runtime_and_installs_once() {
     });
 }
 
+/// What the signal's shutdown did reaches the application: a clean sweep, and one that left a
+/// lock behind (the exit status stays the configured one; the error names the key).
+#[cfg(feature = "signal")]
+#[tokio::test(start_paused = true)]
+async fn a_signal_shutdown_reports_what_it_left_behind() {
+    let manager = |scripted: &ScriptedStore| {
+        crate::LockManager::builder()
+            .client_id("c")
+            .farm_id("f")
+            .store(scripted.clone())
+            .graceful_shutdown(GracefulShutdownLayer::new().exit_code(143))
+            .build()
+            .unwrap()
+    };
+    let signal = |locks: &crate::LockManager| {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let signalled = locks.shut_down_on_signal(&tokio::runtime::Handle::current(), rx);
+        tx.send(()).unwrap();
+        signalled
+    };
+
+    let clean = ScriptedStore::new();
+    clean.grant_acquire().expect_release(Ok(true));
+    let locks = manager(&clean);
+    let guard = locks.try_lock("kept").await.unwrap();
+    let outcome = signal(&locks).outcome().await;
+    assert_eq!(outcome.exit_code, 143);
+    assert_eq!(outcome.shutdown.unwrap(), 1, "the live lock released");
+    drop(guard);
+    clean.verify();
+
+    let failing = ScriptedStore::new();
+    failing
+        .grant_acquire()
+        .expect_release(Err(Error::new(ErrorKind::StoreSetup, "permission denied")));
+    let locks = manager(&failing);
+    let guard = locks.try_lock("left").await.unwrap();
+    let outcome = signal(&locks).outcome().await;
+    assert_eq!(outcome.exit_code, 143, "the configured status");
+    let err = outcome.shutdown.unwrap_err();
+    assert!(err.to_string().contains("left"), "names the key: {err}");
+    assert!(
+        err.chain().to_string().contains("permission denied"),
+        "the cause kept: {err}"
+    );
+    drop(guard);
+    failing.verify();
+}
+
 /// A store whose release never completes.
 #[derive(Debug)]
 struct NeverRelease(ScriptedStore);
