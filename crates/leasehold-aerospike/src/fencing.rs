@@ -33,6 +33,16 @@ use crate::store::{ttl_seconds, AerospikeStore, MAX_TAKEOVERS};
 /// How often a failed acquisition looks for its own late-landing create.
 const LATE_CREATE_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// What the creates of one fenced acquisition whose reply was lost left behind.
+#[derive(Debug, Default)]
+struct Doubt {
+    /// The acquisition time (`uat`) of the latest create whose reply was lost, if any.
+    uat: Option<i64>,
+    /// The acquisition was granted by a create sent after one in doubt, so the record it holds
+    /// is not one of theirs.
+    granted_by_later_create: bool,
+}
+
 impl AerospikeStore {
     pub(crate) fn fence_key(&self, key: &LockKey) -> Result<Key> {
         self.key_of(key, Record::Fence)
@@ -118,22 +128,27 @@ impl AerospikeStore {
         req: &Acquire,
         rule: Option<LineRule<'_>>,
     ) -> Step<(Lease, Option<Line>)> {
-        // The acquisition time of the latest create whose reply was lost, if any.
-        let mut doubted = None;
-        let result = self.acquire_fenced_steps(req, rule, &mut doubted).await;
-        if let (Some(uat), Err(_)) = (doubted, &result) {
-            self.sweep_late_create(req, uat);
+        let mut doubt = Doubt::default();
+        let result = self.acquire_fenced_steps(req, rule, &mut doubt).await;
+        if let Some(uat) = doubt.uat {
+            // A failed acquisition holds nothing, so any record a create in doubt leaves is
+            // stray. A granted one holds a record only a later create (a later `uat`) wrote: a
+            // create in doubt can still land once that record is gone, after the release. A
+            // grant that found a create in doubt's own record is left alone: its record could
+            // be the one the sweep looks for.
+            if result.is_err() || doubt.granted_by_later_create {
+                self.sweep_late_create(req, uat);
+            }
         }
         result
     }
 
-    /// [`Self::acquire_fenced`]'s steps; `doubted` is set to the `uat` of a create whose reply
-    /// was lost.
+    /// [`Self::acquire_fenced`]'s steps; `doubt` says what creates whose reply was lost left.
     async fn acquire_fenced_steps(
         &self,
         req: &Acquire,
         rule: Option<LineRule<'_>>,
-        doubted: &mut Option<i64>,
+        doubt: &mut Doubt,
     ) -> Step<(Lease, Option<Line>)> {
         let record_key = self.record_key(&req.key)?;
         let fence_key = self.fence_key(&req.key)?;
@@ -148,6 +163,7 @@ impl AerospikeStore {
                 .create_and_read(req, &record_key, uat, queue_key.as_ref(), Some(&fence_key))
                 .await;
             let Err(e) = created else {
+                doubt.granted_by_later_create = doubt.uat.is_some();
                 break seen;
             };
             match classify(&e) {
@@ -155,7 +171,7 @@ impl AerospikeStore {
                     // An earlier create of ours whose reply was lost may have landed meanwhile:
                     // then the record is ours, and the steps go on (verified: nothing was read
                     // with that create).
-                    if doubted.is_some()
+                    if doubt.uat.is_some()
                         && matches!(self.read_owner(&record_key).await, Ok(Some(owner)) if owner == req.token.as_str())
                     {
                         break Seen::default();
@@ -169,7 +185,7 @@ impl AerospikeStore {
                     self.writer_meets_record(req, &record_key).await?;
                 }
                 Class::InDoubt => {
-                    *doubted = Some(uat);
+                    doubt.uat = Some(uat);
                     match self.resolve_create(req, &record_key, e).await {
                         Ok(()) => break Seen::default(),
                         Err(Stop::Failed(e))
@@ -313,11 +329,12 @@ impl AerospikeStore {
         }
     }
 
-    /// After a fenced acquisition failed with a create in doubt: that create may still land. For
-    /// the retry budget (never past the TTL), the record is read every 200 ms, and deleted if it
-    /// appears with our token, without a fencing token and with an acquisition time (`uat`) no
-    /// later than the last create in doubt's (a create of ours that never went on to its fence
-    /// steps: no acquisition of ours holds it). In the background; one read per 200 ms per such
+    /// After a fenced acquisition with a create in doubt (failed, or granted by a later create):
+    /// that create may still land. For the retry budget (never past the TTL), the record is read
+    /// every 200 ms, and deleted if it appears with our token, without a fencing token and with
+    /// an acquisition time (`uat`) no later than the last create in doubt's (a create of ours
+    /// that never went on to its fence steps: no acquisition of ours holds it). Our own later
+    /// record, while held, is passed over. In the background; one read per 200 ms per such
     /// acquisition, only after an outage.
     pub(crate) fn sweep_late_create(&self, req: &Acquire, uat: i64) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -340,11 +357,22 @@ impl AerospikeStore {
                 not(bin_exists(FENCE_BIN.to_owned())),
                 le(int_bin(store.inner.layout.uat_bin().to_owned()), int_val(uat)),
             ]));
+            let uat_bin = store.inner.layout.uat_bin();
+            let bins = Bins::Some(vec![TOKEN_BIN.to_owned(), uat_bin.to_owned()]);
+            let mut base_policy = store.base(0);
+            base_policy.replica = Replica::Master;
+            let read = ReadPolicy { base_policy };
             while Instant::now() < until {
                 tokio::time::sleep(LATE_CREATE_POLL).await;
-                match store.read_owner(&record_key).await {
-                    Ok(Some(owner)) if owner == req.token.as_str() => {}
-                    _ => continue,
+                let late = match store.inner.client.get(&read, &record_key, bins.clone()).await {
+                    Ok(record) => {
+                        matches!(record.bins.get(TOKEN_BIN), Some(Value::String(t)) if t == req.token.as_str())
+                            && matches!(record.bins.get(uat_bin), Some(Value::Int(at)) if *at <= uat)
+                    }
+                    Err(_) => false,
+                };
+                if !late {
+                    continue;
                 }
                 let mut backoff = Backoff::until(&store.inner.config, until);
                 let (deleted, _) = store

@@ -17,7 +17,10 @@ use crate::error::{classify, Class};
 use crate::layout::{Record, GRANTED_BIN, HOLD_BIN, LINE_BIN};
 use crate::line::Line;
 use crate::store::{ttl_seconds, AerospikeStore};
-use crate::waiting::{now_us, sampled, us};
+use crate::waiting::{now_us, sampled, us, Left};
+
+/// How often a leave looks again for an entry that may land after it.
+const LATE_ENTRY_POLL: Duration = Duration::from_millis(200);
 
 impl AerospikeStore {
     pub(crate) fn queue_key(&self, key: &LockKey) -> Result<Key> {
@@ -223,8 +226,12 @@ impl AerospikeStore {
         });
     }
 
-    /// Gives up this process's place in `key`'s line, in the background.
-    pub(crate) fn leave_line(&self, key: LockKey) {
+    /// Gives up this process's place in `key`'s line, in the background. When an entry may
+    /// still land (`left.entry_in_flight`: sent on another pooled connection, it can reach the
+    /// node after the leave), the place is removed again every 200 ms until such an entry would
+    /// have lapsed (the waiter timeout), or one is removed, or a task of this process waits on
+    /// the key again (the place is its own then).
+    pub(crate) fn leave_line(&self, key: LockKey, left: Left) {
         let store = self.clone();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // the place lapses by the waiter timeout
@@ -233,19 +240,43 @@ impl AerospikeStore {
             let Ok(queue_key) = store.queue_key(&key) else {
                 return;
             };
-            let me = store.inner.waiting.id().to_owned();
+            let waiting = &store.inner.waiting;
             let mut policy = store.write_policy(store.inner.config.commit_levels.acquire);
             policy.record_exists_action = RecordExistsAction::UpdateOnly;
             policy.expiration = Expiration::DontUpdate;
             let ops = [maps::remove_by_key(
                 LINE_BIN,
-                Value::from(me),
-                MapReturnType::NONE,
+                Value::from(waiting.id()),
+                MapReturnType::COUNT,
             )];
-            if let Err(error) = store.inner.client.operate(&policy, &queue_key, &ops).await {
-                if classify(&error) != Class::Server(ResultCode::KeyNotFoundError) {
-                    tracing::debug!(%key, %error,
-                        "could not leave the waiter line; the place lapses by the waiter timeout");
+            let leave = || async {
+                match store.inner.client.operate(&policy, &queue_key, &ops).await {
+                    Ok(record) => {
+                        let removed = record.bins.get(LINE_BIN);
+                        matches!(removed, Some(Value::Int(n)) if *n > 0)
+                    }
+                    Err(error) => {
+                        if classify(&error) != Class::Server(ResultCode::KeyNotFoundError) {
+                            tracing::debug!(%key, %error,
+                                "could not leave the waiter line; the place lapses by the waiter timeout");
+                        }
+                        false
+                    }
+                }
+            };
+            let removed = leave().await;
+            if !left.entry_in_flight || removed {
+                return;
+            }
+            let lapsed = Instant::now() + store.waiter_timeout();
+            while Instant::now() < lapsed {
+                tokio::time::sleep(LATE_ENTRY_POLL).await;
+                if waiting.waiters(key.as_str()) > 0 {
+                    return;
+                }
+                if leave().await {
+                    tracing::debug!(%key, "a place in the waiter line that landed after the leave was removed");
+                    return;
                 }
             }
         });
@@ -257,7 +288,9 @@ impl AerospikeStore {
         let owned = key.clone();
         self.inner
             .waiting
-            .watch(key.as_str().to_owned(), move || store.leave_line(owned))
+            .watch(key.as_str().to_owned(), move |left| {
+                store.leave_line(owned, left)
+            })
     }
 
     /// The fair exclusive acquire. A try (no deadline) reads the line with its create
@@ -287,8 +320,10 @@ impl AerospikeStore {
                 // Marked before the write: an entry whose reply is lost, or whose caller stops
                 // waiting before it (the wait's deadline), may have taken the place, and the
                 // wait's end must then leave it; leaving a place never taken changes nothing.
-                waiting.attempted(key, true, None);
-                self.enter(req, &queue_key).await?
+                waiting.entering(key);
+                let line = self.enter(req, &queue_key).await?;
+                waiting.entered(key);
+                line
             }
         };
         let now = now_us();

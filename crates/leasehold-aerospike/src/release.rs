@@ -150,7 +150,7 @@ impl AerospikeStore {
         policy.expiration = Expiration::Seconds(ttl_seconds(ttl));
         let mut backoff = self.budget(Some(lease.expires_at()));
         let mut sent_at = Instant::now();
-        let (result, _) = self
+        let (result, doubted) = self
             .retry_with(&mut backoff, "extend", lease.key(), true, || {
                 sent_at = Instant::now();
                 self.inner.client.touch(&policy, &record_key)
@@ -166,7 +166,7 @@ impl AerospikeStore {
                     .with_key(lease.key().as_str()))
                 }
                 Class::NotSent | Class::InDoubt if backoff.made() > 1 => {
-                    Err(self.retries_ended("extend", lease.key(), e, &backoff))
+                    Err(self.retries_ended("extend", lease.key(), e, &backoff, doubted))
                 }
                 _ => Err(map("extend", lease.key().as_str(), self.address(), e)),
             },

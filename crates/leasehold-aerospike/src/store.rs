@@ -98,11 +98,10 @@ impl AerospikeStore {
                 Ok(client) => break client,
                 Err(e) => e,
             };
-            if let Some(tls) = crate::error::tls_failure(&seeds, &e) {
-                return Err(tls);
-            }
-            if let Some(auth) = crate::error::auth_failure(&seeds, config.user.as_deref(), &e) {
-                return Err(auth);
+            let setup = crate::error::tls_failure(&seeds, &e)
+                .or_else(|| crate::error::auth_failure(&seeds, config.user.as_deref(), &e));
+            if let Some(setup) = setup {
+                return Err(setup.with_source(Cause(e)));
             }
             let transient = matches!(classify(&e), Class::NotSent | Class::InDoubt);
             if transient {
@@ -341,18 +340,30 @@ impl AerospikeStore {
         }
     }
 
-    /// The error of a write retried within `backoff` until its budget ran out: a last attempt in
-    /// doubt stays in doubt (the readback decides), anything else is `RetriesExhausted`, saying
-    /// how many attempts in how long.
+    /// The error of a write retried within `backoff` until its budget ran out: in doubt when the
+    /// last attempt was, or when an earlier one (`doubted`) lost its reply and may have been
+    /// applied (the readback decides); otherwise `RetriesExhausted`, saying how many attempts in
+    /// how long.
     pub(crate) fn retries_ended(
         &self,
         what: &str,
         key: &LockKey,
         e: aerospike::Error,
         backoff: &Backoff,
+        doubted: bool,
     ) -> Error {
         if classify(&e) == Class::InDoubt {
             map(what, key.as_str(), self.address(), e)
+        } else if doubted {
+            Error::in_doubt(format!(
+                "{what} was sent to {} and an attempt's reply was lost, so it may have been \
+                 applied; the attempts after it failed too ({}): {}",
+                place(self.address(), &e),
+                backoff.spent(),
+                transient_reason(&e)
+            ))
+            .with_key(key.as_str())
+            .with_source(Cause(e))
         } else {
             self.exhausted(what, key, e, &format!("({})", backoff.spent()))
         }

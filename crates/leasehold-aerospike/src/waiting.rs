@@ -47,12 +47,23 @@ pub(crate) fn us(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
+/// How the process left a key's line when its last waiter went.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Left {
+    /// An entry was sent and never answered (its caller stopped waiting, or its reply was lost):
+    /// it can land after the leave, so the leave looks again until such a place would lapse.
+    pub(crate) entry_in_flight: bool,
+}
+
 /// A key some task of this process waits on (its live watches, blocking `lock()` calls in this
 /// process, are counted by the registry).
 #[derive(Debug)]
 struct Watched {
     /// Whether the last attempt on the key left this process in the line.
     queued: bool,
+    /// Entries into the line sent and not answered: their caller stopped waiting, or their reply
+    /// was lost. Any of them can still land after the process left the line.
+    unanswered_entries: u32,
     /// Refusals of this process at the head of the line since the holder's expected release.
     late: u32,
     /// The line as last read, when it showed this process at the head and the lock record then
@@ -125,11 +136,11 @@ impl Waiting {
 
     /// Registers a waiter on `key`; the first one starts the key's driver, which wakes this
     /// process's waiters when the line says to look again. The last one to go leaves the line
-    /// (`leave`) if the process is still in it.
+    /// (`leave`) if the process is still in it, saying whether an entry may still land.
     pub(crate) fn watch(
         self: &Arc<Self>,
         key: String,
-        leave: impl FnOnce() + Send + Sync + 'static,
+        leave: impl FnOnce(Left) + Send + Sync + 'static,
     ) -> ReleaseWatch {
         let (notify, ()) = self.watched.register(
             &key,
@@ -140,6 +151,7 @@ impl Waiting {
                 }
                 Watched {
                     queued: false,
+                    unanswered_entries: 0,
                     late: 0,
                     head: None,
                     wake_at,
@@ -149,18 +161,37 @@ impl Waiting {
         );
         let waiting = self.clone();
         ReleaseWatch::new(notify, move || {
-            if waiting.unwatch(&key) {
-                leave();
+            if let Some(left) = waiting.unwatch(&key) {
+                leave(left);
             }
         })
     }
 
-    /// One waiter on `key` is gone; `true` when it was the last and the process is in line.
-    pub(crate) fn unwatch(&self, key: &str) -> bool {
+    /// One waiter on `key` is gone; `Some` when it was the last and the process is in line.
+    pub(crate) fn unwatch(&self, key: &str) -> Option<Left> {
         // Dropping the last entry drops its sender: the driver ends.
         self.watched
             .unregister(key)
-            .is_some_and(|entry| entry.queued)
+            .filter(|entry| entry.queued)
+            .map(|entry| Left {
+                entry_in_flight: entry.unanswered_entries > 0,
+            })
+    }
+
+    /// Before an entry into `key`'s line is sent: from now on the process may be in line, and
+    /// the entry may land at any time until it is answered.
+    pub(crate) fn entering(&self, key: &str) {
+        self.watched.with(key, |entry| {
+            entry.queued = true;
+            entry.unanswered_entries = entry.unanswered_entries.saturating_add(1);
+        });
+    }
+
+    /// An entry into `key`'s line was answered.
+    pub(crate) fn entered(&self, key: &str) {
+        self.watched.with(key, |entry| {
+            entry.unanswered_entries = entry.unanswered_entries.saturating_sub(1);
+        });
     }
 
     /// After an attempt on `key`: whether the process is in line now, and when its waiters should
@@ -395,10 +426,11 @@ mod tests {
         let waiting = Arc::new(Waiting::new());
         let left = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = left.clone();
-        let watch = waiting.watch("k".to_owned(), move || {
+        let watch = waiting.watch("k".to_owned(), move |left: Left| {
+            assert!(!left.entry_in_flight, "no entry was sent");
             flag.store(true, std::sync::atomic::Ordering::SeqCst)
         });
-        let second = waiting.watch("k".to_owned(), || panic!("not the last waiter"));
+        let second = waiting.watch("k".to_owned(), |_| panic!("not the last waiter"));
         assert!(waiting.others_wait("k"));
         assert!(
             !fires(watch.notify(), Duration::from_secs(60)).await,
@@ -432,6 +464,39 @@ mod tests {
     }
 
     #[test]
+    fn a_leave_says_whether_an_entry_was_sent_and_never_answered() {
+        let waiting = Arc::new(Waiting::new());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let _enter = rt.enter();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let watch_k = |seen: &Arc<Mutex<Vec<bool>>>| {
+            let seen = seen.clone();
+            waiting.watch("k".to_owned(), move |left: Left| {
+                seen.lock().unwrap().push(left.entry_in_flight)
+            })
+        };
+        // Answered: nothing can land after the leave.
+        let watch = watch_k(&seen);
+        waiting.entering("k");
+        waiting.entered("k");
+        drop(watch);
+        // Sent, and its caller gone before the answer.
+        let watch = watch_k(&seen);
+        waiting.entering("k");
+        drop(watch);
+        // Two sent at once, one answered: the other may still land.
+        let watch = watch_k(&seen);
+        waiting.entering("k");
+        waiting.entering("k");
+        waiting.entered("k");
+        drop(watch);
+        assert_eq!(*seen.lock().unwrap(), [false, true, true]);
+    }
+
+    #[test]
     fn a_process_not_in_line_does_not_leave_it_and_late_refusals_count_up() {
         let waiting = Arc::new(Waiting::new());
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -439,7 +504,7 @@ mod tests {
             .build()
             .unwrap();
         let _enter = rt.enter();
-        let watch = waiting.watch("k".to_owned(), || panic!("was never in line"));
+        let watch = waiting.watch("k".to_owned(), |_| panic!("was never in line"));
         waiting.attempted("k", false, None);
         assert_eq!(waiting.late("k", true), 0, "first overdue refusal");
         assert_eq!(waiting.late("k", true), 1);

@@ -693,3 +693,160 @@ async fn refusals_for_room_are_temporary_and_a_forbidden_ttl_says_what_to_set() 
     assert!(err.to_string().contains("nsup-period"), "{err}");
     fixture.faults().remove(fault);
 }
+
+/// A permit's release whose first reply is lost (it landed) and whose later attempts all fail is
+/// in doubt, not "retries exhausted": the first attempt may have removed the entry, so the
+/// readback decides rather than the caller believing the permit is kept until its TTL.
+#[tokio::test]
+async fn a_permit_release_that_lost_a_reply_then_ran_out_of_budget_is_in_doubt() {
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let store = AerospikeStore::connect(config(&fixture).retry_budget(Duration::from_millis(600)))
+        .await
+        .unwrap();
+    let mode = leasehold::LockMode::semaphore(2).unwrap();
+    let ours = store
+        .try_acquire(&acquire("permit-gone", Duration::from_secs(30)).with_mode(mode))
+        .await
+        .unwrap();
+    let other = store
+        .try_acquire(&acquire("permit-gone", Duration::from_secs(30)).with_mode(mode))
+        .await
+        .unwrap();
+    let digest = lock_digest("permit-gone");
+    // The release lands but its reply is lost; every attempt after it is refused unapplied
+    // (DEVICE_OVERLOAD: the node is overloaded).
+    fixture
+        .faults()
+        .inject(Fault::DropReply, Target::DigestTimes(digest, 1));
+    fixture
+        .faults()
+        .inject(Fault::ResultCode(18), Target::Digest(digest));
+    let err = store.release(&ours).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    assert!(err.to_string().contains("may have been applied"), "{err}");
+    assert!(
+        err.to_string().contains("127.0.0.1"),
+        "names the node: {err}"
+    );
+    assert!(
+        err.chain().to_string().contains("Device overload"),
+        "the cause kept: {}",
+        err.chain()
+    );
+    fixture.faults().clear();
+    let info = store.inspect(&key("permit-gone")).await.unwrap().unwrap();
+    assert_eq!(info.holders.len(), 1, "the first attempt removed ours");
+    assert!(info.is_owned_by(other.token()), "{info:?}");
+}
+
+/// A create whose reply was lost, then sent again and granted, can still land once the grant's
+/// record is gone: after the caller released. Watched for and removed, long before its TTL, and
+/// the caller's own record is never touched meanwhile.
+#[tokio::test]
+async fn a_create_in_doubt_that_lands_after_a_granted_retry_is_released_is_removed() {
+    let (fixture, store) = setup().await;
+    // The first create waits in the fixture past the client's timeout (in doubt); the readback
+    // finds nothing, so the create is sent again and granted.
+    fixture
+        .faults()
+        .inject(Fault::Hold, Target::DigestTimes(lock_digest("late"), 1));
+    let req = acquire("late", Duration::from_secs(30));
+    let lease = store
+        .try_acquire(&req)
+        .await
+        .expect("granted by the second create");
+    assert_eq!(fixture.faults().held(), 1, "the first create is still held");
+    // Held across several of the sweep's looks: our live record is left alone.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let info = store.inspect(&req.key).await.unwrap().expect("still ours");
+    assert!(info.is_owned_by(&req.token), "{info:?}");
+    assert!(store.release(&lease).await.unwrap());
+    // Now the first create lands, under our token.
+    fixture.faults().release_held();
+    let landed = tokio::time::Instant::now() + Duration::from_secs(1);
+    while fixture.faults().held() > 0 {
+        assert!(
+            tokio::time::Instant::now() < landed,
+            "the create was applied"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
+    while store.inspect(&req.key).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the late create blocks the key until its 30 s TTL"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let next = store
+        .try_acquire(&acquire("late", Duration::from_secs(30)))
+        .await
+        .expect("the key is free again");
+    assert!(store.release(&next).await.unwrap());
+}
+
+/// An entry into the line whose caller stopped waiting can reach the node after the wait left
+/// the line (it travels on its own pooled connection): the leave looks again and removes the
+/// place, so a try gets the free key instead of being refused behind it for the waiter timeout.
+#[tokio::test]
+async fn an_entry_that_lands_after_its_wait_left_the_line_is_removed() {
+    use leasehold::core::{ReleaseWatch, Wait};
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let fair = || {
+        AerospikeConfig::new(fixture.host_string(), "test", FARM)
+            .max_error_rate(0)
+            .total_timeout(Duration::from_secs(2))
+    };
+    let holder = AerospikeStore::connect(fair()).await.unwrap();
+    let waiter = AerospikeStore::connect(fair()).await.unwrap();
+    let held = holder
+        .try_acquire(&acquire("late-entry", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let queue_digest = Key::new(
+        "test",
+        leasehold_aerospike::layout::queue_set("DC#farm1#distributed_lock"),
+        Value::from("orders#late-entry"),
+    )
+    .unwrap()
+    .digest();
+    fixture
+        .faults()
+        .inject(Fault::Hold, Target::DigestTimes(queue_digest, 1));
+    let watch: ReleaseWatch = waiter.watch(held.key()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let req = acquire("late-entry", Duration::from_secs(30))
+        .with_wait(Some(Wait::new(deadline, watch.waiter())));
+    let dropped = tokio::time::timeout(Duration::from_millis(100), waiter.acquire(&req)).await;
+    assert!(dropped.is_err(), "the caller stopped waiting");
+    // The wait ends, and its leave is answered, while the entry is still held.
+    drop(watch);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(fixture.faults().held(), 1, "the entry has not landed yet");
+    fixture.faults().release_held();
+    let landed = tokio::time::Instant::now() + Duration::from_secs(1);
+    while fixture.faults().held() > 0 {
+        assert!(
+            tokio::time::Instant::now() < landed,
+            "the entry was applied"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(holder.release(&held).await.unwrap());
+    // Well inside the 5 s waiter timeout, a try gets the free key.
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
+    let next = loop {
+        match holder
+            .try_acquire(&acquire("late-entry", Duration::from_secs(30)))
+            .await
+        {
+            Ok(lease) => break lease,
+            Err(e) if e.is_unavailable() && tokio::time::Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(e) => panic!("the place that landed after the leave holds the line: {e}"),
+        }
+    };
+    assert!(holder.release(&next).await.unwrap());
+}

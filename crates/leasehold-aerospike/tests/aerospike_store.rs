@@ -401,3 +401,26 @@ async fn commit_levels_read_replica_and_send_key_are_configurable() {
     }
     assert!(store.release(&lease).await.unwrap());
 }
+
+/// A refused login is a setup error that names the address and keeps the client's answer as its
+/// cause. Fixture only: it needs a node whose user and password the test sets.
+#[tokio::test]
+async fn a_refused_login_keeps_the_clients_answer() {
+    let fixture = leasehold_testkit::aerospike::AerospikeFixture::builder()
+        .credentials("app", "s3cret-pw")
+        .start()
+        .await
+        .unwrap();
+    let hosts = fixture.host_string();
+    let config = AerospikeConfig::new(hosts.as_str(), "test", FARM)
+        .credentials("app", "wr0ng-pw")
+        .max_error_rate(0);
+    let err = AerospikeStore::connect(config).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreSetup, "{err}");
+    assert!(err.to_string().contains("authentication failed"), "{err}");
+    assert!(err.to_string().contains(&hosts), "{err}");
+    let cause = std::error::Error::source(&err).expect("the client's answer is kept");
+    let chain = err.chain().to_string();
+    assert!(chain.contains(&cause.to_string()), "{chain}");
+    assert!(!chain.contains("wr0ng-pw"), "{chain}");
+}

@@ -61,7 +61,7 @@ impl AerospikeStore {
                         Ok(doubted)
                     }
                     Class::NotSent | Class::InDoubt if backoff.made() > 1 => {
-                        Err(self.retries_ended("release", lease.key(), e, &backoff))
+                        Err(self.retries_ended("release", lease.key(), e, &backoff, doubted))
                     }
                     _ => Err(crate::error::map(
                         "release",
@@ -125,7 +125,7 @@ impl AerospikeStore {
             // Moving the entry's expiry twice is harmless: sent again on transient failures and
             // lost replies, within the retry budget and the lease.
             let mut backoff = self.budget(Some(lease.expires_at()));
-            let (result, _) = self
+            let (result, doubted) = self
                 .retry_with(&mut backoff, "extend", lease.key(), true, || {
                     self.inner.client.operate(&policy, &record_key, &ops)
                 })
@@ -138,7 +138,13 @@ impl AerospikeStore {
                         break
                     }
                     Class::NotSent if backoff.made() > 1 => {
-                        return Err(self.retries_ended("extend", lease.key(), e, &backoff));
+                        return Err(self.retries_ended(
+                            "extend",
+                            lease.key(),
+                            e,
+                            &backoff,
+                            doubted,
+                        ));
                     }
                     _ => {
                         return Err(crate::error::map(
