@@ -938,5 +938,17 @@ async fn a_call_ttl_the_unlock_window_cannot_work_with_is_refused_before_io() {
     // A scenario with its own window: 600 ms.
     refused(500, "tight-1").await;
     assert!(scripted.ops().is_empty(), "{:?}", scripted.ops());
+    // Longer than the window: taken; and an extend to a TTL the window closes on is refused.
+    scripted.grant_acquire();
+    let opts = LockOptions::new().ttl(Duration::from_millis(200));
+    let mut guard = locks.try_lock_with("plain-2", opts).await.unwrap();
+    let err = guard.extend(Duration::from_millis(100)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(
+        err.to_string().contains("every release would be skipped"),
+        "{err}"
+    );
+    scripted.expect_release(Ok(true));
+    assert!(guard.release().await.unwrap());
     scripted.verify();
 }

@@ -121,8 +121,9 @@ impl AerospikeStore {
     /// Never reports `InDoubt`: a lost create reply is resolved here by reading the record back,
     /// because a lease recovered elsewhere from the record alone could lack its fencing token.
     /// A create whose reply was lost can still land after the acquisition gave up (a stopped node
-    /// applies what it had buffered when it resumes): a failed acquisition that sent one watches
-    /// for it and deletes it (see [`Self::sweep_late_create`]).
+    /// applies what it had buffered when it resumes), or after the caller released a lock a
+    /// later create granted: such an acquisition watches for it and deletes it (see
+    /// [`Self::sweep_late_create`]).
     pub(crate) async fn acquire_fenced(
         &self,
         req: &Acquire,

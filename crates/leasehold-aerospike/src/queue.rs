@@ -132,7 +132,9 @@ impl AerospikeStore {
     /// of it still wait; the places `line` showed lapsed are swept (each only if unchanged since,
     /// so a waiter that asked again meanwhile keeps its place); and when and for how long it took
     /// the key is published. Answers the line as it is now (`None` if the write failed: best
-    /// effort, a place left behind lapses by the waiter timeout).
+    /// effort, a place left behind lapses by the waiter timeout). With `requeue`, the caller
+    /// counts the new place as an entry ([`crate::waiting::Waiting::entering`]) before this is
+    /// sent; its answer is counted here.
     async fn taken(
         &self,
         req: &Acquire,
@@ -140,7 +142,8 @@ impl AerospikeStore {
         line: &Line,
         requeue: bool,
     ) -> Option<Line> {
-        let me = self.inner.waiting.id();
+        let waiting = &self.inner.waiting;
+        let me = waiting.id();
         let now = now_us();
         let mut ops: Vec<Operation> = line
             .lapsed(now)
@@ -170,8 +173,8 @@ impl AerospikeStore {
         ops.push(operations::put(&as_bin!(GRANTED_BIN, now)));
         // Always written, so the line never shows this grant with another process's estimate
         // (a nil removes the bin: no estimate yet).
-        let hold = self.inner.waiting.hold_estimate(req.key.as_str());
-        self.inner.waiting.publish(req.key.as_str(), now, hold);
+        let hold = waiting.hold_estimate(req.key.as_str());
+        waiting.publish(req.key.as_str(), now, hold);
         ops.push(operations::put(&as_bin!(
             HOLD_BIN,
             hold.map_or(Value::Nil, Value::from)
@@ -180,6 +183,9 @@ impl AerospikeStore {
         let read_at = ops.len() - 1;
         match self.queue_operate("queue", &req.key, queue_key, &ops).await {
             Ok(record) => {
+                if requeue {
+                    waiting.entered(req.key.as_str());
+                }
                 let results = record.results.unwrap_or_default();
                 Some(Line {
                     granted: Some(now),
@@ -228,9 +234,11 @@ impl AerospikeStore {
 
     /// Gives up this process's place in `key`'s line, in the background. When an entry may
     /// still land (`left.entry_in_flight`: sent on another pooled connection, it can reach the
-    /// node after the leave), the place is removed again every 200 ms until such an entry would
-    /// have lapsed (the waiter timeout), or one is removed, or a task of this process waits on
-    /// the key again (the place is its own then).
+    /// node after the leave), the place is removed again every 200 ms until one of these looks
+    /// removes one, or such an entry would have lapsed (the waiter timeout), or a task of this
+    /// process waits on the key again (the place is its own then, and its leave looks again).
+    /// A removal delayed past a new waiter's entry can take that waiter's place: it enters
+    /// again at the end of the line at its next attempt.
     pub(crate) fn leave_line(&self, key: LockKey, left: Left) {
         let store = self.clone();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -264,14 +272,18 @@ impl AerospikeStore {
                     }
                 }
             };
-            let removed = leave().await;
-            if !left.entry_in_flight || removed {
+            leave().await;
+            if !left.entry_in_flight {
                 return;
             }
+            // What the first leave removed may be an earlier place: the entry in flight can land
+            // after it all the same.
             let lapsed = Instant::now() + store.waiter_timeout();
             while Instant::now() < lapsed {
                 tokio::time::sleep(LATE_ENTRY_POLL).await;
                 if waiting.waiters(key.as_str()) > 0 {
+                    // The new waiter's leave looks again in turn, whether or not it enters.
+                    waiting.entering(key.as_str());
                     return;
                 }
                 if leave().await {
@@ -350,6 +362,11 @@ impl AerospikeStore {
                 waiting.set_head(key, None);
                 waiting.late(key, false);
                 let requeue = waiting.others_wait(key);
+                if requeue {
+                    // The update puts a new place, as an entry does: counted before it is sent,
+                    // since it can land after the last waiter's leave (`taken` counts the answer).
+                    waiting.entering(key);
+                }
                 let others = line.others(me, now);
                 let mut after = if others > 0 {
                     // Others wait (the lease says so whatever else the line holds now): the line

@@ -167,12 +167,13 @@ impl Waiting {
         })
     }
 
-    /// One waiter on `key` is gone; `Some` when it was the last and the process is in line.
+    /// One waiter on `key` is gone; `Some` when it was the last and the process is in line, or
+    /// an entry of it may still land.
     pub(crate) fn unwatch(&self, key: &str) -> Option<Left> {
         // Dropping the last entry drops its sender: the driver ends.
         self.watched
             .unregister(key)
-            .filter(|entry| entry.queued)
+            .filter(|entry| entry.queued || entry.unanswered_entries > 0)
             .map(|entry| Left {
                 entry_in_flight: entry.unanswered_entries > 0,
             })
@@ -493,7 +494,12 @@ mod tests {
         waiting.entering("k");
         waiting.entered("k");
         drop(watch);
-        assert_eq!(*seen.lock().unwrap(), [false, true, true]);
+        // Out of line after a grant, with an entry still unanswered: the leave still looks.
+        let watch = watch_k(&seen);
+        waiting.entering("k");
+        waiting.attempted("k", false, None);
+        drop(watch);
+        assert_eq!(*seen.lock().unwrap(), [false, true, true, true]);
     }
 
     #[test]

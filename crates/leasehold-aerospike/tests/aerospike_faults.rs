@@ -10,6 +10,7 @@ use std::time::Duration;
 use aerospike::{Key, Value};
 use leasehold::core::Acquire;
 use leasehold::layers::ReadbackLayer;
+use leasehold::Lease;
 use leasehold::{ErrorKind, LockEvent, LockKey, LockManager, LockStore, OwnerToken};
 use leasehold_aerospike::{AerospikeConfig, AerospikeStore};
 use leasehold_testkit::aerospike::{AerospikeFixture, Fault, Target};
@@ -786,42 +787,56 @@ async fn a_create_in_doubt_that_lands_after_a_granted_retry_is_released_is_remov
     assert!(store.release(&next).await.unwrap());
 }
 
-/// An entry into the line whose caller stopped waiting can reach the node after the wait left
-/// the line (it travels on its own pooled connection): the leave looks again and removes the
-/// place, so a try gets the free key instead of being refused behind it for the waiter timeout.
-#[tokio::test]
-async fn an_entry_that_lands_after_its_wait_left_the_line_is_removed() {
-    use leasehold::core::{ReleaseWatch, Wait};
-    let fixture = AerospikeFixture::start().await.unwrap();
+/// A fair store pair on a fresh fixture: one holds, one waits (a 2 s timeout, so a held entry
+/// is given up by its caller, not by the client).
+async fn fair_pair(fixture: &AerospikeFixture) -> (AerospikeStore, AerospikeStore) {
     let fair = || {
         AerospikeConfig::new(fixture.host_string(), "test", FARM)
             .max_error_rate(0)
             .total_timeout(Duration::from_secs(2))
     };
-    let holder = AerospikeStore::connect(fair()).await.unwrap();
-    let waiter = AerospikeStore::connect(fair()).await.unwrap();
-    let held = holder
-        .try_acquire(&acquire("late-entry", Duration::from_secs(30)))
-        .await
-        .unwrap();
-    let queue_digest = Key::new(
+    (
+        AerospikeStore::connect(fair()).await.unwrap(),
+        AerospikeStore::connect(fair()).await.unwrap(),
+    )
+}
+
+fn queue_digest(entity: &str) -> [u8; 20] {
+    Key::new(
         "test",
         leasehold_aerospike::layout::queue_set("DC#farm1#distributed_lock"),
-        Value::from("orders#late-entry"),
+        Value::from(format!("orders#{entity}")),
     )
     .unwrap()
-    .digest();
-    fixture
-        .faults()
-        .inject(Fault::Hold, Target::DigestTimes(queue_digest, 1));
-    let watch: ReleaseWatch = waiter.watch(held.key()).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let req = acquire("late-entry", Duration::from_secs(30))
-        .with_wait(Some(Wait::new(deadline, watch.waiter())));
-    let dropped = tokio::time::timeout(Duration::from_millis(100), waiter.acquire(&req)).await;
-    assert!(dropped.is_err(), "the caller stopped waiting");
-    // The wait ends, and its leave is answered, while the entry is still held.
-    drop(watch);
+    .digest()
+}
+
+/// Runs the blocking attempt `req` until its entry into the line is held in the fixture, then
+/// stops waiting for it (the task is cancelled, as a wait's deadline does).
+async fn abandon_once_its_entry_is_held(
+    fixture: &AerospikeFixture,
+    waiter: &AerospikeStore,
+    req: &Acquire,
+) {
+    let attempt = tokio::spawn({
+        let (waiter, req) = (waiter.clone(), req.clone());
+        async move { waiter.acquire(&req).await.map(drop) }
+    });
+    let arrived = tokio::time::Instant::now() + Duration::from_secs(5);
+    while fixture.faults().held() == 0 {
+        assert!(
+            tokio::time::Instant::now() < arrived,
+            "the entry reached the node"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    attempt.abort();
+    assert!(attempt.await.unwrap_err().is_cancelled());
+}
+
+/// Lands the held entry after the wait left the line, frees the key, and expects a try to get
+/// it well inside the 5 s waiter timeout (the place that landed late was removed).
+async fn land_late_then_try(fixture: &AerospikeFixture, holder: &AerospikeStore, held: Lease) {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(fixture.faults().held(), 1, "the entry has not landed yet");
     fixture.faults().release_held();
@@ -834,11 +849,14 @@ async fn an_entry_that_lands_after_its_wait_left_the_line_is_removed() {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     assert!(holder.release(&held).await.unwrap());
-    // Well inside the 5 s waiter timeout, a try gets the free key.
     let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
     let next = loop {
         match holder
-            .try_acquire(&acquire("late-entry", Duration::from_secs(30)))
+            .try_acquire(&Acquire::new(
+                held.key().clone(),
+                OwnerToken::generate(),
+                Duration::from_secs(30),
+            ))
             .await
         {
             Ok(lease) => break lease,
@@ -849,4 +867,63 @@ async fn an_entry_that_lands_after_its_wait_left_the_line_is_removed() {
         }
     };
     assert!(holder.release(&next).await.unwrap());
+}
+
+/// An entry into the line whose caller stopped waiting can reach the node after the wait left
+/// the line (it travels on its own pooled connection): the leave looks again and removes the
+/// place, so a try gets the free key instead of being refused behind it for the waiter timeout.
+#[tokio::test]
+async fn an_entry_that_lands_after_its_wait_left_the_line_is_removed() {
+    use leasehold::core::{ReleaseWatch, Wait};
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let (holder, waiter) = fair_pair(&fixture).await;
+    let held = holder
+        .try_acquire(&acquire("late-entry", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    fixture.faults().inject(
+        Fault::Hold,
+        Target::DigestTimes(queue_digest("late-entry"), 1),
+    );
+    let watch: ReleaseWatch = waiter.watch(held.key()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let req = acquire("late-entry", Duration::from_secs(30))
+        .with_wait(Some(Wait::new(deadline, watch.waiter())));
+    abandon_once_its_entry_is_held(&fixture, &waiter, &req).await;
+    // The wait ends, and its leave is answered, while the entry is still held.
+    drop(watch);
+    land_late_then_try(&fixture, &holder, held).await;
+}
+
+/// The same when the process already had a place: its wait's leave removes that one, and the
+/// entry refreshing it, still in flight, lands after.
+#[tokio::test]
+async fn an_entry_that_lands_after_the_leave_removed_an_earlier_place_is_removed() {
+    use leasehold::core::{ReleaseWatch, Wait};
+    let fixture = AerospikeFixture::start().await.unwrap();
+    let (holder, waiter) = fair_pair(&fixture).await;
+    let held = holder
+        .try_acquire(&acquire("late-again", Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let watch: ReleaseWatch = waiter.watch(held.key()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let req = acquire("late-again", Duration::from_secs(30))
+        .with_wait(Some(Wait::new(deadline, watch.waiter())));
+    // A first attempt takes a place, answered, and is refused: the key is held.
+    let first = waiter.acquire(&req).await;
+    assert!(
+        matches!(first, Ok(ref attempt) if !attempt.is_granted()),
+        "{first:?}"
+    );
+    // Past a third of the waiter timeout the next attempt enters again (refreshing its place);
+    // that entry is held, and its caller stops waiting.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    fixture.faults().inject(
+        Fault::Hold,
+        Target::DigestTimes(queue_digest("late-again"), 1),
+    );
+    abandon_once_its_entry_is_held(&fixture, &waiter, &req).await;
+    drop(watch);
+    land_late_then_try(&fixture, &holder, held).await;
 }

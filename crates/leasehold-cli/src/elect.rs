@@ -5,7 +5,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
-use leasehold::{ErrorKind, Leader, Leadership, LockManager, LockOptions};
+use leasehold::core::BoxStore;
+use leasehold::{ErrorKind, Leader, Leadership, LockManager, LockOptions, MemoryStore};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -21,10 +22,18 @@ const DEFAULT_TTL: Duration = Duration::from_secs(30);
 const WAIT_CHUNK: Duration = Duration::from_secs(3600);
 
 pub(crate) async fn elect(global: &Global, args: ElectArgs) -> Result<u8, CliError> {
-    // Refused before connecting: a bad name, TTL or label.
+    // Refused before connecting: a bad name, TTL or label, and what the lock call itself
+    // checks (a TTL the unlock window cannot work with), on the embedded store.
     let names = Names::parse(global)?;
-    names.election(&args.name)?;
+    let key = names.election(&args.name)?;
     check_lease(args.ttl, args.label.as_deref())?;
+    names
+        .manager_over(
+            BoxStore::new(MemoryStore::new()),
+            leasehold::scenario::ScenarioRegistry::new(),
+        )
+        .and_then(|probe| probe.check(&key, &campaign_options(&args)))
+        .map_err(|e| CliError::usage(e.chain().to_string()))?;
     let target = names.connect().await?;
     let manager = target.manager()?;
     // Listened for from the start: once tokio handles a signal it does for the whole process,
@@ -84,13 +93,19 @@ enum Campaign {
     Failed(leasehold::Error),
 }
 
-async fn campaign(manager: &LockManager, args: &ElectArgs) -> Result<Leadership, Campaign> {
-    let mut opts = LockOptions::new()
+/// The options of every campaign call.
+fn campaign_options(args: &ElectArgs) -> LockOptions {
+    let opts = LockOptions::new()
         .ttl(args.ttl.unwrap_or(DEFAULT_TTL))
         .wait(args.wait.unwrap_or(WAIT_CHUNK));
-    if let Some(label) = &args.label {
-        opts = opts.label(label.as_str());
+    match &args.label {
+        Some(label) => opts.label(label.as_str()),
+        None => opts,
     }
+}
+
+async fn campaign(manager: &LockManager, args: &ElectArgs) -> Result<Leadership, Campaign> {
+    let opts = campaign_options(args);
     loop {
         match manager.campaign_with(&args.name, opts.clone()).await {
             Ok(leadership) => return Ok(leadership),

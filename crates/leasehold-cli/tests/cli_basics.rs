@@ -111,6 +111,15 @@ fn bad_arguments_are_refused_before_the_store_is_asked() {
             "greater than zero",
         ),
         (vec!["elect", "--label", "", "e", "--", "true"], "label"),
+        // A lease the unlock window (150 ms) would never let go of.
+        (
+            vec!["run", "--ttl", "150ms", "k", "--", "true"],
+            "every release would be skipped",
+        ),
+        (
+            vec!["elect", "--ttl", "100ms", "e", "--", "true"],
+            "every release would be skipped",
+        ),
         (vec!["leader", "has space"], "whitespace"),
         (vec!["leader", "--watch", "has space"], "whitespace"),
     ] {

@@ -214,7 +214,10 @@ impl LockGuard {
 
     /// Resets the lease's TTL to `ttl`, only if the lock is still ours
     /// ([`ErrorKind::NotHeld`](crate::core::ErrorKind::NotHeld) otherwise, and at once, with no
-    /// store I/O, when [`is_held`](Self::is_held) is already `false`).
+    /// store I/O, when [`is_held`](Self::is_held) is already `false`). A `ttl` not longer than
+    /// the unlock window's margin is refused before any I/O
+    /// ([`ErrorKind::InvalidArgument`](crate::core::ErrorKind::InvalidArgument)): every release
+    /// of such a lease would be skipped.
     ///
     /// A store that is down (connection refused or reset, a failover, an outcome in doubt) is
     /// retried with backoff until the lease expires, at most the manager's
@@ -222,6 +225,9 @@ impl LockGuard {
     /// returned.
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
+        self.handle
+            .check_ttl(ttl)
+            .map_err(|e| e.with_key(self.key().as_str()))?;
         if self.unprotected {
             return Err(Error::new(
                 crate::core::ErrorKind::NotHeld,

@@ -31,6 +31,21 @@ pub(crate) struct Handle {
 }
 
 impl Handle {
+    /// Refuses a lease TTL the stack's unlock window cannot work with: a window whose margin is
+    /// not shorter than the lease closes before the lock is taken, so every release of it would
+    /// be skipped, leaving the lock until it expires.
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<()> {
+        match self.unlock_margin {
+            Some(margin) if margin >= ttl => Err(crate::core::Error::invalid_argument(format!(
+                "the TTL ({ttl:?}) is not longer than the unlock window's margin ({margin:?}): \
+                 the window would close before the lock is taken and every release would be \
+                 skipped, leaving the lock until it expires; ask for a longer TTL or narrow the \
+                 margin (UnlockWindowLayer::margin, or layers.unlock_window.margin in a scenario)"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Releases `lease` through the whole stack in a tracing span, wakes this process's waiters
     /// on its key, and reports the outcome.
     pub(crate) async fn release(&self, lease: &Lease, scenario: &Arc<str>) -> Result<bool> {

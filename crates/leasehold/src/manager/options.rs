@@ -93,7 +93,9 @@ impl LockOptions {
 
     /// The lease TTL for this acquisition. An explicit TTL keeps the Java lock manager's
     /// semantics: the lease is not renewed (unless [`renew`](Self::renew) says so) and simply
-    /// expires if not released.
+    /// expires if not released. It must be longer than the unlock window's margin (150 ms by
+    /// default) of the stack the call goes through, or the call is refused before any I/O: every
+    /// release of such a lease would be skipped.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
@@ -363,15 +365,9 @@ impl LockManager {
             .clone();
         // The builder checked the manager's and every scenario's TTL against their stack's
         // window; a TTL given with the call is checked here.
-        if let Some(margin) = handle.unlock_margin.filter(|margin| *margin >= ttl) {
-            return Err(Error::invalid_argument(format!(
-                "the TTL ({ttl:?}) is not longer than the unlock window's margin ({margin:?}): \
-                 the window would close before the lock is taken and every release would be \
-                 skipped, leaving the lock until it expires; ask for a longer TTL or narrow the \
-                 margin (UnlockWindowLayer::margin)"
-            ))
-            .with_key(key.as_str()));
-        }
+        handle
+            .check_ttl(ttl)
+            .map_err(|e| e.with_key(key.as_str()))?;
         Ok(Plan {
             key,
             ttl,

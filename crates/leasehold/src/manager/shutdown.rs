@@ -145,7 +145,8 @@ impl SignalShutdown {
         let shutdown = match self.done.await {
             Ok(shutdown) => shutdown,
             Err(_) => Err(Error::internal(
-                "the signal handler's task ended with its runtime before the shutdown finished",
+                "the signal handler's task ended (its runtime shut down) before any shutdown \
+                 it ran finished",
             )),
         };
         SignalOutcome {

@@ -182,11 +182,14 @@ async fn a_signal_shutdown_reports_what_it_left_behind() {
         .grant_acquire()
         .expect_release(Err(Error::new(ErrorKind::StoreSetup, "permission denied")));
     let locks = manager(&failing);
-    let guard = locks.try_lock("left").await.unwrap();
+    let guard = locks.try_lock("report-7f3").await.unwrap();
     let outcome = signal(&locks).outcome().await;
     assert_eq!(outcome.exit_code, 143, "the configured status");
     let err = outcome.shutdown.unwrap_err();
-    assert!(err.to_string().contains("left"), "names the key: {err}");
+    assert!(
+        err.to_string().contains("report-7f3"),
+        "names the key: {err}"
+    );
     assert!(
         err.chain().to_string().contains("permission denied"),
         "the cause kept: {err}"
