@@ -565,3 +565,32 @@ async fn another_permit_count_is_a_mode_conflict_even_when_every_permit_is_held_
     assert_eq!(err.kind(), ErrorKind::ModeConflict, "{err}");
     drop((a, b));
 }
+
+/// A multi-lock whose early key's lease runs out while it waits for a later key never returns
+/// a guard over a key it no longer holds: it gives every key back and says which was lost.
+#[tokio::test(start_paused = true)]
+async fn a_multi_lock_that_lost_an_early_key_while_waiting_gives_all_back() {
+    let locks = manager();
+    // Another holder has "b" for 2 s; the multi-lock's leases last 1 s, unrenewed.
+    let other = leasehold::LockOptions::new()
+        .ttl(Duration::from_secs(2))
+        .holder(leasehold::Holder::new());
+    let b = locks.try_lock_with("b", other).await.unwrap();
+    let opts = leasehold::LockOptions::new()
+        .ttl(Duration::from_secs(1))
+        .wait(Duration::from_secs(5));
+    let err = locks.lock_all_with(["a", "b"], opts).await.unwrap_err();
+    assert_eq!(err.kind(), leasehold::ErrorKind::NotHeld, "{err}");
+    assert!(err.key().is_some_and(|k| k.ends_with("#a")), "{err}");
+    assert!(
+        err.to_string().contains("every key was given back"),
+        "{err}"
+    );
+    assert!(locks.inspect("a").await.unwrap().is_none());
+    assert!(locks.inspect("b").await.unwrap().is_none());
+    drop(b);
+    // A hold period cannot be given back with the keys: refused before any I/O.
+    let opts = leasehold::LockOptions::new().hold_at_least(Duration::from_secs(60));
+    let err = locks.lock_all_with(["a", "b"], opts).await.unwrap_err();
+    assert_eq!(err.kind(), leasehold::ErrorKind::InvalidArgument, "{err}");
+}

@@ -435,3 +435,146 @@ async fn an_extend_read_after_the_leases_expiry_gives_the_lock_up() {
     // The 30 s the store granted are given back at once.
     until_free(&locks, "job").await;
 }
+
+/// A lease the library gave up itself (a renewal answered after the guard was lost, released
+/// when it answered) is released once: the guard's own release sends nothing more. A second
+/// release is not harmless through the layers: here reentrancy would count down the outer hold
+/// of the same token and delete the record under it.
+#[tokio::test(start_paused = true)]
+async fn a_lease_given_up_by_a_late_renewal_is_released_once() {
+    use leasehold::layers::CountingLayer;
+    use leasehold::Holder;
+    let counting = CountingLayer::new();
+    let counts = counting.counts();
+    let memory = MemoryStore::new();
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(SlowExtend {
+            inner: memory.clone(),
+            delay: Duration::from_millis(2500),
+            applied_first: true,
+        })
+        .layer(counting)
+        .build()
+        .unwrap();
+    let me = Holder::new();
+    let outer = locks
+        .try_lock_with(
+            "job",
+            LockOptions::new()
+                .ttl(Duration::from_secs(3))
+                .renew(false)
+                .holder(me),
+        )
+        .await
+        .unwrap();
+    // Re-entered by the same holder, renewed: its renewal at 1 s is applied in the store (the
+    // record now lasts until 4 s) but answered at 3.5 s, after the lease's 3 s.
+    let inner = locks
+        .try_lock_with("job", renewing().holder(me))
+        .await
+        .unwrap();
+    inner.lost().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Given up when the late answer came: the inner hold counted down, the outer one keeps the
+    // record.
+    assert_eq!(counts.releases(), 0);
+    let key = outer.key().clone();
+    assert!(memory.inspect(&key).await.unwrap().is_some());
+    assert_eq!(
+        inner.release_outcome().await.unwrap(),
+        leasehold::ReleaseOutcome::NotHeld
+    );
+    assert_eq!(
+        counts.releases(),
+        0,
+        "the outer hold is not counted down again"
+    );
+    assert!(memory.inspect(&key).await.unwrap().is_some());
+    drop(outer);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(counts.releases(), 1, "the outer hold's release deletes it");
+    assert_eq!(memory.inspect(&key).await.unwrap(), None);
+}
+
+/// An extend on a renewed guard sets the lease renewal keeps: a longer TTL is not undone by the
+/// next renewal, and a shorter one is renewed in time (renewal starts again from it).
+#[tokio::test(start_paused = true)]
+async fn renewal_keeps_the_lease_an_extend_set() {
+    let memory = MemoryStore::new();
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(memory.clone())
+        .build()
+        .unwrap();
+    // Longer: 3 s renewed every 1 s, extended to 30 s at 0.5 s.
+    let mut longer = locks.try_lock_with("longer", renewing()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    longer.extend(Duration::from_secs(30)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let left = memory
+        .inspect(longer.key())
+        .await
+        .unwrap()
+        .and_then(|info| info.ttl_remaining)
+        .unwrap();
+    assert!(
+        left > Duration::from_secs(20),
+        "renewed back to 3 s: {left:?}"
+    );
+    assert!(longer.is_held());
+    // Shorter: 30 s renewed every 10 s, extended to 6 s at 1 s: the store would expire it at
+    // 7 s, before the renewal due at 10 s.
+    let opts = LockOptions::new().ttl(Duration::from_secs(30)).renew(true);
+    let mut shorter = locks.try_lock_with("shorter", opts).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    shorter.extend(Duration::from_secs(6)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(shorter.is_held(), "renewed at the new lease's pace");
+    assert!(memory.inspect(shorter.key()).await.unwrap().is_some());
+    assert!(shorter.release().await.unwrap());
+    assert!(longer.release().await.unwrap());
+}
+
+/// The embedded store whose extends are applied but answered with a lost reply.
+#[derive(Debug, Default)]
+struct ExtendAppliedReplyLost {
+    inner: MemoryStore,
+}
+
+impl leasehold::core::LayeredStore for ExtendAppliedReplyLost {
+    type Inner = MemoryStore;
+    fn inner(&self) -> &MemoryStore {
+        &self.inner
+    }
+    async fn extend(&self, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        self.inner.extend(lease, ttl).await?;
+        Err(Error::in_doubt("the extend's reply was lost"))
+    }
+}
+
+/// An extend to a shorter TTL that fails in doubt may have been applied: the guard's local
+/// expiry moves to where the store's may now be, never staying later than it.
+#[tokio::test(start_paused = true)]
+async fn a_shorter_extend_in_doubt_brings_the_local_expiry_forward() {
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(ExtendAppliedReplyLost::default())
+        .release_retry(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let opts = LockOptions::new().ttl(Duration::from_secs(30)).renew(false);
+    let mut guard = locks.try_lock_with("job", opts).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let err = guard.extend(Duration::from_secs(5)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    assert!(guard.is_held());
+    // The store may expire it 5 s after the first attempt was sent (at 6 s).
+    tokio::time::sleep(Duration::from_millis(5100)).await;
+    assert!(!guard.is_held(), "held locally past the store's expiry");
+    let lost = tokio::time::timeout(Duration::from_millis(10), guard.lost()).await;
+    assert!(lost.is_ok(), "lost() agrees");
+}

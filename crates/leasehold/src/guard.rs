@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use tracing::Instrument;
 
 use crate::core::{validate_ttl, Error, Lease, LockKey, LockStore, OwnerToken, Result};
@@ -34,6 +36,9 @@ pub struct LockGuard {
     acquired: Lease,
     state: Arc<LeaseState>,
     renewer: Option<Renewer>,
+    /// The renewal interval asked for (`None`: a third of the TTL), to start renewal again after
+    /// an [`extend`](Self::extend) paused it.
+    renew_every: Option<Duration>,
     released: bool,
     scenario: Arc<str>,
     /// Issued without the lock (the store was down and the scenario proceeds).
@@ -90,6 +95,7 @@ impl LockGuard {
             acquired: lease,
             state,
             renewer,
+            renew_every: renew_every.flatten(),
             released: false,
             scenario,
             unprotected: false,
@@ -125,6 +131,7 @@ impl LockGuard {
             acquired: lease,
             state,
             renewer: None,
+            renew_every: None,
             released: true,
             scenario,
             unprotected: true,
@@ -203,7 +210,9 @@ impl LockGuard {
     /// ```
     pub async fn lost(&self) -> Error {
         tokio::select! {
-            lost = self.state.lost(self.renewer.is_none()) => lost,
+            // The local expiry counts with renewal too: a renewal that can no longer run (its
+            // runtime gone) must not leave this waiting past the lease.
+            lost = self.state.lost(self.renewer.is_some()) => lost,
             () = self.handle.lifecycle.closing() => Error::not_held(
                 "the lock manager shut down: its locks were released (graceful shutdown) or are \
                  left to expire",
@@ -245,17 +254,51 @@ impl LockGuard {
             )
             .with_key(self.key().as_str()));
         }
-        let lease = self.state.lease();
+        // Renewal pauses while the extend runs: its own extends would race this one, and the
+        // store keeps whichever it applied last while this process keeps whichever answer it
+        // read last. It starts again from the lease this leaves (its TTL, its start), also when
+        // this future is dropped midway.
+        let LockGuard {
+            handle,
+            state,
+            renewer,
+            renew_every,
+            scenario,
+            ..
+        } = self;
+        let paused = renewer.take();
+        let resume = Resume {
+            armed: paused.is_some(),
+            slot: renewer,
+            handle: handle.clone(),
+            state: state.clone(),
+            every: *renew_every,
+            scenario: scenario.clone(),
+        };
+        if let Some(paused) = paused {
+            paused.stop().await;
+        }
+        let lease = state.lease();
+        let key = lease.key().clone();
+        if !state.is_held() {
+            drop(resume);
+            return Err(Error::not_held(
+                "the lock was found lost by its renewal while the extend waited for it; take it \
+                 again",
+            )
+            .with_key(key.as_str()));
+        }
         let span = tracing::info_span!(
             "leasehold.extend",
-            key = %lease.key(),
-            store = self.handle.store.name(),
-            scenario = &*self.scenario,
+            key = %key,
+            store = handle.store.name(),
+            scenario = &**scenario,
             outcome = tracing::field::Empty,
         );
+        let sent_at = Instant::now();
         let result = crate::observe::in_scenario(
-            self.scenario.clone(),
-            crate::failover::extend(&self.handle.store, &self.handle.retry, &lease, ttl)
+            scenario.clone(),
+            crate::failover::extend(&handle.store, &handle.retry, &lease, ttl)
                 .instrument(span.clone()),
         )
         .await;
@@ -266,29 +309,37 @@ impl LockGuard {
                 Err(e) => e.kind().as_str(),
             },
         );
-        match result {
-            Ok(renewed) => match self.state.renew_to(renewed) {
+        let outcome = match result {
+            Ok(renewed) => match state.renew_to(renewed) {
                 None => Ok(()),
                 // Read only after the lease's local expiry (or a renewal found it lost
                 // meanwhile): `is_held` may have said `false` already, so the lock is given up.
                 Some(late) => {
-                    self.handle
-                        .release_in_background(late, "an extend read after its lease expired");
+                    if state.give_up() {
+                        handle
+                            .release_in_background(late, "an extend read after its lease expired");
+                    }
                     Err(Error::not_held(
                         "the extend was answered only after the lease's local expiry (or the \
                          lock was found lost meanwhile); the lock is given up (released), take \
                          it again",
                     )
-                    .with_key(self.key().as_str()))
+                    .with_key(key.as_str()))
                 }
             },
             Err(error) => {
                 if error.kind() == crate::core::ErrorKind::NotHeld {
-                    self.state.mark_lost(error.chain().to_string());
+                    state.mark_lost(error.chain().to_string());
+                } else {
+                    // It may have been applied: with a shorter TTL the store's expiry may now
+                    // come before the local one, which must never be later.
+                    state.expire_no_later_than(ttl, sent_at);
                 }
                 Err(error)
             }
-        }
+        };
+        drop(resume);
+        outcome
     }
 
     /// Releases the lock now. `Ok(true)`: it was still ours and is now free (or, taken with
@@ -363,6 +414,10 @@ async fn finish(
     granted_at: tokio::time::Instant,
     hold_at_least: Option<Duration>,
 ) -> Result<ReleaseOutcome> {
+    // Released once: the library may have given the lease up already (renewed too late).
+    if !state.begin_release() {
+        return Ok(ReleaseOutcome::NotHeld);
+    }
     let lease = state.lease();
     let left = hold_at_least.and_then(|d| d.checked_sub(granted_at.elapsed()));
     // Under a millisecond no store can represent the rest: release at once.
@@ -435,6 +490,30 @@ impl Drop for LockGuard {
         if spawned.is_none() {
             tracing::warn!(key = %self.acquired.key(),
                 "guard dropped outside a tokio runtime; the lock expires at its TTL");
+        }
+    }
+}
+
+/// Starts a guard's renewal again when dropped (an [`LockGuard::extend`] paused it), if it had
+/// one and the guard is still held.
+struct Resume<'a> {
+    armed: bool,
+    slot: &'a mut Option<Renewer>,
+    handle: Arc<Handle>,
+    state: Arc<LeaseState>,
+    every: Option<Duration>,
+    scenario: Arc<str>,
+}
+
+impl Drop for Resume<'_> {
+    fn drop(&mut self) {
+        if self.armed && self.state.is_held() {
+            *self.slot = Renewer::start(
+                &self.handle,
+                self.state.clone(),
+                self.every,
+                self.scenario.clone(),
+            );
         }
     }
 }

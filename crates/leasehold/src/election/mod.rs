@@ -3,7 +3,7 @@
 //!
 //! - [`LockManager::campaign`] waits until this candidate leads and returns a [`Leadership`]
 //!   guard: its [`term`](Leadership::term) is the lock's fencing token (greater for every new
-//!   leader), [`lost`](Leadership::lost) resolves when leadership is lost, and
+//!   leader from another process; see `term` for hand-off within one), [`lost`](Leadership::lost) resolves when leadership is lost, and
 //!   [`resign`](Leadership::resign) or dropping it hands leadership over at once (an
 //!   owner-checked release). The manager's [`shutdown`](LockManager::shutdown) resigns too, since
 //!   it releases the locks still held, so a rolling restart hands leadership over immediately.
@@ -92,7 +92,10 @@ impl Leadership {
 
     /// The term of this leadership: the election lock's fencing token, greater than every
     /// earlier leader's. `None` on a store without fencing tokens
-    /// ([`Capabilities::fencing`](crate::Capabilities::fencing)).
+    /// ([`Capabilities::fencing`](crate::Capabilities::fencing)). With local competition's
+    /// hand-off on, a leadership passed to another candidate of the same process keeps the
+    /// lease, so both share one term: campaign for one election once per process (or leave
+    /// hand-off off) where terms must differ.
     pub fn term(&self) -> Option<u64> {
         self.guard.fencing_token()
     }

@@ -220,6 +220,14 @@ impl LockManager {
                 "a multi-lock takes exclusive locks; take shared holds or permits one by one",
             ));
         }
+        if opts.hold_at_least.is_some() {
+            // Giving back the keys of a failed multi-lock must free them, which a hold period
+            // would not.
+            return Err(Error::invalid_argument(
+                "a multi-lock cannot keep a hold period (hold_at_least): its keys are given back \
+                 together when one cannot be had; take job locks one key at a time",
+            ));
+        }
         // Exclusive whatever a matching scenario's `lock` mode says: a multi-lock's promise is
         // that its holder is alone on every key.
         let opts = opts.mode(LockMode::Exclusive);
@@ -256,6 +264,30 @@ impl LockManager {
                 }
             }
         }
+        // A key taken early can be lost while the later ones are waited for (its lease ran out
+        // unrenewed, or renewal found it broken): all of them at once, or none.
+        if let Some(lost) = held.iter().find(|guard| !guard.is_held()) {
+            let key = lost.key().clone();
+            let ttl = lost.lease().ttl();
+            let given_back = MultiGuard::new(held).release().await;
+            let outcome = match &given_back {
+                Ok(_) => "every key was given back".to_owned(),
+                Err(undo) => format!(
+                    "giving the keys back failed too, so they expire at their TTL: {}",
+                    undo.chain()
+                ),
+            };
+            let error = Error::not_held(format!(
+                "a multi-lock lost {key} (its lease of {ttl:?} ran out, or was broken) while it \
+                 waited for the keys after it; {outcome}; ask for a TTL longer than the wait, or \
+                 leave it unset so that renewal keeps the keys taken"
+            ))
+            .with_key(key.as_str());
+            return Err(match given_back {
+                Ok(_) => error,
+                Err(undo) => error.with_source(undo),
+            });
+        }
         Ok(MultiGuard::new(held))
     }
 }
@@ -264,7 +296,7 @@ impl LockManager {
 /// whether the keys it had taken were given back (`undo_failed`: the first release that failed;
 /// those keys then expire at their TTL).
 fn with_progress(error: Error, taken: usize, undo_failed: Option<Error>) -> Error {
-    if taken == 0 || error.kind() == ErrorKind::ShutDown {
+    if taken == 0 || (error.kind() == ErrorKind::ShutDown && undo_failed.is_none()) {
         return error;
     }
     let given_back = match &undo_failed {

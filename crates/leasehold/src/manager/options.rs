@@ -80,7 +80,7 @@ pub struct LockOptions {
     pub(super) mode: Option<LockMode>,
     scenario: Option<Arc<str>>,
     trace: Option<Option<TraceConfig>>,
-    hold_at_least: Option<Duration>,
+    pub(super) hold_at_least: Option<Duration>,
     label: Option<Arc<str>>,
     announce: bool,
 }

@@ -31,6 +31,10 @@ const MIN_RETRY: Duration = Duration::from_millis(10);
 /// Why a held guard's lease is given up when its manager shuts down.
 const SHUT_DOWN: &str = "the lock manager shut down; the lease is no longer renewed";
 
+/// How long after a renewed lease's local expiry [`LeaseState::lost`] waits for its renewal to
+/// report before it resolves by itself.
+const RENEWAL_SILENT: Duration = Duration::from_secs(1);
+
 /// The current lease of a guard and whether it is still held; shared by the guard and its renewal
 /// task. One allocation per guard: the lease and the lost reason behind one mutex, and a `Notify`
 /// for `lost()` waiters.
@@ -45,12 +49,25 @@ struct Current {
     lease: Lease,
     /// `None` while held; the reason once lost.
     lost: Option<String>,
+    /// The library released this lease itself, giving it up (an extend answered too late): the
+    /// guard's release sends nothing more. A second release would not be harmless: through
+    /// reentrancy it counts down another hold of the same token, and through hand-off it
+    /// releases the next holder's lease, which carries the same token.
+    given_up: bool,
+    /// The guard's own release was started (perhaps cancelled midway and sent again by its
+    /// drop): the library no longer gives the lease up itself.
+    guard_releasing: bool,
 }
 
 impl LeaseState {
     pub(crate) fn new(lease: Lease) -> Arc<Self> {
         Arc::new(LeaseState {
-            current: Mutex::new(Current { lease, lost: None }),
+            current: Mutex::new(Current {
+                lease,
+                lost: None,
+                given_up: false,
+                guard_releasing: false,
+            }),
             lost_signal: Notify::new(),
         })
     }
@@ -79,6 +96,40 @@ impl LeaseState {
         None
     }
 
+    /// The library is about to release this lease itself, giving it up: `true` when it should,
+    /// `false` when the guard's own release was started already (it covers the lease).
+    pub(crate) fn give_up(&self) -> bool {
+        let mut current = self.current();
+        if current.guard_releasing {
+            return false;
+        }
+        current.given_up = true;
+        true
+    }
+
+    /// The guard's release is about to be sent: `true` when it should, `false` when the library
+    /// already gave the lease up (and released it).
+    pub(crate) fn begin_release(&self) -> bool {
+        let mut current = self.current();
+        if current.given_up {
+            return false;
+        }
+        current.guard_releasing = true;
+        true
+    }
+
+    /// After an extend to `ttl`, first sent at `sent_at`, that failed without saying the lock
+    /// is gone: it may have been applied, so the store's expiry may be as early as
+    /// `sent_at + ttl`. The local expiry moves there when that is earlier (never later: the
+    /// local expiry must not pass the store's).
+    pub(crate) fn expire_no_later_than(&self, ttl: Duration, sent_at: Instant) {
+        let mut current = self.current();
+        let shortened = current.lease.renewed(ttl, sent_at);
+        if shortened.expires_at() < current.lease.expires_at() {
+            current.lease = shortened;
+        }
+    }
+
     /// Not marked lost, and the lease's local expiry has not passed. The expiry counts from when
     /// the lease's request was sent, so it is never later than the store's; past it, with no
     /// renewal that moved it (renewal off, or a process paused past it), the key may be another
@@ -103,36 +154,52 @@ impl LeaseState {
         }
     }
 
-    /// Resolves when the lease is marked lost, with an `ErrorKind::NotHeld` error saying why;
-    /// `unrenewed` (no renewal keeps it: its task marks it lost with the reason it found), also
-    /// when its local expiry passes.
-    pub(crate) async fn lost(&self, unrenewed: bool) -> Error {
+    /// Resolves when the lease is marked lost, with an `ErrorKind::NotHeld` error saying why,
+    /// or when its local expiry passes: at once without renewal (`renewed == false`: nothing
+    /// moves it), and [`RENEWAL_SILENT`] later with it, which leaves the renewal the time to say
+    /// why itself (it gives the lease up at the expiry), and still resolves when the renewal can
+    /// no longer run (its runtime gone).
+    pub(crate) async fn lost(&self, renewed: bool) -> Error {
+        let grace = if renewed {
+            RENEWAL_SILENT
+        } else {
+            Duration::ZERO
+        };
         loop {
             // Registered before the check, so a `mark_lost` in between is not missed.
             let signal = self.lost_signal.notified();
             tokio::pin!(signal);
             signal.as_mut().enable();
-            let expires_at = {
+            let deadline = {
                 let current = self.current();
                 let key = current.lease.key().as_str();
                 if let Some(reason) = &current.lost {
                     return Error::not_held(format!("the lock was lost: {reason}")).with_key(key);
                 }
-                let expires_at = current.lease.expires_at();
-                if unrenewed && Instant::now() >= expires_at {
-                    return Error::not_held(format!(
-                        "the lock's lease ran out: its TTL of {:?} passed and nothing renews it; \
-                         the key may be another holder's now",
-                        current.lease.ttl()
-                    ))
-                    .with_key(key);
+                let deadline = instant_after(current.lease.expires_at(), grace);
+                if Instant::now() >= deadline {
+                    let why = if renewed {
+                        format!(
+                            "the lock's lease ran out: its TTL of {:?} passed and its renewal did \
+                             not report (its runtime may have shut down); the key may be another \
+                             holder's now",
+                            current.lease.ttl()
+                        )
+                    } else {
+                        format!(
+                            "the lock's lease ran out: its TTL of {:?} passed and nothing renews \
+                             it; the key may be another holder's now",
+                            current.lease.ttl()
+                        )
+                    };
+                    return Error::not_held(why).with_key(key);
                 }
-                expires_at
+                deadline
             };
             // An `extend` moves the expiry on: the loop then looks again.
             tokio::select! {
                 () = &mut signal => {}
-                () = tokio::time::sleep_until(expires_at), if unrenewed => {}
+                () = tokio::time::sleep_until(deadline) => {}
             }
         }
     }
@@ -156,7 +223,7 @@ impl Renewer {
         scenario: Arc<str>,
     ) -> Option<Self> {
         let lease = state.lease();
-        let interval = every.unwrap_or(lease.ttl() / 3);
+        let interval = interval(every, lease.ttl());
         // Counted from when the lease's TTL started (its request was sent), not from now: a
         // slow reply must not push the first renewal past the lease's expiry.
         let due = instant_after(lease.acquired_at(), interval);
@@ -340,7 +407,7 @@ async fn renew(
     let mut first = Some(first);
     loop {
         let lease = state.lease();
-        let interval = every.unwrap_or(lease.ttl() / 3);
+        let interval = interval(every, lease.ttl());
         // Each renewal is due `interval` after the current lease started (when the last extend
         // was sent), however long its reply took: counted from the reply instead, a slow one
         // would delay every renewal after it, up to past the lease's expiry.
@@ -372,11 +439,16 @@ async fn renew(
                 Ok(answer) => answer,
                 Err(_) => {
                     // Still in flight. If it lands, the lock would live on for a whole TTL under
-                    // a guard already reported lost: it is released as soon as it answers.
-                    let store = handle.store.clone();
+                    // a guard already reported lost: it is released as soon as it answers,
+                    // unless the guard's own release went first (the extend then finds no record
+                    // of ours, or the release deleted what it renewed).
+                    let (store, state) = (handle.store.clone(), state.clone());
                     // Tracked: a shutdown waits for this cleanup.
                     handle.lifecycle.spawn(async move {
                         if let Ok(renewed) = extend.await {
+                            if !state.give_up() {
+                                return;
+                            }
                             if let Err(error) = store.release(&renewed).await {
                                 tracing::warn!(key = %renewed.key(), error = %error.chain(),
                                     "a renewal answered after its lease was given up and could \
@@ -396,8 +468,12 @@ async fn renew(
                     // paused, or its runtime starved): the guard may have been seen not held
                     // already, and stays lost; the lease renewed for nobody is released.
                     if let Some(late) = state.renew_to(renewed) {
-                        handle
-                            .release_in_background(late, "a renewal read after its lease expired");
+                        if state.give_up() {
+                            handle.release_in_background(
+                                late,
+                                "a renewal read after its lease expired",
+                            );
+                        }
                         lose(
                             &handle,
                             &state,
@@ -447,6 +523,13 @@ async fn renew(
             }
         }
     }
+}
+
+/// How often a lease of `ttl` is renewed: every `every` as asked, or a third of the TTL. An
+/// interval not shorter than the TTL (an extend shortened the lease below the one asked for)
+/// could never keep it: a third of the TTL then.
+fn interval(every: Option<Duration>, ttl: Duration) -> Duration {
+    every.filter(|every| *every < ttl).unwrap_or(ttl / 3)
 }
 
 fn lose(handle: &Handle, state: &LeaseState, lease: &Lease, reason: String) {
@@ -534,7 +617,8 @@ mod tests {
         let store = MemoryStore::new();
         let handle = handle(&store);
         let (late, early) = (held(&store, "late").await, held(&store, "early").await);
-        let _late = renew(&handle, &late, Duration::from_secs(10));
+        let _late = renew(&handle, &late, Duration::from_millis(2500));
+        let late_taken_at = late.lease().expires_at();
         // The driver now sleeps until the late entry is due.
         tokio::time::sleep(Duration::from_millis(10)).await;
         let _early = renew(&handle, &early, EVERY);
@@ -544,12 +628,37 @@ mod tests {
             early.lease().expires_at() > taken_at,
             "renewed when due, not at the later entry's time"
         );
+        assert_eq!(late.lease().expires_at(), late_taken_at, "not due yet");
         tokio::time::sleep(TTL * 2).await;
         assert!(early.is_held(), "kept alive by its task");
-        // Its renewal is not due yet (every 10 s, past its TTL): not marked lost, only past its
-        // local expiry.
-        assert!(late.current().lost.is_none());
-        assert!(!late.is_held());
+        assert!(late.is_held(), "and the later one by its own");
+    }
+
+    /// A renewed lease whose renewal never reports (its runtime gone) is still given up as
+    /// lost, a moment after its local expiry.
+    #[tokio::test(start_paused = true)]
+    async fn lost_resolves_when_a_renewal_stops_reporting() {
+        let store = MemoryStore::new();
+        let state = held(&store, "silent").await;
+        let started = Instant::now();
+        let lost = state.lost(true).await.to_string();
+        assert_eq!(started.elapsed(), TTL + RENEWAL_SILENT);
+        assert!(lost.contains("did not report"), "{lost}");
+    }
+
+    #[test]
+    fn an_interval_that_could_not_keep_the_lease_falls_back_to_a_third_of_it() {
+        let ttl = Duration::from_secs(6);
+        assert_eq!(interval(None, ttl), Duration::from_secs(2));
+        assert_eq!(
+            interval(Some(Duration::from_secs(5)), ttl),
+            Duration::from_secs(5)
+        );
+        // An extend shortened the lease below the interval asked for.
+        assert_eq!(
+            interval(Some(Duration::from_secs(10)), ttl),
+            Duration::from_secs(2)
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -590,7 +699,7 @@ mod tests {
         handle.lifecycle.close();
         handle.lifecycle.wait().await;
         assert!(!state.is_held());
-        let lost = state.lost(false).await.to_string();
+        let lost = state.lost(true).await.to_string();
         assert!(lost.contains("shut down"), "{lost}");
     }
 }
