@@ -578,3 +578,25 @@ async fn a_shorter_extend_in_doubt_brings_the_local_expiry_forward() {
     let lost = tokio::time::timeout(Duration::from_millis(10), guard.lost()).await;
     assert!(lost.is_ok(), "lost() agrees");
 }
+
+/// A shutdown during a renewal's retries stops them at once: it does not wait for them to run
+/// out at the lease's expiry, and the guard says why it is no longer held.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_stops_a_renewal_retrying_an_outage() {
+    let (locks, store, _) = setup();
+    let guard = locks.try_lock_with("job", renewing()).await.unwrap();
+    store.unreachable.store(true, Ordering::SeqCst);
+    // The renewal due at 1 s fails and retries every 250 ms until the lease's 3 s.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(store.extends.load(Ordering::SeqCst) >= 1, "retrying");
+    let started = tokio::time::Instant::now();
+    // The release at shutdown fails too (the store is unreachable): only the timing matters.
+    let _ = locks.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "waited for the retries: {:?}",
+        started.elapsed()
+    );
+    let lost = guard.lost().await;
+    assert!(lost.to_string().contains("shut down"), "{lost}");
+}

@@ -332,12 +332,16 @@ impl Due for Entry {
         // than let the guard believe it is renewed.
         *phase = Phase::Done;
         drop(phase);
-        tracing::warn!(key = %self.state.lease().key(),
-            "no tokio runtime to renew on; the lease expires at its TTL");
-        self.state.mark_lost(
-            "its renewal could not start (no tokio runtime); the lease expires at its TTL"
-                .to_owned(),
-        );
+        let reason = "its renewal could not start (no tokio runtime); the lease expires at its TTL"
+            .to_owned();
+        match self.handle.upgrade() {
+            // Warned, and reported to observers, as every other loss.
+            Some(handle) => lose(&handle, &self.state, &self.state.lease(), reason),
+            None => {
+                tracing::warn!(key = %self.state.lease().key(), %reason, "lock lost");
+                self.state.mark_lost(reason);
+            }
+        }
     }
 
     fn shut_down(&self) {
@@ -517,6 +521,11 @@ async fn renew(
                         .min(lease.remaining().max(MIN_RETRY));
                     tokio::select! {
                         _ = &mut stopped => return,
+                        _ = handle.lifecycle.closing() => {
+                            // As while it sleeps: a shutdown does not wait for the retries.
+                            state.mark_lost(SHUT_DOWN.to_owned());
+                            return;
+                        }
                         _ = tokio::time::sleep(pause) => {}
                     }
                 }
