@@ -600,3 +600,68 @@ async fn a_shutdown_stops_a_renewal_retrying_an_outage() {
     let lost = guard.lost().await;
     assert!(lost.to_string().contains("shut down"), "{lost}");
 }
+
+/// A renewal cut off at the lease's expiry lands later. The guard, dropped before that, could not
+/// let go of the lease itself (its release came past the unlock window and was skipped), so the
+/// late renewal is released when it answers: the key is not blocked for a whole new TTL.
+#[tokio::test(start_paused = true)]
+async fn a_late_renewal_after_a_skipped_guard_release_is_still_released() {
+    let memory = MemoryStore::new();
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(SlowExtend {
+            inner: memory.clone(),
+            delay: Duration::from_millis(2500),
+            applied_first: true,
+        })
+        .build()
+        .unwrap();
+    // TTL 3 s, renewed at 1 s (the store keeps it until 4 s), answered at 3.5 s.
+    let guard = locks.try_lock_with("job", renewing()).await.unwrap();
+    let key = guard.key().clone();
+    guard.lost().await;
+    // At 3 s the unlock window has closed: the guard's release is skipped.
+    assert!(!guard.release().await.unwrap());
+    assert!(
+        memory.inspect(&key).await.unwrap().is_some(),
+        "renewed to 4 s"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        memory.inspect(&key).await.unwrap(),
+        None,
+        "released when the late renewal answered"
+    );
+}
+
+/// An extend dropped before its answer may have been applied: the guard's local expiry moves to
+/// the earliest the store's may now be, and renewal starts again from there.
+#[tokio::test(start_paused = true)]
+async fn an_extend_dropped_midway_brings_the_local_expiry_forward() {
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(SlowExtend {
+            delay: Duration::from_secs(60),
+            applied_first: true,
+            ..SlowExtend::default()
+        })
+        .build()
+        .unwrap();
+    let opts = LockOptions::new().ttl(Duration::from_secs(30)).renew(true);
+    let mut guard = locks.try_lock_with("job", opts).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let cut = tokio::time::timeout(
+        Duration::from_millis(100),
+        guard.extend(Duration::from_secs(2)),
+    )
+    .await;
+    assert!(cut.is_err(), "the caller stopped waiting");
+    assert!(guard.is_held());
+    // Applied at 1 s, the store keeps the key until 3 s.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(!guard.is_held(), "held locally past the store's expiry");
+    let lost = tokio::time::timeout(Duration::from_secs(2), guard.lost()).await;
+    assert!(lost.is_ok(), "lost() resolves too");
+}

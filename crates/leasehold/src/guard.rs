@@ -267,13 +267,14 @@ impl LockGuard {
             ..
         } = self;
         let paused = renewer.take();
-        let resume = Resume {
+        let mut resume = Resume {
             armed: paused.is_some(),
             slot: renewer,
             handle: handle.clone(),
             state: state.clone(),
             every: *renew_every,
             scenario: scenario.clone(),
+            unanswered: None,
         };
         if let Some(paused) = paused {
             paused.stop().await;
@@ -296,12 +297,14 @@ impl LockGuard {
             outcome = tracing::field::Empty,
         );
         let sent_at = Instant::now();
+        resume.unanswered = Some((ttl, sent_at));
         let result = crate::observe::in_scenario(
             scenario.clone(),
             crate::failover::extend(&handle.store, &handle.retry, &lease, ttl)
                 .instrument(span.clone()),
         )
         .await;
+        resume.unanswered = None;
         span.record(
             "outcome",
             match &result {
@@ -316,8 +319,10 @@ impl LockGuard {
                 // meanwhile): `is_held` may have said `false` already, so the lock is given up.
                 Some(late) => {
                     if state.give_up() {
-                        handle
-                            .release_in_background(late, "an extend read after its lease expired");
+                        handle.release_given_up_in_background(
+                            late,
+                            "an extend read after its lease expired",
+                        );
                     }
                     Err(Error::not_held(
                         "the extend was answered only after the lease's local expiry (or the \
@@ -328,12 +333,18 @@ impl LockGuard {
                 }
             },
             Err(error) => {
-                if error.kind() == crate::core::ErrorKind::NotHeld {
-                    state.mark_lost(error.chain().to_string());
-                } else {
-                    // It may have been applied: with a shorter TTL the store's expiry may now
+                use crate::core::ErrorKind;
+                match error.kind() {
+                    ErrorKind::NotHeld => state.mark_lost(error.chain().to_string()),
+                    // The store was reached, or may have been, and failed to answer: an attempt
+                    // may have been applied, and with a shorter TTL the store's expiry may now
                     // come before the local one, which must never be later.
-                    state.expire_no_later_than(ttl, sent_at);
+                    ErrorKind::InDoubt
+                    | ErrorKind::Connection
+                    | ErrorKind::Timeout
+                    | ErrorKind::RetriesExhausted
+                    | ErrorKind::Internal => state.expire_no_later_than(ttl, sent_at),
+                    _ => {}
                 }
                 Err(error)
             }
@@ -423,6 +434,7 @@ async fn finish(
     // Under a millisecond no store can represent the rest: release at once.
     let Some(left) = left.filter(|left| *left >= Duration::from_millis(1)) else {
         return Ok(if handle.release(&lease, scenario).await? {
+            state.released_by_guard();
             ReleaseOutcome::Released
         } else {
             ReleaseOutcome::NotHeld
@@ -448,6 +460,8 @@ async fn finish(
         Ok(renewed) => {
             span.record("outcome", "kept_for_hold_period");
             state.set_lease(renewed);
+            // Left to the store to expire at the period's end: nothing to give up.
+            state.released_by_guard();
             Ok(ReleaseOutcome::Kept { left })
         }
         Err(error) if error.kind() == crate::core::ErrorKind::NotHeld => {
@@ -494,8 +508,10 @@ impl Drop for LockGuard {
     }
 }
 
-/// Starts a guard's renewal again when dropped (an [`LockGuard::extend`] paused it), if it had
-/// one and the guard is still held.
+/// Ends an [`LockGuard::extend`], also one dropped midway: an extend sent and never answered
+/// may have been applied, so the local expiry moves to the earliest the store's may now be;
+/// then the guard's renewal, which the extend paused, starts again if it had one and the guard
+/// is still held.
 struct Resume<'a> {
     armed: bool,
     slot: &'a mut Option<Renewer>,
@@ -503,10 +519,15 @@ struct Resume<'a> {
     state: Arc<LeaseState>,
     every: Option<Duration>,
     scenario: Arc<str>,
+    /// The TTL asked for and when the extend was sent, until it answered.
+    unanswered: Option<(Duration, Instant)>,
 }
 
 impl Drop for Resume<'_> {
     fn drop(&mut self) {
+        if let Some((ttl, sent_at)) = self.unanswered.take() {
+            self.state.expire_no_later_than(ttl, sent_at);
+        }
         if self.armed && self.state.is_held() {
             *self.slot = Renewer::start(
                 &self.handle,

@@ -104,4 +104,35 @@ impl Handle {
             tracing::warn!(%key, why, "no tokio runtime to release on; the lock expires at its TTL");
         }
     }
+
+    /// Releases a guard's lease the library gave up itself (an extend answered too late), and
+    /// wakes this process's waiters on its key as the guard's release would have: the guard's
+    /// own release then sends nothing ([`LeaseState::give_up`](crate::renewal::LeaseState)).
+    pub(crate) async fn release_given_up(&self, lease: &Lease, why: &'static str) {
+        match self.store.release(lease).await {
+            Ok(true) => tracing::debug!(key = %lease.key(), why, "given up and released"),
+            Ok(false) => {}
+            Err(error) => tracing::warn!(key = %lease.key(), error = %error.chain(), why,
+                "releasing a lease given up failed; the lock expires at its TTL"),
+        }
+        if !lease.is_contended() {
+            self.waiters.wake(lease.key());
+        }
+    }
+
+    /// [`Handle::release_given_up`] in the background, as a task the lifecycle tracks.
+    pub(crate) fn release_given_up_in_background(
+        self: &Arc<Self>,
+        lease: Lease,
+        why: &'static str,
+    ) {
+        let handle = self.clone();
+        let key = lease.key().clone();
+        let spawned = self
+            .lifecycle
+            .spawn(async move { handle.release_given_up(&lease, why).await });
+        if spawned.is_none() {
+            tracing::warn!(%key, why, "no tokio runtime to release on; the lock expires at its TTL");
+        }
+    }
 }

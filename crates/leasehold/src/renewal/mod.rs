@@ -54,9 +54,10 @@ struct Current {
     /// reentrancy it counts down another hold of the same token, and through hand-off it
     /// releases the next holder's lease, which carries the same token.
     given_up: bool,
-    /// The guard's own release was started (perhaps cancelled midway and sent again by its
-    /// drop): the library no longer gives the lease up itself.
-    guard_releasing: bool,
+    /// The guard's own release let go of the lease (the store deleted it, or it was handed on):
+    /// a renewal landing after it finds nothing of ours to renew, so there is nothing left to
+    /// give up. A release skipped (by the unlock window) or failed does not count.
+    guard_released: bool,
 }
 
 impl LeaseState {
@@ -66,7 +67,7 @@ impl LeaseState {
                 lease,
                 lost: None,
                 given_up: false,
-                guard_releasing: false,
+                guard_released: false,
             }),
             lost_signal: Notify::new(),
         })
@@ -97,10 +98,10 @@ impl LeaseState {
     }
 
     /// The library is about to release this lease itself, giving it up: `true` when it should,
-    /// `false` when the guard's own release was started already (it covers the lease).
+    /// `false` when the guard's own release already let go of it.
     pub(crate) fn give_up(&self) -> bool {
         let mut current = self.current();
-        if current.guard_releasing {
+        if current.guard_released {
             return false;
         }
         current.given_up = true;
@@ -110,12 +111,12 @@ impl LeaseState {
     /// The guard's release is about to be sent: `true` when it should, `false` when the library
     /// already gave the lease up (and released it).
     pub(crate) fn begin_release(&self) -> bool {
-        let mut current = self.current();
-        if current.given_up {
-            return false;
-        }
-        current.guard_releasing = true;
-        true
+        !self.current().given_up
+    }
+
+    /// The guard's release let go of the lease.
+    pub(crate) fn released_by_guard(&self) {
+        self.current().guard_released = true;
     }
 
     /// After an extend to `ttl`, first sent at `sent_at`, that failed without saying the lock
@@ -444,19 +445,20 @@ async fn renew(
                 Err(_) => {
                     // Still in flight. If it lands, the lock would live on for a whole TTL under
                     // a guard already reported lost: it is released as soon as it answers,
-                    // unless the guard's own release went first (the extend then finds no record
-                    // of ours, or the release deleted what it renewed).
-                    let (store, state) = (handle.store.clone(), state.clone());
+                    // unless the guard's own release let go of the lease first (the extend then
+                    // found nothing of ours, or the release deleted what it renewed). A guard
+                    // release skipped by the unlock window, or failed, leaves it to this.
+                    let (cleanup, state) = (handle.clone(), state.clone());
                     // Tracked: a shutdown waits for this cleanup.
                     handle.lifecycle.spawn(async move {
                         if let Ok(renewed) = extend.await {
-                            if !state.give_up() {
-                                return;
-                            }
-                            if let Err(error) = store.release(&renewed).await {
-                                tracing::warn!(key = %renewed.key(), error = %error.chain(),
-                                    "a renewal answered after its lease was given up and could \
-                                     not be released; the lock expires at its TTL");
+                            if state.give_up() {
+                                cleanup
+                                    .release_given_up(
+                                        &renewed,
+                                        "a renewal answered after its lease was given up",
+                                    )
+                                    .await;
                             }
                         }
                     });
@@ -473,7 +475,7 @@ async fn renew(
                     // already, and stays lost; the lease renewed for nobody is released.
                     if let Some(late) = state.renew_to(renewed) {
                         if state.give_up() {
-                            handle.release_in_background(
+                            handle.release_given_up_in_background(
                                 late,
                                 "a renewal read after its lease expired",
                             );
