@@ -231,7 +231,12 @@ impl LockGuard {
     /// A store that is down (connection refused or reset, a failover, an outcome in doubt) is
     /// retried with backoff until the lease expires, at most the manager's
     /// [`release_retry`](crate::LockManagerBuilder::release_retry); then the last store error is
-    /// returned.
+    /// returned. Such a failure, or this future dropped before the answer, may still have
+    /// applied the new TTL: the local expiry then moves to the earliest the store may now expire
+    /// the key (never later than it), so with a shorter `ttl` [`is_held`](Self::is_held) turns
+    /// `false` by then, and a release after it may be skipped by the unlock window (the lock
+    /// then expires at its TTL). Renewal pauses while an extend runs and then renews the lease
+    /// it leaves, at its TTL.
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         validate_ttl(ttl)?;
         self.handle
@@ -318,7 +323,7 @@ impl LockGuard {
                 // Read only after the lease's local expiry (or a renewal found it lost
                 // meanwhile): `is_held` may have said `false` already, so the lock is given up.
                 Some(late) => {
-                    if state.give_up() {
+                    if let Some(late) = state.give_up(late) {
                         handle.release_given_up_in_background(
                             late,
                             "an extend read after its lease expired",
@@ -418,6 +423,8 @@ impl LockGuard {
 }
 
 /// The release of a guard: a delete, or within its hold period an extend to the rest of it.
+/// Sent once for the lease: not when the library gave it up already; and a renewal that landed
+/// while it was in flight is released after it when it did not let go of the lease.
 async fn finish(
     handle: &Handle,
     state: &LeaseState,
@@ -425,16 +432,41 @@ async fn finish(
     granted_at: tokio::time::Instant,
     hold_at_least: Option<Duration>,
 ) -> Result<ReleaseOutcome> {
-    // Released once: the library may have given the lease up already (renewed too late).
     if !state.begin_release() {
         return Ok(ReleaseOutcome::NotHeld);
     }
+    let result = send_release(handle, state, scenario, granted_at, hold_at_least).await;
+    let let_go = matches!(
+        result,
+        Ok(ReleaseOutcome::Released | ReleaseOutcome::Kept { .. })
+    );
+    if let Some(parked) = state.end_release(let_go) {
+        handle
+            .release_given_up(
+                &parked,
+                "a renewal that landed during a release that let go of nothing",
+            )
+            .await;
+    }
+    result
+}
+
+async fn send_release(
+    handle: &Handle,
+    state: &LeaseState,
+    scenario: &Arc<str>,
+    granted_at: tokio::time::Instant,
+    hold_at_least: Option<Duration>,
+) -> Result<ReleaseOutcome> {
     let lease = state.lease();
-    let left = hold_at_least.and_then(|d| d.checked_sub(granted_at.elapsed()));
+    // A lease no longer held has nothing to keep for a hold period: an extend of it could
+    // outlive a renewal landing late. It is released as any other.
+    let left = hold_at_least
+        .filter(|_| state.is_held())
+        .and_then(|d| d.checked_sub(granted_at.elapsed()));
     // Under a millisecond no store can represent the rest: release at once.
     let Some(left) = left.filter(|left| *left >= Duration::from_millis(1)) else {
         return Ok(if handle.release(&lease, scenario).await? {
-            state.released_by_guard();
             ReleaseOutcome::Released
         } else {
             ReleaseOutcome::NotHeld
@@ -460,8 +492,6 @@ async fn finish(
         Ok(renewed) => {
             span.record("outcome", "kept_for_hold_period");
             state.set_lease(renewed);
-            // Left to the store to expire at the period's end: nothing to give up.
-            state.released_by_guard();
             Ok(ReleaseOutcome::Kept { left })
         }
         Err(error) if error.kind() == crate::core::ErrorKind::NotHeld => {

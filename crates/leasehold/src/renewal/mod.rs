@@ -54,10 +54,24 @@ struct Current {
     /// reentrancy it counts down another hold of the same token, and through hand-off it
     /// releases the next holder's lease, which carries the same token.
     given_up: bool,
-    /// The guard's own release let go of the lease (the store deleted it, or it was handed on):
-    /// a renewal landing after it finds nothing of ours to renew, so there is nothing left to
-    /// give up. A release skipped (by the unlock window) or failed does not count.
-    guard_released: bool,
+    /// Where the guard's own release stands.
+    guard_release: GuardRelease,
+    /// A lease renewed after it was given up, which landed while the guard's release was in
+    /// flight: released when that release ends without letting go of the lease.
+    parked: Option<Lease>,
+}
+
+/// Where a guard's own release stands, for a renewal that lands after it gave the lease up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GuardRelease {
+    /// Not sent, or sent and ended without letting go of the lease (skipped by the unlock
+    /// window, refused, failed).
+    NotDone,
+    /// Sent, not answered yet.
+    InFlight,
+    /// It let go of the lease (the store released it, or keeps it for a hold period): a renewal
+    /// landing after it finds nothing of ours to renew.
+    LetGo,
 }
 
 impl LeaseState {
@@ -67,7 +81,8 @@ impl LeaseState {
                 lease,
                 lost: None,
                 given_up: false,
-                guard_released: false,
+                guard_release: GuardRelease::NotDone,
+                parked: None,
             }),
             lost_signal: Notify::new(),
         })
@@ -97,26 +112,48 @@ impl LeaseState {
         None
     }
 
-    /// The library is about to release this lease itself, giving it up: `true` when it should,
-    /// `false` when the guard's own release already let go of it.
-    pub(crate) fn give_up(&self) -> bool {
+    /// The library gives up `renewed` (this lease, renewed by an extend answered too late):
+    /// `Some` to release now; `None` when the guard's own release let go of the lease already,
+    /// or is in flight (the lease is then kept for it: [`Self::end_release`]).
+    pub(crate) fn give_up(&self, renewed: Lease) -> Option<Lease> {
         let mut current = self.current();
-        if current.guard_released {
-            return false;
+        match current.guard_release {
+            GuardRelease::LetGo => None,
+            GuardRelease::InFlight => {
+                current.parked = Some(renewed);
+                None
+            }
+            GuardRelease::NotDone => {
+                current.given_up = true;
+                Some(renewed)
+            }
         }
-        current.given_up = true;
-        true
     }
 
     /// The guard's release is about to be sent: `true` when it should, `false` when the library
     /// already gave the lease up (and released it).
     pub(crate) fn begin_release(&self) -> bool {
-        !self.current().given_up
+        let mut current = self.current();
+        if current.given_up {
+            return false;
+        }
+        current.guard_release = GuardRelease::InFlight;
+        true
     }
 
-    /// The guard's release let go of the lease.
-    pub(crate) fn released_by_guard(&self) {
-        self.current().guard_released = true;
+    /// The guard's release ended: `let_go` when it let go of the lease. Otherwise a renewal that
+    /// landed meanwhile is given up now: `Some`, to release.
+    pub(crate) fn end_release(&self, let_go: bool) -> Option<Lease> {
+        let mut current = self.current();
+        if let_go {
+            current.guard_release = GuardRelease::LetGo;
+            current.parked = None;
+            return None;
+        }
+        current.guard_release = GuardRelease::NotDone;
+        let parked = current.parked.take();
+        current.given_up |= parked.is_some();
+        parked
     }
 
     /// After an extend to `ttl`, first sent at `sent_at`, that failed without saying the lock
@@ -452,7 +489,7 @@ async fn renew(
                     // Tracked: a shutdown waits for this cleanup.
                     handle.lifecycle.spawn(async move {
                         if let Ok(renewed) = extend.await {
-                            if state.give_up() {
+                            if let Some(renewed) = state.give_up(renewed) {
                                 cleanup
                                     .release_given_up(
                                         &renewed,
@@ -474,7 +511,7 @@ async fn renew(
                     // paused, or its runtime starved): the guard may have been seen not held
                     // already, and stays lost; the lease renewed for nobody is released.
                     if let Some(late) = state.renew_to(renewed) {
-                        if state.give_up() {
+                        if let Some(late) = state.give_up(late) {
                             handle.release_given_up_in_background(
                                 late,
                                 "a renewal read after its lease expired",
