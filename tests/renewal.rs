@@ -233,6 +233,20 @@ impl leasehold::core::LayeredStore for SlowExtend {
     }
 }
 
+/// A manager over `memory` whose extends are applied at once and answered 2.5 s later: with
+/// `renewing()`, the renewal at 1 s keeps the record until 4 s and is answered at 3.5 s, after
+/// the lease's local expiry (3 s).
+fn late_answer_manager(memory: &MemoryStore) -> leasehold::LockManagerBuilder {
+    LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(SlowExtend {
+            inner: memory.clone(),
+            delay: Duration::from_millis(2500),
+            applied_first: true,
+        })
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_hanging_renewal_is_declared_lost_when_the_lease_runs_out() {
     let locks = LockManager::builder()
@@ -262,16 +276,7 @@ async fn a_hanging_renewal_is_declared_lost_when_the_lease_runs_out() {
 #[tokio::test(start_paused = true)]
 async fn a_renewal_answering_after_the_guard_was_lost_is_released() {
     let memory = MemoryStore::new();
-    let locks = LockManager::builder()
-        .client_id("test")
-        .farm_id("f1")
-        .store(SlowExtend {
-            inner: memory.clone(),
-            delay: Duration::from_millis(2500),
-            applied_first: true,
-        })
-        .build()
-        .unwrap();
+    let locks = late_answer_manager(&memory).build().unwrap();
     // TTL 3 s, renewed at 1 s: the store extends the record to 4 s, the answer comes at 3.5 s,
     // after the guard was declared lost at 3 s.
     let guard = locks.try_lock_with("job", renewing()).await.unwrap();
@@ -447,14 +452,7 @@ async fn a_lease_given_up_by_a_late_renewal_is_released_once() {
     let counting = CountingLayer::new();
     let counts = counting.counts();
     let memory = MemoryStore::new();
-    let locks = LockManager::builder()
-        .client_id("test")
-        .farm_id("f1")
-        .store(SlowExtend {
-            inner: memory.clone(),
-            delay: Duration::from_millis(2500),
-            applied_first: true,
-        })
+    let locks = late_answer_manager(&memory)
         .layer(counting)
         .build()
         .unwrap();
@@ -607,16 +605,7 @@ async fn a_shutdown_stops_a_renewal_retrying_an_outage() {
 #[tokio::test(start_paused = true)]
 async fn a_late_renewal_after_a_skipped_guard_release_is_still_released() {
     let memory = MemoryStore::new();
-    let locks = LockManager::builder()
-        .client_id("test")
-        .farm_id("f1")
-        .store(SlowExtend {
-            inner: memory.clone(),
-            delay: Duration::from_millis(2500),
-            applied_first: true,
-        })
-        .build()
-        .unwrap();
+    let locks = late_answer_manager(&memory).build().unwrap();
     // TTL 3 s, renewed at 1 s (the store keeps it until 4 s), answered at 3.5 s.
     let guard = locks.try_lock_with("job", renewing()).await.unwrap();
     let key = guard.key().clone();

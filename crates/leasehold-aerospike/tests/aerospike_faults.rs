@@ -54,6 +54,34 @@ fn acquire(entity: &str, ttl: Duration) -> Acquire {
     Acquire::new(key(entity), OwnerToken::generate(), ttl)
 }
 
+/// Lets the request held in the fixture go on, and waits until it was applied.
+async fn land_held(fixture: &AerospikeFixture) {
+    fixture.faults().release_held();
+    let landed = tokio::time::Instant::now() + Duration::from_secs(1);
+    while fixture.faults().held() > 0 {
+        assert!(
+            tokio::time::Instant::now() < landed,
+            "the held request was applied"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Waits (2 s at most, long before a 30 s TTL) until the lock record of `entity` is gone, then
+/// takes and releases the key: it is free again. `stuck` says what failed otherwise.
+async fn removed_then_free(store: &AerospikeStore, entity: &str, stuck: &str) {
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
+    while store.inspect(&key(entity)).await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < give_up, "{stuck}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let next = store
+        .try_acquire(&acquire(entity, Duration::from_secs(30)))
+        .await
+        .expect("the key is free again");
+    assert!(store.release(&next).await.unwrap());
+}
+
 #[tokio::test]
 async fn weakness_2_a_landed_write_with_a_lost_reply_is_never_reported_unavailable() {
     let (fixture, fenced) = setup().await;
@@ -485,29 +513,9 @@ async fn an_abandoned_acquisition_is_undone_even_when_its_request_lands_after_th
     assert_eq!(fixture.faults().held(), 1);
     // The undo's first delete finds nothing; then the held create lands.
     tokio::time::sleep(Duration::from_millis(20)).await;
-    fixture.faults().release_held();
-    let landed = tokio::time::Instant::now() + Duration::from_secs(1);
-    while fixture.faults().held() > 0 {
-        assert!(
-            tokio::time::Instant::now() < landed,
-            "the create was applied"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    land_held(&fixture).await;
     // Removed by the undo's next look, long before the record's 30 s TTL.
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
-    while store.inspect(&req.key).await.unwrap().is_some() {
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "the late create was never undone"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let next = store
-        .try_acquire(&acquire("dropped", Duration::from_secs(30)))
-        .await
-        .expect("the key is free again");
-    assert!(store.release(&next).await.unwrap());
+    removed_then_free(&store, "dropped", "the late create was never undone").await;
 }
 
 /// The undo of an abandoned acquisition rides out temporary errors: its release meets a busy
@@ -632,15 +640,7 @@ async fn a_blocking_attempt_abandoned_during_its_entry_leaves_the_line_with_its_
     let dropped = tokio::time::timeout(Duration::from_millis(100), waiter.acquire(&req)).await;
     assert!(dropped.is_err(), "the caller stopped waiting");
     // The held entry lands; then the wait ends.
-    fixture.faults().release_held();
-    let landed = tokio::time::Instant::now() + Duration::from_secs(1);
-    while fixture.faults().held() > 0 {
-        assert!(
-            tokio::time::Instant::now() < landed,
-            "the entry was applied"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    land_held(&fixture).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     drop(watch);
     assert!(holder.release(&held).await.unwrap());
@@ -763,28 +763,13 @@ async fn a_create_in_doubt_that_lands_after_a_granted_retry_is_released_is_remov
     assert!(info.is_owned_by(&req.token), "{info:?}");
     assert!(store.release(&lease).await.unwrap());
     // Now the first create lands, under our token.
-    fixture.faults().release_held();
-    let landed = tokio::time::Instant::now() + Duration::from_secs(1);
-    while fixture.faults().held() > 0 {
-        assert!(
-            tokio::time::Instant::now() < landed,
-            "the create was applied"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
-    while store.inspect(&req.key).await.unwrap().is_some() {
-        assert!(
-            tokio::time::Instant::now() < give_up,
-            "the late create blocks the key until its 30 s TTL"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let next = store
-        .try_acquire(&acquire("late", Duration::from_secs(30)))
-        .await
-        .expect("the key is free again");
-    assert!(store.release(&next).await.unwrap());
+    land_held(&fixture).await;
+    removed_then_free(
+        &store,
+        "late",
+        "the late create blocks the key until its 30 s TTL",
+    )
+    .await;
 }
 
 /// A fair store pair on a fresh fixture: one holds, one waits (a 2 s timeout, so a held entry
@@ -839,15 +824,7 @@ async fn abandon_once_its_entry_is_held(
 async fn land_late_then_try(fixture: &AerospikeFixture, holder: &AerospikeStore, held: Lease) {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(fixture.faults().held(), 1, "the entry has not landed yet");
-    fixture.faults().release_held();
-    let landed = tokio::time::Instant::now() + Duration::from_secs(1);
-    while fixture.faults().held() > 0 {
-        assert!(
-            tokio::time::Instant::now() < landed,
-            "the entry was applied"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    land_held(fixture).await;
     assert!(holder.release(&held).await.unwrap());
     let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
     let next = loop {
