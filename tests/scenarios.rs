@@ -740,15 +740,20 @@ async fn a_scenarios_hand_off_setting_reaches_its_locks() {
     assert_eq!(locks.shutdown().await.unwrap(), 0);
 }
 
-/// A scenario's unlock-window margin decides which late releases are skipped.
-#[tokio::test(start_paused = true)]
-async fn a_scenarios_unlock_window_margin_decides_what_is_skipped() {
-    let registry = ScenarioRegistry::from_toml_str(
+/// Scenario `tight`: keys `tight-*`, a 1 s TTL, an unlock window of 600 ms.
+fn tight_window() -> ScenarioRegistry {
+    ScenarioRegistry::from_toml_str(
         "[[scenario]]\nname = \"tight\"\nkeys = \"tight-*\"\nttl = \"1s\"\n\
          [scenario.layers]\nunlock_window = { margin = \"600ms\" }\n",
         "tight.toml",
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// A scenario's unlock-window margin decides which late releases are skipped.
+#[tokio::test(start_paused = true)]
+async fn a_scenarios_unlock_window_margin_decides_what_is_skipped() {
+    let registry = tight_window();
     let (events, observer) = recorder();
     let locks = LockManager::builder()
         .client_id("shop")
@@ -906,12 +911,7 @@ fn a_layer_that_cannot_work_with_the_ttl_fails_the_build() {
 #[tokio::test]
 async fn a_call_ttl_the_unlock_window_cannot_work_with_is_refused_before_io() {
     use leasehold_testkit::scripted::ScriptedStore;
-    let registry = ScenarioRegistry::from_toml_str(
-        "[[scenario]]\nname = \"tight\"\nkeys = \"tight-*\"\nttl = \"1s\"\n\
-         [scenario.layers]\nunlock_window = { margin = \"600ms\" }\n",
-        "tight.toml",
-    )
-    .unwrap();
+    let registry = tight_window();
     let scripted = ScriptedStore::new();
     let locks = LockManager::builder()
         .client_id("shop")

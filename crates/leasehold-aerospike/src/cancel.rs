@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use aerospike::{Bins, ReadPolicy, Replica, ResultCode, Value};
+use aerospike::{Bins, ResultCode, Value};
 use leasehold_core::{Acquire, Attempt, Lease, LockKey, OwnerToken, Result, UndoIfCancelled};
 use tokio::time::Instant;
 
@@ -87,9 +87,7 @@ impl AerospikeStore {
         let Ok(record_key) = self.record_key(key) else {
             return Some(false);
         };
-        let mut base_policy = self.base(0);
-        base_policy.replica = Replica::Master;
-        let policy = ReadPolicy { base_policy };
+        let policy = self.master_read_policy();
         let bins = Bins::Some(vec![TOKEN_BIN.to_owned(), HOLDERS_BIN.to_owned()]);
         match self.inner.client.get(&policy, &record_key, bins).await {
             Ok(record) => {

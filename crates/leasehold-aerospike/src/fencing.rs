@@ -18,7 +18,7 @@ use aerospike::expressions::{
 use aerospike::operations::exp::{write_exp, ExpWriteFlags};
 use aerospike::operations::{self, Operation};
 use aerospike::policy::{Expiration, GenerationPolicy, RecordExistsAction};
-use aerospike::{as_bin, Bins, Key, ReadPolicy, Replica, ResultCode, Value};
+use aerospike::{as_bin, Bins, Key, ResultCode, Value};
 use leasehold_core::{Acquire, Error, ErrorKind, Lease, LockKey, Result};
 use tokio::time::Instant;
 
@@ -288,9 +288,7 @@ impl AerospikeStore {
         lost: aerospike::Error,
     ) -> Step<()> {
         // From the master, whatever the read replica policy: a replica may not have the create yet.
-        let mut base_policy = self.base(0);
-        base_policy.replica = Replica::Master;
-        let policy = ReadPolicy { base_policy };
+        let policy = self.master_read_policy();
         let bins = Bins::Some(vec![TOKEN_BIN.to_owned()]);
         // A read is harmless to repeat: retried whatever happened to it.
         let read = self
@@ -360,9 +358,7 @@ impl AerospikeStore {
             ]));
             let uat_bin = store.inner.layout.uat_bin();
             let bins = Bins::Some(vec![TOKEN_BIN.to_owned(), uat_bin.to_owned()]);
-            let mut base_policy = store.base(0);
-            base_policy.replica = Replica::Master;
-            let read = ReadPolicy { base_policy };
+            let read = store.master_read_policy();
             while Instant::now() < until {
                 tokio::time::sleep(LATE_CREATE_POLL).await;
                 let late = match store.inner.client.get(&read, &record_key, bins.clone()).await {

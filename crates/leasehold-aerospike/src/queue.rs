@@ -9,7 +9,7 @@ use aerospike::expressions::{eq, int_bin, int_val};
 use aerospike::operations::maps::{self, MapOrder, MapPolicy, MapReturnType, MapWriteFlags};
 use aerospike::operations::{self, Operation};
 use aerospike::policy::{Expiration, RecordExistsAction};
-use aerospike::{as_bin, Bins, Key, ReadPolicy, Replica, ResultCode, Value};
+use aerospike::{as_bin, Bins, Key, ResultCode, Value};
 use leasehold_core::{Acquire, Lease, LockKey, ReleaseWatch, Result};
 use tokio::time::Instant;
 
@@ -102,9 +102,7 @@ impl AerospikeStore {
     pub(crate) async fn peek(&self, req: &Acquire) -> Result<Line> {
         let queue_key = self.queue_key(&req.key)?;
         let queue_key = &queue_key;
-        let mut base_policy = self.base(0);
-        base_policy.replica = Replica::Master;
-        let policy = ReadPolicy { base_policy };
+        let policy = self.master_read_policy();
         let bins = Bins::Some(vec![
             LINE_BIN.to_owned(),
             GRANTED_BIN.to_owned(),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use aerospike::policy::Expiration;
-use aerospike::{Bins, Key, ReadPolicy, Replica, ResultCode, Value};
+use aerospike::{Bins, Key, ResultCode, Value};
 use leasehold_core::{Error, Lease, Result};
 use tokio::time::Instant;
 
@@ -96,9 +96,7 @@ impl AerospikeStore {
         &self,
         record_key: &Key,
     ) -> Result<Option<String>, aerospike::Error> {
-        let mut base_policy = self.base(0);
-        base_policy.replica = Replica::Master;
-        let policy = ReadPolicy { base_policy };
+        let policy = self.master_read_policy();
         let bins = Bins::Some(vec![TOKEN_BIN.to_owned()]);
         match self.inner.client.get(&policy, record_key, bins).await {
             Ok(record) => Ok(match record.bins.get(TOKEN_BIN) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use aerospike::expressions::{eq, string_bin, string_val};
 use aerospike::policy::{AdminPolicy, BasePolicy, CommitLevel};
-use aerospike::{Client, ClientPolicy, Key, Replica, Value, WritePolicy};
+use aerospike::{Client, ClientPolicy, Key, ReadPolicy, Replica, Value, WritePolicy};
 use leasehold_core::{
     validate_ttl, Acquire, Attempt, Capabilities, Error, ErrorKind, HistoryEntry, Lease, LockInfo,
     LockKey, LockStore, Operation, OwnerToken, ReleaseWatch, Result, TraceConfig,
@@ -232,6 +232,15 @@ impl AerospikeStore {
             sleep_between_retries: ms(self.inner.config.retry_delay),
             ..BasePolicy::default()
         }
+    }
+
+    /// A read from the key's master, whatever the read replica policy, with no client-side
+    /// retries: what decides a lock step must see the latest write (a replica may not have it
+    /// yet).
+    pub(crate) fn master_read_policy(&self) -> ReadPolicy {
+        let mut base_policy = self.base(0);
+        base_policy.replica = Replica::Master;
+        ReadPolicy { base_policy }
     }
 
     /// A write policy with no client-side retries: a write is never re-sent blindly (leasehold

@@ -464,13 +464,18 @@ mod tests {
         assert!(waiting.watched.is_empty());
     }
 
+    /// A runtime to enter, for the keys' drivers that `watch` spawns.
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+    }
+
     #[test]
     fn a_leave_says_whether_an_entry_was_sent_and_never_answered() {
         let waiting = Arc::new(Waiting::new());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let _enter = rt.enter();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let watch_k = |seen: &Arc<Mutex<Vec<bool>>>| {
@@ -505,10 +510,7 @@ mod tests {
     #[test]
     fn a_process_not_in_line_does_not_leave_it_and_late_refusals_count_up() {
         let waiting = Arc::new(Waiting::new());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let _enter = rt.enter();
         let watch = waiting.watch("k".to_owned(), |_| panic!("was never in line"));
         waiting.attempted("k", false, None);

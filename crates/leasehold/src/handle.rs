@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::core::{BoxStore, Lease, Lifecycle, LockEvent, LockStore, Observers, Result};
+use crate::core::{BoxStore, Lease, Lifecycle, LockEvent, LockKey, LockStore, Observers, Result};
 use crate::failover::Retry;
+use crate::scenario::LayerStack;
 use crate::schedule::Schedule;
 use crate::waiters::Waiters;
 
@@ -25,25 +26,22 @@ pub(crate) struct Handle {
     pub(crate) renewals: Arc<Schedule>,
     /// How a down store is retried (see [`crate::failover`]).
     pub(crate) retry: Retry,
-    /// The margin of this stack's unlock window, if it has one: a lock whose TTL is not longer
-    /// would have every release skipped, so such a call is refused before it is sent.
-    pub(crate) unlock_margin: Option<Duration>,
+    /// The layers of this stack, with their configuration: what in them depends on a lock's TTL
+    /// is checked against a TTL given with a call ([`Handle::check_ttl`]).
+    pub(crate) layers: LayerStack,
 }
 
 impl Handle {
-    /// Refuses a lease TTL the stack's unlock window cannot work with: a window whose margin is
-    /// not shorter than the lease closes before the lock is taken, so every release of it would
-    /// be skipped, leaving the lock until it expires.
+    /// Refuses a lease TTL this stack's layers cannot work with (an unlock window not shorter
+    /// than the lease would skip every release of it), as the builder does for the manager's and
+    /// the scenarios' TTLs.
     pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<()> {
-        match self.unlock_margin {
-            Some(margin) if margin >= ttl => Err(crate::core::Error::invalid_argument(format!(
-                "the TTL ({ttl:?}) is not longer than the unlock window's margin ({margin:?}): \
-                 the window would close before the lock is taken and every release would be \
-                 skipped, leaving the lock until it expires; ask for a longer TTL or narrow the \
-                 margin (UnlockWindowLayer::margin, or layers.unlock_window.margin in a scenario)"
-            ))),
-            _ => Ok(()),
-        }
+        self.layers.check_ttl(ttl).map_err(|(field, why)| {
+            crate::core::Error::invalid_argument(format!(
+                "{}: {why}; ask for a longer TTL, or narrow the margin",
+                field.trim_start_matches("layers.")
+            ))
+        })
     }
 
     /// Releases `lease` through the whole stack in a tracing span, wakes this process's waiters
@@ -92,29 +90,16 @@ impl Handle {
     pub(crate) fn release_in_background(&self, lease: Lease, why: &'static str) {
         let store = self.store.clone();
         let key = lease.key().clone();
-        let spawned = self.lifecycle.spawn(async move {
-            match store.release(&lease).await {
-                Ok(true) => tracing::debug!(key = %lease.key(), why, "released in the background"),
-                Ok(false) => {}
-                Err(error) => tracing::warn!(key = %lease.key(), error = %error.chain(), why,
-                    "a background release failed; if the lock was taken, it expires at its TTL"),
-            }
+        self.spawn_release(&key, why, async move {
+            release_logged(&store, &lease, why).await;
         });
-        if spawned.is_none() {
-            tracing::warn!(%key, why, "no tokio runtime to release on; the lock expires at its TTL");
-        }
     }
 
     /// Releases a guard's lease the library gave up itself (an extend answered too late), and
     /// wakes this process's waiters on its key as the guard's release would have: the guard's
     /// own release then sends nothing ([`LeaseState::give_up`](crate::renewal::LeaseState)).
     pub(crate) async fn release_given_up(&self, lease: &Lease, why: &'static str) {
-        match self.store.release(lease).await {
-            Ok(true) => tracing::debug!(key = %lease.key(), why, "given up and released"),
-            Ok(false) => {}
-            Err(error) => tracing::warn!(key = %lease.key(), error = %error.chain(), why,
-                "releasing a lease given up failed; the lock expires at its TTL"),
-        }
+        release_logged(&self.store, lease, why).await;
         if !lease.is_contended() {
             self.waiters.wake(lease.key());
         }
@@ -128,11 +113,32 @@ impl Handle {
     ) {
         let handle = self.clone();
         let key = lease.key().clone();
-        let spawned = self
-            .lifecycle
-            .spawn(async move { handle.release_given_up(&lease, why).await });
-        if spawned.is_none() {
+        self.spawn_release(&key, why, async move {
+            handle.release_given_up(&lease, why).await;
+        });
+    }
+
+    /// Runs a release of `key` as a task the lifecycle tracks; outside a runtime, says the lock
+    /// expires at its TTL.
+    fn spawn_release(
+        &self,
+        key: &LockKey,
+        why: &'static str,
+        release: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        if self.lifecycle.spawn(release).is_none() {
             tracing::warn!(%key, why, "no tokio runtime to release on; the lock expires at its TTL");
         }
+    }
+}
+
+/// An owner-checked release of `lease` through `store`, its outcome logged (`why`: whose lease
+/// it was).
+async fn release_logged(store: &BoxStore, lease: &Lease, why: &'static str) {
+    match store.release(lease).await {
+        Ok(true) => tracing::debug!(key = %lease.key(), why, "released in the background"),
+        Ok(false) => {}
+        Err(error) => tracing::warn!(key = %lease.key(), error = %error.chain(), why,
+            "a background release failed; if the lock was taken, it expires at its TTL"),
     }
 }

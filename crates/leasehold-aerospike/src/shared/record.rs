@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aerospike::{Bins, Key, ReadPolicy, Record, Replica, ResultCode, Value};
+use aerospike::{Bins, Key, Record, ResultCode, Value};
 use leasehold_core::{HolderInfo, LockInfo, LockKey, LockMode, OwnerToken, Result};
 
 use crate::error::{classify, Class};
@@ -139,9 +139,7 @@ impl AerospikeStore {
         key: &LockKey,
         record_key: &Key,
     ) -> Result<Option<State>> {
-        let mut base_policy = self.base(0);
-        base_policy.replica = Replica::Master;
-        let policy = ReadPolicy { base_policy };
+        let policy = self.master_read_policy();
         let bins = Bins::Some(vec![
             MODE_BIN.to_owned(),
             HOLDERS_BIN.to_owned(),

@@ -427,7 +427,7 @@ impl LockManagerBuilder {
                             lifecycle: lifecycle.clone(),
                             renewals: Arc::default(),
                             retry,
-                            unlock_margin: layers.unlock_window.as_ref().map(|w| w.margin),
+                            layers: layers.clone(),
                         }),
                     );
                 }
@@ -443,7 +443,7 @@ impl LockManagerBuilder {
                     lifecycle,
                     renewals: Arc::default(),
                     retry,
-                    unlock_margin: self.layers.unlock_window.as_ref().map(|w| w.margin),
+                    layers: self.layers.clone(),
                 }),
                 config: Config {
                     client_id,

@@ -610,7 +610,7 @@ mod tests {
                 crate::backoff::Backoff::new(Duration::from_millis(10), Duration::from_secs(1)),
                 Duration::from_secs(10),
             ),
-            unlock_margin: None,
+            layers: crate::scenario::LayerStack::none(),
         })
     }
 
