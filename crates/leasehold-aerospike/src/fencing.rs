@@ -340,7 +340,7 @@ impl AerospikeStore {
             return; // the record, if it lands, expires with its TTL
         };
         let (store, req) = (self.clone(), req.clone());
-        runtime.spawn(async move {
+        leasehold_core::spawn_undo(&runtime, async move {
             let Ok(record_key) = store.record_key(&req.key) else {
                 return;
             };
@@ -354,14 +354,22 @@ impl AerospikeStore {
                     string_val(req.token.as_str().to_owned()),
                 ),
                 not(bin_exists(FENCE_BIN.to_owned())),
-                le(int_bin(store.inner.layout.uat_bin().to_owned()), int_val(uat)),
+                le(
+                    int_bin(store.inner.layout.uat_bin().to_owned()),
+                    int_val(uat),
+                ),
             ]));
             let uat_bin = store.inner.layout.uat_bin();
             let bins = Bins::Some(vec![TOKEN_BIN.to_owned(), uat_bin.to_owned()]);
             let read = store.master_read_policy();
             while Instant::now() < until {
                 tokio::time::sleep(LATE_CREATE_POLL).await;
-                let late = match store.inner.client.get(&read, &record_key, bins.clone()).await {
+                let late = match store
+                    .inner
+                    .client
+                    .get(&read, &record_key, bins.clone())
+                    .await
+                {
                     Ok(record) => {
                         matches!(record.bins.get(TOKEN_BIN), Some(Value::String(t)) if t == req.token.as_str())
                             && matches!(record.bins.get(uat_bin), Some(Value::Int(at)) if *at <= uat)
@@ -378,8 +386,12 @@ impl AerospikeStore {
                     })
                     .await;
                 match deleted {
-                    Ok(_) => tracing::info!(key = %req.key, "a create that landed after its acquisition gave up was deleted"),
-                    Err(e) => tracing::warn!(key = %req.key, error = %e, "a create that landed after its acquisition gave up stays until its TTL"),
+                    Ok(_) => {
+                        tracing::info!(key = %req.key, "a create that landed after its acquisition gave up was deleted")
+                    }
+                    Err(e) => {
+                        tracing::warn!(key = %req.key, error = %e, "a create that landed after its acquisition gave up stays until its TTL")
+                    }
                 }
                 return;
             }

@@ -242,7 +242,7 @@ impl AerospikeStore {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // the place lapses by the waiter timeout
         };
-        runtime.spawn(async move {
+        leasehold_core::spawn_undo(&runtime, async move {
             let Ok(queue_key) = store.queue_key(&key) else {
                 return;
             };

@@ -151,7 +151,7 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 }
 
 pub(crate) async fn inspect(global: &Global, args: InspectArgs) -> Result<u8, CliError> {
-    let names = Names::parse(global)?;
+    let names = Names::parse(global)?.farm_of(&args.key)?;
     let key = names.key(&args.key)?;
     let target = names.connect().await?;
     let info = target
@@ -234,7 +234,10 @@ pub(crate) async fn inspect(global: &Global, args: InspectArgs) -> Result<u8, Cl
 }
 
 pub(crate) async fn list(global: &Global, args: ListArgs) -> Result<u8, CliError> {
-    let target = Target::connect(global).await?;
+    let target = Names::parse(global)?
+        .farm_of(&args.prefix)?
+        .connect()
+        .await?;
     let locks = target
         .store
         .list(&args.prefix)
@@ -313,7 +316,7 @@ pub(crate) async fn release(global: &Global, args: ReleaseArgs) -> Result<u8, Cl
             args.key
         )));
     }
-    let names = Names::parse(global)?;
+    let names = Names::parse(global)?.farm_of(&args.key)?;
     let key = names.key(&args.key)?;
     let target = names.connect().await?;
     let Some(info) = target

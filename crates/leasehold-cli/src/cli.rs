@@ -83,8 +83,10 @@ pub(crate) enum Command {
     /// LEASEHOLD_TOKEN and, where the store gives one, LEASEHOLD_FENCING_TOKEN in its environment,
     /// renews the lease while it runs, releases it when the command exits, and exits with the
     /// command's status. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to
-    /// the command; the lock is released once it has exited. If the lock cannot be had: exit
-    /// status 75 (--conflict-exit-code) and who holds it. If the lock is lost while the command
+    /// the command; the lock is released once it has exited, and a signal while waiting for the
+    /// lock ends the wait (its place in line given up) with status 128 + the signal's number. If
+    /// the lock cannot be had (held, or held as another kind of lock): exit status 75
+    /// (--conflict-exit-code) and who holds it. If the lock is lost while the command
     /// runs: a line on stderr, SIGTERM to the command with --kill-on-lost, and exit status 76
     /// (--lost-exit-code) whatever the command's own status.
     Run(RunArgs),

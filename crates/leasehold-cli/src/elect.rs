@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 
 use crate::cli::{ElectArgs, Global, LeaderArgs};
 use crate::exit::{self, CliError};
-use crate::run::Forwarded;
+use crate::run::{stop_waiting, Forwarded};
 use crate::store::{check_lease, Names};
 
 /// The election lease of `elect` without `--ttl`.
@@ -41,15 +41,24 @@ pub(crate) async fn elect(global: &Global, args: ElectArgs) -> Result<u8, CliErr
     let mut forwarded = Forwarded::listen()
         .map_err(|e| CliError::new(exit::FAILURE, format!("cannot listen for signals: {e}")))?;
     loop {
-        let leadership = tokio::select! {
-            leadership = campaign(&manager, &args) => leadership.map_err(|e| match e {
-                Campaign::Timeout => CliError::new(args.conflict_exit_code, format!(
-                    "did not become leader of `{}` within {}", args.name,
-                    crate::admin::human(args.wait.unwrap_or_default()))),
-                Campaign::Failed(e) => target.error(e),
-            })?,
-            sig = forwarded.recv() => return Ok(128u8.saturating_add(sig as u8)),
+        let campaigned = tokio::select! {
+            leadership = campaign(&manager, &args) => Some(leadership),
+            _ = forwarded.recv() => None,
         };
+        let Some(campaigned) = campaigned else {
+            return Ok(stop_waiting(&manager, forwarded.last()).await);
+        };
+        let leadership = campaigned.map_err(|e| match e {
+            Campaign::Timeout => CliError::new(
+                args.conflict_exit_code,
+                format!(
+                    "did not become leader of `{}` within {}",
+                    args.name,
+                    crate::admin::human(args.wait.unwrap_or_default())
+                ),
+            ),
+            Campaign::Failed(e) => target.error(e),
+        })?;
         let led = lead(&args, &leadership, &mut forwarded).await;
         // Resigned whatever became of the command, one that could not start included: a
         // leadership kept past this process would name a dead leader until its TTL.

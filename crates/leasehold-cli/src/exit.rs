@@ -49,9 +49,17 @@ impl CliError {
         let chain = error.chain();
         match error.kind() {
             InvalidArgument => CliError::usage(chain.to_string()),
-            Connection | RetriesExhausted | InDoubt => CliError::new(
+            Connection | RetriesExhausted => CliError::new(
                 UNREACHABLE,
                 format!("cannot reach the store at {address}: {chain}"),
+            ),
+            // Sent, and the answer lost: unavailable all the same, but say what is unknown.
+            InDoubt => CliError::new(
+                UNREACHABLE,
+                format!(
+                    "the store at {address} did not confirm the request (it may or may not have \
+                     been applied): {chain}"
+                ),
             ),
             _ => CliError::new(FAILURE, chain.to_string()),
         }

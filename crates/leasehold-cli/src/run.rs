@@ -94,10 +94,23 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
         .map_err(|e| CliError::usage(e.chain().to_string()))?;
     let target = names.connect().await?;
     let manager = target.manager_with(registry)?;
-    let acquired = if wait.is_zero() {
-        manager.try_lock_with(&key, opts).await
-    } else {
-        manager.lock_with(&key, opts).await
+    // Listened for from the start, so none is missed: a signal while waiting stops the wait
+    // cleanly instead of killing the process with its place in line (see `stop_waiting`).
+    let mut forwarded = Forwarded::listen()
+        .map_err(|e| CliError::new(exit::FAILURE, format!("cannot listen for signals: {e}")))?;
+    let acquiring = async {
+        if wait.is_zero() {
+            manager.try_lock_with(&key, opts).await
+        } else {
+            manager.lock_with(&key, opts).await
+        }
+    };
+    let acquired = tokio::select! {
+        acquired = acquiring => Some(acquired),
+        _ = forwarded.recv() => None,
+    };
+    let Some(acquired) = acquired else {
+        return Ok(stop_waiting(&manager, forwarded.last()).await);
     };
     let guard = match acquired {
         Ok(guard) => guard,
@@ -116,20 +129,17 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
                 format!("{holder}{waited}"),
             ));
         }
+        // Held as another kind of lock (an exclusive hold against `--permits`, say): held by
+        // someone else all the same, until they release it.
+        Err(e) if e.kind() == ErrorKind::ModeConflict => {
+            return Err(CliError::new(
+                args.conflict_exit_code,
+                e.chain().to_string(),
+            ))
+        }
         Err(e) => return Err(target.error(e)),
     };
 
-    // Listen for signals before the child exists, so none is missed.
-    let mut forwarded = match Forwarded::listen() {
-        Ok(forwarded) => forwarded,
-        Err(e) => {
-            let _ = guard.release().await;
-            return Err(CliError::new(
-                exit::FAILURE,
-                format!("cannot listen for signals: {e}"),
-            ));
-        }
-    };
     let mut command = tokio::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
@@ -237,6 +247,8 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
 /// the command (interrupt, terminate, hang up or reload, quit, user signals).
 pub(crate) struct Forwarded {
     streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+    /// The last signal [`recv`](Self::recv) returned.
+    last: Option<Signal>,
 }
 
 impl Forwarded {
@@ -254,12 +266,20 @@ impl Forwarded {
             .iter()
             .map(|(sig, kind)| signal(*kind).map(|stream| (*sig, stream)))
             .collect::<std::io::Result<_>>()?;
-        Ok(Forwarded { streams })
+        Ok(Forwarded {
+            streams,
+            last: None,
+        })
+    }
+
+    /// The last signal received (SIGTERM before any).
+    pub(crate) fn last(&self) -> Signal {
+        self.last.unwrap_or(Signal::SIGTERM)
     }
 
     /// The next signal received, of any of the forwarded kinds.
     pub(crate) async fn recv(&mut self) -> Signal {
-        std::future::poll_fn(|cx| {
+        let sig = std::future::poll_fn(|cx| {
             for (sig, stream) in &mut self.streams {
                 if stream.poll_recv(cx).is_ready() {
                     return std::task::Poll::Ready(*sig);
@@ -267,6 +287,19 @@ impl Forwarded {
             }
             std::task::Poll::Pending
         })
-        .await
+        .await;
+        self.last = Some(sig);
+        sig
     }
+}
+
+/// After a signal while a lock call waited (its future dropped): shuts the manager down, which
+/// waits for the call's undo in the background (its place in the waiter line left, a grant that
+/// landed meanwhile released), so the process exits leaving neither in the store; then the
+/// status a process ended by `sig` has, 128 + its number.
+pub(crate) async fn stop_waiting(manager: &leasehold::LockManager, sig: Signal) -> u8 {
+    if let Err(e) = manager.shutdown().await {
+        eprintln!("leasehold: stopping the wait: {}", e.chain());
+    }
+    128u8.saturating_add(sig as u8)
 }

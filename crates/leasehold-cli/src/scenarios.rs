@@ -90,7 +90,7 @@ pub(crate) fn scenarios(args: ScenariosArgs) -> Result<u8, CliError> {
 }
 
 pub(crate) async fn history(global: &Global, args: HistoryArgs) -> Result<u8, CliError> {
-    let names = Names::parse(global)?;
+    let names = Names::parse(global)?.farm_of(&args.key)?;
     let key = names.key(&args.key)?;
     let target = names.connect().await?;
     let manager = target.manager()?;

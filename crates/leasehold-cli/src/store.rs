@@ -20,6 +20,8 @@ pub(crate) struct Names {
     url: StoreUrl,
     pub(crate) client_id: String,
     pub(crate) farm_id: String,
+    /// Whether `--farm-id` named the farm (not the URL's `farm=` or the default).
+    farm_given: bool,
     pub(crate) level: LockLevel,
 }
 
@@ -46,8 +48,37 @@ impl Names {
             url,
             client_id: global.client_id.clone(),
             farm_id,
+            farm_given: global.farm_id.is_some(),
             level,
         })
+    }
+
+    /// These names, for a full key or prefix given on the command line (`inspect`, `list`,
+    /// `release`): one that names a DC farm (`DC#<farm>#…`) is read with that farm's store.
+    /// Aerospike keeps each farm's DC locks in a set of its own and reads its farm's only, so
+    /// without this `list DC#farm2#` against a `farm1` URL found nothing. `--farm-id` naming
+    /// another farm than the key is a usage error.
+    pub(crate) fn farm_of(mut self, raw: &str) -> Result<Self, CliError> {
+        let Some((farm, _)) = raw
+            .strip_prefix("DC#")
+            .and_then(|rest| rest.split_once('#'))
+        else {
+            return Ok(self);
+        };
+        if farm == self.farm_id {
+            return Ok(self);
+        }
+        if self.farm_given {
+            return Err(CliError::usage(format!(
+                "{raw:?} names farm `{farm}`, but --farm-id is `{}`: drop --farm-id, or name a \
+                 key of that farm",
+                self.farm_id
+            )));
+        }
+        LockKey::dc(farm, &self.client_id, "probe")
+            .map_err(|e| CliError::usage(format!("{raw:?}: {}", e.chain())))?;
+        self.farm_id = farm.to_owned();
+        Ok(self)
     }
 
     /// A key given on the command line: a full storage key (contains `#`) or an entity name.

@@ -121,6 +121,56 @@ async fn run_inspect_list_release() {
     run.wait().unwrap();
 }
 
+/// Each farm's DC locks are a set of their own: a key or prefix naming another farm than the
+/// URL's is read from that farm's set, and `--farm-id` contradicting it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_or_prefix_of_another_farm_is_read_from_that_farm() {
+    let target = AerospikeTarget::from_env().await.unwrap();
+    let url = url(&target, target.namespace(), "set_suffix=dlm&farm=farm1");
+    let name = target.unique("elsewhere");
+    let full = format!("DC#farm2#cli#{name}");
+    let (mut run, token) = fenced_holder(&url, &["--farm-id", "farm2"], &name);
+    let cli = |args: Vec<String>| {
+        let url = url.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                leasehold(&url, &args)
+            })
+            .await
+            .unwrap()
+        }
+    };
+
+    let out = cli(vec!["list".into(), "DC#farm2#".into()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&full), "{}", text(&out.stdout));
+
+    let out = cli(vec!["inspect".into(), full.clone(), "--json".into()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["fencing_token"], token);
+    assert!(
+        json["acquired_at_ms"].is_u64(),
+        "read from farm2's bins: {json}"
+    );
+
+    let out = cli(vec![
+        "--farm-id".into(),
+        "farm1".into(),
+        "list".into(),
+        "DC#farm2#".into(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("names farm `farm2`"));
+
+    let out = cli(vec!["release".into(), full.clone(), "--force".into()]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let _ = kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM);
+    run.wait().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_namespace_and_bad_urls_are_reported() {
     let target = AerospikeTarget::from_env().await.unwrap();

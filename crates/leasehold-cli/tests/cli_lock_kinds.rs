@@ -222,6 +222,22 @@ fn a_killed_holders_permit_returns_at_its_ttl_and_a_terminated_ones_at_once() {
 }
 
 #[test]
+fn a_lock_held_as_another_kind_is_the_conflict_status() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let mut holder = started(&url, &["--ttl", "20s", "mixed"], "echo ready; sleep 30");
+    let out = output(leasehold(&url).args(["run", "--permits", "2", "mixed", "--", "true"]));
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("exclusive"),
+        "{}",
+        text(&out.stderr)
+    );
+    kill(Pid::from_raw(holder.id() as i32), Signal::SIGTERM).unwrap();
+    holder.wait().unwrap();
+}
+
+#[test]
 fn inspect_list_and_release_show_every_holder() {
     let server = RedisServer::start().unwrap();
     let url = server.url();

@@ -93,6 +93,80 @@ fn sigterm_to_run_is_forwarded_and_the_lock_released_at_once() {
     );
 }
 
+/// How many entries `key`'s waiter line holds (`LLEN` of its queue), read past the CLI.
+fn in_line(server: &RedisServer, key: &str) -> u64 {
+    let reply = server
+        .command(&["LLEN", &format!("leasehold:queue:DC#local#cli#{key}")])
+        .expect("LLEN");
+    reply
+        .trim_start_matches(':')
+        .parse()
+        .expect("an integer reply")
+}
+
+/// Waits until `key`'s waiter line holds an entry: a `run --wait` or a candidate waits in it.
+fn until_in_line(server: &RedisServer, key: &str) {
+    let started = Instant::now();
+    while in_line(server, key) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "nobody joined the line of {key}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_while_waiting_exits_143_and_leaves_the_waiter_line_at_once() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let mut holder = holder(&url, "queued", "echo ready; sleep 30");
+    // A `run` waiting for the lock, and a candidate waiting to lead, each take a place in the
+    // line; SIGTERM ends each wait with the signal's status, and its place goes before it exits
+    // (else the next in line would be refused behind it for the waiter timeout).
+    let mut candidate_holder = command_elect(&url, "leader-q", "echo ready; sleep 30");
+    for (key, args) in [
+        (
+            "queued",
+            vec!["run", "queued", "--wait", "30s", "--", "true"],
+        ),
+        ("election/leader-q", vec!["elect", "leader-q", "--", "true"]),
+    ] {
+        let mut waiting = leasehold(&url)
+            .args(&args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        until_in_line(&server, key);
+        kill(Pid::from_raw(waiting.id() as i32), Signal::SIGTERM).unwrap();
+        let status = waiting.wait().unwrap();
+        assert_eq!(status.code(), Some(143), "{args:?}: 128 + SIGTERM");
+        assert_eq!(
+            in_line(&server, key),
+            0,
+            "{args:?}: the place went with the wait"
+        );
+    }
+    for child in [&mut holder, &mut candidate_holder] {
+        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        let _ = child.wait();
+    }
+}
+
+/// Starts `leasehold elect NAME -- sh -c SCRIPT` and waits for `ready`.
+fn command_elect(store: &str, name: &str, script: &str) -> std::process::Child {
+    let mut child = leasehold(store)
+        .args(["elect", name, "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn elect");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "elect leads");
+    child
+}
+
 #[test]
 fn inspect_list_and_forced_release_against_redis() {
     let server = RedisServer::start().unwrap();

@@ -32,7 +32,9 @@ where
     // send, before polling again): then the receiving side hands the lease back on this one.
     let (back_tx, back_rx) = tokio::sync::oneshot::channel::<Lease>();
     let task_req = req.clone();
-    tokio::spawn(async move {
+    // Counted as undo work (`spawn_undo`): once the caller stopped waiting, the task is what
+    // undoes the attempt, and a shutdown waits for it.
+    crate::undo::spawn_undo(&tokio::runtime::Handle::current(), async move {
         let result = acquire(task_req.clone()).await;
         let maybe_held = match tx.send(result) {
             Ok(()) => match back_rx.await {
@@ -157,7 +159,7 @@ where
         let undo = release(maybe_held(self.req));
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move {
+                crate::undo::spawn_undo(&runtime, async move {
                     if let Err(error) = undo.await {
                         tracing::warn!(key = %key, error = %error.chain(),
                             "could not undo an acquisition nobody waited for; it expires at its TTL");

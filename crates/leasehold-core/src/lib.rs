@@ -45,6 +45,7 @@ mod store;
 mod tls;
 mod token;
 mod ttl;
+mod undo;
 mod watch;
 
 pub use acquire::{Acquire, HolderId, Wait, WaiterId};
@@ -69,4 +70,5 @@ pub use store::{Capabilities, LockStore};
 pub use tls::TlsFailure;
 pub use token::{OwnerToken, TokenLabel, MAX_LABEL_LEN};
 pub use ttl::{instant_after, ttl_millis, ttl_seconds, validate_ttl, MAX_TTL};
+pub use undo::{spawn_undo, undo_finished, undo_running};
 pub use watch::ReleaseWatch;

@@ -30,14 +30,15 @@ impl Members {
         .map(drop)
     }
 
-    /// Revokes lease `id` in the background: nothing lives on it and nobody waits for this; if
-    /// it fails (or no runtime runs), the lease lapses at its TTL.
+    /// Revokes lease `id` in the background: nobody waits for this; if it fails (or no runtime
+    /// runs), the lease lapses at its TTL. Undo work (`spawn_undo`): the lease of an acquisition
+    /// the caller stopped waiting for may carry its hold, and a shutdown waits for the revoke.
     pub(crate) fn revoke_lease_later(self: &Arc<Self>, id: i64) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let members = self.clone();
-        runtime.spawn(async move {
+        leasehold_core::spawn_undo(&runtime, async move {
             if let Err(failed) = members.revoke_lease(id).await {
                 tracing::debug!(lease = id, at = %failed.at, error = %failed.error,
                     "could not revoke a lease; it lapses at its TTL");

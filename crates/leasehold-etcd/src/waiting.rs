@@ -212,7 +212,7 @@ impl Waiting {
             return; // the key lapses with the waiter lease
         };
         let members = self.members.clone();
-        runtime.spawn(async move {
+        leasehold_core::spawn_undo(&runtime, async move {
             // Deleting our own waiter key twice deletes nothing the second time.
             let deleted = members
                 .run(Retry::Safe, |client| {

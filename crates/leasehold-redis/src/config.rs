@@ -220,7 +220,8 @@ impl RedisConfig {
     }
 
     /// Fencing tokens (default on): acquisition runs a script that also increments a per-key
-    /// counter (one round trip either way). Off: a plain `SET NX PX`, and leases carry no token.
+    /// counter (one round trip either way). Off: the script only sets the hold (`SET NX PX`), and
+    /// leases carry no token.
     pub fn fencing(mut self, on: bool) -> Self {
         self.fencing = on;
         self

@@ -18,12 +18,11 @@ impl RedisStore {
     /// One round trip: the `INSPECT` script, exclusive and shared records alike.
     pub(crate) async fn inspect_lock(&self, key: &LockKey) -> Result<Option<LockInfo>> {
         let mut conn = self.conn();
-        let (lock_key, fence_key) = (self.lock_key(key), self.fence_key(key));
-        let found: Vec<redis::Value> =
-            ScriptCall::new(&self.scripts().inspect, &[&lock_key, &fence_key], None)
-                .invoke(&mut conn)
-                .await
-                .map_err(|e| self.err(Operation::Inspect, key, e))?;
+        let lock_key = self.lock_key(key);
+        let found: Vec<redis::Value> = ScriptCall::new(&self.scripts().inspect, &[&lock_key], None)
+            .invoke(&mut conn)
+            .await
+            .map_err(|e| self.err(Operation::Inspect, key, e))?;
         parse_inspect(key, found).map_err(|e| self.err(Operation::Inspect, key, e))
     }
 

@@ -5,11 +5,11 @@
 //!
 //! | operation | Redis |
 //! |---|---|
-//! | acquire | fair (default): a script that lets only the first entry in the key's waiter queue take it (`SET NX PX`, `INCR` of the fence counter), else queues this process (strict FIFO: this waiting call) and returns the holder's TTL left; `fair(false)`: `SET key token NX PX ttl`, with fencing in a script that also `INCR`s the fence counter; readers and semaphore permits: a field each in the key's hash. A grant of a lock taken with `Acquire::announce` (an election's) `PUBLISH`es the new holder's token on the key's change channel, in the same script |
+//! | acquire | fair (default): a script that lets only the first entry in the key's waiter queue take it (`SET NX PX`, `INCR` of the fence counter), else queues this process (strict FIFO: this waiting call) and returns the holder's TTL left; `fair(false)`: the same script without the line (`SET NX PX`, plus `INCR` of the fence counter when fencing is on); readers and semaphore permits: a field each in the key's hash. A grant of a lock taken with `Acquire::announce` (an election's) `PUBLISH`es the new holder's token on the key's change channel, in the same script |
 //! | release | a script: `DEL` only if the value is our token (a reader or permit: its field), then, for an announced lock, `PUBLISH` the token on the key's change channel; fair: and, when someone is next in line, `PUBLISH` the next entry's id on its process's channel |
 //! | extend | a script: `PEXPIRE` only if the value is our token (no holder changes: nothing is announced) |
 //! | watch changes | `SUBSCRIBE` to the key's change channel on the store's subscriber connection (one subscription per key and store, shared by its watches, ended with the last); never queues |
-//! | inspect | a script: token, `PTTL` and fence counter |
+//! | inspect | a script: token and fencing token (an exclusive hold's value carries both), `PTTL` |
 //! | list | `SCAN MATCH <prefix><filter>*` (never `KEYS`), then the inspect script for each key found, concurrently on the multiplexed connection |
 //!
 //! ## Key layout

@@ -215,7 +215,7 @@ impl RedisStore {
     ) -> Option<tokio::task::JoinHandle<()>> {
         let store = self.clone();
         let runtime = tokio::runtime::Handle::try_current().ok()?;
-        Some(runtime.spawn(async move {
+        Some(leasehold_core::spawn_undo(&runtime, async move {
             let lock_key = store.lock_key(&key);
             let mut conn = store.conn();
             let (queue_key, deadlines_key) =

@@ -39,6 +39,9 @@ mod strict_fifo {
 mod bounded_fencing {
     use std::time::Duration;
 
+    use leasehold_redis::{RedisConfig, RedisStore};
+    use leasehold_testkit::redis::RedisServer;
+
     use futures::StreamExt;
     use leasehold_core::{Acquire, LockKey, LockStore, OwnerToken};
 
@@ -94,6 +97,50 @@ mod bounded_fencing {
             let highest = first_round.iter().max().unwrap();
             assert!(after > *highest, "above every token issued before");
             store.release(&lease).await.unwrap();
+        }
+    }
+
+    /// The counter lives for the TTL of the hold that started it; a later hold renewed past
+    /// that (an election's leader, a long job) still says its own token, in either mode.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hold_that_outlives_its_counter_still_says_its_token() {
+        let server = RedisServer::start().expect("start redis-server");
+        let mut conn = redis::Client::open(server.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for fair in [true, false] {
+            let store = RedisStore::connect(RedisConfig::new(server.url()).fair(fair))
+                .await
+                .expect("connect");
+            let key = LockKey::dc("f1", "orders", &format!("long-{fair}")).unwrap();
+            let fence_key = format!("leasehold:fence:{key}");
+            // A short hold starts the key's counter, which lives its 300 ms.
+            let short = Acquire::new(
+                key.clone(),
+                OwnerToken::generate(),
+                Duration::from_millis(300),
+            );
+            let first = store.try_acquire(&short).await.expect("free");
+            assert!(store.release(&first).await.expect("release"));
+            // The next hold is granted on that counter, then renewed past its end.
+            let lease = store.try_acquire(&acquire(&key)).await.expect("free");
+            let token = lease.fencing_token().expect("fenced");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let lease = store.extend(&lease, TTL).await.expect("renewed");
+            assert_eq!(pttl(&mut conn, &fence_key).await, -2, "the counter ran out");
+            let info = store.inspect(&key).await.unwrap().expect("held");
+            assert_eq!(info.token.as_ref(), Some(lease.token()), "fair: {fair}");
+            assert_eq!(info.fencing_token, Some(token), "fair: {fair}");
+            assert!(store.release(&lease).await.expect("release"));
+            // The next grant starts the counter again from the clock, above the last token.
+            let next = store.try_acquire(&acquire(&key)).await.expect("free");
+            assert!(
+                next.fencing_token().expect("fenced") > token,
+                "fair: {fair}"
+            );
+            assert!(store.release(&next).await.expect("release"));
         }
     }
 

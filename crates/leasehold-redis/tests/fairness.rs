@@ -657,8 +657,13 @@ async fn a_process_back_in_an_emptied_line_behind_a_hold_is_named_by_the_hold() 
         .unwrap();
     assert_eq!(
         value,
-        format!("{}\n{entry}", held.token().as_str()),
-        "the hold names the process first in the line it joined, so its release tells it"
+        format!(
+            "{}\t{}\n{entry}",
+            held.token().as_str(),
+            held.fencing_token().expect("fenced")
+        ),
+        "the hold names its fencing token, and the process first in the line it joined, so its \
+         release tells it"
     );
 
     held.release().await.unwrap();

@@ -40,36 +40,33 @@
 /// the lock is held by this very token (see "A second run" in the parent module); such a run joins
 /// nothing.
 ///
-/// The fencing token is issued right after the lock is set (`next_fence`): a last token that is
-/// not an integer (written by someone else) is an error with the lock deleted again and the line
-/// as it was, never a lock taken without a token.
+/// The fencing token is issued (`next_fence`) before the lock is set, whose value carries it
+/// (`hold_value`): a counter `next_fence` cannot increment is an error with nothing set and the
+/// line as it was, never a lock taken without a token.
 pub(super) const ACQUIRE_FAIR_LUA: &str = r"
 local me = ARGV[3]
--- The grant's end, on either path: the fencing token (false when not fencing), or an error
--- reply with the hold deleted again when the counter holds a non-integer; then the grant is
--- announced.
-local function grant()
-  local fence = false
-  if ARGV[5] == '1' then
-    fence = next_fence(KEYS[2], ARGV[2])
-    if not fence then
-      -- Never a lock without its token: undo the hold (the key was free or a dead record).
-      redis.call('DEL', KEYS[1])
-      return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
+-- The token a grant carries, issued once per call before its first `SET` (on either path):
+-- false when not fencing, or an error reply (see `next_fence`).
+local fence = nil
+local function issue()
+  if fence == nil then
+    fence = false
+    if ARGV[5] == '1' then
+      fence = next_fence(KEYS[2], ARGV[2])
     end
   end
-  changed(KEYS[5], ARGV[1], ARGV[9])
   return fence
 end
 -- The common case: a try on a key nobody holds and nobody waits for. A refused `SET NX`
--- changed nothing; the rest of the script decides the refusal without sending it again.
+-- changed nothing but the counter; the rest of the script decides the refusal without sending
+-- it again.
 local head, tried = nil, false
 if me == '' then
   head = redis.call('LINDEX', KEYS[3], 0)
   if not head then
-    if redis.call('SET', KEYS[1], ARGV[1] .. '\n', 'NX', 'PX', ARGV[2]) then
-      local fence = grant()
-      if type(fence) == 'table' then return fence end
+    if type(issue()) == 'table' then return fence end
+    if redis.call('SET', KEYS[1], hold_value(fence, ''), 'NX', 'PX', ARGV[2]) then
+      changed(KEYS[5], ARGV[1], ARGV[9])
       return {1, fence, 0}
     end
     tried = true
@@ -121,6 +118,10 @@ local joined = false
 local in_line = false
 local left = nil
 if (not head) or head == me then
+  if type(issue()) == 'table' then
+    if moved then put_back(me) end
+    return fence
+  end
   if head and not moved then
     move_head()
     moved = true
@@ -141,7 +142,7 @@ if (not head) or head == me then
     joined = true
     next = me
   end
-  local value = ARGV[1] .. '\n' .. (next or '')
+  local value = hold_value(fence, next or '')
   local taken = (not tried) and redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2])
   if not taken then
     local refused = writer_on_shared(KEYS[1], tonumber(ARGV[7] or '0'))
@@ -156,11 +157,7 @@ if (not head) or head == me then
     end
   end
   if taken then
-    local fence = grant()
-    if type(fence) == 'table' then
-      if moved then put_back(me) end
-      return fence
-    end
+    changed(KEYS[5], ARGV[1], ARGV[9])
     -- A served waiting call's deadline goes with it (strict FIFO entries, `<id>#<n>`, are new
     -- for every wait); a process's is overwritten when it joins again, and expires with the
     -- line, so its removal is not worth a command per hand-over.
@@ -222,8 +219,8 @@ return {0, left, 0}
 /// Returns 1 if deleted, 0 otherwise.
 pub(super) const RELEASE_FAIR_LUA: &str = r"
 local value = redis.pcall('GET', KEYS[1])
--- The common case: our hold, naming nobody next (nobody waits).
-if value == ARGV[1] .. '\n' then
+-- The common case: our hold, naming nobody next (nobody waits): its only newline ends it.
+if type(value) == 'string' and string.match(value, '^([^\t\n]*)[^\n]*\n$') == ARGV[1] then
   redis.call('DEL', KEYS[1])
   changed(KEYS[4], ARGV[1], ARGV[2])
   return 1

@@ -32,13 +32,16 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 /// optional `writer-waiting` field holding the waiting writer's marker expiry). A shared record's
 /// key expires with its longest entry, so an existing hash always has a live holder or marker.
 ///
-/// A fair exclusive hold's value is the holder's token, a newline, and the entry its release
-/// tells (empty: nobody waits). The acquire writes the entry first in line after its own move,
+/// An exclusive hold's value is the holder's token; when fenced, a tab and its fencing token in
+/// decimal (so the hold itself says its token for as long as it lives: the counter may expire
+/// first, see `next_fence`); and when fair, a newline and the entry its release tells (empty:
+/// nobody waits). The acquire writes the entry first in line after its own move,
 /// and whoever changes the head while the lock is held (a waiter joining an empty line, leaving
 /// the head, a lapsed head dropped) points the hold at the new one (`set_next`), so the release
 /// reads its token and the next entry in one `GET`, and an uncontended one reads no line.
-/// `token_of` and `next_of` split a value; a value without the newline (first-come mode, or an
-/// older version's hold) is a bare token, never rewritten, and its release reads the line.
+/// `token_of`, `fence_of` and `next_of` split a value; a value without the newline (first-come
+/// mode, or an older version's hold) names no entry, is never rewritten, and its release reads
+/// the line. `hold_value` makes a value.
 ///
 /// `next_fence` issues a key's next fencing token: one above its last (`INCR`), or, when the key
 /// has no counter (never fenced, or its counter expired), the server's clock in microseconds,
@@ -47,7 +50,12 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 /// after it starts again from the clock. That start is above every token the counter issued: it
 /// counted one per grant, far fewer than the microseconds its lifetime lasted, so only a server
 /// clock set back by nearly that TTL could bring it below them (docs/FENCING.md). Extending the
-/// counter at every grant cost a command per grant.
+/// counter at every grant cost a command per grant. A grant issues its token before it sets the
+/// hold, whose value carries it (`hold_value`), so an attempt refused after that has used a
+/// number up (tokens still only grow). It returns an error reply instead of a token when the
+/// counter holds a non-integer (written by someone else, or digits `INCR` refuses: `007`, past
+/// 2^63), or when the `INCR` fails (`READONLY`, `OOM`, ...: that error itself, so it is read as
+/// the server's state, not the counter's), and then nothing has been written.
 ///
 /// `drop_lapsed` drops the entries at the head of a waiter line whose deadline passed (at most 64,
 /// never `me`; `clock` gives the server time, read only if needed) and returns the new head, its
@@ -74,7 +82,12 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 const PRELUDE: &str = r"
 local function next_fence(key, ttl)
   local token = redis.pcall('INCR', key)
-  if type(token) == 'table' and token.err then return nil end
+  if type(token) == 'table' then
+    if string.find(token.err, 'not an integer', 1, true) then
+      return redis.error_reply('fence counter ' .. key .. ' holds a non-integer; delete it or use another key prefix')
+    end
+    return token
+  end
   if token == 1 then
     local t = redis.call('TIME')
     token = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -83,8 +96,15 @@ local function next_fence(key, ttl)
   return token
 end
 local function token_of(value)
-  local sep = string.find(value, '\n', 1, true)
-  if sep then return string.sub(value, 1, sep - 1) end
+  return string.match(value, '^[^\t\n]*')
+end
+local function fence_of(value)
+  return string.match(value, '^[^\t\n]*\t(%d+)')
+end
+local function hold_value(fence, next)
+  local value = ARGV[1]
+  if fence then value = value .. '\t' .. string.format('%.0f', fence) end
+  if next then value = value .. '\n' .. next end
   return value
 end
 local function held_by(lock, token)
@@ -273,32 +293,22 @@ fn calls(text: &str, name: &str) -> bool {
 /// Returns `{1, fence or false, 0}`, or `{0, ms, mine}` when held (`ms`: the holder's TTL left;
 /// `mine`: 1 when the holder is this very token, see "A second run" in the module docs).
 ///
-/// Redis does not roll back a script that fails halfway, so the counter is checked before the
-/// lock is set: a fence key that is not an integer (written by someone else) is an error with
-/// nothing applied, never a lock taken without a token.
+/// The token is issued before the lock is set, and the hold's value carries it (`hold_value`): a
+/// counter `next_fence` cannot increment is an error with nothing applied, never a lock taken
+/// without a token.
 const ACQUIRE_LUA: &str = r"
+local fence = false
 if ARGV[3] == '1' then
-  local fence = redis.call('GET', KEYS[2])
-  if fence and not string.match(fence, '^%d+$') then
-    return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
-  end
+  fence = next_fence(KEYS[2], ARGV[2])
+  if type(fence) == 'table' then return fence end
 end
+local value = hold_value(fence, nil)
 local function granted()
-  local fence = false
-  if ARGV[3] == '1' then
-    fence = next_fence(KEYS[2], ARGV[2])
-    if not fence then
-      -- A counter INCR refuses though it looked like digits ('007', or past 2^63): never a
-      -- lock without its token, so the hold just set goes again.
-      redis.call('DEL', KEYS[1])
-      return redis.error_reply('fence counter ' .. KEYS[2] .. ' holds a non-integer; delete it or use another key prefix')
-    end
-  end
   changed(KEYS[3], ARGV[1], ARGV[5])
   return {1, fence, 0}
 end
 -- The common case: the key is free.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
   return granted()
 end
 -- The rest.
@@ -309,7 +319,7 @@ if refused then
   if held_by(KEYS[1], ARGV[1]) then mine = 1 end
   return {0, refused[2], mine}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 return granted()
 ";
 
@@ -338,14 +348,15 @@ end
 return 0
 ";
 
-/// Inspect, read-only and atomic. `KEYS[1]` lock key, `KEYS[2]` fence key.
-/// Returns nil if free; `{'x', token, pttl, fence}` for an exclusive hold; for a shared record
+/// Inspect, read-only and atomic. `KEYS[1]` lock key.
+/// Returns nil if free; `{'x', token, pttl, fence or false}` for an exclusive hold (its fence as
+/// its value carries it: the counter may have expired while the hold lives); for a shared record
 /// `{'s', mode, marker ms, token1, ms1, token2, ms2, ...}` (live holders only).
 const INSPECT_LUA: &str = r"
 local t = redis.call('TYPE', KEYS[1]).ok
 if t == 'string' then
-  local token = token_of(redis.call('GET', KEYS[1]))
-  return {'x', token, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2])}
+  local value = redis.call('GET', KEYS[1])
+  return {'x', token_of(value), redis.call('PTTL', KEYS[1]), fence_of(value) or false}
 end
 if t ~= 'hash' then
   return false
@@ -531,11 +542,15 @@ mod tests {
 
     #[test]
     fn the_common_case_comes_before_the_functions_only_the_rest_calls() {
-        // An uncontended fair acquire returns having made three closures: the fence's, the
-        // announcement's and the grant's own; the other eleven functions come after it.
+        // An uncontended fair acquire returns having made four closures: the fence's, the
+        // hold's value's, the announcement's and the token's issue; the other eleven functions
+        // come after it.
         let text = script_text(ACQUIRE_FAIR_LUA, "PUBLISH");
         let (common, rest) = text.split_once(REST).expect("the rest's line");
-        assert_eq!(defined(common), ["next_fence", "changed", "grant"]);
+        assert_eq!(
+            defined(common),
+            ["next_fence", "hold_value", "changed", "issue"]
+        );
         assert!(common.contains("return {1, fence, 0}"));
         assert_eq!(
             defined(rest),
@@ -564,10 +579,14 @@ mod tests {
         let text = script_text(ACQUIRE_SHARED_LUA, "PUBLISH");
         let (common, _) = text.split_once(REST).expect("the rest's line");
         assert_eq!(defined(common), ["changed", "now_ms"]);
-        // The first-come acquire's: the fence's, the announcement's and the grant's.
+        // The first-come acquire's: the fence's, the hold's value's, the announcement's and the
+        // grant's.
         let text = script_text(ACQUIRE_LUA, "PUBLISH");
         let (common, rest) = text.split_once(REST).expect("the rest's line");
-        assert_eq!(defined(common), ["next_fence", "changed", "granted"]);
+        assert_eq!(
+            defined(common),
+            ["next_fence", "hold_value", "changed", "granted"]
+        );
         assert_eq!(
             defined(rest),
             ["token_of", "held_by", "now_ms", "sweep", "writer_on_shared"]

@@ -19,7 +19,10 @@ impl LockManager {
     ///    waiters in the local-competition layer) end at once, renewal stops (its guards are
     ///    marked lost);
     /// 2. **wait for tracked work**: acquisitions in flight and every background release (dropped
-    ///    guards, undone attempts, returned hand-offs, renewal cleanup);
+    ///    guards, undone attempts, returned hand-offs, renewal cleanup), and the stores' undo work
+    ///    of calls that stopped waiting (the release of what an acquire in flight may have taken,
+    ///    a waiter leaving its line: [`spawn_undo`](crate::core::spawn_undo)), so a process that
+    ///    exits after this leaves neither behind;
     /// 3. **release live locks and shut the store down**: with graceful shutdown (on by default)
     ///    every live lock is released, within its own deadline (the stacks of scenarios with
     ///    layers of their own are swept at the same time, each within its deadline);
@@ -44,13 +47,13 @@ impl LockManager {
 
     async fn wait_for_tracked_work(&self, deadline: Instant) {
         let lifecycle = &self.inner.handle.lifecycle;
-        if tokio::time::timeout_at(deadline, lifecycle.wait())
-            .await
-            .is_err()
-        {
+        let all = async { tokio::join!(lifecycle.wait(), crate::core::undo_finished()) };
+        if tokio::time::timeout_at(deadline, all).await.is_err() {
             tracing::warn!(
                 in_flight = lifecycle.in_flight(),
-                "shutdown timeout passed with acquisitions or background releases still running"
+                undoing = crate::core::undo_running(),
+                "shutdown timeout passed with acquisitions, background releases or undo work \
+                 still running"
             );
         }
     }
