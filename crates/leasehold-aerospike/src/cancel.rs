@@ -17,7 +17,9 @@
 use std::time::Duration;
 
 use aerospike::{Bins, ResultCode, Value};
-use leasehold_core::{Acquire, Attempt, Lease, LockKey, OwnerToken, Result, UndoIfCancelled};
+use leasehold_core::{
+    Acquire, Attempt, Lease, LockKey, OwnerToken, Result, UndoGuard, UndoIfCancelled,
+};
 use tokio::time::Instant;
 
 use crate::error::{classify, Class};
@@ -38,9 +40,9 @@ impl AerospikeStore {
     /// the attempt is undone ([`Self::undo_abandoned`], on a task of its own). An answer, whatever
     /// it is, is the caller's (an in-doubt one included: the manager undoes those).
     pub(crate) async fn acquire_undone_if_cancelled(&self, req: &Acquire) -> Result<Attempt> {
-        let undo = UndoIfCancelled::arm(req, |lease| {
+        let undo = UndoIfCancelled::arm(req, |lease, counted| {
             let store = self.clone();
-            async move { store.undo_abandoned(lease).await }
+            async move { store.undo_abandoned(lease, counted).await }
         });
         let result = self.acquire_once(req).await;
         let answer = self.trace_acquire(req, result).await;
@@ -51,7 +53,9 @@ impl AerospikeStore {
     /// Releases whatever an abandoned acquisition may hold under its token, at once and again
     /// while the record shows it (see the module docs). `Ok(true)` if a release removed it; an
     /// error when the looks ran out with the last release unanswered, or one failed for good.
-    async fn undo_abandoned(&self, lease: Lease) -> Result<bool> {
+    /// A shutdown waits for the first release (`counted` goes after it), not for the looks.
+    async fn undo_abandoned(&self, lease: Lease, counted: UndoGuard) -> Result<bool> {
+        let mut counted = Some(counted);
         let until = Instant::now() + self.inner.config.retry_budget.min(lease.ttl());
         let mut looks = LOOKS.iter().chain(std::iter::repeat(&LOOKS[2]));
         // The first pass releases without looking; later ones release when the record shows
@@ -73,6 +77,7 @@ impl AerospikeStore {
                 }
             }
             check = true;
+            drop(counted.take());
             let next = Instant::now() + *looks.next().unwrap_or(&LOOKS[2]);
             if next >= until {
                 return unanswered.map_or(Ok(released), Err);

@@ -340,7 +340,7 @@ impl AerospikeStore {
             return; // the record, if it lands, expires with its TTL
         };
         let (store, req) = (self.clone(), req.clone());
-        leasehold_core::spawn_undo(&runtime, async move {
+        runtime.spawn(async move {
             let Ok(record_key) = store.record_key(&req.key) else {
                 return;
             };

@@ -242,7 +242,9 @@ impl AerospikeStore {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // the place lapses by the waiter timeout
         };
-        leasehold_core::spawn_undo(&runtime, async move {
+        // A shutdown waits for the first leave, not for the looks after it.
+        let counted = leasehold_core::undo_started();
+        runtime.spawn(async move {
             let Ok(queue_key) = store.queue_key(&key) else {
                 return;
             };
@@ -271,6 +273,7 @@ impl AerospikeStore {
                 }
             };
             leave().await;
+            drop(counted);
             if !left.entry_in_flight {
                 return;
             }

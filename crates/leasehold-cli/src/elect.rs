@@ -46,7 +46,7 @@ pub(crate) async fn elect(global: &Global, args: ElectArgs) -> Result<u8, CliErr
             _ = forwarded.recv() => None,
         };
         let Some(campaigned) = campaigned else {
-            return Ok(stop_waiting(&manager, forwarded.last()).await);
+            return Ok(stop_waiting(&manager, &mut forwarded).await);
         };
         let leadership = campaigned.map_err(|e| match e {
             Campaign::Timeout => CliError::new(

@@ -110,7 +110,7 @@ pub(crate) async fn run(global: &Global, args: RunArgs) -> Result<u8, CliError> 
         _ = forwarded.recv() => None,
     };
     let Some(acquired) = acquired else {
-        return Ok(stop_waiting(&manager, forwarded.last()).await);
+        return Ok(stop_waiting(&manager, &mut forwarded).await);
     };
     let guard = match acquired {
         Ok(guard) => guard,
@@ -295,11 +295,21 @@ impl Forwarded {
 
 /// After a signal while a lock call waited (its future dropped): shuts the manager down, which
 /// waits for the call's undo in the background (its place in the waiter line left, a grant that
-/// landed meanwhile released), so the process exits leaving neither in the store; then the
-/// status a process ended by `sig` has, 128 + its number.
-pub(crate) async fn stop_waiting(manager: &leasehold::LockManager, sig: Signal) -> u8 {
-    if let Err(e) = manager.shutdown().await {
-        eprintln!("leasehold: stopping the wait: {}", e.chain());
+/// landed meanwhile released), so the process exits leaving neither in the store; a second
+/// signal meanwhile exits at once (a store that does not answer must not hold the process).
+/// Returns the status of a process ended by the first signal, 128 + its number.
+pub(crate) async fn stop_waiting(
+    manager: &leasehold::LockManager,
+    forwarded: &mut Forwarded,
+) -> u8 {
+    let sig = forwarded.last();
+    tokio::select! {
+        shut = manager.shutdown() => if let Err(e) = shut {
+            eprintln!("leasehold: stopping the wait: {}", e.chain());
+        },
+        again = forwarded.recv() => eprintln!(
+            "leasehold: {again} while stopping the wait: exiting without waiting for the store"
+        ),
     }
     128u8.saturating_add(sig as u8)
 }

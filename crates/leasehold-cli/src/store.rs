@@ -54,14 +54,16 @@ impl Names {
     }
 
     /// These names, for a full key or prefix given on the command line (`inspect`, `list`,
-    /// `release`): one that names a DC farm (`DC#<farm>#…`) is read with that farm's store.
+    /// `release`, `history`): one that names a DC farm (`DC#<farm>#…`, or a prefix `DC#<farm>`)
+    /// is read with that farm's store.
     /// Aerospike keeps each farm's DC locks in a set of its own and reads its farm's only, so
     /// without this `list DC#farm2#` against a `farm1` URL found nothing. `--farm-id` naming
     /// another farm than the key is a usage error.
     pub(crate) fn farm_of(mut self, raw: &str) -> Result<Self, CliError> {
-        let Some((farm, _)) = raw
+        let Some(farm) = raw
             .strip_prefix("DC#")
-            .and_then(|rest| rest.split_once('#'))
+            .map(|rest| rest.split_once('#').map_or(rest, |(farm, _)| farm))
+            .filter(|farm| !farm.is_empty())
         else {
             return Ok(self);
         };

@@ -142,7 +142,7 @@ async fn a_key_or_prefix_of_another_farm_is_read_from_that_farm() {
         }
     };
 
-    let out = cli(vec!["list".into(), "DC#farm2#".into()]).await;
+    let out = cli(vec!["list".into(), "DC#farm2".into()]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains(&full), "{}", text(&out.stdout));
 

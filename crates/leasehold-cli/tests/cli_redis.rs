@@ -153,6 +153,40 @@ fn sigterm_while_waiting_exits_143_and_leaves_the_waiter_line_at_once() {
     }
 }
 
+#[test]
+fn a_second_signal_while_stopping_a_wait_exits_at_once() {
+    let server = RedisServer::start().unwrap();
+    let url = server.url();
+    let mut holder = holder(&url, "stuck", "echo ready; sleep 30");
+    let mut waiting = leasehold(&url)
+        .args(["run", "stuck", "--wait", "30s", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    until_in_line(&server, "stuck");
+    // The store stops answering: leaving the line cannot finish, so the first SIGTERM's stop
+    // would wait out the shutdown timeout; a second signal ends it.
+    server.pause().unwrap();
+    let pid = Pid::from_raw(waiting.id() as i32);
+    kill(pid, Signal::SIGTERM).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let second = Instant::now();
+    kill(pid, Signal::SIGINT).unwrap();
+    let status = waiting.wait().unwrap();
+    let waited = second.elapsed();
+    server.resume().unwrap();
+    assert_eq!(status.code(), Some(143), "the first signal's status");
+    assert!(
+        waited < Duration::from_secs(3),
+        "exited {waited:?} after the second signal, not at the shutdown timeout (5 s)"
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut waiting.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.contains("without waiting for the store"), "{err}");
+    let _ = kill(Pid::from_raw(holder.id() as i32), Signal::SIGTERM);
+    let _ = holder.wait();
+}
+
 /// Starts `leasehold elect NAME -- sh -c SCRIPT` and waits for `ready`.
 fn command_elect(store: &str, name: &str, script: &str) -> std::process::Child {
     let mut child = leasehold(store)

@@ -8,6 +8,7 @@ use crate::acquire::Acquire;
 use crate::attempt::Attempt;
 use crate::error::{Error, Result};
 use crate::lease::Lease;
+use crate::undo::UndoGuard;
 
 /// Runs a network store's acquire request on its own task, so that the store's `acquire` is
 /// cancel safe (see [`LockStore`](crate::LockStore)): if the caller stops waiting, the request
@@ -32,9 +33,7 @@ where
     // send, before polling again): then the receiving side hands the lease back on this one.
     let (back_tx, back_rx) = tokio::sync::oneshot::channel::<Lease>();
     let task_req = req.clone();
-    // Counted as undo work (`spawn_undo`): once the caller stopped waiting, the task is what
-    // undoes the attempt, and a shutdown waits for it.
-    crate::undo::spawn_undo(&tokio::runtime::Handle::current(), async move {
+    tokio::spawn(async move {
         let result = acquire(task_req.clone()).await;
         let maybe_held = match tx.send(result) {
             Ok(()) => match back_rx.await {
@@ -91,9 +90,10 @@ where
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> leasehold_core::Result<()> {
 /// let req = Acquire::new(LockKey::xdc("orders", "o-1")?, OwnerToken::generate(), Duration::from_secs(5));
-/// let undo = UndoIfCancelled::arm(&req, |lease| async move {
-///     // The store's owner-checked release of `lease` goes here.
-///     let _ = lease;
+/// let undo = UndoIfCancelled::arm(&req, |lease, counted| async move {
+///     // The store's owner-checked release of `lease` goes here; a shutdown waits for it
+///     // while `counted` lives.
+///     let _ = (lease, counted);
 ///     Ok(true)
 /// });
 /// let answer: Attempt = Attempt::refused(); // the store's request, awaited here
@@ -105,7 +105,7 @@ where
 #[must_use = "dropping the guard at once undoes the acquisition: hold it across the request"]
 pub struct UndoIfCancelled<'a, R, RF>
 where
-    R: FnOnce(Lease) -> RF,
+    R: FnOnce(Lease, UndoGuard) -> RF,
     RF: Future<Output = Result<bool>> + Send + 'static,
 {
     req: &'a Acquire,
@@ -114,11 +114,13 @@ where
 
 impl<'a, R, RF> UndoIfCancelled<'a, R, RF>
 where
-    R: FnOnce(Lease) -> RF,
+    R: FnOnce(Lease, UndoGuard) -> RF,
     RF: Future<Output = Result<bool>> + Send + 'static,
 {
     /// Arms the guard for `req`: dropped before [`disarm`](Self::disarm), it runs `release` on
-    /// what `req` may have acquired (its lock under its token, in its mode), in the background.
+    /// what `req` may have acquired (its lock under its token, in its mode), in the background,
+    /// with an [`UndoGuard`] counting it from the drop: `release` drops it once its first
+    /// attempt is done, so a shutdown waits for that much ([`crate::undo_finished`]).
     pub fn arm(req: &'a Acquire, release: R) -> Self {
         UndoIfCancelled {
             req,
@@ -135,7 +137,7 @@ where
 
 impl<R, RF> std::fmt::Debug for UndoIfCancelled<'_, R, RF>
 where
-    R: FnOnce(Lease) -> RF,
+    R: FnOnce(Lease, UndoGuard) -> RF,
     RF: Future<Output = Result<bool>> + Send + 'static,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -148,7 +150,7 @@ where
 
 impl<R, RF> Drop for UndoIfCancelled<'_, R, RF>
 where
-    R: FnOnce(Lease) -> RF,
+    R: FnOnce(Lease, UndoGuard) -> RF,
     RF: Future<Output = Result<bool>> + Send + 'static,
 {
     fn drop(&mut self) {
@@ -156,10 +158,12 @@ where
             return;
         };
         let key = self.req.key.clone();
-        let undo = release(maybe_held(self.req));
+        // Counted from here, the caller's task: a shutdown it goes on to call waits for the
+        // part of the undo the store holds the guard for.
+        let undo = release(maybe_held(self.req), crate::undo::undo_started());
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                crate::undo::spawn_undo(&runtime, async move {
+                runtime.spawn(async move {
                     if let Err(error) = undo.await {
                         tracing::warn!(key = %key, error = %error.chain(),
                             "could not undo an acquisition nobody waited for; it expires at its TTL");
@@ -298,7 +302,7 @@ mod tests {
         let request = |answer: Attempt| {
             let r = released.clone();
             async {
-                let undo = UndoIfCancelled::arm(&req, move |_| async move {
+                let undo = UndoIfCancelled::arm(&req, move |_, _| async move {
                     r.store(true, Ordering::SeqCst);
                     Ok(true)
                 });
@@ -316,12 +320,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_acquisition_abandoned_on_the_callers_task_is_released_in_its_mode() {
-        let (released_tx, released_rx) = tokio::sync::oneshot::channel();
+    async fn an_abandoned_acquisition_is_released_in_its_mode_and_waited_for() {
+        let (released_tx, mut released_rx) = tokio::sync::oneshot::channel();
         let req = req().with_mode(crate::mode::LockMode::Shared);
         let fut = async {
-            let undo = UndoIfCancelled::arm(&req, move |lease| async move {
+            let undo = UndoIfCancelled::arm(&req, move |lease, counted| async move {
+                tokio::time::sleep(Duration::from_millis(50)).await; // the release's round trip
                 let _ = released_tx.send((lease.token().clone(), lease.mode()));
+                drop(counted);
                 Ok(true)
             });
             tokio::time::sleep(Duration::from_secs(60)).await;
@@ -330,10 +336,13 @@ mod tests {
         assert!(tokio::time::timeout(Duration::from_millis(5), fut)
             .await
             .is_err());
-        let (token, mode) = tokio::time::timeout(Duration::from_secs(5), released_rx)
+        // Counted from the drop: a shutdown's wait ends only once the release was made.
+        tokio::time::timeout(Duration::from_secs(5), crate::undo::undo_finished())
             .await
-            .expect("the abandoned acquisition was undone")
-            .unwrap();
+            .expect("the undo ends");
+        let (token, mode) = released_rx
+            .try_recv()
+            .expect("the abandoned acquisition was undone before the wait ended");
         assert_eq!(token, req.token);
         assert_eq!(mode, crate::mode::LockMode::Shared);
     }

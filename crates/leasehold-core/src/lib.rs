@@ -70,5 +70,5 @@ pub use store::{Capabilities, LockStore};
 pub use tls::TlsFailure;
 pub use token::{OwnerToken, TokenLabel, MAX_LABEL_LEN};
 pub use ttl::{instant_after, ttl_millis, ttl_seconds, validate_ttl, MAX_TTL};
-pub use undo::{spawn_undo, undo_finished, undo_running};
+pub use undo::{spawn_undo, undo_finished, undo_running, undo_started, UndoGuard};
 pub use watch::ReleaseWatch;

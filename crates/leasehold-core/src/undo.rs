@@ -5,87 +5,118 @@
 //! of what an acquire in flight may have taken, a waiter leaving the line it joined. If the
 //! process exits right after, its runtime drops those tasks unfinished, and the lock or the place
 //! in line stays in the store until its TTL or waiter timeout — the next in line waits that out.
-//! So every such task is counted here, and [`LockManager::shutdown`] waits for the count to reach
-//! zero (within its timeout), whichever store or manager the work belongs to.
+//! So such work is counted here from the moment it is handed over ([`undo_started`], an
+//! [`UndoGuard`] the work drops once its first attempt is done: later looks for a request that
+//! may still land do not hold a shutdown up), and [`LockManager::shutdown`] waits (within its
+//! timeout) for the work begun before it, whichever store or manager it belongs to — never for
+//! work begun after, so managers that go on working in the process cannot keep it waiting.
 //!
 //! [`LockManager::shutdown`]: https://docs.rs/leasehold/latest/leasehold/struct.LockManager.html#method.shutdown
 
+use std::collections::BTreeSet;
 use std::future::Future;
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 use tokio::runtime::Handle;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-/// The process's undo tasks.
+/// The process's undo work.
 static UNDO: LazyLock<Tracker> = LazyLock::new(Tracker::default);
 
-/// A count of running tasks that can be waited on to reach zero.
-#[derive(Debug)]
+/// The undo work running, each piece by the number it started with, so that a wait can be for
+/// the work begun before it only: a process whose other managers go on working (and cancelling)
+/// must not keep a shutdown waiting for work that started after it.
+#[derive(Debug, Default)]
 struct Tracker {
-    running: watch::Sender<usize>,
+    running: Mutex<Running>,
+    ended: Notify,
 }
 
-impl Default for Tracker {
-    fn default() -> Self {
-        Tracker {
-            running: watch::Sender::new(0),
-        }
-    }
+#[derive(Debug, Default)]
+struct Running {
+    next: u64,
+    ids: BTreeSet<u64>,
 }
 
 impl Tracker {
-    fn spawn<F>(&'static self, runtime: &Handle, work: F) -> JoinHandle<()>
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        let running = Running::start(self);
-        runtime.spawn(async move {
-            let _running = running;
-            work.await;
-        })
+    fn start(&'static self) -> UndoGuard {
+        let mut running = self.lock();
+        let id = running.next;
+        running.next += 1;
+        running.ids.insert(id);
+        UndoGuard { tracker: self, id }
     }
 
-    async fn finished(&self) {
-        let mut running = self.running.subscribe();
-        // The tracker holds the sender: the wait ends only at zero.
-        let _ = running.wait_for(|running| *running == 0).await;
+    fn lock(&self) -> std::sync::MutexGuard<'_, Running> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until every piece begun before this call (not the first poll) has ended.
+    fn finished(&self) -> impl Future<Output = ()> + Send + '_ {
+        let before = self.lock().next;
+        async move {
+            loop {
+                let ended = self.ended.notified();
+                tokio::pin!(ended);
+                // Registered before the check, so an end between the two still wakes it.
+                ended.as_mut().enable();
+                if self
+                    .lock()
+                    .ids
+                    .first()
+                    .is_none_or(|oldest| *oldest >= before)
+                {
+                    return;
+                }
+                ended.await;
+            }
+        }
     }
 
     fn running(&self) -> usize {
-        *self.running.borrow()
+        self.lock().ids.len()
     }
 }
 
-/// Counts one task for as long as it lives: dropped when it ends, or when its runtime drops it.
-struct Running(&'static Tracker);
-
-impl Running {
-    fn start(tracker: &'static Tracker) -> Self {
-        tracker.running.send_modify(|running| *running += 1);
-        Running(tracker)
-    }
+/// Counts one piece of undo work (see the module docs) while it lives: drop it when the part a
+/// shutdown should wait for is done (a store's first attempt; later looks for a request that may
+/// still land need not hold a shutdown up), or let it go with the task that holds it — it is
+/// dropped too when its runtime drops the task unfinished.
+#[must_use = "the work is counted only while the guard lives"]
+#[derive(Debug)]
+pub struct UndoGuard {
+    tracker: &'static Tracker,
+    id: u64,
 }
 
-impl Drop for Running {
+impl Drop for UndoGuard {
     fn drop(&mut self) {
-        self.0
-            .running
-            .send_modify(|running| *running = running.saturating_sub(1));
+        self.tracker.lock().ids.remove(&self.id);
+        self.tracker.ended.notify_waiters();
     }
 }
 
-/// Spawns `work`, undo work of a store (see the module docs), on `runtime`, counted until it
-/// ends so that [`undo_finished`] waits for it.
+/// Starts counting a piece of undo work: [`undo_finished`] waits for it while the guard lives.
+pub fn undo_started() -> UndoGuard {
+    UNDO.start()
+}
+
+/// Spawns `work` on `runtime`, counted as undo work (see [`undo_started`]) until it ends.
 pub fn spawn_undo<F>(runtime: &Handle, work: F) -> JoinHandle<()>
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    UNDO.spawn(runtime, work)
+    let counted = undo_started();
+    runtime.spawn(async move {
+        let _counted = counted;
+        work.await;
+    })
 }
 
-/// Waits until no undo work spawned with [`spawn_undo`] is running in this process. Bound it with
-/// a timeout: work that keeps retrying against a store that is down runs as long as its budget.
+/// Waits until the undo work begun before this call (see [`undo_started`]) has ended, however
+/// much begins meanwhile (the call, not the first poll of its future, draws the line). Bound it with a timeout: work against a store that does not answer
+/// takes as long as its requests do.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -99,11 +130,11 @@ where
 /// assert_eq!(rx.await.unwrap(), "left the line");
 /// # }
 /// ```
-pub async fn undo_finished() {
-    UNDO.finished().await;
+pub fn undo_finished() -> impl Future<Output = ()> + Send {
+    UNDO.finished()
 }
 
-/// How many undo tasks spawned with [`spawn_undo`] are running in this process now.
+/// How many pieces of undo work are being counted in this process now.
 pub fn undo_running() -> usize {
     UNDO.running()
 }
@@ -118,29 +149,32 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_task_is_counted_until_it_ends() {
+    async fn a_wait_ends_when_the_work_begun_before_it_has_ended() {
         let tracker = tracker();
-        let (go, gate) = tokio::sync::oneshot::channel::<()>();
-        let task = tracker.spawn(&Handle::current(), async move {
-            let _ = gate.await;
-        });
-        assert_eq!(tracker.running(), 1);
+        let earlier = tracker.start();
         let finished = tokio::spawn(tracker.finished());
         tokio::task::yield_now().await;
-        assert!(!finished.is_finished(), "waits while the task runs");
-        go.send(()).unwrap();
-        task.await.unwrap();
+        // Work begun after the wait does not hold it up.
+        let later = tracker.start();
+        assert_eq!(tracker.running(), 2);
+        assert!(!finished.is_finished(), "waits while earlier work runs");
+        drop(earlier);
         finished.await.unwrap();
+        drop(later);
         assert_eq!(tracker.running(), 0);
     }
 
     #[test]
-    fn a_task_its_runtime_drops_unfinished_is_no_longer_counted() {
+    fn a_guard_its_runtime_drops_unfinished_is_no_longer_counted() {
         let tracker = tracker();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        tracker.spawn(runtime.handle(), std::future::pending());
+        let counted = tracker.start();
+        runtime.spawn(async move {
+            let _counted = counted;
+            std::future::pending::<()>().await;
+        });
         assert_eq!(tracker.running(), 1);
         drop(runtime);
         assert_eq!(tracker.running(), 0);

@@ -245,9 +245,14 @@ impl LockStore for RedisStore {
     /// applies requests in order), so no lock is left under a token nobody knows.
     async fn acquire(&self, req: &Acquire) -> Result<Attempt> {
         req.validate()?;
-        let undo = UndoIfCancelled::arm(req, |lease| {
+        let undo = UndoIfCancelled::arm(req, |lease, counted| {
             let store = self.clone();
-            async move { store.undo_abandoned(&lease).await }
+            // Its looks take a few hundred milliseconds: a shutdown waits for all of them.
+            async move {
+                let undone = store.undo_abandoned(&lease).await;
+                drop(counted);
+                undone
+            }
         });
         let answer = self.acquire_once(req).await;
         undo.disarm();

@@ -120,6 +120,8 @@ local left = nil
 if (not head) or head == me then
   if type(issue()) == 'table' then
     if moved then put_back(me) end
+    -- Lapsed heads dropped stay dropped: a hold must name the new one (as below).
+    if dropped then set_next(KEYS[1], redis.call('LINDEX', KEYS[3], 0)) end
     return fence
   end
   if head and not moved then
