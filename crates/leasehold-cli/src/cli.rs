@@ -84,7 +84,8 @@ pub(crate) enum Command {
     /// renews the lease while it runs, releases it when the command exits, and exits with the
     /// command's status. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to
     /// the command; the lock is released once it has exited, and a signal while waiting for the
-    /// lock ends the wait (its place in line given up) with status 128 + the signal's number. If
+    /// lock ends the wait (its place in line given up; a second signal exits without waiting
+    /// for the store) with status 128 + the signal's number. If
     /// the lock cannot be had (held, or held as another kind of lock): exit status 75
     /// (--conflict-exit-code) and who holds it. If the lock is lost while the command
     /// runs: a line on stderr, SIGTERM to the command with --kill-on-lost, and exit status 76

@@ -16,7 +16,9 @@ use crate::undo::UndoGuard;
 /// released again with `release` (owner-checked), instead of staying held under a token nobody
 /// knows until its TTL.
 ///
-/// `acquire` performs the request; `release` undoes it. Both run on the spawned task.
+/// `acquire` performs the request; `release` undoes it. Both run on the spawned task. Once the
+/// caller stops waiting, the task's work is counted as undo work ([`crate::undo_finished`])
+/// until it has undone the acquisition or found nothing to undo.
 pub async fn acquire_detached<A, AF, R, RF>(
     req: &Acquire,
     acquire: A,
@@ -29,20 +31,29 @@ where
     RF: Future<Output = Result<bool>> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    // An answer can reach the channel and still never be read (the caller dropped after the
-    // send, before polling again): then the receiving side hands the lease back on this one.
-    let (back_tx, back_rx) = tokio::sync::oneshot::channel::<Lease>();
+    // The caller's end, dropped unread, hands the task what it left (see `Left`).
+    let (back_tx, back_rx) = tokio::sync::oneshot::channel::<Left>();
     let task_req = req.clone();
     tokio::spawn(async move {
         let result = acquire(task_req.clone()).await;
-        let maybe_held = match tx.send(result) {
+        let (maybe_held, _counted) = match tx.send(result) {
             Ok(()) => match back_rx.await {
-                Ok(unread) => unread,
-                Err(_) => return, // read by the caller
+                Ok(Left {
+                    unread: Some(unread),
+                    counted,
+                }) => (unread, Some(counted)),
+                _ => return, // read by the caller
             },
-            Err(Ok(Attempt::Granted(lease))) => lease,
-            Err(Err(e)) if e.is_in_doubt() => maybe_held(&task_req),
-            Err(_) => return,
+            Err(answer) => {
+                // The caller left before the answer: its end has sent the count (or is about
+                // to: it closed the channel first).
+                let counted = back_rx.await.map(|left| left.counted);
+                match answer {
+                    Ok(Attempt::Granted(lease)) => (lease, counted.ok()),
+                    Err(e) if e.is_in_doubt() => (maybe_held(&task_req), counted.ok()),
+                    _ => return,
+                }
+            }
         };
         let key = maybe_held.key().clone();
         if let Err(error) = release(maybe_held).await {
@@ -182,11 +193,19 @@ fn maybe_held(req: &Acquire) -> Lease {
     Lease::granted(req, Instant::now())
 }
 
+/// What a caller that stopped waiting leaves its detached acquisition's task: an answer already
+/// there that it never read (a grant, or a doubt: to undo), and the count of the task's undo
+/// work, started on the caller's task so that a shutdown it goes on to call waits for it.
+struct Left {
+    unread: Option<Lease>,
+    counted: UndoGuard,
+}
+
 /// The caller's end of a detached acquisition. Dropped unread, it closes the channel (an answer
 /// still to come is then undone by the task) and hands back an answer already there.
 struct Receiving<'a> {
     rx: tokio::sync::oneshot::Receiver<Result<Attempt>>,
-    back: Option<tokio::sync::oneshot::Sender<Lease>>,
+    back: Option<tokio::sync::oneshot::Sender<Left>>,
     req: &'a Acquire,
 }
 
@@ -197,11 +216,15 @@ impl Drop for Receiving<'_> {
         };
         self.rx.close();
         let unread = match self.rx.try_recv() {
-            Ok(Ok(Attempt::Granted(lease))) => lease,
-            Ok(Err(e)) if e.is_in_doubt() => maybe_held(self.req),
-            _ => return,
+            Ok(Ok(Attempt::Granted(lease))) => Some(lease),
+            Ok(Err(e)) if e.is_in_doubt() => Some(maybe_held(self.req)),
+            Ok(_) => return, // refused, or failed for sure: nothing to undo
+            Err(_) => None,  // no answer yet: the task undoes what comes
         };
-        let _ = back.send(unread);
+        let _ = back.send(Left {
+            unread,
+            counted: crate::undo::undo_started(),
+        });
     }
 }
 
@@ -243,8 +266,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_abandoned_acquisition_is_released() {
-        let (released_tx, released_rx) = tokio::sync::oneshot::channel();
+    async fn an_abandoned_acquisition_is_released_and_waited_for() {
+        let (released_tx, mut released_rx) = tokio::sync::oneshot::channel();
         let req = req();
         let fut = acquire_detached(
             &req,
@@ -257,14 +280,17 @@ mod tests {
                 Ok(true)
             },
         );
-        // The caller gives up before the reply.
+        // The caller gives up before the reply: counted from then, a shutdown's wait ends only
+        // once the task has undone what the reply left in doubt.
         assert!(tokio::time::timeout(Duration::from_millis(5), fut)
             .await
             .is_err());
-        let token = tokio::time::timeout(Duration::from_secs(5), released_rx)
+        tokio::time::timeout(Duration::from_secs(5), crate::undo::undo_finished())
             .await
-            .expect("the in-doubt acquisition was undone")
-            .unwrap();
+            .expect("the undo ends");
+        let token = released_rx
+            .try_recv()
+            .expect("the in-doubt acquisition was undone before the wait ended");
         assert!(token.pid().is_some());
     }
 

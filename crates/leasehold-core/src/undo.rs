@@ -5,11 +5,12 @@
 //! of what an acquire in flight may have taken, a waiter leaving the line it joined. If the
 //! process exits right after, its runtime drops those tasks unfinished, and the lock or the place
 //! in line stays in the store until its TTL or waiter timeout — the next in line waits that out.
-//! So such work is counted here from the moment it is handed over ([`undo_started`], an
-//! [`UndoGuard`] the work drops once its first attempt is done: later looks for a request that
-//! may still land do not hold a shutdown up), and [`LockManager::shutdown`] waits (within its
-//! timeout) for the work begun before it, whichever store or manager it belongs to — never for
-//! work begun after, so managers that go on working in the process cannot keep it waiting.
+//! So such work is counted here from the moment it is handed over, on the caller's task
+//! ([`undo_started`]: an [`UndoGuard`] the work drops once the part worth waiting for is done;
+//! a store may let longer looks for a request that could still land go on uncounted), and
+//! [`LockManager::shutdown`] waits (within its timeout) for the work begun before each of its
+//! two waits (before and after it sweeps the stores), whichever store or manager it belongs to:
+//! work that managers going on in the process begin later cannot keep it waiting.
 //!
 //! [`LockManager::shutdown`]: https://docs.rs/leasehold/latest/leasehold/struct.LockManager.html#method.shutdown
 

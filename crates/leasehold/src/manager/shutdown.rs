@@ -19,10 +19,10 @@ impl LockManager {
     ///    waiters in the local-competition layer) end at once, renewal stops (its guards are
     ///    marked lost);
     /// 2. **wait for tracked work**: acquisitions in flight and every background release (dropped
-    ///    guards, undone attempts, returned hand-offs, renewal cleanup), and the first attempt of
-    ///    the stores' undo work for calls that stopped waiting (the release of what an acquire in
-    ///    flight may have taken, a waiter leaving its line: [`undo_finished`](crate::core::undo_finished)),
-    ///    so a process that exits after this leaves neither behind;
+    ///    guards, undone attempts, returned hand-offs, renewal cleanup), and the stores' undo work
+    ///    for calls that stopped waiting (the release of what an acquire in flight may have
+    ///    taken, a waiter leaving its line: [`undo_finished`](crate::core::undo_finished)), so a
+    ///    process that exits after this leaves neither behind;
     /// 3. **release live locks and shut the store down**: with graceful shutdown (on by default)
     ///    every live lock is released, within its own deadline (the stacks of scenarios with
     ///    layers of their own are swept at the same time, each within its deadline);
