@@ -45,9 +45,31 @@
 /// line as it was, never a lock taken without a token.
 pub(super) const ACQUIRE_FAIR_LUA: &str = r"
 local me = ARGV[3]
--- The token a grant carries, issued once per call before its first `SET` (on either path):
--- false when not fencing, or an error reply (see `next_fence`).
+-- The token a grant carries, issued once per call before its first `SET` (on either path; see
+-- `issue`): false when not fencing, or an error reply (see `next_fence`).
 local fence = nil
+-- The common case: a try on a key nobody holds and nobody waits for, written out (no closures
+-- of its own to make). A refused `SET NX` changed nothing but the counter; the rest of the
+-- script decides the refusal without sending it again.
+local head, tried = nil, false
+if me == '' then
+  head = redis.call('LINDEX', KEYS[3], 0)
+  if not head then
+    fence = false
+    local value = ARGV[1] .. '\n'
+    if ARGV[5] == '1' then
+      fence = next_fence(KEYS[2], ARGV[2])
+      if type(fence) == 'table' then return fence end
+      value = ARGV[1] .. '\t' .. string.format('%d', fence) .. '\n'
+    end
+    if redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2]) then
+      changed(KEYS[5], ARGV[1], ARGV[9])
+      return {1, fence, 0}
+    end
+    tried = true
+  end
+end
+-- The rest.
 local function issue()
   if fence == nil then
     fence = false
@@ -57,22 +79,6 @@ local function issue()
   end
   return fence
 end
--- The common case: a try on a key nobody holds and nobody waits for. A refused `SET NX`
--- changed nothing but the counter; the rest of the script decides the refusal without sending
--- it again.
-local head, tried = nil, false
-if me == '' then
-  head = redis.call('LINDEX', KEYS[3], 0)
-  if not head then
-    if type(issue()) == 'table' then return fence end
-    if redis.call('SET', KEYS[1], hold_value(fence, ''), 'NX', 'PX', ARGV[2]) then
-      changed(KEYS[5], ARGV[1], ARGV[9])
-      return {1, fence, 0}
-    end
-    tried = true
-  end
-end
--- The rest.
 local requeue = ARGV[6] == '1' and me ~= ''
 local stay = ARGV[6] == '2' and me ~= ''
 local rotate = requeue or stay
@@ -221,8 +227,12 @@ return {0, left, 0}
 /// Returns 1 if deleted, 0 otherwise.
 pub(super) const RELEASE_FAIR_LUA: &str = r"
 local value = redis.pcall('GET', KEYS[1])
--- The common case: our hold, naming nobody next (nobody waits): its only newline ends it.
-if type(value) == 'string' and string.match(value, '^([^\t\n]*)[^\n]*\n$') == ARGV[1] then
+-- The common case: our hold, naming nobody next (nobody waits): our token, then its fence or
+-- nothing, and the value's only newline ends it (plain finds, no pattern to run).
+local mark = #ARGV[1] + 1
+local after = type(value) == 'string' and string.find(value, ARGV[1], 1, true) == 1
+  and string.byte(value, mark)
+if (after == 9 or after == 10) and string.find(value, '\n', mark, true) == #value then
   redis.call('DEL', KEYS[1])
   changed(KEYS[4], ARGV[1], ARGV[2])
   return 1
