@@ -42,7 +42,8 @@ use shared::{ACQUIRE_SHARED_LUA, EXTEND_SHARED_LUA, RELEASE_SHARED_LUA};
 /// `token_of`, `fence_of` and `next_of` split a value; a value without the newline (first-come
 /// mode, or an older version's hold) names no entry, is never rewritten, and its release reads
 /// the line. `hold_value` makes a value (a fencing token in decimal: `%d` formats Lua's double
-/// as a 64-bit integer, exact below 2^53, and costs the server a fraction of `%.0f`).
+/// as a C `long`, 64 bits on the 64-bit servers Redis 7 runs on, so exact below 2^53, and costs
+/// the server a fraction of `%.0f`).
 ///
 /// `next_fence` issues a key's next fencing token: one above its last (`INCR`), or, when the key
 /// has no counter (never fenced, or its counter expired), the server's clock in microseconds,
