@@ -1,6 +1,6 @@
 //! `inspect`, `list` and `release --force`: what ops people need for a stuck lock.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leasehold::{HolderInfo, Lease, LockInfo, LockMode, LockStore, OwnerToken};
 use serde::Serialize;
@@ -146,6 +146,20 @@ pub(crate) fn human(d: Duration) -> String {
     }
 }
 
+/// A wall-clock time read from the store, as RFC 3339 with milliseconds, or in milliseconds
+/// since 1970 where RFC 3339 has no year for it (past 9999, or before 1970: a time another
+/// writer stored in other units, or a corrupt record). humantime's formatter errs (or panics,
+/// before 1970) there, and `format!` would turn that into a panic.
+pub(crate) fn wall_time(t: SystemTime) -> String {
+    /// 9999-12-31T23:59:59Z, the last second RFC 3339 can write.
+    const LAST: Duration = Duration::from_secs(253_402_300_799);
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(since) if since <= LAST => humantime::format_rfc3339_millis(t).to_string(),
+        Ok(since) => format!("{} ms after 1970 (past the year 9999)", since.as_millis()),
+        Err(before) => format!("{} ms before 1970", before.duration().as_millis()),
+    }
+}
+
 fn opt<T: ToString>(v: Option<T>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "-".to_owned())
 }
@@ -217,7 +231,7 @@ pub(crate) async fn inspect(global: &Global, args: InspectArgs) -> Result<u8, Cl
             info.acquired_at
                 .map(|t| format!(
                     "{} ({} ago)",
-                    humantime::format_rfc3339_millis(t),
+                    wall_time(t),
                     human(t.elapsed().unwrap_or_default())
                 ))
                 .unwrap_or_else(|| "-".to_owned())
@@ -424,6 +438,22 @@ mod tests {
     use leasehold::LockKey;
 
     use super::*;
+
+    #[test]
+    fn a_stored_time_rfc_3339_cannot_write_is_shown_in_milliseconds() {
+        let at = |ms: u64| wall_time(UNIX_EPOCH + Duration::from_millis(ms));
+        assert_eq!(at(1_764_460_800_123), "2025-11-30T00:00:00.123Z");
+        assert_eq!(at(253_402_300_799_000), "9999-12-31T23:59:59.000Z");
+        // Microseconds written where milliseconds belong: past the year 9999.
+        assert_eq!(
+            at(1_764_460_800_123_456),
+            "1764460800123456 ms after 1970 (past the year 9999)"
+        );
+        assert_eq!(
+            wall_time(UNIX_EPOCH - Duration::from_millis(5)),
+            "5 ms before 1970"
+        );
+    }
     use crate::cli::Cli;
 
     async fn memory_target() -> Target {

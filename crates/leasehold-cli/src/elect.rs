@@ -250,7 +250,7 @@ fn line(name: &str, leader: Option<&Leader>) -> String {
         .unwrap_or_default();
     let since = leader
         .since
-        .map(|t: SystemTime| format!(" since {}", humantime::format_rfc3339_millis(t)))
+        .map(|t: SystemTime| format!(" since {}", crate::admin::wall_time(t)))
         .unwrap_or_default();
     format!(
         "{name}: led by {who}{label}{term}{since} (token {})",

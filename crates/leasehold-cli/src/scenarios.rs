@@ -121,8 +121,7 @@ pub(crate) async fn history(global: &Global, args: HistoryArgs) -> Result<u8, Cl
     }
     println!("{key}: {} entries, newest first", entries.len());
     for e in &entries {
-        let at =
-            humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(e.at_millis()));
+        let at = crate::admin::wall_time(UNIX_EPOCH + Duration::from_millis(e.at_millis()));
         let detail = if e.detail.is_empty() {
             String::new()
         } else {

@@ -14,7 +14,8 @@ pub(crate) fn tls_error(address: &str, error: &etcd_client::Error) -> Option<Err
     ))
 }
 
-/// A failed connect whose cause says the credentials are wrong is a setup problem.
+/// A failed connect whose cause says the credentials are wrong is a setup problem: said so, with
+/// the connect's own error (the member and etcd's answer) kept as its cause.
 pub(crate) fn setup_or(error: Error) -> Error {
     // The cause says it: read the whole chain, not the display alone.
     let text = error.chain().to_string();
@@ -22,10 +23,16 @@ pub(crate) fn setup_or(error: Error) -> Error {
         || text.contains("invalid user ID or password")
         || text.contains("permission denied")
     {
-        Error::new(
+        let operation = error.operation();
+        let refused = Error::new(
             ErrorKind::StoreSetup,
-            format!("etcd refused the credentials: check the user and password ({text})"),
+            "etcd refused the credentials: check the user and password",
         )
+        .with_source(error);
+        match operation {
+            Some(operation) => refused.with_operation(operation),
+            None => refused,
+        }
     } else {
         error
     }

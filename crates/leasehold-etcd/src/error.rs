@@ -198,7 +198,7 @@ pub(crate) fn map(op: Op, key: &str, address: &str, error: etcd_client::Error) -
             "etcd at {address} refused the {what}: check the user, password and role \
              permissions on the key prefix"
         ),
-        ErrorKind::InvalidArgument => format!("etcd rejected the {what} as invalid"),
+        ErrorKind::InvalidArgument => format!("etcd at {address} rejected the {what} as invalid"),
         _ => format!("etcd at {address} failed the {what}"),
     };
     let error = Error::new(kind, message)

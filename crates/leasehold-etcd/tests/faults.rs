@@ -341,8 +341,15 @@ async fn wrong_credentials_are_a_setup_error() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::StoreSetup, "{err}");
     assert!(
-        !err.to_string().contains("wrong"),
-        "no password shown: {err}"
+        !err.chain().to_string().contains("wrong"),
+        "no password shown: {}",
+        err.chain()
+    );
+    // The connect's own error is kept as the cause: the member it reached, and etcd's answer.
+    let cause = std::error::Error::source(&err).expect("the connect's error is the cause");
+    assert!(
+        cause.to_string().contains(&server.endpoint()),
+        "names the member: {cause}"
     );
 
     let url = format!("etcd://root:rootpw@{}", server.endpoint());

@@ -54,12 +54,21 @@ impl RedisStore {
                     .arg("COUNT")
                     .arg(SCAN_COUNT);
                 let (next, keys): (u64, Vec<String>) = match (&mut conn, &node) {
+                    // A master's scan that fails names that master.
                     (Connection::Cluster(cluster), Some(node)) => {
-                        crate::connection::query_node(cluster, scan, node).await
+                        crate::connection::query_node(cluster, scan, node)
+                            .await
+                            .map_err(|e| {
+                                map(
+                                    Operation::List,
+                                    prefix,
+                                    &crate::slots::nodes::shown(node),
+                                    e,
+                                )
+                            })
                     }
-                    (conn, _) => scan.query_async(conn).await,
-                }
-                .map_err(list_err)?;
+                    (conn, _) => scan.query_async(conn).await.map_err(list_err),
+                }?;
                 let keys: Vec<LockKey> = keys
                     .iter()
                     .filter_map(|k| self.lock_key_of(k))

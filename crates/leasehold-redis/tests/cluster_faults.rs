@@ -216,6 +216,17 @@ async fn an_error_on_a_cluster_names_the_node_that_failed_and_the_slot() {
     );
     // A write names it too, and reports nothing held.
     try_fails_naming(&store, &k, master).await;
+    // A listing scans every master: the dead one's scan fails, naming that master alone.
+    let err = store.list("").await.unwrap_err();
+    let message = err.to_string();
+    let named = format!("Redis at 127.0.0.1:{master}");
+    let after = message.split_once(&named).map(|(_, after)| after);
+    assert!(
+        after.is_some_and(
+            |after| !after.starts_with(',') && !after.starts_with(|c: char| c.is_ascii_digit())
+        ),
+        "names the master whose scan failed, not the seed list: {message}"
+    );
     // A store started now (a service restarting during the outage) connects, and serves the
     // slots whose masters are up; the dead master's slot fails as above.
     let started = RedisStore::connect(RedisConfig::new(cluster.url()))
