@@ -154,7 +154,10 @@ pub(crate) fn wall_time(t: SystemTime) -> String {
     /// 9999-12-31T23:59:59Z, the last second RFC 3339 can write.
     const LAST: Duration = Duration::from_secs(253_402_300_799);
     match t.duration_since(UNIX_EPOCH) {
-        Ok(since) if since <= LAST => humantime::format_rfc3339_millis(t).to_string(),
+        // humantime looks at whole seconds only: all of the last second is writable.
+        Ok(since) if since.as_secs() <= LAST.as_secs() => {
+            humantime::format_rfc3339_millis(t).to_string()
+        }
         Ok(since) => format!("{} ms after 1970 (past the year 9999)", since.as_millis()),
         Err(before) => format!("{} ms before 1970", before.duration().as_millis()),
     }
@@ -444,6 +447,11 @@ mod tests {
         let at = |ms: u64| wall_time(UNIX_EPOCH + Duration::from_millis(ms));
         assert_eq!(at(1_764_460_800_123), "2025-11-30T00:00:00.123Z");
         assert_eq!(at(253_402_300_799_000), "9999-12-31T23:59:59.000Z");
+        assert_eq!(at(253_402_300_799_999), "9999-12-31T23:59:59.999Z");
+        assert_eq!(
+            at(253_402_300_800_000),
+            "253402300800000 ms after 1970 (past the year 9999)"
+        );
         // Microseconds written where milliseconds belong: past the year 9999.
         assert_eq!(
             at(1_764_460_800_123_456),
