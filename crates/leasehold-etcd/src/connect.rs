@@ -3,15 +3,22 @@
 
 use leasehold_core::{Error, ErrorKind};
 
-/// A failed TLS handshake, said plainly: an untrusted certificate or a wrong host name is a setup
-/// problem, not an unreachable cluster.
-pub(crate) fn tls_error(address: &str, error: &etcd_client::Error) -> Option<Error> {
-    let (failure, text) = leasehold_core::TlsFailure::classify(error)?;
+/// A failed TLS handshake, said plainly, with the client's error as its cause: an untrusted
+/// certificate or a wrong host name is a setup problem, not an unreachable cluster. Any other
+/// error is handed back.
+pub(crate) fn tls_error(
+    address: &str,
+    error: etcd_client::Error,
+) -> std::result::Result<Error, etcd_client::Error> {
+    let Some((failure, _)) = leasehold_core::TlsFailure::classify(&error) else {
+        return Err(error);
+    };
     let hint = failure.hint();
-    Some(Error::new(
+    Ok(Error::new(
         ErrorKind::StoreSetup,
-        format!("TLS with etcd at {address} failed: {hint} ({text})"),
-    ))
+        format!("TLS with etcd at {address} failed: {hint}"),
+    )
+    .with_source(error))
 }
 
 /// A failed connect whose cause says the credentials are wrong is a setup problem: said so, with

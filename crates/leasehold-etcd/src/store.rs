@@ -523,11 +523,12 @@ impl fmt::Debug for EtcdStore {
 
 /// Why [`EtcdStore::connect`] failed, from its check read that failed.
 fn connect_failed(config: &EtcdConfig, started: Instant, failed: Failed) -> Error {
-    if let Some(tls) = tls_error(&failed.at, &failed.error) {
-        return tls;
-    }
+    let failed_error = match tls_error(&failed.at, failed.error) {
+        Ok(tls) => return tls,
+        Err(error) => error,
+    };
     let unreached = failed.unreached;
-    let error = setup_or(map(Op::Connect, "", &failed.at, failed.error));
+    let error = setup_or(map(Op::Connect, "", &failed.at, failed_error));
     if unreached || error.kind() != leasehold_core::ErrorKind::Connection {
         return error;
     }

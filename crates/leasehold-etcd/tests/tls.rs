@@ -61,6 +61,11 @@ async fn etcds_without_the_ca_is_a_setup_error_saying_so() {
         err.to_string().contains("not signed by a trusted CA"),
         "says what to fix: {err}"
     );
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the client's error is kept as the cause: {}",
+        err.chain()
+    );
 
     let url = format!("{}?tls_ca={}", server.url(), pki.ca_file().display());
     let store = EtcdStore::connect(EtcdConfig::from_url(&url).unwrap())

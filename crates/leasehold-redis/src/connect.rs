@@ -62,7 +62,7 @@ async fn connect_node(config: &RedisConfig) -> Result<Connected> {
     let mut connection = ConnectionManager::new_with_config(client.clone(), manager_config(config))
         .await
         .map_err(|e| {
-            tls_error(&address, &e).unwrap_or_else(|| map(Operation::Connect, "", &address, e))
+            tls_error(&address, e).unwrap_or_else(|e| map(Operation::Connect, "", &address, e))
         })?;
     // A cluster node answers the keys of its own slots only, and a lock's keys would be spread
     // over slots: say so now rather than with a CROSSSLOT or MOVED on the first lock. (A proxy
@@ -147,7 +147,7 @@ async fn connect_cluster(config: &RedisConfig, seeds: &[String]) -> Result<Conne
             )
             .with_source(e);
         }
-        tls_error(&address, &e).unwrap_or_else(|| map(Operation::Connect, "", &address, e))
+        tls_error(&address, e).unwrap_or_else(|e| map(Operation::Connect, "", &address, e))
     })?;
     if config.fair {
         require_sharded_pubsub(&mut connection.clone(), &address).await?;
@@ -266,7 +266,7 @@ async fn connect_sentinel(config: &RedisConfig, spec: &SentinelSpec) -> Result<C
         master_wait: config.master_wait,
     };
     let link = SentinelLink::connect(access).await.map_err(|e| {
-        tls_error(&address, &e).unwrap_or_else(|| {
+        tls_error(&address, e).unwrap_or_else(|e| {
             Error::connection(format!(
                 "could not reach the {address}: check that a sentinel listed runs and \
                  monitors a master named {:?} (sentinel monitor <name> …), and that the \
@@ -338,15 +338,22 @@ pub(crate) fn client(config: &RedisConfig) -> Result<redis::Client> {
     redis::Client::open(config.url.as_str()).map_err(bad_url)
 }
 
-/// A failed TLS handshake, said plainly: an untrusted certificate or a wrong host name is a setup
-/// problem, not an unreachable server.
-pub(crate) fn tls_error(address: &str, error: &redis::RedisError) -> Option<Error> {
-    let (failure, text) = leasehold_core::TlsFailure::classify(error)?;
+/// A failed TLS handshake, said plainly, with the client's error as its cause: an untrusted
+/// certificate or a wrong host name is a setup problem, not an unreachable server. Any other
+/// error is handed back.
+pub(crate) fn tls_error(
+    address: &str,
+    error: redis::RedisError,
+) -> std::result::Result<Error, redis::RedisError> {
+    let Some((failure, _)) = leasehold_core::TlsFailure::classify(&error) else {
+        return Err(error);
+    };
     let hint = failure.hint();
-    Some(Error::new(
+    Ok(Error::new(
         leasehold_core::ErrorKind::StoreSetup,
-        format!("TLS with Redis at {address} failed: {hint} ({text})"),
-    ))
+        format!("TLS with Redis at {address} failed: {hint}"),
+    )
+    .with_source(error))
 }
 
 pub(crate) fn address_of(client: &redis::Client) -> String {

@@ -342,6 +342,36 @@ async fn tls_handshake_failure_is_a_connection_error() {
     );
 }
 
+/// A server whose certificate no trusted CA signed: a setup error that says what to fix, with
+/// the TLS client's own error kept as its cause.
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn an_untrusted_certificate_is_a_setup_error_that_keeps_the_cause() {
+    use leasehold_testkit::tls::TestPki;
+    let pki = TestPki::generate(&["localhost"]).unwrap();
+    let server = RedisServer::start_tls(&pki, false).unwrap();
+    let stranger = TestPki::generate(&["localhost"]).unwrap();
+    let url = format!("rediss://localhost:{}", server.port());
+    let err = RedisStore::connect(
+        RedisConfig::new(url)
+            .tls_ca_file(stranger.ca_file())
+            .connect_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreSetup, "{err}");
+    assert!(
+        err.to_string().contains("not signed by a trusted CA"),
+        "{err}"
+    );
+    let cause = std::error::Error::source(&err).expect("the TLS client's error is the cause");
+    assert!(
+        cause.to_string().to_lowercase().contains("issuer")
+            || cause.to_string().to_lowercase().contains("certificate"),
+        "{cause}"
+    );
+}
+
 #[cfg(not(feature = "tls"))]
 #[tokio::test]
 async fn rediss_without_the_tls_feature_says_which_feature() {
