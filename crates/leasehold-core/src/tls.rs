@@ -61,4 +61,31 @@ impl TlsFailure {
             }
         }
     }
+
+    /// `error`, the client's own from a failed connect to `server` (`"Redis at host:port"`), as
+    /// a setup error that says what to fix and keeps `error` as its cause when it is a failed
+    /// TLS handshake; any other error is handed back for the store to map.
+    ///
+    /// ```
+    /// use leasehold_core::{ErrorKind, TlsFailure};
+    /// let tls = std::io::Error::other("invalid peer certificate: UnknownIssuer");
+    /// let error = TlsFailure::setup_error("Redis at db:6379", tls).unwrap();
+    /// assert_eq!(error.kind(), ErrorKind::StoreSetup);
+    /// assert!(std::error::Error::source(&error).is_some());
+    /// let refused = std::io::Error::other("connection refused");
+    /// assert!(TlsFailure::setup_error("Redis at db:6379", refused).is_err());
+    /// ```
+    pub fn setup_error<E>(server: &str, error: E) -> std::result::Result<crate::Error, E>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let Some((failure, _)) = TlsFailure::classify(&error) else {
+            return Err(error);
+        };
+        Ok(crate::Error::new(
+            crate::ErrorKind::StoreSetup,
+            format!("TLS with {server} failed: {}", failure.hint()),
+        )
+        .with_source(error))
+    }
 }

@@ -10,15 +10,7 @@ pub(crate) fn tls_error(
     address: &str,
     error: etcd_client::Error,
 ) -> std::result::Result<Error, etcd_client::Error> {
-    let Some((failure, _)) = leasehold_core::TlsFailure::classify(&error) else {
-        return Err(error);
-    };
-    let hint = failure.hint();
-    Ok(Error::new(
-        ErrorKind::StoreSetup,
-        format!("TLS with etcd at {address} failed: {hint}"),
-    )
-    .with_source(error))
+    leasehold_core::TlsFailure::setup_error(&format!("etcd at {address}"), error)
 }
 
 /// A failed connect whose cause says the credentials are wrong is a setup problem: said so, with

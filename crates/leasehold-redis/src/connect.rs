@@ -345,15 +345,7 @@ pub(crate) fn tls_error(
     address: &str,
     error: redis::RedisError,
 ) -> std::result::Result<Error, redis::RedisError> {
-    let Some((failure, _)) = leasehold_core::TlsFailure::classify(&error) else {
-        return Err(error);
-    };
-    let hint = failure.hint();
-    Ok(Error::new(
-        leasehold_core::ErrorKind::StoreSetup,
-        format!("TLS with Redis at {address} failed: {hint}"),
-    )
-    .with_source(error))
+    leasehold_core::TlsFailure::setup_error(&format!("Redis at {address}"), error)
 }
 
 pub(crate) fn address_of(client: &redis::Client) -> String {
