@@ -75,15 +75,15 @@ impl TlsFailure {
     /// let refused = std::io::Error::other("connection refused");
     /// assert!(TlsFailure::setup_error("Redis at db:6379", refused).is_err());
     /// ```
-    pub fn setup_error<E>(server: &str, error: E) -> std::result::Result<crate::Error, E>
+    pub fn setup_error<E>(server: &str, error: E) -> std::result::Result<crate::error::Error, E>
     where
         E: std::error::Error + Send + Sync + 'static,
     {
         let Some((failure, _)) = TlsFailure::classify(&error) else {
             return Err(error);
         };
-        Ok(crate::Error::new(
-            crate::ErrorKind::StoreSetup,
+        Ok(crate::error::Error::new(
+            crate::error::ErrorKind::StoreSetup,
             format!("TLS with {server} failed: {}", failure.hint()),
         )
         .with_source(error))
