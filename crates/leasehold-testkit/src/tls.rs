@@ -137,6 +137,28 @@ impl fmt::Debug for TestPki {
     }
 }
 
+/// Asserts that `err` is what a store's connect gives for a server whose certificate no trusted
+/// CA signed: a setup error that says what to fix, with the TLS client's own error kept as its
+/// cause (naming the certificate or its issuer).
+pub fn assert_untrusted_ca(err: &leasehold_core::Error) {
+    assert_eq!(
+        err.kind(),
+        leasehold_core::ErrorKind::StoreSetup,
+        "{}",
+        err.chain()
+    );
+    assert!(
+        err.to_string().contains("not signed by a trusted CA"),
+        "says what to fix: {err}"
+    );
+    let cause = std::error::Error::source(err).expect("the TLS client's error is the cause");
+    let cause = cause.to_string().to_lowercase();
+    assert!(
+        cause.contains("issuer") || cause.contains("certificate"),
+        "the cause is the TLS client's: {cause}"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
