@@ -12,7 +12,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::config::RedisConfig;
 use crate::connection::Connection;
 use crate::error::map;
-use crate::sentinel::{SentinelAccess, SentinelLink};
+use crate::sentinel::{Refusal, SentinelAccess, SentinelLink, Unconnected};
 use crate::slots::nodes::NodeConnector;
 use crate::slots::Router;
 use crate::topology::{SentinelSpec, Topology};
@@ -265,7 +265,11 @@ async fn connect_sentinel(config: &RedisConfig, spec: &SentinelSpec) -> Result<C
         response_timeout: config.response_timeout,
         master_wait: config.master_wait,
     };
-    let link = SentinelLink::connect(access).await.map_err(|e| {
+    let link = SentinelLink::connect(access).await.map_err(|unconnected| {
+        let e = match unconnected {
+            Unconnected::Refused(refusal) => return refused(&address, refusal),
+            Unconnected::Unreached(e) => e,
+        };
         tls_error(&address, e).unwrap_or_else(|e| {
             Error::connection(format!(
                 "could not reach the {address}: check that a sentinel listed runs and \
@@ -282,6 +286,21 @@ async fn connect_sentinel(config: &RedisConfig, spec: &SentinelSpec) -> Result<C
         subscriber: Subscriber::Sentinel(link),
         pushes: None,
     })
+}
+
+/// The setup error for a Sentinel deployment whose node or sentinels refused the URL's
+/// credentials or permissions, naming which and keeping its error.
+fn refused(address: &str, refusal: Refusal) -> Error {
+    let Refusal { by, error } = refusal;
+    Error::new(
+        ErrorKind::StoreSetup,
+        format!(
+            "{by} refused the credentials or permissions the URL gives, connecting to the \
+             {address}: check the data nodes' user and password (redis+sentinel://user:password@…), \
+             the sentinels' (?sentinel_user=…&sentinel_password=…), and their ACLs ({error})"
+        ),
+    )
+    .with_source(error)
 }
 
 /// The CA and client certificate files, read (never kept), for a TLS connection.

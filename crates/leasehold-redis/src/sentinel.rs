@@ -23,6 +23,7 @@ use redis::{Cmd, Pipeline, RedisError, RedisResult, Value};
 use tokio::time::Instant;
 
 pub(crate) use access::SentinelAccess;
+pub(crate) use master::Refusal;
 use master::{Master, Unfound};
 
 mod access;
@@ -64,6 +65,16 @@ struct State {
     generation: u64,
 }
 
+/// Why connecting through the sentinels failed.
+#[derive(Debug)]
+pub(crate) enum Unconnected {
+    /// A data node the sentinels named, or the sentinels, refused the URL's credentials or
+    /// permissions: waiting does not mend it.
+    Refused(Refusal),
+    /// No master answered as one in time (or TLS failed): the error says why.
+    Unreached(RedisError),
+}
+
 /// The master the sentinels named last, and how to find it again.
 pub(crate) struct SentinelLink {
     access: SentinelAccess,
@@ -80,7 +91,7 @@ impl SentinelLink {
     /// name a master that does not answer as one (down, restarting, or being failed over), up to
     /// the master wait in all. When no sentinel names one (none answers, or none monitors the
     /// name), waiting would only hide a wrong address: it fails after the first wait.
-    pub(crate) async fn connect(access: SentinelAccess) -> RedisResult<Arc<SentinelLink>> {
+    pub(crate) async fn connect(access: SentinelAccess) -> Result<Arc<SentinelLink>, Unconnected> {
         let started = Instant::now();
         let first = access.connect_timeout.saturating_mul(2);
         let whole = access.master_wait.max(first);
@@ -94,21 +105,25 @@ impl SentinelLink {
             let unfound = link.read().problem.clone();
             let left = whole.saturating_sub(started.elapsed());
             match unfound {
+                Some(Unfound {
+                    refused: Some(refusal),
+                    ..
+                }) => return Err(Unconnected::Refused(refusal)),
                 Some(unfound) if unfound.named && !left.is_zero() => {
                     wait = left;
                     waited_on = true;
                 }
                 Some(unfound) if unfound.named && waited_on => {
-                    return Err(no_master(format!(
+                    return Err(Unconnected::Unreached(no_master(format!(
                         "the sentinels name a master {:?}, but it did not answer as one within \
                          {:?}: {unfound}; a failover takes the sentinels' \
                          down-after-milliseconds and more: raise RedisConfig::master_wait to \
                          wait longer",
                         link.access.spec.master,
                         started.elapsed()
-                    )))
+                    ))))
                 }
-                _ => return Err(error),
+                _ => return Err(Unconnected::Unreached(error)),
             }
         }
     }
@@ -193,7 +208,8 @@ impl SentinelLink {
     }
 
     /// The master in use; if there is none, starts the search (unless it runs) and waits for it
-    /// up to `wait`.
+    /// up to `wait`. A search round refused the URL's credentials or permissions ends the wait
+    /// at once with that refusal's error.
     async fn master_within(&self, wait: Duration) -> RedisResult<Master> {
         let mut found = self.found.subscribe();
         if let Some(master) = self.usable_master() {
@@ -212,13 +228,17 @@ impl SentinelLink {
                     return None;
                 }
                 if let Some(master) = self.usable_master() {
-                    return Some(master);
+                    return Some(Ok(master));
+                }
+                let refused = self.read().problem.as_ref().and_then(|p| p.refused.clone());
+                if let Some(refusal) = refused {
+                    return Some(Err(refusal.error));
                 }
             }
         })
         .await;
         match waited {
-            Ok(Some(master)) => Ok(master),
+            Ok(Some(found)) => found,
             _ => {
                 let problem = self.read().problem.as_ref().map_or_else(
                     || "the sentinels have not answered yet".to_owned(),
@@ -277,6 +297,19 @@ impl SentinelLink {
                         };
                         runs.0 = None;
                         link.found.send_replace(generation);
+                        return;
+                    }
+                    Err(problem) if problem.refused.is_some() => {
+                        // Asking again would be refused again: the search ends, and whoever
+                        // waits for it fails now; the next command asks once more.
+                        tracing::warn!(%problem, "Redis Sentinel: the URL's credentials were refused");
+                        {
+                            let mut state = link.state();
+                            state.problem = Some(problem);
+                            state.searching = false;
+                        }
+                        runs.0 = None;
+                        link.found.send_modify(|_| {});
                         return;
                     }
                     Err(problem) => {

@@ -284,3 +284,95 @@ async fn connecting_during_a_failover_waits_for_the_new_master() {
     assert_eq!(held, ":1", "the lock is on the new master {new}");
     store.release(&lease).await.unwrap();
 }
+
+/// A master that refuses the URL's password is a setup error at once, naming the node: waiting
+/// for a failover does not mend a wrong password, so the connect neither retries it for the
+/// master wait nor calls it a connection failure. The right password connects. (A master and
+/// one sentinel of its own: the shared group runs without a password.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_refuses_the_password_fails_the_connect_at_once_naming_it() {
+    let (master, sentinel) = tokio::task::spawn_blocking(|| {
+        let master = leasehold_testkit::redis::RedisServer::start()?;
+        // Set after start: the start-up check reads INFO without a password.
+        master.command(&["CONFIG", "SET", "requirepass", "right-secret"])?;
+        let config = format!(
+            "sentinel monitor mymaster 127.0.0.1 {} 1\nsentinel auth-pass mymaster right-secret\n",
+            master.port()
+        );
+        let sentinel =
+            leasehold_testkit::redis::RedisServer::start_with_config(&config, &["--sentinel"])?;
+        Ok::<_, std::io::Error>((master, sentinel))
+    })
+    .await
+    .unwrap()
+    .expect("start a master with a password and its sentinel (redis-server)");
+    let config = |password: &str| {
+        RedisConfig::new(format!(
+            "redis+sentinel://:{password}@127.0.0.1:{}/mymaster",
+            sentinel.port()
+        ))
+        .connect_timeout(Duration::from_millis(500))
+        .master_wait(Duration::from_secs(60))
+    };
+
+    let started = Instant::now();
+    let err = RedisStore::connect(config("wrong-secret"))
+        .await
+        .expect_err("the master refuses the password");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "failed without waiting out the master wait ({:?}): {err}",
+        started.elapsed()
+    );
+    assert_eq!(err.kind(), leasehold::ErrorKind::StoreSetup, "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("127.0.0.1:{}", master.port())) && message.contains("password"),
+        "names the node that refused and what to check: {message}"
+    );
+    let mut chain = String::new();
+    let mut cause: Option<&dyn std::error::Error> = Some(&err);
+    let mut redis_cause = None;
+    while let Some(error) = cause {
+        chain.push_str(&format!("{error} / "));
+        redis_cause = redis_cause.or(error
+            .downcast_ref::<redis::RedisError>()
+            .and_then(|e| e.code().map(str::to_owned)));
+        cause = error.source();
+    }
+    assert_eq!(
+        redis_cause.as_deref(),
+        Some("WRONGPASS"),
+        "the server's refusal is kept as the cause: {chain}"
+    );
+    assert!(!chain.contains("secret"), "no password shown: {chain}");
+
+    // The same node without the sentinels: a setup error too, naming it.
+    let direct = format!("redis://:wrong-secret@127.0.0.1:{}", master.port());
+    let err = RedisStore::connect(RedisConfig::new(direct))
+        .await
+        .expect_err("the node refuses the password");
+    assert_eq!(err.kind(), leasehold::ErrorKind::StoreSetup, "{err}");
+    let message = err.chain().to_string();
+    assert!(
+        message.contains(&format!("127.0.0.1:{}", master.port()))
+            && message.contains("credentials")
+            && !message.contains("secret"),
+        "{message}"
+    );
+
+    let store = RedisStore::connect(config("right-secret"))
+        .await
+        .expect("the right password connects");
+    let key: LockKey = "DC#f1#t#auth".parse().unwrap();
+    let lease = store
+        .try_acquire(&Acquire::new(
+            key,
+            OwnerToken::generate(),
+            Duration::from_secs(5),
+        ))
+        .await
+        .expect("a lock through the master with the right password");
+    assert!(store.release(&lease).await.unwrap());
+    drop((master, sentinel));
+}

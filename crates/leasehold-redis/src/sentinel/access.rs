@@ -9,6 +9,7 @@ use redis::{
     RedisConnectionInfo, RedisResult,
 };
 
+use super::master::{Refusal, Unfound};
 use crate::topology::SentinelSpec;
 
 /// How to reach the sentinels and the data nodes: addresses, credentials, TLS.
@@ -89,7 +90,7 @@ impl SentinelAccess {
     }
 
     /// What one sentinel says of the master: its address and the configuration epoch.
-    pub(super) async fn ask(&self, host: &str, port: u16) -> Result<Named, String> {
+    pub(super) async fn ask(&self, host: &str, port: u16) -> Result<Named, Unfound> {
         let shown = format!("{host}:{port}");
         let asked = async {
             let client = self.sentinel_client(host, port)?;
@@ -102,17 +103,25 @@ impl SentinelAccess {
                 .query_async::<HashMap<String, String>>(&mut connection)
                 .await
         };
+        let unanswered = |problem| Unfound {
+            named: false,
+            problem,
+            refused: None,
+        };
         let answer = tokio::time::timeout(self.connect_timeout + self.response_timeout, asked)
             .await
-            .map_err(|_| format!("sentinel {shown} did not answer"))?
-            .map_err(|e| format!("sentinel {shown}: {e}"))?;
+            .map_err(|_| unanswered(format!("sentinel {shown} did not answer")))?
+            .map_err(|e| Unfound {
+                refused: Refusal::of(&format!("sentinel {shown}"), &e),
+                ..unanswered(format!("sentinel {shown}: {e}"))
+            })?;
         let host = answer.get("ip").cloned();
         let port = answer.get("port").and_then(|p| p.parse::<u16>().ok());
         let (Some(host), Some(port)) = (host, port) else {
-            return Err(format!(
+            return Err(unanswered(format!(
                 "sentinel {shown} named no address for master {:?}",
                 self.spec.master
-            ));
+            )));
         };
         Ok(Named {
             host,

@@ -32,6 +32,28 @@ pub(super) struct Unfound {
     pub(super) named: bool,
     /// What went wrong, naming the sentinels or the node.
     pub(super) problem: String,
+    /// Set when a node, or a sentinel while none named a master, refused the credentials or
+    /// permissions the URL gives: waiting does not mend that, so the search stops and callers
+    /// fail at once instead of waiting out the master wait.
+    pub(super) refused: Option<Refusal>,
+}
+
+/// Who refused the URL's credentials or permissions, and its error.
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    /// The node (`host:port (named by sentinel …)`) or `sentinel host:port`.
+    pub(crate) by: String,
+    pub(crate) error: RedisError,
+}
+
+impl Refusal {
+    /// `error` from `by`, if it is a refusal of the credentials or permissions.
+    pub(super) fn of(by: &str, error: &RedisError) -> Option<Refusal> {
+        crate::error::refused_access(error).then(|| Refusal {
+            by: by.to_owned(),
+            error: error.clone(),
+        })
+    }
 }
 
 impl std::fmt::Display for Unfound {
@@ -57,6 +79,7 @@ pub(super) async fn find(
     )
     .await;
     let mut problems = Vec::new();
+    let mut refused = None;
     let mut best: Option<Named> = None;
     for answer in asked {
         match answer {
@@ -64,18 +87,23 @@ pub(super) async fn find(
                 best = Some(named);
             }
             Ok(_) => {}
-            Err(problem) => problems.push(problem),
+            Err(unasked) => {
+                problems.push(unasked.problem);
+                refused = refused.or(unasked.refused);
+            }
         }
     }
     let Some(named) = best else {
         return Err(Unfound {
             named: false,
             problem: format!("no sentinel answered ({})", problems.join("; ")),
+            refused,
         });
     };
     let unanswered = |problem| Unfound {
         named: true,
         problem,
+        refused: None,
     };
     let address = format!("{}:{}", named.host, named.port);
     let broken = Arc::new(AtomicBool::new(false));
@@ -108,7 +136,10 @@ pub(super) async fn find(
         tokio::time::timeout(access.connect_timeout + access.response_timeout, checked)
             .await
             .map_err(|_| unanswered(format!("{named_by} did not answer")))?
-            .map_err(|e| unanswered(format!("{named_by} could not be used: {e}")))?;
+            .map_err(|e| Unfound {
+                refused: Refusal::of(&named_by, &e),
+                ..unanswered(format!("{named_by} could not be used: {e}"))
+            })?;
     match role {
         Role::Primary { .. } => Ok(Master {
             connection,
