@@ -404,3 +404,55 @@ async fn a_slow_store_that_refuses_to_the_end_times_out_and_never_proceeds_witho
         "ran without the lock while another owner held it"
     );
 }
+
+/// A shutdown while a multi-lock's last key is being granted ends the renewal of the key taken
+/// before it, which marks that guard lost. Without the graceful-shutdown layer (which refuses
+/// the grant itself) the call then fails as `ShutDown`, saying so, and gives every key back: not
+/// as `NotHeld` blaming a lease too short for the wait.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_while_a_multi_lock_takes_its_keys_fails_it_as_a_shutdown() {
+    let store = ScriptedStore::new();
+    let (open, gate) = tokio::sync::oneshot::channel::<()>();
+    let granting = store.clone();
+    store
+        .grant_acquire()
+        .expect_acquire_after(
+            async {
+                let _ = gate.await;
+            },
+            move |req| Ok(granting.lease_for(req).into()),
+        )
+        .expect_release(Ok(true))
+        .expect_release(Ok(true));
+    // Renewal on: the shutdown ends it, and that marks the first key's guard lost.
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .store(store.clone())
+        .without_layers()
+        .build()
+        .unwrap();
+    let taking = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.lock_all(["m-1", "m-2"]).await.map(drop) }
+    });
+    while store.count(Op::Acquire) < 2 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // The shutdown waits for the acquisition in flight; the gate opens once it has begun.
+    let shutting = tokio::spawn({
+        let locks = locks.clone();
+        async move { locks.shutdown().await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    open.send(()).unwrap();
+    let err = taking.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ShutDown, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("shut down") && text.contains("every key was given back"),
+        "{text}"
+    );
+    shutting.await.unwrap().unwrap();
+    store.verify();
+}

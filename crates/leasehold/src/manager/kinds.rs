@@ -277,11 +277,23 @@ impl LockManager {
                     undo.chain()
                 ),
             };
-            let error = Error::not_held(format!(
-                "a multi-lock lost {key} (its lease of {ttl:?} ran out, or was broken) while it \
-                 waited for the keys after it; {outcome}; ask for a TTL longer than the wait, or \
-                 leave it unset so that renewal keeps the keys taken"
-            ))
+            // A shutdown ends every renewal and marks its guard lost: that is the shutdown's
+            // doing, not a lease too short for the wait, and the caller is told so.
+            let error = if self.inner.handle.lifecycle.is_closing() {
+                Error::new(
+                    ErrorKind::ShutDown,
+                    format!(
+                        "the lock manager shut down while a multi-lock waited for its keys, \
+                         which ended the renewal of {key}; {outcome}"
+                    ),
+                )
+            } else {
+                Error::not_held(format!(
+                    "a multi-lock lost {key} (its lease of {ttl:?} ran out, or was broken) while \
+                     it waited for the keys after it; {outcome}; ask for a TTL longer than the \
+                     wait, or leave it unset so that renewal keeps the keys taken"
+                ))
+            }
             .with_key(key.as_str());
             return Err(match given_back {
                 Ok(_) => error,
