@@ -58,7 +58,10 @@ pub(crate) fn map(op: Operation, key: &str, address: &str, error: RedisError) ->
         } else {
             ErrorKind::Connection
         }
-    } else if refused_access(&error) || too_old(&error) {
+    } else if refused_access(&error)
+        || error.kind() == redis::ErrorKind::InvalidClientConfig
+        || too_old(&error)
+    {
         ErrorKind::StoreSetup
     } else if error
         .code()
@@ -102,13 +105,11 @@ pub(crate) fn map(op: Operation, key: &str, address: &str, error: RedisError) ->
 }
 
 /// Whether the server refused the credentials or the permissions the client was given (a wrong
-/// password or user, a command the user's ACL forbids) or the client's own settings: no wait or
+/// password or user, none where one is needed, a command the user's ACL forbids): no wait or
 /// retry mends these.
 pub(crate) fn refused_access(error: &RedisError) -> bool {
-    matches!(
-        error.kind(),
-        redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::InvalidClientConfig
-    ) || matches!(error.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+    error.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
 }
 
 /// The place a cluster command failed, for [`map`]'s `address`: the node the slot map named for

@@ -63,6 +63,9 @@ struct State {
     /// When the master in use was found.
     found_at: Option<Instant>,
     generation: u64,
+    /// Who has refused the URL's credentials in every search round since when: a refusal is
+    /// final only once it has lasted the connect timeout (see [`SentinelLink::search`]).
+    refused_since: Option<(String, Instant)>,
 }
 
 /// Why connecting through the sentinels failed.
@@ -75,12 +78,20 @@ pub(crate) enum Unconnected {
     Unreached(RedisError),
 }
 
+/// How the latest search for the master ended: with a master (see
+/// [`SentinelLink::master_address`]), or with the refusal kept here.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Searched {
+    /// The refusal that ended the latest search, if one did (a master found since clears it).
+    refused: Option<Refusal>,
+}
+
 /// The master the sentinels named last, and how to find it again.
 pub(crate) struct SentinelLink {
     access: SentinelAccess,
     state: RwLock<State>,
-    /// The generation of each master found, as it is found: the subscriber follows it.
-    found: tokio::sync::watch::Sender<u64>,
+    /// How each search ended, as it ends: the subscriber follows the masters found.
+    found: tokio::sync::watch::Sender<Searched>,
     /// The link itself, for the search task it starts.
     me: Weak<SentinelLink>,
 }
@@ -102,13 +113,12 @@ impl SentinelLink {
             let Err(error) = link.master_within(wait).await else {
                 return Ok(link);
             };
+            if let Some(refusal) = link.found.borrow().refused.clone() {
+                return Err(Unconnected::Refused(refusal));
+            }
             let unfound = link.read().problem.clone();
             let left = whole.saturating_sub(started.elapsed());
             match unfound {
-                Some(Unfound {
-                    refused: Some(refusal),
-                    ..
-                }) => return Err(Unconnected::Refused(refusal)),
                 Some(unfound) if unfound.named && !left.is_zero() => {
                     wait = left;
                     waited_on = true;
@@ -139,8 +149,9 @@ impl SentinelLink {
                 failed: None,
                 found_at: None,
                 generation: 0,
+                refused_since: None,
             }),
-            found: tokio::sync::watch::channel(0).0,
+            found: tokio::sync::watch::channel(Searched::default()).0,
             me: me.clone(),
         })
     }
@@ -196,8 +207,9 @@ impl SentinelLink {
         self.read().master.as_ref().map(|m| m.address.clone())
     }
 
-    /// Tells of every master found (the generation); see [`Self::master_address`].
-    pub(crate) fn found(&self) -> tokio::sync::watch::Receiver<u64> {
+    /// Tells of every search that ends (a master found, see [`Self::master_address`], or a
+    /// refusal).
+    pub(crate) fn found(&self) -> tokio::sync::watch::Receiver<Searched> {
         self.found.subscribe()
     }
 
@@ -230,7 +242,7 @@ impl SentinelLink {
                 if let Some(master) = self.usable_master() {
                     return Some(Ok(master));
                 }
-                let refused = self.read().problem.as_ref().and_then(|p| p.refused.clone());
+                let refused = found.borrow_and_update().refused.clone();
                 if let Some(refusal) = refused {
                     return Some(Err(refusal.error));
                 }
@@ -253,6 +265,12 @@ impl SentinelLink {
     }
 
     /// Starts the search for the master in the background, unless it runs.
+    ///
+    /// A round refused by the URL's credentials or permissions (a wrong password, an ACL) ends
+    /// the search once the same node or sentinel has refused every round for the connect
+    /// timeout: no failover mends a wrong password, so whoever waits fails then with the
+    /// refusal, instead of at the end of its wait. Not at the first refusal: while a failover
+    /// is under way the address named may briefly answer for another server.
     fn search(&self) {
         {
             let mut state = self.state();
@@ -280,7 +298,7 @@ impl SentinelLink {
                 };
                 match master::find(&link.access, link.on_disconnect()).await {
                     Ok(master) => {
-                        let generation = {
+                        {
                             let mut state = link.state();
                             state.generation += 1;
                             let master = Master {
@@ -293,28 +311,32 @@ impl SentinelLink {
                             state.found_at = Some(Instant::now());
                             state.searching = false;
                             state.problem = None;
-                            state.generation
-                        };
-                        runs.0 = None;
-                        link.found.send_replace(generation);
-                        return;
-                    }
-                    Err(problem) if problem.refused.is_some() => {
-                        // Asking again would be refused again: the search ends, and whoever
-                        // waits for it fails now; the next command asks once more.
-                        tracing::warn!(%problem, "Redis Sentinel: the URL's credentials were refused");
-                        {
-                            let mut state = link.state();
-                            state.problem = Some(problem);
-                            state.searching = false;
+                            state.refused_since = None;
                         }
                         runs.0 = None;
-                        link.found.send_modify(|_| {});
+                        link.found.send_replace(Searched { refused: None });
                         return;
                     }
-                    Err(problem) => {
+                    Err(mut problem) => {
+                        let refusal = problem.refused.take();
+                        let settled = {
+                            let mut state = link.state();
+                            let settled = link.refusal_settled(&mut state, refusal);
+                            state.problem = Some(problem.clone());
+                            if settled.is_some() {
+                                state.searching = false;
+                            }
+                            settled
+                        };
+                        if let Some(refusal) = settled {
+                            tracing::warn!(%problem,
+                                "Redis Sentinel: the URL's credentials or permissions are refused");
+                            runs.0 = None;
+                            link.found
+                                .send_modify(|searched| searched.refused = Some(refusal));
+                            return;
+                        }
                         tracing::debug!(%problem, "no Redis Sentinel master answers as one yet");
-                        link.state().problem = Some(problem);
                     }
                 }
                 drop(link);
@@ -323,6 +345,24 @@ impl SentinelLink {
                 }
             }
         });
+    }
+
+    /// Keeps count of a round's `refusal` (`None`: the round was not refused); returns it once
+    /// the same node or sentinel has refused every round for the connect timeout.
+    fn refusal_settled(&self, state: &mut State, refusal: Option<Refusal>) -> Option<Refusal> {
+        let Some(refusal) = refusal else {
+            state.refused_since = None;
+            return None;
+        };
+        let since = match &state.refused_since {
+            Some((by, since)) if *by == refusal.by => *since,
+            _ => {
+                let now = Instant::now();
+                state.refused_since = Some((refusal.by.clone(), now));
+                now
+            }
+        };
+        (since.elapsed() >= self.access.connect_timeout).then_some(refusal)
     }
 
     /// What a master's connection runs when it drops: the link, if still there, gives the master

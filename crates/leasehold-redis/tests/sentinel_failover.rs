@@ -285,12 +285,13 @@ async fn connecting_during_a_failover_waits_for_the_new_master() {
     store.release(&lease).await.unwrap();
 }
 
-/// A master that refuses the URL's password is a setup error at once, naming the node: waiting
-/// for a failover does not mend a wrong password, so the connect neither retries it for the
-/// master wait nor calls it a connection failure. The right password connects. (A master and
-/// one sentinel of its own: the shared group runs without a password.)
+/// A master, or a sentinel, that refuses the URL's password is a setup error naming it once the
+/// refusal has lasted the connect timeout: waiting for a failover does not mend a wrong password,
+/// so the connect neither waits out the master wait nor calls it a connection failure. The right
+/// passwords connect. (A master and one sentinel of their own: the shared group runs without
+/// passwords.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_master_that_refuses_the_password_fails_the_connect_at_once_naming_it() {
+async fn a_node_that_refuses_the_password_fails_the_connect_without_the_master_wait() {
     let (master, sentinel) = tokio::task::spawn_blocking(|| {
         let master = leasehold_testkit::redis::RedisServer::start()?;
         // Set after start: the start-up check reads INFO without a password.
@@ -301,51 +302,78 @@ async fn a_master_that_refuses_the_password_fails_the_connect_at_once_naming_it(
         );
         let sentinel =
             leasehold_testkit::redis::RedisServer::start_with_config(&config, &["--sentinel"])?;
+        sentinel.command(&["ACL", "SETUSER", "default", "resetpass", ">sentinel-secret"])?;
         Ok::<_, std::io::Error>((master, sentinel))
     })
     .await
     .unwrap()
     .expect("start a master with a password and its sentinel (redis-server)");
-    let config = |password: &str| {
+    let connect_timeout = Duration::from_secs(1);
+    let config = |password: &str, sentinel_password: &str| {
         RedisConfig::new(format!(
-            "redis+sentinel://:{password}@127.0.0.1:{}/mymaster",
+            "redis+sentinel://:{password}@127.0.0.1:{}/mymaster?sentinel_password={sentinel_password}",
             sentinel.port()
         ))
-        .connect_timeout(Duration::from_millis(500))
+        .connect_timeout(connect_timeout)
         .master_wait(Duration::from_secs(60))
     };
+    let refused = |err: &leasehold::Error, node: &str| {
+        assert_eq!(err.kind(), leasehold::ErrorKind::StoreSetup, "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains(node) && message.contains("password"),
+            "names {node}, which refused, and what to check: {message}"
+        );
+        let mut chain = String::new();
+        let mut cause: Option<&dyn std::error::Error> = Some(err);
+        let mut redis_cause = None;
+        while let Some(error) = cause {
+            chain.push_str(&format!("{error} / "));
+            redis_cause = redis_cause.or(error
+                .downcast_ref::<redis::RedisError>()
+                .map(|e| (e.kind(), e.code().map(str::to_owned))));
+            cause = error.source();
+        }
+        // The client reports the refused AUTH either as the server's code or as its own kind.
+        assert!(
+            matches!(
+                &redis_cause,
+                Some((redis::ErrorKind::AuthenticationFailed, _))
+            ) || matches!(&redis_cause, Some((_, Some(code))) if code == "WRONGPASS"),
+            "the client's error for the refusal is kept as the cause: {chain}"
+        );
+        let debug = format!("{err:?}");
+        assert!(
+            !chain.contains("secret") && !debug.contains("secret"),
+            "no password shown: {chain} {debug}"
+        );
+    };
 
-    let started = Instant::now();
-    let err = RedisStore::connect(config("wrong-secret"))
-        .await
-        .expect_err("the master refuses the password");
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "failed without waiting out the master wait ({:?}): {err}",
-        started.elapsed()
-    );
-    assert_eq!(err.kind(), leasehold::ErrorKind::StoreSetup, "{err}");
-    let message = err.to_string();
-    assert!(
-        message.contains(&format!("127.0.0.1:{}", master.port())) && message.contains("password"),
-        "names the node that refused and what to check: {message}"
-    );
-    let mut chain = String::new();
-    let mut cause: Option<&dyn std::error::Error> = Some(&err);
-    let mut redis_cause = None;
-    while let Some(error) = cause {
-        chain.push_str(&format!("{error} / "));
-        redis_cause = redis_cause.or(error
-            .downcast_ref::<redis::RedisError>()
-            .and_then(|e| e.code().map(str::to_owned)));
-        cause = error.source();
+    // Failing before twice the connect timeout (the connect's first wait) shows the refusal
+    // ends the wait as soon as it has lasted the connect timeout.
+    for (password, sentinel_password, node) in [
+        (
+            "wrong-secret",
+            "sentinel-secret",
+            format!("127.0.0.1:{}", master.port()),
+        ),
+        (
+            "right-secret",
+            "wrong-secret",
+            format!("sentinel 127.0.0.1:{}", sentinel.port()),
+        ),
+    ] {
+        let started = Instant::now();
+        let err = RedisStore::connect(config(password, sentinel_password))
+            .await
+            .expect_err("a password is refused");
+        let took = started.elapsed();
+        assert!(
+            took >= connect_timeout && took < connect_timeout * 2,
+            "failed once the refusal lasted the connect timeout ({took:?}): {err}"
+        );
+        refused(&err, &node);
     }
-    assert_eq!(
-        redis_cause.as_deref(),
-        Some("WRONGPASS"),
-        "the server's refusal is kept as the cause: {chain}"
-    );
-    assert!(!chain.contains("secret"), "no password shown: {chain}");
 
     // The same node without the sentinels: a setup error too, naming it.
     let direct = format!("redis://:wrong-secret@127.0.0.1:{}", master.port());
@@ -361,9 +389,9 @@ async fn a_master_that_refuses_the_password_fails_the_connect_at_once_naming_it(
         "{message}"
     );
 
-    let store = RedisStore::connect(config("right-secret"))
+    let store = RedisStore::connect(config("right-secret", "sentinel-secret"))
         .await
-        .expect("the right password connects");
+        .expect("the right passwords connect");
     let key: LockKey = "DC#f1#t#auth".parse().unwrap();
     let lease = store
         .try_acquire(&Acquire::new(

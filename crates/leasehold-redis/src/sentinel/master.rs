@@ -33,8 +33,8 @@ pub(super) struct Unfound {
     /// What went wrong, naming the sentinels or the node.
     pub(super) problem: String,
     /// Set when a node, or a sentinel while none named a master, refused the credentials or
-    /// permissions the URL gives: waiting does not mend that, so the search stops and callers
-    /// fail at once instead of waiting out the master wait.
+    /// permissions the URL gives: waiting does not mend that, so once it lasts the search stops
+    /// and callers fail instead of waiting out the master wait.
     pub(super) refused: Option<Refusal>,
 }
 

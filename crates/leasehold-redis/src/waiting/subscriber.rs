@@ -327,7 +327,7 @@ impl Waiting {
 async fn master_moved(
     moved: &mut Option<(
         Arc<crate::sentinel::SentinelLink>,
-        tokio::sync::watch::Receiver<u64>,
+        tokio::sync::watch::Receiver<crate::sentinel::Searched>,
         String,
     )>,
 ) {
