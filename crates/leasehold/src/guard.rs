@@ -192,6 +192,14 @@ impl LockGuard {
         self.state.is_held() && !self.handle.lifecycle.is_closing()
     }
 
+    /// Whether [`is_held`](Self::is_held) reads `false` because the manager shut down (the lease
+    /// otherwise still held, or lost only as its renewal ended with the shutdown), not because
+    /// the store lost the lock or its lease ran out.
+    pub(crate) fn let_go_by_shutdown(&self) -> bool {
+        self.handle.lifecycle.is_closing()
+            && (self.state.is_held() || self.state.lost_to_shutdown())
+    }
+
     /// Resolves when the lock is lost (like etcd's session `Done()`), with an
     /// [`ErrorKind::NotHeld`](crate::core::ErrorKind::NotHeld) error saying why: renewal found it
     /// taken or gone, the store stayed unreachable until the lease expired, or the lease's local

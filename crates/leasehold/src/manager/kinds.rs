@@ -269,6 +269,8 @@ impl LockManager {
         if let Some(lost) = held.iter().find(|guard| !guard.is_held()) {
             let key = lost.key().clone();
             let ttl = lost.lease().ttl();
+            // Read before the keys are given back (a release marks a guard let go).
+            let by_shutdown = lost.let_go_by_shutdown();
             let given_back = MultiGuard::new(held).release().await;
             let outcome = match &given_back {
                 Ok(_) => "every key was given back".to_owned(),
@@ -279,12 +281,12 @@ impl LockManager {
             };
             // A shutdown ends every renewal and marks its guard lost: that is the shutdown's
             // doing, not a lease too short for the wait, and the caller is told so.
-            let error = if self.inner.handle.lifecycle.is_closing() {
+            let error = if by_shutdown {
                 Error::new(
                     ErrorKind::ShutDown,
                     format!(
-                        "the lock manager shut down while a multi-lock waited for its keys, \
-                         which ended the renewal of {key}; {outcome}"
+                        "the lock manager shut down while a multi-lock took its keys, so it no \
+                         longer keeps {key}; {outcome}"
                     ),
                 )
             } else {

@@ -49,6 +49,8 @@ struct Current {
     lease: Lease,
     /// `None` while held; the reason once lost.
     lost: Option<String>,
+    /// Lost because the manager shut down (its renewal ended with it), not to the store.
+    lost_to_shutdown: bool,
     /// The library released this lease itself, giving it up (an extend answered too late): the
     /// guard's release sends nothing more. A second release would not be harmless: through
     /// reentrancy it counts down another hold of the same token, and through hand-off it
@@ -80,6 +82,7 @@ impl LeaseState {
             current: Mutex::new(Current {
                 lease,
                 lost: None,
+                lost_to_shutdown: false,
                 given_up: false,
                 guard_release: GuardRelease::NotDone,
                 parked: None,
@@ -179,17 +182,32 @@ impl LeaseState {
 
     /// Marks the lease lost (first reason wins).
     pub(crate) fn mark_lost(&self, reason: String) {
+        self.mark_lost_as(reason, false);
+    }
+
+    /// Marks the lease lost because the manager shut down and nothing renews it any more.
+    fn mark_shut_down(&self) {
+        self.mark_lost_as(SHUT_DOWN.to_owned(), true);
+    }
+
+    fn mark_lost_as(&self, reason: String, shut_down: bool) {
         let first = {
             let mut current = self.current();
             let first = current.lost.is_none();
             if first {
                 current.lost = Some(reason);
+                current.lost_to_shutdown = shut_down;
             }
             first
         };
         if first {
             self.lost_signal.notify_waiters();
         }
+    }
+
+    /// Whether the lease was marked lost by its manager's shutdown (see [`Self::mark_lost`]).
+    pub(crate) fn lost_to_shutdown(&self) -> bool {
+        self.current().lost_to_shutdown
     }
 
     /// Resolves when the lease is marked lost, with an `ErrorKind::NotHeld` error saying why,
@@ -387,7 +405,7 @@ impl Due for Entry {
         if matches!(*phase, Phase::Scheduled(_)) {
             *phase = Phase::Done;
             drop(phase);
-            self.state.mark_lost(SHUT_DOWN.to_owned());
+            self.state.mark_shut_down();
         }
     }
 }
@@ -464,7 +482,7 @@ async fn renew(
                 // lease is no longer kept alive, so the holder must stop relying on it. Expected,
                 // so no `Lost` event and no warning: a deploy is not an incident.
                 tracing::debug!(key = %lease.key(), "renewal stopped: the lock manager shut down");
-                state.mark_lost(SHUT_DOWN.to_owned());
+                state.mark_shut_down();
                 return;
             }
             _ = tokio::time::sleep_until(due) => {}
@@ -562,7 +580,7 @@ async fn renew(
                         _ = &mut stopped => return,
                         _ = handle.lifecycle.closing() => {
                             // As while it sleeps: a shutdown does not wait for the retries.
-                            state.mark_lost(SHUT_DOWN.to_owned());
+                            state.mark_shut_down();
                             return;
                         }
                         _ = tokio::time::sleep(pause) => {}
