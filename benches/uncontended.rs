@@ -632,7 +632,13 @@ async fn etcd_rows() {
         ),
     ];
     rows.extend(leasehold_rows(
-        vec![("default", manager(store, |b| b))],
+        vec![
+            ("default", manager(store.clone(), |b| b)),
+            (
+                "without_layers, renewal(false)",
+                manager(store, |b| b.without_layers().renewal(false)),
+            ),
+        ],
         "bench",
     ));
     println!("\netcd on {endpoint} (one member, fsync on)");

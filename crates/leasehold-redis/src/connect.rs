@@ -291,7 +291,7 @@ async fn connect_sentinel(config: &RedisConfig, spec: &SentinelSpec) -> Result<C
 /// The setup error for a Sentinel deployment whose node or sentinels refused the URL's
 /// credentials or permissions, naming which and keeping its error.
 fn refused(address: &str, refusal: Refusal) -> Error {
-    let Refusal { by, error } = refusal;
+    let Refusal { by, error, .. } = refusal;
     Error::new(
         ErrorKind::StoreSetup,
         format!(

@@ -63,9 +63,10 @@ struct State {
     /// When the master in use was found.
     found_at: Option<Instant>,
     generation: u64,
-    /// Who has refused the URL's credentials in every search round since when: a refusal is
-    /// final only once it has lasted the connect timeout (see [`SentinelLink::search`]).
-    refused_since: Option<(String, Instant)>,
+    /// The node or sentinel that has refused the URL's credentials in every search round
+    /// since a first refusal: a refusal is final only once it has lasted the connect timeout
+    /// (see [`SentinelLink::search`]).
+    refused: Option<Streak>,
 }
 
 /// Why connecting through the sentinels failed.
@@ -76,6 +77,15 @@ pub(crate) enum Unconnected {
     Refused(Refusal),
     /// No master answered as one in time (or TLS failed): the error says why.
     Unreached(RedisError),
+}
+
+/// Refusals by one node or sentinel in consecutive search rounds.
+struct Streak {
+    /// `host:port` of the node, or `sentinel host:port`.
+    at: String,
+    /// The first round it refused, and the latest.
+    since: Instant,
+    latest: Instant,
 }
 
 /// How the latest search for the master ended: with a master (see
@@ -116,10 +126,15 @@ impl SentinelLink {
             if let Some(refusal) = link.found.borrow().refused.clone() {
                 return Err(Unconnected::Refused(refusal));
             }
-            let unfound = link.read().problem.clone();
+            let (unfound, refusing) = {
+                let state = link.read();
+                (state.problem.clone(), state.refused.is_some())
+            };
             let left = whole.saturating_sub(started.elapsed());
             match unfound {
-                Some(unfound) if unfound.named && !left.is_zero() => {
+                // A named master that does not answer as one yet, or a refusal that has not
+                // lasted long enough to be final (see `search`): waited for.
+                Some(unfound) if (unfound.named || refusing) && !left.is_zero() => {
                     wait = left;
                     waited_on = true;
                 }
@@ -149,7 +164,7 @@ impl SentinelLink {
                 failed: None,
                 found_at: None,
                 generation: 0,
-                refused_since: None,
+                refused: None,
             }),
             found: tokio::sync::watch::channel(Searched::default()).0,
             me: me.clone(),
@@ -311,7 +326,7 @@ impl SentinelLink {
                             state.found_at = Some(Instant::now());
                             state.searching = false;
                             state.problem = None;
-                            state.refused_since = None;
+                            state.refused = None;
                         }
                         runs.0 = None;
                         link.found.send_replace(Searched { refused: None });
@@ -348,21 +363,33 @@ impl SentinelLink {
     }
 
     /// Keeps count of a round's `refusal` (`None`: the round was not refused); returns it once
-    /// the same node or sentinel has refused every round for the connect timeout.
+    /// the same node or sentinel has refused every round for the connect timeout. A streak
+    /// whose latest refusal is older than that (the search stopped, and starts again long
+    /// after) starts over.
     fn refusal_settled(&self, state: &mut State, refusal: Option<Refusal>) -> Option<Refusal> {
         let Some(refusal) = refusal else {
-            state.refused_since = None;
+            state.refused = None;
             return None;
         };
-        let since = match &state.refused_since {
-            Some((by, since)) if *by == refusal.by => *since,
-            _ => {
-                let now = Instant::now();
-                state.refused_since = Some((refusal.by.clone(), now));
-                now
+        let now = Instant::now();
+        let window = self.access.connect_timeout;
+        match &mut state.refused {
+            Some(streak) if streak.at == refusal.at && now - streak.latest <= window => {
+                streak.latest = now;
             }
-        };
-        (since.elapsed() >= self.access.connect_timeout).then_some(refusal)
+            _ => {
+                state.refused = Some(Streak {
+                    at: refusal.at.clone(),
+                    since: now,
+                    latest: now,
+                });
+            }
+        }
+        let lasted = state
+            .refused
+            .as_ref()
+            .is_some_and(|s| now - s.since >= window);
+        lasted.then_some(refusal)
     }
 
     /// What a master's connection runs when it drops: the link, if still there, gives the master

@@ -112,7 +112,10 @@ impl SentinelAccess {
             .await
             .map_err(|_| unanswered(format!("sentinel {shown} did not answer")))?
             .map_err(|e| Unfound {
-                refused: Refusal::of(&format!("sentinel {shown}"), &e),
+                refused: {
+                    let sentinel = format!("sentinel {shown}");
+                    Refusal::of(&sentinel, &sentinel, &e)
+                },
                 ..unanswered(format!("sentinel {shown}: {e}"))
             })?;
         let host = answer.get("ip").cloned();

@@ -41,16 +41,20 @@ pub(super) struct Unfound {
 /// Who refused the URL's credentials or permissions, and its error.
 #[derive(Debug, Clone)]
 pub(crate) struct Refusal {
-    /// The node (`host:port (named by sentinel …)`) or `sentinel host:port`.
+    /// The node (`host:port (named by sentinel …)`) or `sentinel host:port`, for messages.
     pub(crate) by: String,
+    /// The node's `host:port`, or `sentinel host:port`: which refused, whoever named it.
+    pub(super) at: String,
     pub(crate) error: RedisError,
 }
 
 impl Refusal {
-    /// `error` from `by`, if it is a refusal of the credentials or permissions.
-    pub(super) fn of(by: &str, error: &RedisError) -> Option<Refusal> {
+    /// `error` from the node or sentinel `at` (`by` in messages), if it is a refusal of the
+    /// credentials or permissions.
+    pub(super) fn of(at: &str, by: &str, error: &RedisError) -> Option<Refusal> {
         crate::error::refused_access(error).then(|| Refusal {
             by: by.to_owned(),
+            at: at.to_owned(),
             error: error.clone(),
         })
     }
@@ -137,7 +141,7 @@ pub(super) async fn find(
             .await
             .map_err(|_| unanswered(format!("{named_by} did not answer")))?
             .map_err(|e| Unfound {
-                refused: Refusal::of(&named_by, &e),
+                refused: Refusal::of(&address, &named_by, &e),
                 ..unanswered(format!("{named_by} could not be used: {e}"))
             })?;
     match role {

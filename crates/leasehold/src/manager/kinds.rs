@@ -266,7 +266,12 @@ impl LockManager {
         }
         // A key taken early can be lost while the later ones are waited for (its lease ran out
         // unrenewed, or renewal found it broken): all of them at once, or none.
-        if let Some(lost) = held.iter().find(|guard| !guard.is_held()) {
+        // During a shutdown no guard reads held: a key the store really lost is named first.
+        let lost = held
+            .iter()
+            .find(|guard| !guard.is_held() && !guard.let_go_by_shutdown())
+            .or_else(|| held.iter().find(|guard| !guard.is_held()));
+        if let Some(lost) = lost {
             let key = lost.key().clone();
             let ttl = lost.lease().ttl();
             // Read before the keys are given back (a release marks a guard let go).
