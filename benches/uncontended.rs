@@ -22,7 +22,9 @@
 //! every layer on, the renewal watchdog on) and vary only what the row names:
 //! - `try_lock` + `release`, and `lock()` + `release` (a blocking acquire that nobody makes wait);
 //! - `fair(false)` and `fencing(false)`: the store built without its fleet-wide waiter line, or
-//!   without fencing tokens.
+//!   without fencing tokens;
+//! - `without_layers, renewal(false)` (Redis and etcd): the manager's own step alone, no layer
+//!   and no watchdog.
 //!
 //! The raw baselines, the cheapest correct cycle (owner-checked release) with the same crate:
 //! - Redis (`redis`, one multiplexed connection): `SET key token NX PX 30000`, then the
