@@ -68,9 +68,19 @@ struct RawScenario {
     layers: Option<layers::RawLayers>,
 }
 
+/// The text before byte `offset`, cut at the character boundary at or before it (an offset
+/// inside a character, or past the end, never panics).
+fn text_before(text: &str, offset: usize) -> &str {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// 1-based line and column of byte `offset` in `text`.
 fn position(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
+    let before = text_before(text, offset);
     let line = before.matches('\n').count() + 1;
     let column = before
         .rfind('\n')
@@ -82,13 +92,15 @@ fn position(text: &str, offset: usize) -> (usize, usize) {
 /// The key whose value starts at byte `offset`: the last `key =` before it on its line (so a
 /// setting inside an inline table is named, not the table), else the key at the line's start.
 fn key_at(text: &str, offset: usize) -> Option<String> {
-    let before = &text[..offset.min(text.len())];
+    let before = text_before(text, offset);
     let line_start = before.rfind('\n').map_or(0, |nl| nl + 1);
     let (key, _) = before[line_start..].rsplit_once('=')?;
     let key = key.trim_end().trim_end_matches('"');
+    // Past the last character that cannot be part of a key, whatever its length in bytes.
     let start = key
-        .rfind(|c: char| !(c.is_alphanumeric() || "_-.".contains(c)))
-        .map_or(0, |i| i + 1);
+        .char_indices()
+        .rfind(|(_, c)| !(c.is_alphanumeric() || "_-.".contains(*c)))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let key = &key[start..];
     (!key.is_empty()).then(|| key.to_owned())
 }
@@ -322,5 +334,23 @@ mod tests {
         let value = inline.find("-1").unwrap();
         assert_eq!(key_at(inline, value).as_deref(), Some("max_hand_offs"));
         assert_eq!(key_at("ttl = 5s", 6).as_deref(), Some("ttl"));
+        // A character of several bytes before the `=`, or an offset inside one: no panic.
+        assert_eq!(key_at("\"ttl→ = 5s", 10).as_deref(), None);
+        assert_eq!(key_at("aéb = 5s", 7).as_deref(), Some("aéb"));
+        assert_eq!(key_at("a→b = 5s", 8).as_deref(), Some("b"));
+        assert_eq!(key_at("ttl→ = 5s", 4), None);
+        assert_eq!(position("→", 1), (1, 1));
+    }
+
+    #[test]
+    fn a_malformed_file_with_characters_of_several_bytes_is_an_error() {
+        for text in [
+            "[[scenario]]\nname = \"a\"\n\"ttl→\" = 5s\n",
+            "[[scenario]]\nname = \"a\"\nkeys = \"a→=b\" trace = true\n",
+        ] {
+            let outcome = std::panic::catch_unwind(|| ScenarioRegistry::from_toml_str(text, "t.toml"));
+            let loaded = outcome.expect("no panic on a malformed file");
+            assert!(loaded.is_err(), "{text}");
+        }
     }
 }
