@@ -349,6 +349,13 @@ fn bad_files_name_the_file_line_and_field() {
             3,
             "trace_len",
         ),
+        // readback retries past the bound
+        (
+            "[[scenario]]\nname = \"a\"\n[scenario.layers]\nreadback = { retries = 4294967295 }\n",
+            "readback retries",
+            4,
+            "retries",
+        ),
     ];
     for (text, what, line, field) in cases {
         let error = ScenarioRegistry::from_toml_str(text, "ops/locks.toml").unwrap_err();
@@ -904,6 +911,43 @@ fn a_layer_that_cannot_work_with_the_ttl_fails_the_build() {
         .scenarios(registry)
         .build()
         .unwrap();
+}
+
+/// A scenario's renewal period meets the TTL its locks get when the manager is built: a scenario
+/// without a TTL of its own renews the manager's, and a period not shorter than that would fail
+/// every call of it. A manager's own readback retries past their bound fail the build too.
+#[test]
+fn a_renewal_period_or_readback_retries_that_cannot_work_fail_the_build() {
+    let slow = ScenarioRegistry::from_toml_str(
+        "[[scenario]]\nname = \"reports\"\nkeys = \"r-*\"\nrenew_every = \"2m\"\n",
+        "ops/locks.toml",
+    )
+    .expect("alone, the scenario has no TTL to compare its period with");
+    let build = |ttl: Duration| {
+        LockManager::builder()
+            .client_id("shop")
+            .farm_id("eu1")
+            .lock_ttl(ttl)
+            .scenarios(slow.clone())
+            .build()
+    };
+    let err = build(Duration::from_secs(90)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("scenario `reports`") && message.contains("renew_every"),
+        "{message}"
+    );
+    build(Duration::from_secs(600)).expect("a manager TTL longer than the period");
+
+    let err = LockManager::builder()
+        .client_id("shop")
+        .farm_id("eu1")
+        .readback(leasehold::layers::ReadbackLayer::new().retries(u32::MAX))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("readback.retries"), "{err}");
 }
 
 /// A TTL given with the call meets the unlock window of the stack its lock goes through, before

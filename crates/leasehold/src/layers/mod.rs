@@ -126,7 +126,7 @@ mod wiring;
 pub use counting::{Counting, CountingLayer, RequestCounts};
 pub use graceful_shutdown::{GracefulShutdown, GracefulShutdownLayer};
 pub use local_competition::{LocalCompetition, LocalCompetitionLayer};
-pub use readback::{Readback, ReadbackLayer};
+pub use readback::{Readback, ReadbackLayer, MAX_READBACK_RETRIES};
 pub use reentrancy::{Reentrancy, ReentrancyLayer};
 pub use unlock_window::{UnlockWindow, UnlockWindowLayer};
 pub use wiring::{WiredLayer, Wiring};

@@ -372,23 +372,31 @@ impl LockManagerBuilder {
         validate_at_most("release_retry", self.release_retry, MAX_TTL)?;
         // A layer that cannot work with the TTL (an unlock window wider than the lease skips
         // every release) fails here, as it does in a scenario file.
-        self.layers
-            .check_ttl(self.lock_ttl)
-            .map_err(|(field, why)| {
-                Error::invalid_argument(format!(
-                    "{}: {why} (lock_ttl is {:?})",
-                    field.trim_start_matches("layers."),
-                    self.lock_ttl
-                ))
-            })?;
+        self.layers.check(self.lock_ttl).map_err(|(field, why)| {
+            Error::invalid_argument(format!(
+                "{}: {why} (lock_ttl is {:?})",
+                field.trim_start_matches("layers."),
+                self.lock_ttl
+            ))
+        })?;
         // Every scenario's locks against the stack they go through (its own, or the manager's),
         // at the scenario's TTL (or the manager's, for one without).
         for scenario in self.registry.iter() {
             let layers = self.layers.with_overrides(scenario.layer_settings());
             let ttl = scenario.ttl.unwrap_or(self.lock_ttl);
-            layers.check_ttl(ttl).map_err(|(field, why)| {
+            layers.check(ttl).map_err(|(field, why)| {
                 Error::invalid_argument(format!("scenario `{}`: {field}: {why}", scenario.name))
             })?;
+            // A scenario without a TTL of its own renews the manager's: every call of it would
+            // fail if its period were not shorter (the scenario alone checked its own TTL).
+            if let Some(every) = scenario.renew_every.filter(|every| *every >= ttl) {
+                return Err(Error::invalid_argument(format!(
+                    "scenario `{}`: renew_every ({every:?}) is not shorter than the TTL its locks \
+                     get (the manager's lock_ttl, {ttl:?}): give the scenario a ttl, or a \
+                     shorter renew_every",
+                    scenario.name
+                )));
+            }
         }
         let lifecycle = Lifecycle::new();
         let wiring = Wiring::new(self.observers.clone(), lifecycle.clone());

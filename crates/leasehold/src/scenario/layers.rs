@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::core::MAX_TTL;
 use crate::layers::graceful_shutdown::GracefulShutdownLayer;
 use crate::layers::local_competition::{LocalCompetitionLayer, DEFAULT_CAPACITY};
-use crate::layers::readback::ReadbackLayer;
+use crate::layers::readback::{ReadbackLayer, MAX_READBACK_RETRIES};
 use crate::layers::reentrancy::ReentrancyLayer;
 use crate::layers::unlock_window::UnlockWindowLayer;
 
@@ -110,6 +110,16 @@ impl ScenarioLayer for ReadbackLayer {
         format!("retries({})", self.retries)
     }
     fn check(&self, _: Option<Duration>) -> Result<(), (&'static str, String)> {
+        if self.retries > MAX_READBACK_RETRIES {
+            return Err((
+                "layers.readback.retries",
+                format!(
+                    "{} is more than {MAX_READBACK_RETRIES}: each retry is a write sent again \
+                     while the store may be failing over; the default is 1",
+                    self.retries
+                ),
+            ));
+        }
         Ok(())
     }
 }
@@ -308,6 +318,17 @@ macro_rules! layer_settings {
                 LayerStack { $($name: None,)* }
             }
 
+            /// Checks every layer's configuration, for locks whose TTL is `ttl`: the builder's
+            /// stack, and each scenario's resolved one, before the manager is built.
+            pub(crate) fn check(&self, ttl: Duration) -> Result<(), (&'static str, String)> {
+                $(
+                    if let Some(layer) = &self.$name {
+                        layer.check(Some(ttl))?;
+                    }
+                )*
+                Ok(())
+            }
+
             /// Turns on, with its default configuration, every layer that is off.
             pub(crate) fn fill_defaults(&mut self) {
                 $(self.$name.get_or_insert_with(<$layer>::default);)*
@@ -330,8 +351,8 @@ macro_rules! layer_settings {
 
 impl LayerStack {
     /// Checks what in this stack depends on its locks' TTL (`ttl`): an unlock window wider than
-    /// the lease would skip every release. The builder's stack and each scenario's resolved one
-    /// (a window kept from the manager meets a scenario's shorter TTL too).
+    /// the lease would skip every release. For a TTL given with a call (the builder checks
+    /// everything of its stacks with [`LayerStack::check`]).
     pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<(), (&'static str, String)> {
         match &self.unlock_window {
             Some(window) => window.check(Some(ttl)),

@@ -52,6 +52,10 @@ use super::wiring::{WiredLayer, Wiring};
 /// Default number of retries after a readback found the record absent (Bond: one retry).
 pub const DEFAULT_READBACK_RETRIES: u32 = 1;
 
+/// The most retries a manager accepts ([`ReadbackLayer::retries`]); more is refused with
+/// `InvalidArgument` when the manager is built, or the scenario file loaded.
+pub const MAX_READBACK_RETRIES: u32 = 10;
+
 /// The readback layer: its configuration, and the [`Layer`] that wraps a store in [`Readback`].
 ///
 /// ```
@@ -63,7 +67,8 @@ pub const DEFAULT_READBACK_RETRIES: u32 = 1;
 #[non_exhaustive]
 pub struct ReadbackLayer {
     /// How many times an in-doubt acquire (or release) is sent again after the readback showed it
-    /// did not land. `0`: read back, never resend. Default [`DEFAULT_READBACK_RETRIES`].
+    /// did not land. `0`: read back, never resend. Default [`DEFAULT_READBACK_RETRIES`], at most
+    /// [`MAX_READBACK_RETRIES`].
     pub retries: u32,
 }
 
@@ -81,7 +86,8 @@ impl ReadbackLayer {
         ReadbackLayer::default()
     }
 
-    /// Sets the retry count.
+    /// Sets the retry count (at most [`MAX_READBACK_RETRIES`]: the manager's builder refuses
+    /// more).
     pub fn retries(mut self, retries: u32) -> Self {
         self.retries = retries;
         self
@@ -171,7 +177,7 @@ impl<S: LockStore> Readback<S> {
             format!(
                 "the {operation} reply was lost {} time(s); each readback showed it had not \
                  applied",
-                self.retries + 1
+                self.retries.saturating_add(1)
             ),
         )
         .with_key(key.as_str())

@@ -117,7 +117,7 @@ fn not_zero<T: PartialEq + Default>(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawReadback {
-    retries: Option<u32>,
+    retries: Option<Spanned<u32>>,
 }
 
 impl InFile for ReadbackLayer {
@@ -126,10 +126,12 @@ impl InFile for ReadbackLayer {
 
 impl RawTable for RawReadback {
     type Layer = ReadbackLayer;
-    fn build(&self, _: &Place<'_>, _: &mut Spans) -> Result<ReadbackLayer, ScenarioError> {
+    fn build(&self, _: &Place<'_>, spans: &mut Spans) -> Result<ReadbackLayer, ScenarioError> {
+        const RETRIES: &str = "layers.readback.retries";
         let layer = ReadbackLayer::new();
-        Ok(match self.retries {
-            Some(retries) => layer.retries(retries),
+        spans.extend(self.retries.as_ref().map(|r| (RETRIES, r.span())));
+        Ok(match &self.retries {
+            Some(retries) => layer.retries(*retries.get_ref()),
             None => layer,
         })
     }

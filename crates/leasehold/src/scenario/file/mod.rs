@@ -348,7 +348,8 @@ mod tests {
             "[[scenario]]\nname = \"a\"\n\"ttl→\" = 5s\n",
             "[[scenario]]\nname = \"a\"\nkeys = \"a→=b\" trace = true\n",
         ] {
-            let outcome = std::panic::catch_unwind(|| ScenarioRegistry::from_toml_str(text, "t.toml"));
+            let outcome =
+                std::panic::catch_unwind(|| ScenarioRegistry::from_toml_str(text, "t.toml"));
             let loaded = outcome.expect("no panic on a malformed file");
             assert!(loaded.is_err(), "{text}");
         }
