@@ -502,7 +502,13 @@ async fn observers_see_acquired_contended_released() {
     guard.release().await.unwrap();
     assert_eq!(
         *events.lock().unwrap(),
-        ["acquired", "contended", "acquire_failed", "released"]
+        [
+            "acquired",
+            "contended",
+            "acquire_failed",
+            "released",
+            "guard_ended"
+        ]
     );
 }
 

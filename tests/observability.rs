@@ -238,3 +238,69 @@ async fn every_metric_carries_the_scenario() {
     assert_eq!(by("leasehold.acquisitions", "nightly"), 1);
     assert!(by("leasehold.releases", "feed") >= 1);
 }
+
+/// `leasehold.locks.held` counts guards, so every way a guard ends counts it down: a release
+/// kept for its hold period, a release the store failed, a guard given up to a drop; and the
+/// embedded store's plain release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_held_count_goes_back_to_zero_however_a_guard_ends() {
+    use leasehold::core::{Error, ErrorKind};
+    use leasehold_testkit::scripted::ScriptedStore;
+
+    let exporter = InMemoryMetricExporter::default();
+    let provider = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(exporter.clone()).build())
+        .build();
+    let meter = provider.meter("leasehold-test");
+    let held_now = || {
+        provider.force_flush().unwrap();
+        let metrics = exporter.get_finished_metrics().unwrap();
+        let last = metrics.len().saturating_sub(1);
+        up_down(&metrics[last..], "leasehold.locks.held")
+    };
+
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .observer(OtelMetrics::new(&meter))
+        .build()
+        .unwrap();
+    let kept = locks
+        .try_lock_with(
+            "job",
+            LockOptions::new().hold_at_least(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+    let plain = locks.try_lock("plain").await.unwrap();
+    let dropped = locks.try_lock("dropped").await.unwrap();
+    assert_eq!(held_now(), 3);
+    assert!(matches!(
+        kept.release_outcome().await.unwrap(),
+        leasehold::ReleaseOutcome::Kept { .. }
+    ));
+    assert!(plain.release().await.unwrap());
+    drop(dropped);
+    locks.shutdown().await.unwrap();
+    assert_eq!(held_now(), 0, "kept, released and dropped guards all ended");
+
+    // A release the store refuses for good: the guard ends with the error.
+    let store = ScriptedStore::new();
+    store
+        .grant_acquire()
+        .expect_release(Err(Error::new(ErrorKind::Internal, "the script failed")));
+    let failing = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .without_layers()
+        .renewal(false)
+        .store(store.clone())
+        .observer(OtelMetrics::new(&meter))
+        .build()
+        .unwrap();
+    let guard = failing.try_lock("k").await.unwrap();
+    assert_eq!(held_now(), 1);
+    assert!(guard.release().await.is_err());
+    assert_eq!(held_now(), 0, "a guard whose release failed ended too");
+    store.verify();
+}

@@ -109,6 +109,14 @@ pub enum LockEvent {
         /// Whether it was still ours (`false`: it had expired or been taken).
         was_held: bool,
     },
+    /// A guard ended: its release finished, whatever the outcome (a [`LockEvent::Released`], a
+    /// hold period kept, an error with [`LockEvent::LeftToExpire`]), or it was dropped where no
+    /// release could be sent. Exactly one follows each [`LockEvent::Acquired`]: what
+    /// `leasehold.locks.held` counts down.
+    GuardEnded {
+        /// The lock.
+        key: LockKey,
+    },
     /// A live lock was released by a graceful shutdown.
     ReleasedAtShutdown {
         /// The lock.
@@ -169,6 +177,7 @@ impl LockEvent {
             | LockEvent::Reentered { key, .. }
             | LockEvent::HandedOff { key, .. }
             | LockEvent::Released { key, .. }
+            | LockEvent::GuardEnded { key }
             | LockEvent::ReleasedAtShutdown { key }
             | LockEvent::Renewed { key }
             | LockEvent::ProceededWithoutLock { key, .. }
@@ -189,6 +198,7 @@ impl LockEvent {
             LockEvent::Reentered { .. } => "reentered",
             LockEvent::HandedOff { .. } => "handed_off",
             LockEvent::Released { .. } => "released",
+            LockEvent::GuardEnded { .. } => "guard_ended",
             LockEvent::ReleasedAtShutdown { .. } => "released_at_shutdown",
             LockEvent::Renewed { .. } => "renewed",
             LockEvent::ProceededWithoutLock { .. } => "proceeded_without_lock",

@@ -23,11 +23,13 @@ use redis::{Cmd, Pipeline, RedisError, RedisResult, Value};
 use tokio::time::Instant;
 
 pub(crate) use access::SentinelAccess;
-pub(crate) use master::Refusal;
-use master::{Master, Unfound};
+use master::Master;
+pub(crate) use unfound::Refusal;
+use unfound::Unfound;
 
 mod access;
 mod master;
+mod unfound;
 
 /// The pauses between searches for the master while none answers as one (the last repeats).
 const SEARCH_PAUSES: [Duration; 5] = [

@@ -440,23 +440,35 @@ async fn finish(
     granted_at: tokio::time::Instant,
     hold_at_least: Option<Duration>,
 ) -> Result<ReleaseOutcome> {
-    if !state.begin_release() {
-        return Ok(ReleaseOutcome::NotHeld);
-    }
-    let result = send_release(handle, state, scenario, granted_at, hold_at_least).await;
-    let let_go = matches!(
-        result,
-        Ok(ReleaseOutcome::Released | ReleaseOutcome::Kept { .. })
-    );
-    if let Some(parked) = state.end_release(let_go) {
-        handle
-            .release_given_up(
-                &parked,
-                "a renewal that landed during a release that let go of nothing",
-            )
-            .await;
-    }
+    let result = if state.begin_release() {
+        let result = send_release(handle, state, scenario, granted_at, hold_at_least).await;
+        let let_go = matches!(
+            result,
+            Ok(ReleaseOutcome::Released | ReleaseOutcome::Kept { .. })
+        );
+        if let Some(parked) = state.end_release(let_go) {
+            handle
+                .release_given_up(
+                    &parked,
+                    "a renewal that landed during a release that let go of nothing",
+                )
+                .await;
+        }
+        result
+    } else {
+        Ok(ReleaseOutcome::NotHeld)
+    };
+    guard_ended(handle, state);
     result
+}
+
+/// Says the guard of `state` ended (see [`LockEvent::GuardEnded`](crate::LockEvent::GuardEnded)).
+fn guard_ended(handle: &Handle, state: &LeaseState) {
+    handle
+        .observers
+        .emit(|| crate::core::LockEvent::GuardEnded {
+            key: state.lease().key().clone(),
+        });
 }
 
 async fn send_release(
@@ -542,6 +554,7 @@ impl Drop for LockGuard {
         if spawned.is_none() {
             tracing::warn!(key = %self.acquired.key(),
                 "guard dropped outside a tokio runtime; the lock expires at its TTL");
+            guard_ended(&self.handle, &self.state);
         }
     }
 }

@@ -9,7 +9,7 @@ use redis::{
     RedisConnectionInfo, RedisResult,
 };
 
-use super::master::{Refusal, Unfound};
+use super::unfound::{Refusal, Unfound};
 use crate::topology::SentinelSpec;
 
 /// How to reach the sentinels and the data nodes: addresses, credentials, TLS.

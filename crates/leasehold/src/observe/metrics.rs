@@ -205,11 +205,10 @@ impl Observer for OtelMetrics {
             LockEvent::ReleaseSkipped { .. } => self.unlock_window_skips.add(1, &self.attrs(&[])),
             LockEvent::Reentered { .. } => self.reentries.add(1, &self.attrs(&[])),
             LockEvent::HandedOff { .. } => self.handoffs.add(1, &self.attrs(&[])),
-            LockEvent::Released { was_held, .. } => {
-                self.releases
-                    .add(1, &self.attrs(&[KeyValue::new("was_held", *was_held)]));
-                self.held.add(-1, &self.attrs(&[]));
-            }
+            LockEvent::Released { was_held, .. } => self
+                .releases
+                .add(1, &self.attrs(&[KeyValue::new("was_held", *was_held)])),
+            LockEvent::GuardEnded { .. } => self.held.add(-1, &self.attrs(&[])),
             LockEvent::ReleasedAtShutdown { .. } => self.shutdown_releases.add(1, &self.attrs(&[])),
             LockEvent::Renewed { .. } => self.renewals.add(1, &self.attrs(&[])),
             LockEvent::Lost { .. } => self.lost.add(1, &self.attrs(&[])),

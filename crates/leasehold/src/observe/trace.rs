@@ -141,6 +141,10 @@ fn describe(event: &LockEvent) -> String {
 
 impl Observer for LockTrace {
     fn on_event(&self, event: &LockEvent) {
+        // A guard's end adds nothing to its release's own entry (or its left-to-expire one).
+        if matches!(event, LockEvent::GuardEnded { .. }) {
+            return;
+        }
         let entry = TraceEntry {
             at: SystemTime::now(),
             key: event.key().as_str().to_owned(),

@@ -318,17 +318,6 @@ macro_rules! layer_settings {
                 LayerStack { $($name: None,)* }
             }
 
-            /// Checks every layer's configuration, for locks whose TTL is `ttl`: the builder's
-            /// stack, and each scenario's resolved one, before the manager is built.
-            pub(crate) fn check(&self, ttl: Duration) -> Result<(), (&'static str, String)> {
-                $(
-                    if let Some(layer) = &self.$name {
-                        layer.check(Some(ttl))?;
-                    }
-                )*
-                Ok(())
-            }
-
             /// Turns on, with its default configuration, every layer that is off.
             pub(crate) fn fill_defaults(&mut self) {
                 $(self.$name.get_or_insert_with(<$layer>::default);)*
@@ -350,6 +339,18 @@ macro_rules! layer_settings {
 }
 
 impl LayerStack {
+    /// What the builder checks of a stack (its own, and each scenario's resolved one) at the TTL
+    /// its locks get: [`LayerStack::check_ttl`], and the bound on readback retries (which a
+    /// layer configured in code has met nowhere else; a scenario's own settings were checked when
+    /// it was registered).
+    pub(crate) fn check(&self, ttl: Duration) -> Result<(), (&'static str, String)> {
+        self.check_ttl(ttl)?;
+        match &self.readback {
+            Some(readback) => readback.check(Some(ttl)),
+            None => Ok(()),
+        }
+    }
+
     /// Checks what in this stack depends on its locks' TTL (`ttl`): an unlock window wider than
     /// the lease would skip every release. For a TTL given with a call (the builder checks
     /// everything of its stacks with [`LayerStack::check`]).
