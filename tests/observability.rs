@@ -304,3 +304,52 @@ async fn the_held_count_goes_back_to_zero_however_a_guard_ends() {
     assert_eq!(held_now(), 0, "a guard whose release failed ended too");
     store.verify();
 }
+
+/// A release the manager sends in the background (here the undo of an attempt whose reply was
+/// lost) reports in the scenario of the call it undoes, not `default`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_release_reports_in_its_calls_scenario() {
+    use leasehold::core::{Error, ErrorKind};
+    use leasehold::scenario::{Scenario, ScenarioRegistry};
+    use leasehold_testkit::scripted::{reply_lost, Op, ScriptedStore};
+
+    let exporter = InMemoryMetricExporter::default();
+    let provider = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(exporter.clone()).build())
+        .build();
+    let meter = provider.meter("leasehold-test");
+    let store = ScriptedStore::new();
+    store
+        .expect_acquire(Err(reply_lost()))
+        .expect_release(Err(Error::new(ErrorKind::Internal, "the script failed")));
+    let locks = LockManager::builder()
+        .client_id("test")
+        .farm_id("f1")
+        .without_layers()
+        .store(store.clone())
+        .scenarios(
+            ScenarioRegistry::new()
+                .with(Scenario::new("feed").keys("feed-*"))
+                .unwrap(),
+        )
+        .observer(OtelMetrics::new(&meter))
+        .build()
+        .unwrap();
+    let err = locks.try_lock("feed-1").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InDoubt, "{err}");
+    // The undo runs in the background: the shutdown waits for it.
+    locks.shutdown().await.unwrap();
+    assert_eq!(store.count(Op::Release), 1, "the undo was sent");
+    provider.force_flush().unwrap();
+    let metrics = exporter.get_finished_metrics().unwrap();
+    let left = |scenario: &str| {
+        counter_where(
+            &metrics,
+            "leasehold.releases.left_to_expire",
+            &[("scenario", scenario)],
+        )
+    };
+    assert_eq!(left("feed"), 1, "the undo's alert carries the call's scenario");
+    assert_eq!(left("default"), 0);
+    store.verify();
+}

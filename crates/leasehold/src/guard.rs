@@ -458,17 +458,20 @@ async fn finish(
     } else {
         Ok(ReleaseOutcome::NotHeld)
     };
-    guard_ended(handle, state);
+    guard_ended(handle, state, scenario);
     result
 }
 
-/// Says the guard of `state` ended (see [`LockEvent::GuardEnded`](crate::LockEvent::GuardEnded)).
-fn guard_ended(handle: &Handle, state: &LeaseState) {
-    handle
-        .observers
-        .emit(|| crate::core::LockEvent::GuardEnded {
-            key: state.lease().key().clone(),
-        });
+/// Says the guard of `state` ended (see [`LockEvent::GuardEnded`](crate::LockEvent::GuardEnded)),
+/// in its scenario as its `Acquired` was.
+fn guard_ended(handle: &Handle, state: &LeaseState, scenario: &Arc<str>) {
+    crate::observe::with_scenario(scenario.clone(), || {
+        handle
+            .observers
+            .emit(|| crate::core::LockEvent::GuardEnded {
+                key: state.lease().key().clone(),
+            })
+    });
 }
 
 async fn send_release(
@@ -554,7 +557,7 @@ impl Drop for LockGuard {
         if spawned.is_none() {
             tracing::warn!(key = %self.acquired.key(),
                 "guard dropped outside a tokio runtime; the lock expires at its TTL");
-            guard_ended(&self.handle, &self.state);
+            guard_ended(&self.handle, &self.state, &self.scenario);
         }
     }
 }

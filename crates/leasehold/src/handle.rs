@@ -118,15 +118,22 @@ impl Handle {
         });
     }
 
-    /// Runs a release of `key` as a task the lifecycle tracks; outside a runtime, says the lock
-    /// expires at its TTL.
+    /// Runs a release of `key` as a task the lifecycle tracks, in the caller's scenario (a task
+    /// does not inherit it: the release's events would read `default`); outside a runtime, says
+    /// the lock expires at its TTL.
     fn spawn_release(
         &self,
         key: &LockKey,
         why: &'static str,
         release: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        if self.lifecycle.spawn(release).is_none() {
+        let spawned = match crate::observe::current_scenario() {
+            Some(scenario) => self
+                .lifecycle
+                .spawn(crate::observe::in_scenario(scenario, release)),
+            None => self.lifecycle.spawn(release),
+        };
+        if spawned.is_none() {
             tracing::warn!(%key, why, "no tokio runtime to release on; the lock expires at its TTL");
         }
     }

@@ -39,3 +39,8 @@ pub fn current_scenario() -> Option<Arc<str>> {
 pub(crate) async fn in_scenario<F: Future>(scenario: Arc<str>, fut: F) -> F::Output {
     SCENARIO.scope(scenario, fut).await
 }
+
+/// Runs `f` with `scenario` as the current scenario (an event emitted outside the call's task).
+pub(crate) fn with_scenario<R>(scenario: Arc<str>, f: impl FnOnce() -> R) -> R {
+    SCENARIO.sync_scope(scenario, f)
+}
