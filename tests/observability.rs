@@ -349,7 +349,11 @@ async fn a_background_release_reports_in_its_calls_scenario() {
             &[("scenario", scenario)],
         )
     };
-    assert_eq!(left("feed"), 1, "the undo's alert carries the call's scenario");
+    assert_eq!(
+        left("feed"),
+        1,
+        "the undo's alert carries the call's scenario"
+    );
     assert_eq!(left("default"), 0);
     store.verify();
 }

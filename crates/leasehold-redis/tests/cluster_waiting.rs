@@ -88,3 +88,78 @@ async fn a_waiter_is_told_of_the_release_after_failovers_of_the_slot() {
         assert!(granted > held, "round {round}: {held:?} then {granted:?}");
     }
 }
+
+/// A killed master ends no subscription itself (nothing is pushed), and the cluster client keeps
+/// its subscriptions on the dead address until something refreshes its slot map. The store
+/// subscribes again when a node's connection drops, so a waiter whose slot moved to a promoted
+/// replica hears the release published there, rather than polling. The lock is held long enough
+/// after the failover for the waiter's polling backoff to have grown past the time it is given
+/// to hear the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_told_of_the_release_after_its_slots_master_is_killed() {
+    let mut cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap()
+        .expect("start a Redis Cluster");
+    let config = RedisConfig::new(cluster.url());
+    let holder_store = RedisStore::connect(config.clone()).await.unwrap();
+    let key: LockKey = "DC#f1#t#told-after-kill".parse().unwrap();
+    let lock_key = holder_store.lock_key(&key);
+    let holder = polling_rarely(holder_store);
+    let waiter = polling_rarely(
+        RedisStore::connect(config.waiter_timeout(Duration::from_secs(240)))
+            .await
+            .unwrap(),
+    );
+    let guard = holder.try_lock("told-after-kill").await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let guard = waiter
+                .lock_with(
+                    "told-after-kill",
+                    LockOptions::new().wait(Duration::from_secs(90)),
+                )
+                .await?;
+            let granted_at = tokio::time::Instant::now();
+            guard.release().await?;
+            Ok::<_, leasehold::Error>(granted_at)
+        }
+    });
+    // The waiter is in line and subscribed on the slot's master before the kill.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let old = cluster.master_of(&lock_key).unwrap();
+    cluster.kill(old).unwrap();
+    let lock_key_now = lock_key.clone();
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster
+            .wait_until(|_| {
+                cluster
+                    .master_of(&lock_key_now)
+                    .is_ok_and(|master| master != old)
+            })
+            .map(|()| cluster)
+    })
+    .await
+    .unwrap()
+    .expect("a replica of the killed master is promoted");
+    // Held on: the waiter's refused attempts meanwhile stretch its polling backoff.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(!waiting.is_finished(), "the lock was held");
+    let released_at = tokio::time::Instant::now();
+    assert!(
+        guard.release().await.expect("released on the new master"),
+        "the lock was kept through the failover"
+    );
+    let granted_at = waiting
+        .await
+        .unwrap()
+        .expect("the waiter got the lock within its wait");
+    let heard_in = granted_at.saturating_duration_since(released_at);
+    assert!(
+        heard_in < Duration::from_secs(3),
+        "the waiter heard the release on the promoted master ({heard_in:?} after it), rather \
+         than at its next poll"
+    );
+    drop(cluster);
+}

@@ -70,12 +70,36 @@ pub(crate) fn deliver_pushes(
                     }
                 }
                 // A node's connection dropped: a message may have been lost with it, so whoever
-                // waits asks the store again now (the cluster client resubscribes on its own).
+                // waits asks the store again now. A killed node ends no subscription itself, and
+                // the cluster client moves its subscriptions only when something refreshes its
+                // slot map, which the store's own traffic (sent to the nodes directly) never
+                // does: every channel is subscribed again, as after a node ended it. A channel
+                // still subscribed is subscribed once more, which changes nothing; one whose node
+                // died meets the dead address, which makes the cluster client find the slot's new
+                // master; and whoever waits is woken once it is subscribed there.
                 redis::PushKind::Disconnection => {
-                    for watched in waiting.lock().values() {
-                        watched.wake_all();
-                    }
+                    let mut channels: Vec<String> = {
+                        let watched = waiting.lock();
+                        for entry in watched.values() {
+                            entry.wake_all();
+                        }
+                        watched
+                            .iter()
+                            .filter(|(_, entry)| entry.subscribed)
+                            .map(|(key, _)| waiting.own_channel(key))
+                            .collect()
+                    };
                     waiting.changes.wake_all(false);
+                    channels.extend(
+                        waiting
+                            .changes
+                            .channels()
+                            .into_iter()
+                            .map(|(_, channel)| channel),
+                    );
+                    for channel in channels {
+                        waiting.subscription_ended(&channel);
+                    }
                 }
                 _ => {}
             }
