@@ -9,6 +9,20 @@ use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 
+/// A meter whose measurements are exported, on `force_flush`, to the in-memory exporter.
+fn in_memory_metrics() -> (
+    InMemoryMetricExporter,
+    SdkMeterProvider,
+    opentelemetry::metrics::Meter,
+) {
+    let exporter = InMemoryMetricExporter::default();
+    let provider = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(exporter.clone()).build())
+        .build();
+    let meter = provider.meter("leasehold-test");
+    (exporter, provider, meter)
+}
+
 /// Sum of every data point of a u64 counter whose attributes include `filter`.
 fn counter(metrics: &[ResourceMetrics], name: &str, filter: Option<(&str, &str)>) -> u64 {
     let mut total = 0;
@@ -70,11 +84,7 @@ fn histogram_count(metrics: &[ResourceMetrics], name: &str, outcome: &str) -> u6
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_record_a_scripted_sequence() {
-    let exporter = InMemoryMetricExporter::default();
-    let provider = SdkMeterProvider::builder()
-        .with_reader(PeriodicReader::builder(exporter.clone()).build())
-        .build();
-    let meter = provider.meter("leasehold-test");
+    let (exporter, provider, meter) = in_memory_metrics();
     let locks = LockManager::builder()
         .client_id("test")
         .farm_id("f1")
@@ -156,11 +166,7 @@ async fn every_metric_carries_the_scenario() {
     use leasehold::scenario::{AcquireMode, Scenario, ScenarioRegistry};
     use leasehold::LockStore as _;
 
-    let exporter = InMemoryMetricExporter::default();
-    let provider = SdkMeterProvider::builder()
-        .with_reader(PeriodicReader::builder(exporter.clone()).build())
-        .build();
-    let meter = provider.meter("leasehold-test");
+    let (exporter, provider, meter) = in_memory_metrics();
     let registry = ScenarioRegistry::new()
         .with(Scenario::new("feed").keys("feed-*").mode(AcquireMode::Try))
         .unwrap()
@@ -247,11 +253,7 @@ async fn the_held_count_goes_back_to_zero_however_a_guard_ends() {
     use leasehold::core::{Error, ErrorKind};
     use leasehold_testkit::scripted::ScriptedStore;
 
-    let exporter = InMemoryMetricExporter::default();
-    let provider = SdkMeterProvider::builder()
-        .with_reader(PeriodicReader::builder(exporter.clone()).build())
-        .build();
-    let meter = provider.meter("leasehold-test");
+    let (exporter, provider, meter) = in_memory_metrics();
     let held_now = || {
         provider.force_flush().unwrap();
         let metrics = exporter.get_finished_metrics().unwrap();
@@ -313,11 +315,7 @@ async fn a_background_release_reports_in_its_calls_scenario() {
     use leasehold::scenario::{Scenario, ScenarioRegistry};
     use leasehold_testkit::scripted::{reply_lost, Op, ScriptedStore};
 
-    let exporter = InMemoryMetricExporter::default();
-    let provider = SdkMeterProvider::builder()
-        .with_reader(PeriodicReader::builder(exporter.clone()).build())
-        .build();
-    let meter = provider.meter("leasehold-test");
+    let (exporter, provider, meter) = in_memory_metrics();
     let store = ScriptedStore::new();
     store
         .expect_acquire(Err(reply_lost()))

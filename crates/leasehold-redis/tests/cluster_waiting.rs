@@ -22,15 +22,16 @@ fn polling_rarely(store: RedisStore) -> LockManager {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_is_told_of_the_release_after_failovers_of_the_slot() {
+/// A cluster of its own, and a holder and a waiter of `name`, each with a store of its own; the
+/// Redis key of `name`'s lock.
+async fn cluster_holder_and_waiter(name: &str) -> (RedisCluster, LockManager, LockManager, String) {
     let cluster = tokio::task::spawn_blocking(RedisCluster::start)
         .await
         .unwrap()
         .expect("start a Redis Cluster");
     let config = RedisConfig::new(cluster.url());
     let holder_store = RedisStore::connect(config.clone()).await.unwrap();
-    let key: LockKey = "DC#f1#t#told-after-failover".parse().unwrap();
+    let key: LockKey = format!("DC#f1#t#{name}").parse().unwrap();
     let lock_key = holder_store.lock_key(&key);
     let holder = polling_rarely(holder_store);
     // Its place in line lasts four minutes: no renewal of it wakes the waiter either.
@@ -39,6 +40,13 @@ async fn a_waiter_is_told_of_the_release_after_failovers_of_the_slot() {
             .await
             .unwrap(),
     );
+    (cluster, holder, waiter, lock_key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_told_of_the_release_after_failovers_of_the_slot() {
+    let (cluster, holder, waiter, lock_key) =
+        cluster_holder_and_waiter("told-after-failover").await;
     let mut cluster = Some(cluster);
 
     for round in 0..2 {
@@ -97,20 +105,8 @@ async fn a_waiter_is_told_of_the_release_after_failovers_of_the_slot() {
 /// to hear the release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_told_of_the_release_after_its_slots_master_is_killed() {
-    let mut cluster = tokio::task::spawn_blocking(RedisCluster::start)
-        .await
-        .unwrap()
-        .expect("start a Redis Cluster");
-    let config = RedisConfig::new(cluster.url());
-    let holder_store = RedisStore::connect(config.clone()).await.unwrap();
-    let key: LockKey = "DC#f1#t#told-after-kill".parse().unwrap();
-    let lock_key = holder_store.lock_key(&key);
-    let holder = polling_rarely(holder_store);
-    let waiter = polling_rarely(
-        RedisStore::connect(config.waiter_timeout(Duration::from_secs(240)))
-            .await
-            .unwrap(),
-    );
+    let (mut cluster, holder, waiter, lock_key) =
+        cluster_holder_and_waiter("told-after-kill").await;
     let guard = holder.try_lock("told-after-kill").await.unwrap();
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
