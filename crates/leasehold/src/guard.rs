@@ -332,10 +332,12 @@ impl LockGuard {
                 // meanwhile): `is_held` may have said `false` already, so the lock is given up.
                 Some(late) => {
                     if let Some(late) = state.give_up(late) {
-                        handle.release_given_up_in_background(
-                            late,
-                            "an extend read after its lease expired",
-                        );
+                        crate::observe::with_scenario(self.scenario.clone(), || {
+                            handle.release_given_up_in_background(
+                                late,
+                                "an extend read after its lease expired",
+                            )
+                        });
                     }
                     Err(Error::not_held(
                         "the extend was answered only after the lease's local expiry (or the \
@@ -425,14 +427,17 @@ impl LockGuard {
             self.hold_at_least,
         )
         .await;
+        // No await from here to `released`: a cancelled release is the drop's to end.
         self.released = true;
+        guard_ended(&self.handle, self.acquired.key(), &self.scenario);
         result
     }
 }
 
 /// The release of a guard: a delete, or within its hold period an extend to the rest of it.
 /// Sent once for the lease: not when the library gave it up already; and a renewal that landed
-/// while it was in flight is released after it when it did not let go of the lease.
+/// while it was in flight is released after it when it did not let go of the lease. All of it
+/// in the guard's scenario, which its events carry.
 async fn finish(
     handle: &Handle,
     state: &LeaseState,
@@ -440,7 +445,10 @@ async fn finish(
     granted_at: tokio::time::Instant,
     hold_at_least: Option<Duration>,
 ) -> Result<ReleaseOutcome> {
-    let result = if state.begin_release() {
+    if !state.begin_release() {
+        return Ok(ReleaseOutcome::NotHeld);
+    }
+    crate::observe::in_scenario(scenario.clone(), async {
         let result = send_release(handle, state, scenario, granted_at, hold_at_least).await;
         let let_go = matches!(
             result,
@@ -455,23 +463,39 @@ async fn finish(
                 .await;
         }
         result
-    } else {
-        Ok(ReleaseOutcome::NotHeld)
-    };
-    guard_ended(handle, state, scenario);
-    result
+    })
+    .await
 }
 
-/// Says the guard of `state` ended (see [`LockEvent::GuardEnded`](crate::LockEvent::GuardEnded)),
-/// in its scenario as its `Acquired` was.
-fn guard_ended(handle: &Handle, state: &LeaseState, scenario: &Arc<str>) {
-    crate::observe::with_scenario(scenario.clone(), || {
+/// Says a guard of `key` ended (see [`LockEvent::GuardEnded`](crate::LockEvent::GuardEnded)), in
+/// its scenario as its `Acquired` was. Outside a runtime, perhaps while the thread's locals are
+/// being destroyed (where no task-local scope can be entered), without it.
+fn guard_ended(handle: &Handle, key: &LockKey, scenario: &Arc<str>) {
+    let emit = || {
         handle
             .observers
-            .emit(|| crate::core::LockEvent::GuardEnded {
-                key: state.lease().key().clone(),
-            })
-    });
+            .emit(|| crate::core::LockEvent::GuardEnded { key: key.clone() });
+    };
+    if tokio::runtime::Handle::try_current().is_ok() {
+        crate::observe::with_scenario(scenario.clone(), emit);
+    } else {
+        emit();
+    }
+}
+
+/// Says its guard ended when it is dropped: carried by a dropped guard's release task, it does
+/// so once the release has run, or when the task is dropped without running (its runtime shut
+/// down, or none to spawn it on).
+struct EndsGuard {
+    handle: Arc<Handle>,
+    key: LockKey,
+    scenario: Arc<str>,
+}
+
+impl Drop for EndsGuard {
+    fn drop(&mut self) {
+        guard_ended(&self.handle, &self.key, &self.scenario);
+    }
 }
 
 async fn send_release(
@@ -542,8 +566,14 @@ impl Drop for LockGuard {
         let scenario = self.scenario.clone();
         let granted_at = self.acquired.acquired_at();
         let hold_at_least = self.hold_at_least;
+        let ends = EndsGuard {
+            handle: self.handle.clone(),
+            key: self.acquired.key().clone(),
+            scenario: self.scenario.clone(),
+        };
         // Tracked by the lifecycle: a shutdown waits for this release.
         let spawned = self.handle.lifecycle.spawn(async move {
+            let _ends = ends;
             if let Some(renewer) = renewer {
                 renewer.stop().await;
             }
@@ -557,7 +587,6 @@ impl Drop for LockGuard {
         if spawned.is_none() {
             tracing::warn!(key = %self.acquired.key(),
                 "guard dropped outside a tokio runtime; the lock expires at its TTL");
-            guard_ended(&self.handle, &self.state, &self.scenario);
         }
     }
 }

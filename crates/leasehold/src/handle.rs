@@ -127,13 +127,11 @@ impl Handle {
         why: &'static str,
         release: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        let spawned = match crate::observe::current_scenario() {
-            Some(scenario) => self
-                .lifecycle
-                .spawn(crate::observe::in_scenario(scenario, release)),
-            None => self.lifecycle.spawn(release),
-        };
-        if spawned.is_none() {
+        if self
+            .lifecycle
+            .spawn(crate::observe::keeping_scenario(release))
+            .is_none()
+        {
             tracing::warn!(%key, why, "no tokio runtime to release on; the lock expires at its TTL");
         }
     }

@@ -64,6 +64,17 @@ impl Changes {
         channels
     }
 
+    /// The channels of every observed key whose channel is subscribed now.
+    pub(crate) fn subscribed_channels(&self) -> Vec<String> {
+        let mut channels = Vec::new();
+        self.observed.for_each(|key, subscribed, _| {
+            if *subscribed {
+                channels.push(self.channel(key));
+            }
+        });
+        channels
+    }
+
     /// Marks `lock_keys` subscribed (those still observed).
     pub(crate) fn mark_subscribed<'a>(&self, lock_keys: impl IntoIterator<Item = &'a str>) {
         for key in lock_keys {
@@ -102,13 +113,13 @@ impl Changes {
         self.observed.unregister(lock_key).is_some()
     }
 
-    /// Marks `lock_key` unsubscribed and wakes its readers; whether anyone still observes it.
+    /// Marks `lock_key` unsubscribed and wakes its readers; whether anyone still observes it and
+    /// it was subscribed (one not subscribed is being subscribed already).
     fn ended(&self, lock_key: &str) -> bool {
-        if self
+        let was_subscribed = self
             .observed
-            .with(lock_key, |subscribed| *subscribed = false)
-            .is_none()
-        {
+            .with(lock_key, |subscribed| std::mem::replace(subscribed, false));
+        if was_subscribed != Some(true) {
             return false;
         }
         self.observed.wake(lock_key)
@@ -206,8 +217,13 @@ impl Waiting {
                 &RECONNECT_PAUSES[RECONNECT_PAUSES.len() - 1],
             ));
             while changes.wanted(&lock_key) {
-                match waiting.subscribe(changes.channel(&lock_key)).await {
-                    Ok(()) => {
+                let channel = changes.channel(&lock_key);
+                match waiting
+                    .subscribe_if(channel, || changes.wanted(&lock_key))
+                    .await
+                {
+                    Ok(false) => return, // no longer observed: a sweep ended it
+                    Ok(true) => {
                         changes.mark_subscribed([lock_key.as_str()]);
                         // Announcements between the end and now went unheard.
                         changes.deliver(&changes.channel(&lock_key));

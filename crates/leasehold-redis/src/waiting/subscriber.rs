@@ -78,6 +78,8 @@ pub(crate) fn deliver_pushes(
                 // died meets the dead address, which makes the cluster client find the slot's new
                 // master; and whoever waits is woken once it is subscribed there.
                 redis::PushKind::Disconnection => {
+                    // Keys nobody waits for now are left to the sweep; a channel not subscribed
+                    // is being subscribed already.
                     let mut channels: Vec<String> = {
                         let watched = waiting.lock();
                         for entry in watched.values() {
@@ -85,18 +87,12 @@ pub(crate) fn deliver_pushes(
                         }
                         watched
                             .iter()
-                            .filter(|(_, entry)| entry.subscribed)
+                            .filter(|(_, entry)| entry.subscribed && !entry.watchers.is_empty())
                             .map(|(key, _)| waiting.own_channel(key))
                             .collect()
                     };
                     waiting.changes.wake_all(false);
-                    channels.extend(
-                        waiting
-                            .changes
-                            .channels()
-                            .into_iter()
-                            .map(|(_, channel)| channel),
-                    );
+                    channels.extend(waiting.changes.subscribed_channels());
                     for channel in channels {
                         waiting.subscription_ended(&channel);
                     }
@@ -144,23 +140,38 @@ impl Waiting {
     /// Subscribes this process to `channel`, confirmed by the server; on one server or Sentinel,
     /// makes the subscriber connection first if there is none (with every channel wanted).
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: String) -> redis::RedisResult<()> {
+        self.subscribe_if(channel, || true).await.map(drop)
+    }
+
+    /// [`Self::subscribe`] if `wanted` says so once no unsubscription is being sent (which
+    /// decides under the same order which channels end): a subscription sent again after a
+    /// sweep ended the channel would outlive everyone who wanted it. `Ok(false)`: not wanted.
+    pub(crate) async fn subscribe_if(
+        self: &Arc<Self>,
+        channel: String,
+        wanted: impl FnOnce() -> bool,
+    ) -> redis::RedisResult<bool> {
         let _order = self.order.read().await;
+        if !wanted() {
+            return Ok(false);
+        }
         if let Subscriber::Cluster(cluster) = &self.subscriber {
-            return within(self.connect_timeout, cluster.clone().ssubscribe(channel)).await;
+            within(self.connect_timeout, cluster.clone().ssubscribe(channel)).await?;
+            return Ok(true);
         }
         let sink = {
             let mut sink = self.sink.lock().await;
             if sink.is_none() {
                 // Made now, with every key in the map subscribed: this one too.
                 self.connected_sink(&mut sink).await?;
-                return Ok(());
+                return Ok(true);
             }
             sink.clone()
         };
-        let Some(mut sink) = sink else {
-            return Ok(());
-        };
-        within(self.connect_timeout, sink.subscribe(channel)).await
+        if let Some(mut sink) = sink {
+            within(self.connect_timeout, sink.subscribe(channel)).await?;
+        }
+        Ok(true)
     }
 
     /// The subscriber connection (`sink` is [`Self::sink`], locked), made if there is none, with
@@ -317,8 +328,13 @@ impl Waiting {
                 if !wanted {
                     return; // swept, or subscribed again by a new wait
                 }
-                match waiting.subscribe(waiting.own_channel(&lock_key)).await {
-                    Ok(()) => {
+                let still_wanted = || waiting.lock().get(&lock_key).is_some_and(|w| !w.subscribed);
+                match waiting
+                    .subscribe_if(waiting.own_channel(&lock_key), still_wanted)
+                    .await
+                {
+                    Ok(false) => return, // swept, or subscribed again by a new wait
+                    Ok(true) => {
                         if let Some(watched) = waiting.lock().get_mut(&lock_key) {
                             watched.subscribed = true;
                             // Announcements between the end and now went unheard.

@@ -22,5 +22,5 @@ mod trace;
 #[cfg(feature = "otel")]
 pub use metrics::OtelMetrics;
 pub use scope::current_scenario;
-pub(crate) use scope::{in_scenario, with_scenario};
+pub(crate) use scope::{in_scenario, keeping_scenario, with_scenario};
 pub use trace::{LockTrace, TraceEntry};

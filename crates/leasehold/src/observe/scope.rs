@@ -40,6 +40,18 @@ pub(crate) async fn in_scenario<F: Future>(scenario: Arc<str>, fut: F) -> F::Out
     SCENARIO.scope(scenario, fut).await
 }
 
+/// `fut`, run later (on a task of its own: tasks do not inherit the scope) in the scenario
+/// current now, if any.
+pub(crate) fn keeping_scenario<F: Future>(fut: F) -> impl Future<Output = F::Output> {
+    let scenario = current_scenario();
+    async move {
+        match scenario {
+            Some(scenario) => SCENARIO.scope(scenario, fut).await,
+            None => fut.await,
+        }
+    }
+}
+
 /// Runs `f` with `scenario` as the current scenario (an event emitted outside the call's task).
 pub(crate) fn with_scenario<R>(scenario: Arc<str>, f: impl FnOnce() -> R) -> R {
     SCENARIO.sync_scope(scenario, f)

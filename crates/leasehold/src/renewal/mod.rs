@@ -504,19 +504,21 @@ async fn renew(
                     // found nothing of ours, or the release deleted what it renewed). A guard
                     // release skipped by the unlock window, or failed, leaves it to this.
                     let (cleanup, state) = (handle.clone(), state.clone());
-                    // Tracked: a shutdown waits for this cleanup.
-                    handle.lifecycle.spawn(async move {
-                        if let Ok(renewed) = extend.await {
-                            if let Some(renewed) = state.give_up(renewed) {
-                                cleanup
-                                    .release_given_up(
-                                        &renewed,
-                                        "a renewal answered after its lease was given up",
-                                    )
-                                    .await;
+                    // Tracked: a shutdown waits for this cleanup. In the renewal's scenario.
+                    handle
+                        .lifecycle
+                        .spawn(crate::observe::keeping_scenario(async move {
+                            if let Ok(renewed) = extend.await {
+                                if let Some(renewed) = state.give_up(renewed) {
+                                    cleanup
+                                        .release_given_up(
+                                            &renewed,
+                                            "a renewal answered after its lease was given up",
+                                        )
+                                        .await;
+                                }
                             }
-                        }
-                    });
+                        }));
                     Err(
                         Error::in_doubt("no answer to the renewal before the lease expired")
                             .with_key(lease.key().as_str()),
