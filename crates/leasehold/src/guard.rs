@@ -468,19 +468,13 @@ async fn finish(
 }
 
 /// Says a guard of `key` ended (see [`LockEvent::GuardEnded`](crate::LockEvent::GuardEnded)), in
-/// its scenario as its `Acquired` was. Outside a runtime, perhaps while the thread's locals are
-/// being destroyed (where no task-local scope can be entered), without it.
+/// its scenario as its `Acquired` was.
 fn guard_ended(handle: &Handle, key: &LockKey, scenario: &Arc<str>) {
-    let emit = || {
+    crate::observe::with_scenario(scenario.clone(), || {
         handle
             .observers
             .emit(|| crate::core::LockEvent::GuardEnded { key: key.clone() });
-    };
-    if tokio::runtime::Handle::try_current().is_ok() {
-        crate::observe::with_scenario(scenario.clone(), emit);
-    } else {
-        emit();
-    }
+    });
 }
 
 /// Says its guard ended when it is dropped: carried by a dropped guard's release task, it does

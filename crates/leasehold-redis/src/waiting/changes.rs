@@ -113,13 +113,13 @@ impl Changes {
         self.observed.unregister(lock_key).is_some()
     }
 
-    /// Marks `lock_key` unsubscribed and wakes its readers; whether anyone still observes it and
-    /// it was subscribed (one not subscribed is being subscribed already).
+    /// Marks `lock_key` unsubscribed and wakes its readers; whether anyone still observes it.
     fn ended(&self, lock_key: &str) -> bool {
-        let was_subscribed = self
+        if self
             .observed
-            .with(lock_key, |subscribed| std::mem::replace(subscribed, false));
-        if was_subscribed != Some(true) {
+            .with(lock_key, |subscribed| *subscribed = false)
+            .is_none()
+        {
             return false;
         }
         self.observed.wake(lock_key)

@@ -78,8 +78,7 @@ pub(crate) fn deliver_pushes(
                 // died meets the dead address, which makes the cluster client find the slot's new
                 // master; and whoever waits is woken once it is subscribed there.
                 redis::PushKind::Disconnection => {
-                    // Keys nobody waits for now are left to the sweep; a channel not subscribed
-                    // is being subscribed already.
+                    // A channel not subscribed is being subscribed already.
                     let mut channels: Vec<String> = {
                         let watched = waiting.lock();
                         for entry in watched.values() {
@@ -87,7 +86,7 @@ pub(crate) fn deliver_pushes(
                         }
                         watched
                             .iter()
-                            .filter(|(_, entry)| entry.subscribed && !entry.watchers.is_empty())
+                            .filter(|(_, entry)| entry.subscribed)
                             .map(|(key, _)| waiting.own_channel(key))
                             .collect()
                     };

@@ -1,10 +1,18 @@
 //! The scenario of the lock operation in progress, for observers.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::sync::Arc;
 
 tokio::task_local! {
     static SCENARIO: Arc<str>;
+}
+
+std::thread_local! {
+    /// The scenario of an event emitted outside its operation's task ([`with_scenario`]): a
+    /// std thread local, whose `try_with` never panics, even while the thread's locals are
+    /// being destroyed (where a task-local scope cannot be entered).
+    static EMITTING_IN: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
 }
 
 /// The scenario of the lock operation whose event is being observed: the manager runs every
@@ -32,7 +40,11 @@ tokio::task_local! {
 /// # Ok(()) }
 /// ```
 pub fn current_scenario() -> Option<Arc<str>> {
-    SCENARIO.try_with(Arc::clone).ok()
+    EMITTING_IN
+        .try_with(|emitting| emitting.borrow().clone())
+        .ok()
+        .flatten()
+        .or_else(|| SCENARIO.try_with(Arc::clone).ok())
 }
 
 /// Runs `fut` with `scenario` as the current scenario.
@@ -52,7 +64,58 @@ pub(crate) fn keeping_scenario<F: Future>(fut: F) -> impl Future<Output = F::Out
     }
 }
 
-/// Runs `f` with `scenario` as the current scenario (an event emitted outside the call's task).
+/// Runs `f` with `scenario` as the current scenario (an event emitted outside the call's task,
+/// on any thread). Where the thread's locals are gone, `f` runs without it.
 pub(crate) fn with_scenario<R>(scenario: Arc<str>, f: impl FnOnce() -> R) -> R {
-    SCENARIO.sync_scope(scenario, f)
+    /// Puts the scenario before back, also when `f` panics.
+    struct Restore(Option<Arc<str>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let before = self.0.take();
+            let _ = EMITTING_IN.try_with(|emitting| *emitting.borrow_mut() = before);
+        }
+    }
+    let Ok(before) = EMITTING_IN.try_with(|emitting| emitting.replace(Some(scenario))) else {
+        return f();
+    };
+    let _restore = Restore(before);
+    f()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_outside_a_task_carries_its_scenario_and_restores_the_one_before() {
+        assert_eq!(current_scenario(), None);
+        with_scenario("a".into(), || {
+            assert_eq!(current_scenario().as_deref(), Some("a"));
+            with_scenario("b".into(), || {
+                assert_eq!(current_scenario().as_deref(), Some("b"));
+            });
+            assert_eq!(current_scenario().as_deref(), Some("a"));
+        });
+        assert_eq!(current_scenario(), None);
+        // A thread with no runtime at all.
+        let seen = std::thread::spawn(|| with_scenario("c".into(), current_scenario))
+            .join()
+            .unwrap();
+        assert_eq!(seen.as_deref(), Some("c"));
+        // A panic inside still puts the one before back.
+        let _ = std::panic::catch_unwind(|| with_scenario("d".into(), || panic!("observer")));
+        assert_eq!(current_scenario(), None);
+    }
+
+    #[tokio::test]
+    async fn an_event_outside_its_task_wins_over_the_task_it_is_emitted_from() {
+        in_scenario("task".into(), async {
+            assert_eq!(current_scenario().as_deref(), Some("task"));
+            with_scenario("guard".into(), || {
+                assert_eq!(current_scenario().as_deref(), Some("guard"));
+            });
+            assert_eq!(current_scenario().as_deref(), Some("task"));
+        })
+        .await;
+    }
 }
