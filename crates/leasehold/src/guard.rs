@@ -470,6 +470,9 @@ async fn finish(
 /// Says a guard of `key` ended (see [`LockEvent::GuardEnded`](crate::LockEvent::GuardEnded)), in
 /// its scenario as its `Acquired` was.
 fn guard_ended(handle: &Handle, key: &LockKey, scenario: &Arc<str>) {
+    if handle.observers.is_empty() {
+        return;
+    }
     crate::observe::with_scenario(scenario.clone(), || {
         handle
             .observers
@@ -520,15 +523,14 @@ async fn send_release(
         scenario = &**scenario,
         outcome = tracing::field::Empty,
     );
-    let result = crate::observe::in_scenario(
-        scenario.clone(),
-        KEEPING_FOR_HOLD_PERIOD.scope(
+    // In the guard's scenario already (`finish`).
+    let result = KEEPING_FOR_HOLD_PERIOD
+        .scope(
             (),
             crate::failover::extend(&handle.store, &handle.retry, &lease, left)
                 .instrument(span.clone()),
-        ),
-    )
-    .await;
+        )
+        .await;
     match result {
         Ok(renewed) => {
             span.record("outcome", "kept_for_hold_period");

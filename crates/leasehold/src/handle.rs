@@ -45,13 +45,9 @@ impl Handle {
     }
 
     /// Releases `lease` through the whole stack in a tracing span, wakes this process's waiters
-    /// on its key, and reports the outcome.
-    pub(crate) async fn release(&self, lease: &Lease, scenario: &Arc<str>) -> Result<bool> {
-        crate::observe::in_scenario(scenario.clone(), self.release_in_scenario(lease, scenario))
-            .await
-    }
-
-    async fn release_in_scenario(&self, lease: &Lease, scenario: &str) -> Result<bool> {
+    /// on its key, and reports the outcome. Called in the lease's scenario (a guard's release
+    /// runs in it), which its events carry.
+    pub(crate) async fn release(&self, lease: &Lease, scenario: &str) -> Result<bool> {
         let span = tracing::info_span!(
             "leasehold.release",
             key = %lease.key(),
