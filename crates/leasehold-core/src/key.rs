@@ -261,20 +261,67 @@ fn validate_part(what: &str, part: &str) -> Result<()> {
     }
     if let Some(bad) = part
         .chars()
-        .find(|c| *c == '#' || c.is_whitespace() || c.is_control())
+        .find(|c| *c == '#' || c.is_whitespace() || c.is_control() || is_invisible(*c))
     {
         return Err(Error::invalid_argument(format!(
-            "{what} {part:?} contains {bad:?}: `#` separates key parts and whitespace or control \
-             characters are not allowed; use e.g. `-` or `_` instead"
+            "{what} {part:?} contains {bad:?}: `#` separates key parts, and whitespace, control \
+             and invisible formatting characters are not allowed; use e.g. `-` or `_` instead"
         )));
     }
     Ok(())
+}
+
+/// Unicode's invisible formatting characters (general category `Cf`: zero-width spaces and
+/// joiners, direction marks and overrides, the byte order mark, soft hyphens): a key holding
+/// one looks like another key that does not, in logs and in `leasehold list`, and is another
+/// lock. Keys are compared byte for byte, with no normalisation.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{061C}'
+            | '\u{06DD}'
+            | '\u{070F}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08E2}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{110BD}'
+            | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0001}'
+            | '\u{E0020}'..='\u{E007F}'
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
+
+    #[test]
+    fn a_key_with_an_invisible_character_is_refused() {
+        for entity in [
+            "a\u{200B}b",
+            "\u{FEFF}order",
+            "pay\u{202E}ment",
+            "x\u{00AD}y",
+        ] {
+            let err = LockKey::xdc("c", entity).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{entity:?}");
+            assert!(err.to_string().contains("invisible"), "{err}");
+        }
+        // Letters of any script are fine.
+        LockKey::xdc("c", "café-заказ-注文").unwrap();
+    }
 
     #[test]
     fn builds_seed_formats() {
