@@ -237,8 +237,9 @@ impl SentinelLink {
     }
 
     /// The master in use; if there is none, starts the search (unless it runs) and waits for it
-    /// up to `wait`. A search round refused the URL's credentials or permissions ends the wait
-    /// at once with that refusal's error.
+    /// up to `wait`. A search that ends on a refusal of the URL's credentials or permissions
+    /// (one that lasted the connect timeout, see [`Self::search`]) ends the wait at once with
+    /// that refusal's error.
     async fn master_within(&self, wait: Duration) -> RedisResult<Master> {
         let mut found = self.found.subscribe();
         if let Some(master) = self.usable_master() {
