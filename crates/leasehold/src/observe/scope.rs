@@ -58,7 +58,7 @@ pub(crate) fn keeping_scenario<F: Future>(fut: F) -> impl Future<Output = F::Out
     let scenario = current_scenario();
     async move {
         match scenario {
-            Some(scenario) => SCENARIO.scope(scenario, fut).await,
+            Some(scenario) => in_scenario(scenario, fut).await,
             None => fut.await,
         }
     }
